@@ -1,0 +1,862 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON parser.
+
+Reads ``.json`` and ``.json.gz`` into the canonical :class:`traceview.model.Trace`.
+
+How it stays fast and small
+---------------------------
+A Kineto file is one JSON object whose ``traceEvents`` array holds millions of small objects.
+Decoding it whole into Python dicts costs 5-10x the file size in memory. Instead the file is
+streamed (gzip decompressed on the fly) and the event array is cut into chunks of whole events;
+each chunk is decoded by msgspec straight into typed structs that keep only the fields traceview
+uses (unknown keys are skipped without building objects), turned into Arrow columns, and dropped.
+Peak memory is the output columns plus one chunk.
+
+Chunk boundaries are found by looking for ``}`` ``,`` ``{`` near the end of the buffer. A cut that
+lands inside a string or a nested object makes the chunk fail to decode; then a numpy scan of the
+chunk's structure (quotes, escapes, brackets) finds the real boundary. The same scan finds the end
+of the array at end of file, so metadata written after the events (``baseTimeNanoseconds``,
+``traceName``) is read too.
+
+Exact nanoseconds
+-----------------
+Kineto writes microseconds, recent versions as decimals with three fractional digits. A float64
+cannot hold every such value exactly once it exceeds 2**43 us, so times are recovered exactly:
+integer values are scaled in int64; a decimal below 2**43 us is the unique integer ``c`` with
+``float(c) / 1000 == ts`` (IEEE division is correctly rounded, and distinct ``c`` give distinct
+doubles there); larger fractional values are re-read from the JSON text of that chunk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+import zlib
+from decimal import Decimal
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Callable, Iterator, Union
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from traceview.errors import TraceFormatError
+from traceview.model import (
+    Kind,
+    RankInfo,
+    DeviceInfo,
+    Trace,
+    empty_links,
+    join_on_keys,
+    kind_array,
+    make_events_table,
+    make_links_table,
+    steps_from_annotations,
+)
+
+ProgressFn = Callable[[int, int], None]
+
+CHUNK_BYTES = 16 * 1024 * 1024
+READ_BYTES = 4 * 1024 * 1024
+
+# Source category (lower-cased) -> kind. Spellings from every PyTorch version seen in the wild.
+CATEGORY_KINDS: dict[str, Kind] = {
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "cuda_sync": Kind.SYNC,
+    "cuda_runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "python_function": Kind.PYTHON_FUNCTION,
+    "user_annotation": Kind.ANNOTATION,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+}
+#: Flow categories that link a launch to its GPU activity (already covered by correlation ids).
+LAUNCH_FLOW_CATEGORIES = {"ac2g", "async_cpu_to_gpu", "async"}
+
+_GPU_KINDS = np.array([int(k) for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION)])
+_ACTIVITY_OR_SYNC = np.array([int(k) for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC)])
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
+_COPY_KIND = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP|HtoA|AtoH|AtoD|DtoA|AtoA)\b")
+
+TS_EXACT_LIMIT_US = float(2**43)
+
+
+# ---------------------------------------------------------------------- typed decoding
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    external_id: int = msgspec.field(default=-1, name="External id")
+    correlation: int = -1
+    stream: int = -1
+    device: int = -1
+    bytes: int = -1
+    grid: tuple[int, ...] = ()
+    block: tuple[int, ...] = ()
+    collective: str = msgspec.field(default="", name="Collective name")
+    in_nelems: int = msgspec.field(default=-1, name="In msg nelems")
+    out_nelems: int = msgspec.field(default=-1, name="Out msg nelems")
+    group_size: int = msgspec.field(default=-1, name="Group size")
+    dtype: str = ""
+    pg_name: str = msgspec.field(default="", name="Process Group Name")
+    pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
+    name: str = ""  # metadata events: process_name / thread_name
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    ts: Union[int, float] = 0
+    dur: Union[int, float] = 0
+    id: Union[int, str] = -1
+    bp: str = ""
+    args: _Args = _NO_ARGS
+
+
+class _RawTimes(msgspec.Struct, gc=False):
+    ts: msgspec.Raw = msgspec.Raw(b"0")
+    dur: msgspec.Raw = msgspec.Raw(b"0")
+
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_RAW_TIMES_DECODER = msgspec.json.Decoder(list[_RawTimes])
+_ANY_DECODER = msgspec.json.Decoder()
+
+
+# ---------------------------------------------------------------------- public API
+
+
+def looks_like_kineto(head: bytes) -> bool:
+    """True when the first bytes (decompressed) look like a Chrome-trace JSON document."""
+    text = head.lstrip()
+    return text[:1] in (b"{", b"[") and (b'"traceEvents"' in head or b'"ph"' in head or b'"schemaVersion"' in head)
+
+
+def rank_from_filename(path: str | os.PathLike[str]) -> int | None:
+    match = _RANK_IN_NAME.search(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = None) -> Trace:
+    """Parse one Kineto trace file. The rank comes from ``distributedInfo``, else the file name,
+    else it is left as -1 (``rank_source == "unknown"``) for the loader to assign."""
+    path = Path(path)
+    parser = _KinetoFile(path, progress)
+    return parser.parse()
+
+
+# ---------------------------------------------------------------------- streaming
+
+
+def _open_bytes(path: Path) -> tuple[io.BufferedReader, Iterator[bytes]]:
+    try:
+        raw = open(path, "rb")
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, "is a directory, expected a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot be read: {exc.strerror}") from None
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        return raw, _gunzip_chunks(path, raw)
+    return raw, _plain_chunks(raw)
+
+
+def _plain_chunks(raw: io.BufferedReader) -> Iterator[bytes]:
+    while True:
+        block = raw.read(READ_BYTES)
+        if not block:
+            return
+        yield block
+
+
+def _gunzip_chunks(path: Path, raw: io.BufferedReader) -> Iterator[bytes]:
+    # zlib directly (not gzip.GzipFile) so concatenated members and corrupt input give one error.
+    decomp = zlib.decompressobj(wbits=31)
+    try:
+        while True:
+            block = raw.read(READ_BYTES // 4)
+            if not block:
+                tail = decomp.flush()
+                if tail:
+                    yield tail
+                if not decomp.eof:
+                    raise TraceFormatError(path, "gzip stream is truncated", "the file was cut short; copy it again")
+                return
+            out = decomp.decompress(block)
+            while decomp.eof and decomp.unused_data:
+                # another gzip member follows
+                rest = decomp.unused_data
+                decomp = zlib.decompressobj(wbits=31)
+                out += decomp.decompress(rest)
+            if out:
+                yield out
+    except zlib.error as exc:
+        raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
+
+
+def _structure(buf: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of brackets outside strings and the nesting depth after each (numpy, no loops
+    except over escaped quotes, which are rare)."""
+    data = np.frombuffer(buf, dtype=np.uint8)
+    quotes = np.flatnonzero(data == 0x22)
+    if len(quotes):
+        maybe_escaped = quotes[(quotes > 0)]
+        maybe_escaped = maybe_escaped[data[maybe_escaped - 1] == 0x5C]
+        if len(maybe_escaped):
+            escaped = []
+            for q in maybe_escaped.tolist():
+                run = 0
+                i = q - 1
+                while i >= 0 and data[i] == 0x5C:
+                    run += 1
+                    i -= 1
+                if run % 2:
+                    escaped.append(q)
+            if escaped:
+                quotes = np.setdiff1d(quotes, np.asarray(escaped, dtype=quotes.dtype), assume_unique=True)
+    brackets = np.flatnonzero((data == 0x7B) | (data == 0x7D) | (data == 0x5B) | (data == 0x5D))
+    inside_string = (np.searchsorted(quotes, brackets) % 2) == 1
+    brackets = brackets[~inside_string]
+    opening = (data[brackets] == 0x7B) | (data[brackets] == 0x5B)
+    depth = np.cumsum(np.where(opening, 1, -1))
+    return brackets, depth
+
+
+class _KinetoFile:
+    def __init__(self, path: Path, progress: ProgressFn | None) -> None:
+        self.path = path
+        self.progress = progress
+        self.total_bytes = path.stat().st_size if path.exists() else 0
+        self.columns: dict[str, list[Any]] = {}
+        self.head: dict[str, Any] = {}
+        self.tail: dict[str, Any] = {}
+        self.process_names: dict[int, str] = {}
+        self.thread_names: dict[str, str] = {}
+        self.flows: list[tuple[str, str, str, int, int, int]] = []  # (ph, cat, id, pid, tid, ts_ns)
+        self.counts: dict[str, int] = {}
+        self.unmapped: dict[str, int] = {}
+        self.warnings: list[str] = []
+        self.string_ids: dict[str, int] = {}
+        self.n_rows = 0
+        self.imprecise_ts = 0
+
+    # -- reading -----------------------------------------------------------------------
+    def parse(self) -> Trace:
+        raw, chunks = _open_bytes(self.path)
+        with raw:
+            self._read(raw, chunks)
+        return self._build()
+
+    def _report(self, raw: io.BufferedReader) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(raw.tell(), self.total_bytes)
+            except (OSError, ValueError):
+                pass
+
+    def _read(self, raw: io.BufferedReader, chunks: Iterator[bytes]) -> None:
+        buf = bytearray()
+        # 1. the head: everything up to the opening bracket of traceEvents
+        events_start = -1
+        array_document = False
+        for block in chunks:
+            buf += block
+            stripped = buf.lstrip()
+            if not stripped:
+                continue
+            if stripped[:1] == b"[":
+                array_document = True
+                events_start = len(buf) - len(stripped) + 1
+                break
+            if stripped[:1] != b"{":
+                raise TraceFormatError(self.path, "is not a JSON trace (does not start with '{' or '[')",
+                                       "expected PyTorch profiler JSON or an Nsight Systems .sqlite export")
+            events_start = self._find_events_key(buf)
+            if events_start >= 0:
+                break
+            if len(buf) > 256 * 1024 * 1024:
+                break
+        if events_start < 0:
+            if not buf.strip():
+                raise TraceFormatError(self.path, "is empty")
+            self._no_events_array(bytes(buf))
+            return
+        if not array_document:
+            self.head = self._decode_object(bytes(buf[:events_start]), closing=True)
+        del buf[:events_start]
+        # 2. the events, chunk by chunk
+        at_eof = False
+        while True:
+            if not at_eof and len(buf) < CHUNK_BYTES:
+                for block in chunks:
+                    buf += block
+                    if len(buf) >= CHUNK_BYTES:
+                        break
+                else:
+                    at_eof = True
+                self._report(raw)
+            if at_eof:
+                self._final_chunk(buf, array_document)
+                return
+            cut = self._find_cut(buf)
+            if cut is None:
+                continue  # one event larger than a chunk: read more
+            self._decode_events(buf, 0, cut)
+            rest_start = buf.index(b"{", cut)
+            del buf[:rest_start]
+
+    def _find_events_key(self, buf: bytearray) -> int:
+        for match in _TRACE_EVENTS_KEY.finditer(buf):
+            brackets, depth = _structure(bytes(buf[: match.start()]))
+            # a real top-level key: outside any string, directly inside the outer object
+            quotes_before = bytes(buf[: match.start()]).count(b'"') - bytes(buf[: match.start()]).count(b'\\"')
+            if (len(depth) == 0 or depth[-1] == 1) and quotes_before % 2 == 0:
+                return match.end()
+        return -1
+
+    def _find_cut(self, buf: bytearray) -> int | None:
+        """Position just after the last complete event in ``buf`` (the ``}``), or None."""
+        search_from = max(0, len(buf) - 1024 * 1024)
+        while True:
+            last = None
+            for match in _EVENT_SEPARATOR.finditer(buf, search_from):
+                last = match
+            if last is not None:
+                return last.start() + 1
+            if search_from == 0:
+                return None
+            search_from = max(0, search_from - 8 * 1024 * 1024)
+
+    def _decode_events(self, buf: bytearray, start: int, end: int) -> None:
+        # strip leading separators (whitespace and commas) so the chunk starts at "{"
+        while start < end and buf[start] in b" \t\r\n,":
+            start += 1
+        if start >= end:
+            return
+        piece = b"[" + bytes(buf[start:end]) + b"]"
+        try:
+            events = _EVENTS_DECODER.decode(piece)
+        except msgspec.ValidationError:
+            events = self._decode_loose(piece)
+        except msgspec.DecodeError:
+            # the cut fell inside a string or nested object: find real event boundaries
+            boundary = self._last_event_boundary(buf, start, end)
+            if boundary is None or boundary <= start:
+                raise TraceFormatError(self.path, f"malformed JSON in traceEvents near byte {start}",
+                                       "the file is damaged or not a Chrome trace") from None
+            self._decode_events(buf, start, boundary)
+            self._decode_events(buf, boundary, end)
+            return
+        self._ingest(events, piece)
+
+    def _last_event_boundary(self, buf: bytearray, start: int, end: int) -> int | None:
+        brackets, depth = _structure(bytes(buf[start:end]))
+        closes = brackets[(depth == 0)]
+        if len(closes) == 0:
+            return None
+        last_close = int(closes[-1]) + start + 1
+        if last_close >= end:
+            if len(closes) < 2:
+                return None
+            last_close = int(closes[-2]) + start + 1
+        return last_close
+
+    def _decode_loose(self, piece: bytes) -> list[_Event]:
+        """Slow path for chunks with unexpected value types: coerce field by field."""
+        try:
+            items = _ANY_DECODER.decode(piece)
+        except msgspec.DecodeError as exc:
+            raise TraceFormatError(self.path, f"malformed JSON in traceEvents ({exc})") from None
+        fixed = 0
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            for key in ("ph", "cat", "name", "bp"):
+                if key in item and not isinstance(item[key], str):
+                    item[key] = "" if item[key] is None else str(item[key])
+                    fixed += 1
+            for key in ("pid", "tid", "id"):
+                if key in item and not isinstance(item[key], (int, str)) or (key in item and isinstance(item[key], bool)):
+                    item[key] = str(item[key])
+                    fixed += 1
+            for key in ("ts", "dur"):
+                if key in item and (not isinstance(item[key], (int, float)) or isinstance(item[key], bool)):
+                    try:
+                        item[key] = float(item[key])
+                    except (TypeError, ValueError):
+                        item.pop(key)
+                    fixed += 1
+            args = item.get("args")
+            if isinstance(args, dict):
+                for fld in _Args.__struct_fields__:
+                    encoded = _Args.__struct_encode_fields__[_Args.__struct_fields__.index(fld)]
+                    if encoded not in args:
+                        continue
+                    value = args[encoded]
+                    default = getattr(_NO_ARGS, fld)
+                    if isinstance(default, int) and not isinstance(value, int) or isinstance(value, bool):
+                        try:
+                            args[encoded] = int(value)
+                        except (TypeError, ValueError, OverflowError):
+                            args.pop(encoded)
+                        fixed += 1
+                    elif isinstance(default, str) and not isinstance(value, str):
+                        args[encoded] = str(value)
+                        fixed += 1
+                    elif isinstance(default, tuple) and not (
+                        isinstance(value, list) and all(isinstance(v, int) for v in value)
+                    ):
+                        args.pop(encoded)
+                        fixed += 1
+                    elif isinstance(value, int) and not -(2**63) <= value < 2**63:
+                        args.pop(encoded)
+                        fixed += 1
+            elif args is not None:
+                item.pop("args")
+                fixed += 1
+        if fixed:
+            self.counts["coerced_fields"] = self.counts.get("coerced_fields", 0) + fixed
+        return _EVENTS_DECODER.decode(msgspec.json.encode(items))
+
+    def _final_chunk(self, buf: bytearray, array_document: bool) -> None:
+        brackets, depth = _structure(bytes(buf))
+        ends = np.flatnonzero(depth == -1)
+        if len(ends) == 0:
+            raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
+                                   "the file was cut short (profiler killed, or an incomplete copy)")
+        array_end = int(brackets[ends[0]])
+        self._decode_events(buf, 0, self._rstrip_separators(buf, array_end))
+        if not array_document:
+            tail = bytes(buf[array_end + 1:]).strip()
+            if not tail.endswith(b"}"):
+                raise TraceFormatError(self.path, "JSON is truncated after the traceEvents array",
+                                       "the file was cut short")
+            tail = tail.lstrip(b", \t\r\n")
+            self.tail = self._decode_object(b"{" + tail, closing=False) if tail != b"}" else {}
+
+    @staticmethod
+    def _rstrip_separators(buf: bytearray, end: int) -> int:
+        while end > 0 and buf[end - 1] in b" \t\r\n,":
+            end -= 1
+        return end
+
+    def _decode_object(self, text: bytes, closing: bool) -> dict[str, Any]:
+        if closing:
+            text = text.rstrip()
+            # text ends with '"traceEvents": [' : drop that key and close the object
+            key_at = text.rfind(b'"traceEvents"')
+            text = text[:key_at].rstrip().rstrip(b",") + b"}"
+        try:
+            value = _ANY_DECODER.decode(text)
+        except msgspec.DecodeError as exc:
+            raise TraceFormatError(self.path, f"malformed JSON outside traceEvents ({exc})") from None
+        return value if isinstance(value, dict) else {}
+
+    def _no_events_array(self, text: bytes) -> None:
+        try:
+            value = _ANY_DECODER.decode(text)
+        except msgspec.DecodeError as exc:
+            msg = str(exc)
+            if "truncated" in msg or "end of" in msg.lower():
+                raise TraceFormatError(self.path, "JSON is truncated", "the file was cut short") from None
+            raise TraceFormatError(self.path, f"is not valid JSON ({msg})",
+                                   "expected a PyTorch profiler trace (.json or .json.gz)") from None
+        raise TraceFormatError(self.path, "is JSON but has no traceEvents array",
+                               "expected a PyTorch profiler / Chrome trace") if isinstance(value, dict) else \
+            TraceFormatError(self.path, "is JSON but not a trace")
+
+    # -- columns --------------------------------------------------------------------------
+    def _ingest(self, events: list[_Event], piece: bytes) -> None:
+        n = len(events)
+        if n == 0:
+            return
+        ph = pa.array(list(map(attrgetter("ph"), events)), pa.string()).dictionary_encode()
+        ph_values = ph.dictionary.to_pylist()
+        ph_codes = ph.indices.to_numpy(zero_copy_only=False)
+        is_complete = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in ("X", "i", "I")])
+        is_flow = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in ("s", "f", "t")])
+        is_meta = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p == "M"])
+        other_ph = ~(is_complete | is_flow | is_meta)
+        self._count("events_read", n)
+        self._count("metadata", int(is_meta.sum()))
+        self._count("flow", int(is_flow.sum()))
+        if other_ph.any():
+            for code, count in zip(*np.unique(ph_codes[other_ph], return_counts=True)):
+                key = f"ph={ph_values[code]}"
+                self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
+            self._count("unmapped_ph", int(other_ph.sum()))
+        if is_meta.any():
+            for i in np.flatnonzero(is_meta).tolist():
+                ev = events[i]
+                if ev.name == "process_name" and isinstance(ev.pid, int):
+                    self.process_names[ev.pid] = ev.args.name
+                elif ev.name == "thread_name":
+                    self.thread_names[f"{ev.pid}:{ev.tid}"] = ev.args.name
+        if is_flow.any():
+            flow_events = [events[i] for i in np.flatnonzero(is_flow).tolist()]
+            ts_ns, _ = self._exact_ns(flow_events, "ts", piece, np.flatnonzero(is_flow))
+            pids = _int_ids(list(map(attrgetter("pid"), flow_events)), {})
+            tids = _int_ids(list(map(attrgetter("tid"), flow_events)), {})
+            for ev, t, p, q in zip(flow_events, ts_ns.tolist(), pids.tolist(), tids.tolist()):
+                if ev.cat.lower() in LAUNCH_FLOW_CATEGORIES:
+                    continue  # launch flows duplicate correlation ids
+                self.flows.append((ev.ph, ev.cat, str(ev.id), p, q, t))
+        rows = np.flatnonzero(is_complete)
+        if len(rows) == 0:
+            return
+        selected = events if len(rows) == n else [events[i] for i in rows.tolist()]
+        self._ingest_rows(selected, piece, rows)
+
+    def _ingest_rows(self, events: list[_Event], piece: bytes, rows: np.ndarray) -> None:
+        n = len(events)
+        cat = pa.array(list(map(attrgetter("cat"), events)), pa.string()).dictionary_encode()
+        cat_values = cat.dictionary.to_pylist()
+        cat_kinds = np.array([int(CATEGORY_KINDS.get(c.lower(), Kind.OTHER)) for c in cat_values], dtype=np.int8)
+        cat_codes = cat.indices.to_numpy(zero_copy_only=False)
+        kind = cat_kinds[cat_codes] if len(cat_values) else np.full(n, int(Kind.OTHER), np.int8)
+        other = kind == int(Kind.OTHER)
+        if other.any():
+            for code, count in zip(*np.unique(cat_codes[other], return_counts=True)):
+                key = cat_values[code] or "(no category)"
+                self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
+        self._count("mapped", n)
+        names = pa.array(list(map(attrgetter("name"), events)), pa.string()).dictionary_encode()
+        start_ns, _ = self._exact_ns(events, "ts", piece, rows)
+        dur_ns, _ = self._exact_ns(events, "dur", piece, rows)
+        negative = dur_ns < 0
+        if negative.any():
+            self.warnings.append(f"{int(negative.sum())} events had a negative duration; set to 0")
+            dur_ns = np.where(negative, 0, dur_ns)
+        pid = _int_ids(list(map(attrgetter("pid"), events)), self.string_ids)
+        tid = _int_ids(list(map(attrgetter("tid"), events)), self.string_ids)
+        args = list(map(attrgetter("args"), events))
+        arg = lambda field: np.fromiter(map(attrgetter(field), args), dtype=np.int64, count=n)  # noqa: E731
+        correlation = arg("correlation")
+        external_id = arg("external_id")
+        device = arg("device")
+        stream = arg("stream")
+        is_gpu = np.isin(kind, _GPU_KINDS)
+        device = np.where(is_gpu & (device < 0), pid, device)
+        device = np.where(is_gpu, device, -1)
+        stream = np.where(is_gpu & (stream < 0), tid, stream)
+        stream = np.where(is_gpu, stream, -1)
+        nbytes = arg("bytes")
+        cols = {
+            "kind": kind,
+            "category": cat,
+            "name": names,
+            "start_ns": start_ns,
+            "dur_ns": dur_ns,
+            "pid": pid,
+            "tid": tid,
+            "device": device.astype(np.int32),
+            "stream": stream,
+            "correlation": correlation,
+            "external_id": external_id,
+            "bytes": pa.array(nbytes, mask=nbytes < 0),
+        }
+        kernel_rows = np.flatnonzero(kind == int(Kind.KERNEL))
+        for prefix, field_name in (("grid", "grid"), ("block", "block")):
+            dims = np.full((n, 3), -1, dtype=np.int64)
+            if len(kernel_rows):
+                values = [getattr(args[i], field_name) for i in kernel_rows.tolist()]
+                if any(values):
+                    padded = [tuple(v[:3]) + (1,) * (3 - len(v[:3])) if v else (-1, -1, -1) for v in values]
+                    dims[kernel_rows] = np.asarray(padded, dtype=np.int64)
+            for axis, suffix in enumerate("xyz"):
+                col = dims[:, axis]
+                cols[f"{prefix}_{suffix}"] = pa.array(col.astype(np.int32), mask=col < 0)
+        collective = list(map(attrgetter("collective"), args))
+        has_collective = np.fromiter((bool(c) for c in collective), dtype=bool, count=n)
+        if has_collective.any():
+            idx = np.flatnonzero(has_collective).tolist()
+            def strings(values: list[str]) -> pa.Array:
+                full: list[str | None] = [None] * n
+                for i, v in zip(idx, values):
+                    full[i] = v or None
+                return pa.array(full, pa.string())
+            cols["collective"] = strings([collective[i] for i in idx])
+            in_nelems = np.array([args[i].in_nelems for i in idx], dtype=np.int64)
+            out_nelems = np.array([args[i].out_nelems for i in idx], dtype=np.int64)
+            nelems_full = np.full(n, -1, dtype=np.int64)
+            nelems_full[idx] = np.maximum(in_nelems, out_nelems)
+            cols["msg_nelems"] = pa.array(nelems_full, mask=nelems_full < 0)
+            dtypes = [args[i].dtype for i in idx]
+            cols["dtype"] = strings(dtypes)
+            elem_size = np.array([_DTYPE_BYTES.get(d.lower(), -1) for d in dtypes], dtype=np.int64)
+            msg_bytes = np.full(n, -1, dtype=np.int64)
+            msg_bytes[idx] = np.where((elem_size > 0) & (nelems_full[idx] >= 0), nelems_full[idx] * elem_size, -1)
+            cols["msg_bytes"] = pa.array(msg_bytes, mask=msg_bytes < 0)
+            group = np.full(n, -1, dtype=np.int64)
+            group[idx] = [args[i].group_size for i in idx]
+            cols["group_size"] = pa.array(group.astype(np.int32), mask=group < 0)
+            cols["process_group"] = strings([args[i].pg_name for i in idx])
+            cols["process_group_ranks"] = strings([_ranks_text(args[i].pg_ranks) for i in idx])
+        memcpy_rows = np.flatnonzero(kind == int(Kind.MEMCPY))
+        if len(memcpy_rows):
+            dictionary = names.dictionary.to_pylist()
+            copy_kinds = [(_COPY_KIND.search(s or "") or [None, None])[1] if s else None for s in dictionary]
+            codes = names.indices.to_numpy(zero_copy_only=False)
+            copy_full: list[str | None] = [None] * n
+            for i in memcpy_rows.tolist():
+                copy_full[i] = copy_kinds[codes[i]]
+            cols["copy_kind"] = pa.array(copy_full, pa.string())
+        for key, null_type in _OPTIONAL_COLUMNS.items():
+            if key not in cols:
+                cols[key] = pa.nulls(n, null_type)
+        for key, value in cols.items():
+            self.columns.setdefault(key, []).append(value)
+        self.n_rows += n
+
+    def _exact_ns(self, events: list[_Event], field: str, piece: bytes, rows: np.ndarray) -> tuple[np.ndarray, int]:
+        """Exact int64 ns for ``ts`` or ``dur`` of these events (``rows`` = their index in ``piece``)."""
+        values = np.array(list(map(attrgetter(field), events)))
+        if values.dtype.kind in "iu":
+            return values.astype(np.int64) * 1000, 0
+        ns, ambiguous = microseconds_to_ns(values.astype(np.float64))
+        n_ambiguous = int(ambiguous.sum())
+        if n_ambiguous:
+            # a float64 cannot tell these decimals apart: re-read them from the JSON text
+            raw = _RAW_TIMES_DECODER.decode(piece)
+            for i in np.flatnonzero(ambiguous).tolist():
+                text = bytes(getattr(raw[int(rows[i])], field)).decode()
+                ns[i] = int((Decimal(text) * 1000).to_integral_value())
+            self.imprecise_ts += n_ambiguous
+        return ns, n_ambiguous
+
+    def _count(self, key: str, n: int) -> None:
+        if n:
+            self.counts[key] = self.counts.get(key, 0) + n
+
+    # -- assembling ---------------------------------------------------------------------
+    def _build(self) -> Trace:
+        meta = {**self.head, **self.tail}
+        base_time_ns = meta.get("baseTimeNanoseconds")
+        base_time_ns = int(base_time_ns) if isinstance(base_time_ns, (int, float)) else 0
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+        rank, rank_source = -1, "unknown"
+        if isinstance(dist.get("rank"), int):
+            rank, rank_source = int(dist["rank"]), "distributedInfo"
+        else:
+            from_name = rank_from_filename(self.path)
+            if from_name is not None:
+                rank, rank_source = from_name, "file name"
+        world_size = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+        devices = []
+        for dev in meta.get("deviceProperties") or []:
+            if not isinstance(dev, dict):
+                continue
+            major, minor = dev.get("computeMajor"), dev.get("computeMinor")
+            devices.append(
+                DeviceInfo(
+                    id=int(dev.get("id", len(devices))),
+                    name=str(dev.get("name", "")),
+                    sm_count=dev.get("numSms"),
+                    total_memory_bytes=dev.get("totalGlobalMem"),
+                    compute_capability=f"{major}.{minor}" if major is not None else None,
+                    extra={k: v for k, v in dev.items() if k not in ("id", "name", "numSms", "totalGlobalMem")},
+                )
+            )
+        version = meta.get("schemaVersion")
+        info = RankInfo(
+            rank=rank,
+            source_path=str(self.path),
+            source_format="kineto",
+            format_version=f"schemaVersion {version}" if version is not None else "unversioned (pre-2021 format)",
+            rank_source=rank_source,
+            world_size=world_size,
+            devices=devices,
+            distributed_info=dist,
+            process_names=self.process_names,
+            thread_names=self.thread_names,
+            base_time_ns=base_time_ns,
+            raw_metadata={k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")},
+            event_counts=dict(self.counts),
+            unmapped=dict(self.unmapped),
+            warnings=list(self.warnings),
+        )
+        if self.imprecise_ts:
+            info.event_counts["times_reread_exactly"] = self.imprecise_ts
+        events = self._events_table(rank, base_time_ns)
+        links = self._links(events, rank)
+        steps = steps_from_annotations(events)
+        return Trace(events=events, links=links, ranks={rank: info}, steps=steps, warnings=[])
+
+    def _events_table(self, rank: int, base_time_ns: int) -> pa.Table:
+        n = self.n_rows
+        if n == 0:
+            return make_events_table({}, 0)
+        cols: dict[str, Any] = {}
+        for key, parts in self.columns.items():
+            if key == "kind":
+                cols[key] = kind_array(np.concatenate(parts))
+            elif isinstance(parts[0], np.ndarray):
+                cols[key] = np.concatenate(parts)
+            else:
+                cols[key] = pa.chunked_array(parts).combine_chunks() if not pa.types.is_dictionary(parts[0].type) \
+                    else pa.chunked_array(parts).unify_dictionaries().combine_chunks()
+        cols["start_ns"] = cols["start_ns"] + base_time_ns
+        cols["rank"] = np.full(n, rank, dtype=np.int32)
+        return make_events_table(cols, n)
+
+    def _links(self, events: pa.Table, rank: int) -> pa.Table:
+        if events.num_rows == 0:
+            return empty_links()
+        kind = events.column("kind").chunk(0).indices.to_numpy(zero_copy_only=False) if events.column("kind").num_chunks == 1 \
+            else events.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False)
+        correlation = events.column("correlation").to_numpy()
+        external = events.column("external_id").to_numpy()
+        tables = []
+        # launch -> GPU activity: one file is one process, so correlation alone is the key
+        api = np.flatnonzero((kind == int(Kind.RUNTIME)) & (correlation >= 0))
+        gpu = np.flatnonzero(np.isin(kind, _ACTIVITY_OR_SYNC) & (correlation >= 0))
+        left, right = join_on_keys([correlation[api]], [correlation[gpu]])
+        if len(left):
+            tables.append(make_links_table(np.full(len(left), rank), "launch", "correlation", api[left], gpu[right]))
+        # CPU op (or annotation) -> runtime call, by external id
+        ops = np.flatnonzero(np.isin(kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)]) & (external >= 0))
+        runtime = np.flatnonzero((kind == int(Kind.RUNTIME)) & (external >= 0))
+        left, right = join_on_keys([external[ops]], [external[runtime]])
+        if len(left):
+            tables.append(make_links_table(np.full(len(left), rank), "cpu_op", "external_id", ops[left], runtime[right]))
+        flow_table = self._flow_links(events, rank, kind)
+        if flow_table is not None:
+            tables.append(flow_table)
+        if not tables:
+            return empty_links()
+        return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+
+    def _flow_links(self, events: pa.Table, rank: int, kind: np.ndarray) -> pa.Table | None:
+        if not self.flows:
+            return None
+        start = events.column("start_ns").to_numpy()
+        pid = events.column("pid").to_numpy()
+        tid = events.column("tid").to_numpy()
+        flows = self.flows
+        # flow points bind to the slice that starts at the same instant on the same thread
+        ph = np.array([f[0] for f in flows])
+        cats = [f[1] for f in flows]
+        ids = np.array([f"{f[1]}|{f[2]}" for f in flows], dtype=object)
+        fpid = np.array([f[3] for f in flows], dtype=np.int64)
+        ftid = np.array([f[4] for f in flows], dtype=np.int64)
+        fts = np.array([f[5] for f in flows], dtype=np.int64) + self._base_time()
+        candidates = np.flatnonzero(kind != int(Kind.OTHER))
+        left, right = join_on_keys([fpid, ftid, fts], [pid[candidates], tid[candidates], start[candidates]])
+        row_of_flow = np.full(len(flows), -1, dtype=np.int64)
+        row_of_flow[left] = candidates[right]  # several slices at one instant: the last wins
+        starts = np.flatnonzero(ph == "s")
+        finishes = np.flatnonzero(ph == "f")
+        s_idx, f_idx = join_on_keys([ids[starts]], [ids[finishes]])
+        src = row_of_flow[starts[s_idx]]
+        dst = row_of_flow[finishes[f_idx]]
+        ok = (src >= 0) & (dst >= 0)
+        unresolved = int(len(src) - ok.sum())
+        if unresolved:
+            self.counts["flows_unresolved"] = unresolved
+        if not ok.any():
+            return None
+        cat_list = [cats[i] for i in starts[s_idx][ok].tolist()]
+        return make_links_table(np.full(int(ok.sum()), rank), "flow", cat_list, src[ok], dst[ok])
+
+    def _base_time(self) -> int:
+        meta = {**self.head, **self.tail}
+        value = meta.get("baseTimeNanoseconds")
+        return int(value) if isinstance(value, (int, float)) else 0
+
+
+#: Optional columns a chunk may lack; filled with nulls so every chunk has every column.
+_OPTIONAL_COLUMNS = {
+    "collective": pa.string(), "msg_nelems": pa.int64(), "msg_bytes": pa.int64(), "dtype": pa.string(),
+    "group_size": pa.int32(), "process_group": pa.string(), "process_group_ranks": pa.string(),
+    "copy_kind": pa.string(),
+}
+
+_DTYPE_BYTES = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
+    "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
+    "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8,
+    "complexdouble": 16,
+}
+
+
+def _ranks_text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def _int_ids(values: list[Any], string_ids: dict[str, int]) -> np.ndarray:
+    """pid/tid values as int64. Numeric strings ("1890023232", "stream 7") become numbers; other
+    strings ("Spans", "PyTorch Profiler") get stable negative ids."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.empty(len(values), dtype=np.int64)
+    for i, v in enumerate(values):  # old formats only: string ids
+        if isinstance(v, int):
+            out[i] = v
+            continue
+        text = str(v).strip()
+        digits = re.search(r"(\d+)\s*$", text)
+        if digits and (text.isdigit() or text.lower().startswith("stream")):
+            out[i] = int(digits.group(1))
+        else:
+            out[i] = string_ids.setdefault(text, -2 - len(string_ids))
+    return out
+
+
+def microseconds_to_ns(ts_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact int64 ns from float64 microseconds written with up to 3 decimals.
+
+    Returns (ns, ambiguous): ``ambiguous`` marks values whose exact decimal a float64 cannot
+    identify (fractional values at or above 2**43 us); the caller re-reads those from text.
+    """
+    ts_us = np.asarray(ts_us, dtype=np.float64)
+    integral = ts_us == np.floor(ts_us)
+    small = np.abs(ts_us) < TS_EXACT_LIMIT_US
+    ns = np.zeros(len(ts_us), dtype=np.int64)
+    # integral values: scale in int64 (exact while |ts| < 2**53, i.e. always for real traces)
+    ints = integral & (np.abs(ts_us) < 2.0**53)
+    ns[ints] = ts_us[ints].astype(np.int64) * 1000
+    frac = ~integral & small
+    if frac.any():
+        guess = np.rint(ts_us[frac] * 1000.0).astype(np.int64)
+        chosen = guess.copy()
+        found = np.zeros(len(guess), dtype=bool)
+        for delta in (0, -1, 1, -2, 2):
+            cand = guess + delta
+            hit = ~found & (cand.astype(np.float64) / 1000.0 == ts_us[frac])
+            chosen[hit] = cand[hit]
+            found |= hit
+        # more than 3 decimals (sub-ns): nearest ns is the honest answer
+        ns[frac] = chosen
+    ambiguous = ~integral & ~small
+    if ambiguous.any():
+        whole = np.floor(ts_us[ambiguous])
+        ns[ambiguous] = whole.astype(np.int64) * 1000 + np.rint((ts_us[ambiguous] - whole) * 1000).astype(np.int64)
+    huge = integral & ~ints
+    if huge.any():
+        ambiguous = ambiguous | huge
+    return ns, ambiguous

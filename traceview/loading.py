@@ -1,0 +1,274 @@
+"""Loading traces: find files, detect their format by content, parse (or read the cache), assign
+ranks, and concatenate into one :class:`Trace`.
+
+``traceview.load(path)`` is the entry point for notebooks and the CLI alike.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import zlib
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from traceview.errors import DuplicateRankError, TraceFormatError
+from traceview.model import (
+    Trace,
+    concat_traces,
+    metadata_from_bytes,
+    metadata_to_bytes,
+    steps_from_annotations,
+)
+
+#: Bump when parser output changes, so stale cache entries are never read.
+CACHE_VERSION = "1"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
+
+ProgressFn = Callable[[int, int], None]
+
+
+def detect_format(path: Path) -> str:
+    """"kineto", "nsys" or "nsys-rep", decided by content (the extension is only a hint)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, "is a directory") from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot be read: {exc.strerror}") from None
+    if not head:
+        raise TraceFormatError(path, "is empty")
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, 4096)
+        except zlib.error as exc:
+            raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        return "kineto"
+    if path.suffix == ".nsys-rep" or head[:4] in (b"NSYS",) or b"QdstrmV" in head[:64]:
+        return "nsys-rep"
+    if path.name.endswith(".nsys-rep"):
+        return "nsys-rep"
+    raise TraceFormatError(
+        path,
+        "is not a trace traceview can read",
+        "expected PyTorch profiler JSON (.json/.json.gz) or an Nsight Systems SQLite export (.sqlite)",
+    )
+
+
+def find_trace_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Expand directories into the trace files they hold (sorted); keep files as given."""
+    found: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            inside = sorted(
+                q for q in path.rglob("*")
+                if q.is_file() and (q.name.endswith(TRACE_SUFFIXES)) and not q.name.startswith(".")
+            )
+            # skip non-trace JSON sidecars (e.g. truth files) by content check later; keep order
+            if not inside:
+                raise TraceFormatError(path, "directory holds no trace files",
+                                       "expected *.json, *.json.gz or *.sqlite files")
+            found.extend(inside)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise TraceFormatError(path, "no such file or directory")
+    return found
+
+
+# ------------------------------------------------------------------------------- cache
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TRACEVIEW_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "traceview" if xdg else Path.home() / ".cache" / "traceview"
+
+
+def cache_key(path: Path) -> str:
+    """Identity and content: resolved path, size, mtime, and a hash of the first and last MiB.
+
+    Hashing the whole file would cost as much as parsing it; size + mtime + both ends catch
+    rewrites in practice, and the parser version invalidates old entries.
+    """
+    st = path.stat()
+    digest = hashlib.sha256()
+    digest.update(f"{CACHE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(1 << 20))
+        if st.st_size > (2 << 20):
+            f.seek(-(1 << 20), os.SEEK_END)
+            digest.update(f.read(1 << 20))
+    return digest.hexdigest()[:32]
+
+
+def _write_cache(trace: Trace, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    meta = metadata_to_bytes(trace.ranks, trace.warnings)
+    events = trace.events.replace_schema_metadata({b"traceview": meta})
+    with pa.OSFile(str(tmp), "wb") as sink:
+        with ipc.new_file(sink, events.schema) as writer:
+            writer.write_table(events)
+    with pa.OSFile(str(tmp) + ".links", "wb") as sink:
+        with ipc.new_file(sink, trace.links.schema) as writer:
+            writer.write_table(trace.links)
+    os.replace(str(tmp) + ".links", str(target) + ".links")
+    os.replace(tmp, target)
+
+
+def _read_cache(target: Path) -> Trace | None:
+    links_path = Path(str(target) + ".links")
+    if not target.exists() or not links_path.exists():
+        return None
+    try:
+        events = ipc.open_file(pa.memory_map(str(target))).read_all()
+        links = ipc.open_file(pa.memory_map(str(links_path))).read_all()
+        meta = (events.schema.metadata or {}).get(b"traceview")
+        if meta is None:
+            return None
+        ranks, warnings = metadata_from_bytes(meta)
+    except (pa.ArrowInvalid, OSError, ValueError, KeyError):
+        return None  # a damaged cache entry is re-parsed, never trusted
+    events = events.replace_schema_metadata(None)
+    return Trace(events=events, links=links, ranks=ranks, steps=steps_from_annotations(events), warnings=warnings)
+
+
+# ------------------------------------------------------------------------------- loading
+
+
+def load_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress: ProgressFn | None = None,
+              step_marker: str | None = None) -> Trace:
+    """Parse one file (any supported format), through the cache when allowed."""
+    path = Path(path)
+    fmt = detect_format(path)
+    key_path = None
+    if use_cache and fmt in ("kineto", "nsys") and step_marker is None:
+        try:
+            key_path = cache_dir() / f"{cache_key(path)}.arrow"
+            cached = _read_cache(key_path)
+            if cached is not None:
+                if progress is not None:
+                    progress(1, 1)
+                return cached
+        except OSError:
+            key_path = None
+    if fmt == "kineto":
+        from traceview.parsers.kineto import parse_kineto
+
+        trace = parse_kineto(path, progress=progress)
+    elif fmt == "nsys":
+        from traceview.parsers.nsys import parse_nsys
+
+        trace = parse_nsys(path, step_marker=step_marker)
+    else:  # nsys-rep
+        from traceview.parsers.nsys import export_nsys_rep, parse_nsys
+
+        trace = parse_nsys(export_nsys_rep(path), step_marker=step_marker)
+    if key_path is not None:
+        try:
+            _write_cache(trace, key_path)
+        except OSError:
+            pass  # read-only home, full disk: caching is an optimisation only
+    return trace
+
+
+def load(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    use_cache: bool = True,
+    progress: Callable[[Path, int, int], None] | None = None,
+    step_marker: str | None = None,
+) -> Trace:
+    """Load one or more trace files or directories into one :class:`Trace`.
+
+    Ranks come from each file (``distributedInfo``), else from its name (``rank3``, ``worker3``,
+    ``rank-3``, ``_rank_3``), else each unresolved file gets a distinct unused rank and a warning.
+    Two files claiming the same rank raise :class:`DuplicateRankError` naming both.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files = find_trace_files(list(paths))
+    traces: list[Trace] = []
+    for file in files:
+        cb = (lambda done, total, _f=file: progress(_f, done, total)) if progress else None
+        traces.append(load_file(file, use_cache=use_cache, progress=cb, step_marker=step_marker))
+    return _assign_ranks(traces)
+
+
+def _assign_ranks(traces: list[Trace]) -> Trace:
+    claimed: dict[int, str] = {}
+    warnings: list[str] = []
+    next_free = 0
+    remapped: list[Trace] = []
+    # first pass: ranks each file states
+    for tr in traces:
+        for rank, info in tr.ranks.items():
+            if rank < 0:
+                continue
+            if rank in claimed and len(traces) > 1:
+                raise DuplicateRankError(
+                    f"rank {rank} appears in two files: {claimed[rank]} and {info.source_path} "
+                    "(load one run at a time, or check the files' distributedInfo)"
+                )
+            claimed[rank] = info.source_path
+    for tr in traces:
+        mapping: dict[int, int] = {}
+        for rank, info in tr.ranks.items():
+            if rank >= 0:
+                continue
+            while next_free in claimed:
+                next_free += 1
+            mapping[rank] = next_free
+            claimed[next_free] = info.source_path
+            info.rank = next_free
+            info.rank_source = "assigned (no rank in file or file name)"
+            msg = (f"{info.source_path}: no rank in distributedInfo or file name; "
+                   f"treated as rank {next_free}")
+            info.warnings.append(msg)
+            if len(traces) > 1:
+                warnings.append(msg)
+        if mapping:
+            tr = _renumber(tr, mapping)
+        remapped.append(tr)
+    merged = concat_traces(remapped)
+    merged.warnings = list(dict.fromkeys(merged.warnings + warnings))
+    return merged
+
+
+def _renumber(tr: Trace, mapping: dict[int, int]) -> Trace:
+    rank = tr.events.column("rank").to_numpy()
+    new_rank = rank.copy()
+    for old, new in mapping.items():
+        new_rank[rank == old] = new
+    events = tr.events.set_column(0, "rank", pa.array(new_rank.astype(np.int32)))
+    links = tr.links
+    if links.num_rows:
+        lrank = links.column("rank").to_numpy().copy()
+        for old, new in mapping.items():
+            lrank[lrank == old] = new
+        links = links.set_column(0, "rank", pa.array(lrank.astype(np.int32)))
+    steps = tr.steps
+    if steps.num_rows:
+        srank = steps.column("rank").to_numpy().copy()
+        for old, new in mapping.items():
+            srank[srank == old] = new
+        steps = steps.set_column(0, "rank", pa.array(srank.astype(np.int32)))
+    ranks = {mapping.get(r, r): info for r, info in tr.ranks.items()}
+    return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=tr.warnings)

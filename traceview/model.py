@@ -1,0 +1,459 @@
+"""The canonical model of a trace: Arrow tables plus per-rank metadata.
+
+Every parser (Kineto JSON, Nsight Systems SQLite) produces a :class:`Trace`; every analysis reads
+one. The schema is documented in ``docs/schema.md``; keep the two in step.
+
+Conventions that make vectorised analyses simple:
+
+* one row per event in ``Trace.events``; times are int64 **nanoseconds**, exact;
+* ``kind`` is dictionary-encoded with the fixed dictionary :data:`KINDS`, so its indices are stable
+  codes (``Kind.KERNEL == 0`` ...) that analyses can compare with numpy;
+* identifiers that most events have (device, stream, correlation, external id) use ``-1`` for
+  "absent" instead of nulls, so they convert to plain numpy arrays;
+* optional, type-specific columns (bytes, grid, collective name, ...) are nullable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class Kind(enum.IntEnum):
+    """Event kinds; the value is the index into the ``kind`` dictionary."""
+
+    KERNEL = 0
+    MEMCPY = 1
+    MEMSET = 2
+    SYNC = 3  # GPU-side synchronization activity (Kineto ``cuda_sync``, Nsight SYNCHRONIZATION)
+    RUNTIME = 4  # host API call: CUDA runtime or driver, HIP (see ``category`` for which)
+    CPU_OP = 5
+    PYTHON_FUNCTION = 6
+    ANNOTATION = 7  # CPU-side user annotation / NVTX range
+    GPU_ANNOTATION = 8
+    OTHER = 9
+
+
+KINDS: list[str] = [k.name.lower() for k in Kind]
+KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
+KIND_DICTIONARY = pa.array(KINDS, pa.string())
+NAME_TYPE = pa.dictionary(pa.int32(), pa.string())
+
+#: Kinds that execute on a GPU stream.
+GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION)
+#: Kinds whose union is "GPU activity" in docs/metrics.md (sync events are excluded).
+ACTIVITY_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+
+#: The events table schema. Column order is part of the contract (docs/schema.md).
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("kind", KIND_TYPE, nullable=False),
+        pa.field("category", NAME_TYPE, nullable=False),
+        pa.field("name", NAME_TYPE, nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("tid", pa.int64(), nullable=False),
+        pa.field("device", pa.int32(), nullable=False),
+        pa.field("stream", pa.int64(), nullable=False),
+        pa.field("correlation", pa.int64(), nullable=False),
+        pa.field("external_id", pa.int64(), nullable=False),
+        # optional, typed where the source has them
+        pa.field("bytes", pa.int64()),
+        pa.field("copy_kind", NAME_TYPE),
+        pa.field("grid_x", pa.int32()),
+        pa.field("grid_y", pa.int32()),
+        pa.field("grid_z", pa.int32()),
+        pa.field("block_x", pa.int32()),
+        pa.field("block_y", pa.int32()),
+        pa.field("block_z", pa.int32()),
+        pa.field("collective", NAME_TYPE),
+        pa.field("msg_nelems", pa.int64()),
+        pa.field("msg_bytes", pa.int64()),
+        pa.field("dtype", NAME_TYPE),
+        pa.field("group_size", pa.int32()),
+        pa.field("process_group", NAME_TYPE),
+        pa.field("process_group_ranks", NAME_TYPE),
+    ]
+)
+
+#: Links between events: row indices into ``Trace.events``.
+LINK_TYPES = ["launch", "cpu_op", "flow"]
+LINK_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        # launch: runtime/driver call -> GPU activity (correlation, within one process)
+        # cpu_op: CPU op -> runtime call it issued (external id)
+        # flow: any other Chrome-trace flow (e.g. fwdbwd), by flow id
+        pa.field("type", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("category", NAME_TYPE, nullable=False),
+        pa.field("src_row", pa.int64(), nullable=False),
+        pa.field("dst_row", pa.int64(), nullable=False),
+    ]
+)
+
+#: Profiler steps (one row per step per rank).
+STEP_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+    ]
+)
+
+DEFAULT_STEP_MARKER = r"^(ProfilerStep#\d+|[Ss]tep[ _#:-]?\d+|[Ii]teration[ _#:-]?\d+)$"
+
+
+@dataclass
+class DeviceInfo:
+    """One GPU (or other accelerator) as the trace describes it."""
+
+    id: int
+    name: str = ""
+    sm_count: int | None = None
+    total_memory_bytes: int | None = None
+    compute_capability: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankInfo:
+    """What one rank's source says about itself."""
+
+    rank: int
+    source_path: str
+    source_format: str  # "kineto" or "nsys"
+    format_version: str = ""
+    rank_source: str = ""  # how the rank was determined: distributedInfo, file name, assigned, ...
+    world_size: int | None = None
+    devices: list[DeviceInfo] = field(default_factory=list)
+    distributed_info: dict[str, Any] = field(default_factory=dict)
+    process_names: dict[int, str] = field(default_factory=dict)
+    thread_names: dict[str, str] = field(default_factory=dict)  # "pid:tid" -> name
+    base_time_ns: int = 0
+    #: other top-level metadata as found in the source (may hold secrets: never render raw)
+    raw_metadata: dict[str, Any] = field(default_factory=dict)
+    #: counts of source events by what became of them, e.g. {"mapped": n, "flow": n, ...}
+    event_counts: dict[str, int] = field(default_factory=dict)
+    #: source categories that had no mapping (kept as kind "other"), with counts
+    unmapped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RankInfo":
+        data = dict(data)
+        data["devices"] = [DeviceInfo(**d) for d in data.get("devices", [])]
+        data["process_names"] = {int(k): v for k, v in data.get("process_names", {}).items()}
+        return cls(**data)
+
+
+@dataclass
+class Trace:
+    """A loaded trace: all ranks, one table of events, links between them, and metadata."""
+
+    events: pa.Table
+    links: pa.Table
+    ranks: dict[int, RankInfo]
+    steps: pa.Table
+    warnings: list[str] = field(default_factory=list)
+
+    # ----------------------------------------------------------------- convenience
+    @property
+    def rank_ids(self) -> list[int]:
+        return sorted(self.ranks)
+
+    @property
+    def num_events(self) -> int:
+        return self.events.num_rows
+
+    def column(self, name: str) -> np.ndarray:
+        """A column as a numpy array (dictionary columns give their integer codes)."""
+        col = self.events.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            return col.indices.to_numpy(zero_copy_only=False)
+        return col.to_numpy()
+
+    def kind_codes(self) -> np.ndarray:
+        return self.column("kind")
+
+    def mask(self, *kinds: Kind) -> np.ndarray:
+        return np.isin(self.kind_codes(), np.asarray([int(k) for k in kinds], dtype=np.int8))
+
+    def names(self) -> np.ndarray:
+        """Event names as an object array (decoded from the dictionary)."""
+        return self.events.column("name").to_numpy(zero_copy_only=False)
+
+    def to_pandas(self, kinds: tuple[Kind, ...] | None = None) -> "Any":
+        """Events as a pandas DataFrame (optionally only some kinds); index = row in ``events``."""
+        import pandas as pd
+
+        table = self.events
+        index = np.arange(table.num_rows)
+        if kinds is not None:
+            keep = self.mask(*kinds)
+            index = np.flatnonzero(keep)
+            table = table.filter(pa.array(keep))
+        frame = table.to_pandas()
+        frame.index = pd.Index(index, name="row")
+        return frame
+
+    def launch_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """(api_row, gpu_row) pairs: each host launch call and the GPU activity it launched."""
+        return self._links_of("launch")
+
+    def cpu_op_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """(cpu_op_row, runtime_row) pairs: which CPU op issued each runtime call."""
+        return self._links_of("cpu_op")
+
+    def _links_of(self, link_type: str) -> tuple[np.ndarray, np.ndarray]:
+        if self.links.num_rows == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty
+        types = self.links.column("type").to_numpy(zero_copy_only=False)
+        keep = types == link_type
+        return (
+            self.links.column("src_row").to_numpy()[keep],
+            self.links.column("dst_row").to_numpy()[keep],
+        )
+
+    def find_steps(self, marker: str | None = None) -> pa.Table:
+        """Steps from annotation ranges whose name matches ``marker`` (a regex).
+
+        With no marker, the steps the parser found (Kineto ``ProfilerStep#N``, or NVTX ranges that
+        match :data:`DEFAULT_STEP_MARKER`) are returned.
+        """
+        if marker is None:
+            return self.steps
+        return steps_from_annotations(self.events, marker)
+
+    def summary(self) -> dict[int, dict[str, Any]]:
+        """Per-rank counts by kind, time span and step count (for ``traceview analyze``/``info``)."""
+        out: dict[int, dict[str, Any]] = {}
+        if self.events.num_rows == 0:
+            for rank in self.ranks:
+                out[rank] = {"events": 0, "by_kind": {}, "span_ns": 0, "steps": 0}
+            return out
+        rank_col = self.column("rank")
+        kinds = self.kind_codes()
+        start = self.column("start_ns")
+        end = start + self.column("dur_ns")
+        step_ranks = self.steps.column("rank").to_numpy() if self.steps.num_rows else np.empty(0)
+        for rank in self.rank_ids:
+            sel = rank_col == rank
+            counts = np.bincount(kinds[sel], minlength=len(KINDS))
+            out[rank] = {
+                "events": int(sel.sum()),
+                "by_kind": {KINDS[i]: int(c) for i, c in enumerate(counts) if c},
+                "start_ns": int(start[sel].min()) if sel.any() else 0,
+                "end_ns": int(end[sel].max()) if sel.any() else 0,
+                "span_ns": int(end[sel].max() - start[sel].min()) if sel.any() else 0,
+                "steps": int((step_ranks == rank).sum()),
+            }
+        return out
+
+
+# ------------------------------------------------------------------------- builders
+
+
+def empty_events() -> pa.Table:
+    return EVENT_SCHEMA.empty_table()
+
+
+def empty_links() -> pa.Table:
+    return LINK_SCHEMA.empty_table()
+
+
+def empty_steps() -> pa.Table:
+    return STEP_SCHEMA.empty_table()
+
+
+def kind_array(codes: np.ndarray) -> pa.DictionaryArray:
+    """Build the ``kind`` column from int8 codes (values of :class:`Kind`)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), KIND_DICTIONARY)
+
+
+def dictionary_column(values: Any, index_type: pa.DataType = pa.int32()) -> pa.DictionaryArray:
+    """Dictionary-encode a sequence of strings (None allowed)."""
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        return arr
+    encoded = arr.dictionary_encode()
+    if encoded.indices.type != index_type:
+        encoded = pa.DictionaryArray.from_arrays(encoded.indices.cast(index_type), encoded.dictionary)
+    return encoded
+
+
+def make_events_table(columns: dict[str, Any], num_rows: int) -> pa.Table:
+    """Assemble an events table from whatever columns a parser has; missing ones get defaults.
+
+    Required identifier columns default to -1; optional columns default to all-null.
+    """
+    arrays = []
+    for fld in EVENT_SCHEMA:
+        value = columns.get(fld.name)
+        if value is None:
+            if fld.name in ("device", "stream", "correlation", "external_id", "pid", "tid"):
+                value = pa.array(np.full(num_rows, -1, dtype=fld.type.to_pandas_dtype()))
+            elif fld.name == "rank":
+                value = pa.array(np.zeros(num_rows, dtype=np.int32))
+            elif pa.types.is_dictionary(fld.type):
+                value = pa.DictionaryArray.from_arrays(
+                    pa.nulls(num_rows, fld.type.index_type), pa.array([], pa.string())
+                )
+            else:
+                value = pa.nulls(num_rows, fld.type)
+        elif pa.types.is_dictionary(fld.type):
+            if not isinstance(value, pa.DictionaryArray):
+                value = dictionary_column(value, fld.type.index_type)
+            elif value.type != fld.type:
+                value = pa.DictionaryArray.from_arrays(
+                    value.indices.cast(fld.type.index_type), value.dictionary.cast(pa.string())
+                )
+        else:
+            if not isinstance(value, (pa.Array, pa.ChunkedArray)):
+                value = pa.array(value, fld.type)
+            elif value.type != fld.type:
+                value = value.cast(fld.type)
+        if len(value) != num_rows:
+            raise ValueError(f"column {fld.name} has {len(value)} rows, expected {num_rows}")
+        arrays.append(value)
+    return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
+
+
+def make_links_table(rank: np.ndarray, link_type: str, category: Any, src: np.ndarray, dst: np.ndarray) -> pa.Table:
+    n = len(src)
+    type_arr = pa.DictionaryArray.from_arrays(
+        pa.array(np.full(n, LINK_TYPES.index(link_type), dtype=np.int8)), pa.array(LINK_TYPES)
+    )
+    if isinstance(category, str):
+        category = [category] * n
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.asarray(rank, dtype=np.int32)),
+            type_arr,
+            dictionary_column(category),
+            pa.array(np.asarray(src, dtype=np.int64)),
+            pa.array(np.asarray(dst, dtype=np.int64)),
+        ],
+        schema=LINK_SCHEMA,
+    )
+
+
+def join_on_keys(
+    left_keys: list[np.ndarray], right_keys: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Inner equi-join of two key sets; returns (left_positions, right_positions).
+
+    Vectorised (Arrow hash join). Many-to-many matches are all returned, which is what CUDA graph
+    launches need (one ``cudaGraphLaunch`` correlation -> many kernels).
+    """
+    n_keys = len(left_keys)
+    left = pa.table({**{f"k{i}": left_keys[i] for i in range(n_keys)}, "lpos": np.arange(len(left_keys[0]))})
+    right = pa.table({**{f"k{i}": right_keys[i] for i in range(n_keys)}, "rpos": np.arange(len(right_keys[0]))})
+    if left.num_rows == 0 or right.num_rows == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    joined = left.join(right, keys=[f"k{i}" for i in range(n_keys)], join_type="inner")
+    lpos = joined.column("lpos").to_numpy()
+    rpos = joined.column("rpos").to_numpy()
+    order = np.lexsort((rpos, lpos))
+    return lpos[order], rpos[order]
+
+
+def steps_from_annotations(events: pa.Table, marker: str = DEFAULT_STEP_MARKER) -> pa.Table:
+    """Step table from CPU annotation ranges whose name matches ``marker``.
+
+    The step number is the last integer in the name (``ProfilerStep#12`` -> 12), else the ordinal.
+    """
+    if events.num_rows == 0:
+        return empty_steps()
+    kind = events.column("kind").combine_chunks()
+    is_annotation = pc.equal(kind.indices, pa.scalar(int(Kind.ANNOTATION), pa.int8()))
+    ann = events.filter(is_annotation)
+    if ann.num_rows == 0:
+        return empty_steps()
+    names = ann.column("name").combine_chunks()
+    dictionary = names.dictionary.to_pylist()
+    pattern = re.compile(marker)
+    matching = np.array([bool(pattern.search(n or "")) for n in dictionary], dtype=bool)
+    if not matching.any():
+        return empty_steps()
+    codes = names.indices.to_numpy(zero_copy_only=False)
+    keep = matching[codes]
+    ann = ann.filter(pa.array(keep))
+    rank = ann.column("rank").to_numpy()
+    start = ann.column("start_ns").to_numpy()
+    end = start + ann.column("dur_ns").to_numpy()
+    step_names = ann.column("name").to_pylist()
+    numbers = []
+    for i, name in enumerate(step_names):
+        digits = re.findall(r"\d+", name)
+        numbers.append(int(digits[-1]) if digits else i)
+    order = np.lexsort((start, rank))
+    return pa.Table.from_arrays(
+        [
+            pa.array(rank[order], pa.int32()),
+            pa.array(np.asarray(numbers, dtype=np.int64)[order]),
+            pa.array([step_names[i] for i in order], pa.string()),
+            pa.array(start[order]),
+            pa.array(end[order]),
+        ],
+        schema=STEP_SCHEMA,
+    )
+
+
+def concat_traces(traces: list[Trace]) -> Trace:
+    """Concatenate per-file traces (different ranks) into one; link rows are re-based."""
+    if len(traces) == 1:
+        return traces[0]
+    ranks: dict[int, RankInfo] = {}
+    offsets = 0
+    link_tables = []
+    for tr in traces:
+        for r, info in tr.ranks.items():
+            ranks[r] = info
+        if tr.links.num_rows:
+            shifted = tr.links.set_column(
+                3, "src_row", pc.add(tr.links.column("src_row"), pa.scalar(offsets, pa.int64()))
+            )
+            shifted = shifted.set_column(
+                4, "dst_row", pc.add(shifted.column("dst_row"), pa.scalar(offsets, pa.int64()))
+            )
+            link_tables.append(shifted)
+        offsets += tr.events.num_rows
+    events = pa.concat_tables([t.events for t in traces]).unify_dictionaries().combine_chunks()
+    links = (
+        pa.concat_tables(link_tables).unify_dictionaries().combine_chunks() if link_tables else empty_links()
+    )
+    steps = pa.concat_tables([t.steps for t in traces]).combine_chunks()
+    warnings = [w for t in traces for w in t.warnings]
+    return Trace(events=events, links=links, ranks=dict(sorted(ranks.items())), steps=steps, warnings=warnings)
+
+
+def metadata_to_bytes(ranks: dict[int, RankInfo], warnings: list[str]) -> bytes:
+    return json.dumps(
+        {"ranks": [r.to_json() for r in ranks.values()], "warnings": warnings}, default=str
+    ).encode()
+
+
+def metadata_from_bytes(data: bytes) -> tuple[dict[int, RankInfo], list[str]]:
+    obj = json.loads(data)
+    ranks = {r["rank"]: RankInfo.from_json(r) for r in obj["ranks"]}
+    return ranks, list(obj.get("warnings", []))
