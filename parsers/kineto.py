@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Union
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError
 from traceview.model import (
@@ -258,6 +259,7 @@ class _KinetoFile:
         self.string_ids: dict[str, int] = {}
         self.n_rows = 0
         self.imprecise_ts = 0
+        self._need_more = False
 
     # -- reading -----------------------------------------------------------------------
     def parse(self) -> Trace:
@@ -306,7 +308,8 @@ class _KinetoFile:
         # 2. the events, chunk by chunk
         at_eof = False
         while True:
-            if not at_eof and len(buf) < CHUNK_BYTES:
+            if not at_eof and (len(buf) < CHUNK_BYTES or self._need_more):
+                self._need_more = False
                 for block in chunks:
                     buf += block
                     if len(buf) >= CHUNK_BYTES:
@@ -319,10 +322,10 @@ class _KinetoFile:
                 return
             cut = self._find_cut(buf)
             if cut is None:
+                self._need_more = True
                 continue  # one event larger than a chunk: read more
-            self._decode_events(buf, 0, cut)
-            rest_start = buf.index(b"{", cut)
-            del buf[:rest_start]
+            consumed = self._decode_events(buf, 0, cut)
+            del buf[:consumed]
 
     def _find_events_key(self, buf: bytearray) -> int:
         for match in _TRACE_EVENTS_KEY.finditer(buf):
@@ -346,39 +349,38 @@ class _KinetoFile:
                 return None
             search_from = max(0, search_from - 8 * 1024 * 1024)
 
-    def _decode_events(self, buf: bytearray, start: int, end: int) -> None:
-        # strip leading separators (whitespace and commas) so the chunk starts at "{"
+    def _decode_events(self, buf: bytearray, start: int, end: int) -> int:
+        """Decode the events in ``buf[start:end]``; returns where the decoded events end (a cut
+        that fell inside a string or nested object decodes only up to the last real boundary)."""
         while start < end and buf[start] in b" \t\r\n,":
             start += 1
         if start >= end:
-            return
+            return end
         piece = b"[" + bytes(buf[start:end]) + b"]"
         try:
             events = _EVENTS_DECODER.decode(piece)
         except msgspec.ValidationError:
             events = self._decode_loose(piece)
         except msgspec.DecodeError:
-            # the cut fell inside a string or nested object: find real event boundaries
+            # the cut fell inside a string or nested object: find the real last event boundary
             boundary = self._last_event_boundary(buf, start, end)
-            if boundary is None or boundary <= start:
+            if boundary is None:
+                self._need_more = True
+                return start
+            if boundary >= end:
                 raise TraceFormatError(self.path, f"malformed JSON in traceEvents near byte {start}",
                                        "the file is damaged or not a Chrome trace") from None
-            self._decode_events(buf, start, boundary)
-            self._decode_events(buf, boundary, end)
-            return
+            return self._decode_events(buf, start, boundary)
         self._ingest(events, piece)
+        return end
 
     def _last_event_boundary(self, buf: bytearray, start: int, end: int) -> int | None:
+        """End (exclusive) of the last complete top-level event in ``buf[start:end]``."""
         brackets, depth = _structure(bytes(buf[start:end]))
-        closes = brackets[(depth == 0)]
+        closes = brackets[depth == 0]
         if len(closes) == 0:
             return None
-        last_close = int(closes[-1]) + start + 1
-        if last_close >= end:
-            if len(closes) < 2:
-                return None
-            last_close = int(closes[-2]) + start + 1
-        return last_close
+        return int(closes[-1]) + start + 1
 
     def _decode_loose(self, piece: bytes) -> list[_Event]:
         """Slow path for chunks with unexpected value types: coerce field by field."""
@@ -444,7 +446,13 @@ class _KinetoFile:
             raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
                                    "the file was cut short (profiler killed, or an incomplete copy)")
         array_end = int(brackets[ends[0]])
-        self._decode_events(buf, 0, self._rstrip_separators(buf, array_end))
+        events_end = self._rstrip_separators(buf, array_end)
+        position = 0
+        while position < events_end:
+            consumed = self._decode_events(buf, position, events_end)
+            if consumed <= position:
+                raise TraceFormatError(self.path, f"malformed JSON in traceEvents near the end of the file")
+            position = consumed
         if not array_document:
             tail = bytes(buf[array_end + 1:]).strip()
             if not tail.endswith(b"}"):
@@ -549,7 +557,7 @@ class _KinetoFile:
         pid = _int_ids(list(map(attrgetter("pid"), events)), self.string_ids)
         tid = _int_ids(list(map(attrgetter("tid"), events)), self.string_ids)
         args = list(map(attrgetter("args"), events))
-        arg = lambda field: np.fromiter(map(attrgetter(field), args), dtype=np.int64, count=n)  # noqa: E731
+        arg = lambda field: _int_arg(args, field, n)  # noqa: E731
         correlation = arg("correlation")
         external_id = arg("external_id")
         device = arg("device")
@@ -601,7 +609,7 @@ class _KinetoFile:
             nelems_full[idx] = np.maximum(in_nelems, out_nelems)
             cols["msg_nelems"] = pa.array(nelems_full, mask=nelems_full < 0)
             dtypes = [args[i].dtype for i in idx]
-            cols["dtype"] = strings(dtypes)
+            cols["msg_dtype"] = strings(dtypes)
             elem_size = np.array([_DTYPE_BYTES.get(d.lower(), -1) for d in dtypes], dtype=np.int64)
             msg_bytes = np.full(n, -1, dtype=np.int64)
             msg_bytes[idx] = np.where((elem_size > 0) & (nelems_full[idx] >= 0), nelems_full[idx] * elem_size, -1)
@@ -637,9 +645,9 @@ class _KinetoFile:
         if n_ambiguous:
             # a float64 cannot tell these decimals apart: re-read them from the JSON text
             raw = _RAW_TIMES_DECODER.decode(piece)
-            for i in np.flatnonzero(ambiguous).tolist():
-                text = bytes(getattr(raw[int(rows[i])], field)).decode()
-                ns[i] = int((Decimal(text) * 1000).to_integral_value())
+            where = np.flatnonzero(ambiguous)
+            get = attrgetter(field)
+            ns[where] = decimal_text_to_ns([bytes(get(raw[r])) for r in rows[where].tolist()])
             self.imprecise_ts += n_ambiguous
         return ns, n_ambiguous
 
@@ -785,7 +793,7 @@ class _KinetoFile:
 
 #: Optional columns a chunk may lack; filled with nulls so every chunk has every column.
 _OPTIONAL_COLUMNS = {
-    "collective": pa.string(), "msg_nelems": pa.int64(), "msg_bytes": pa.int64(), "dtype": pa.string(),
+    "collective": pa.string(), "msg_nelems": pa.int64(), "msg_bytes": pa.int64(), "msg_dtype": pa.string(),
     "group_size": pa.int32(), "process_group": pa.string(), "process_group_ranks": pa.string(),
     "copy_kind": pa.string(),
 }
@@ -796,6 +804,15 @@ _DTYPE_BYTES = {
     "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8,
     "complexdouble": 16,
 }
+
+
+def _int_arg(args: list[_Args], field: str, n: int) -> np.ndarray:
+    """One integer arg as int64; values beyond 64 bits (seen in real traces) become -1."""
+    try:
+        return np.fromiter(map(attrgetter(field), args), dtype=np.int64, count=n)
+    except OverflowError:
+        limit = 2**63
+        return np.array([v if -limit <= v < limit else -1 for v in map(attrgetter(field), args)], dtype=np.int64)
 
 
 def _ranks_text(value: Any) -> str | None:
@@ -828,35 +845,63 @@ def _int_ids(values: list[Any], string_ids: dict[str, int]) -> np.ndarray:
 
 
 def microseconds_to_ns(ts_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact int64 ns from float64 microseconds written with up to 3 decimals.
+    """Exact int64 ns from float64 microseconds written as decimals with up to 3 fractional digits.
 
-    Returns (ns, ambiguous): ``ambiguous`` marks values whose exact decimal a float64 cannot
-    identify (fractional values at or above 2**43 us); the caller re-reads those from text.
+    Returns (ns, ambiguous): ``ambiguous`` marks values at or above 2**43 us, where one float64
+    stands for several nanosecond decimals; the caller re-reads those from the JSON text.
     """
     ts_us = np.asarray(ts_us, dtype=np.float64)
-    integral = ts_us == np.floor(ts_us)
     small = np.abs(ts_us) < TS_EXACT_LIMIT_US
     ns = np.zeros(len(ts_us), dtype=np.int64)
-    # integral values: scale in int64 (exact while |ts| < 2**53, i.e. always for real traces)
-    ints = integral & (np.abs(ts_us) < 2.0**53)
-    ns[ints] = ts_us[ints].astype(np.int64) * 1000
-    frac = ~integral & small
-    if frac.any():
-        guess = np.rint(ts_us[frac] * 1000.0).astype(np.int64)
+    if small.any():
+        values = ts_us[small]
+        guess = np.rint(values * 1000.0).astype(np.int64)
         chosen = guess.copy()
         found = np.zeros(len(guess), dtype=bool)
+        # the exact c satisfies float(c) / 1000 == ts (c < 2**53, and division is correctly
+        # rounded); the float product can be off by a little, so try the neighbours
         for delta in (0, -1, 1, -2, 2):
             cand = guess + delta
-            hit = ~found & (cand.astype(np.float64) / 1000.0 == ts_us[frac])
+            hit = ~found & (cand.astype(np.float64) / 1000.0 == values)
             chosen[hit] = cand[hit]
             found |= hit
-        # more than 3 decimals (sub-ns): nearest ns is the honest answer
-        ns[frac] = chosen
-    ambiguous = ~integral & ~small
+        # values with more than 3 decimals (sub-ns) keep the nearest ns: the honest answer
+        ns[small] = chosen
+    ambiguous = ~small
     if ambiguous.any():
         whole = np.floor(ts_us[ambiguous])
         ns[ambiguous] = whole.astype(np.int64) * 1000 + np.rint((ts_us[ambiguous] - whole) * 1000).astype(np.int64)
-    huge = integral & ~ints
-    if huge.any():
-        ambiguous = ambiguous | huge
     return ns, ambiguous
+
+
+def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
+    """Exact ns from JSON number texts in microseconds ("1700000000000000.123" -> ...123).
+
+    Vectorised with Arrow string kernels; exponent notation goes through Decimal.
+    """
+    arr = pa.array(texts, pa.binary()).cast(pa.string())
+    negative = pc.starts_with(arr, "-").to_numpy(zero_copy_only=False)
+    unsigned = pc.utf8_ltrim(arr, "-+")
+    parts = pc.split_pattern(unsigned, ".", max_splits=1)
+    lengths = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+    exponent = pc.match_substring_regex(arr, "[eE]").to_numpy(zero_copy_only=False)
+    whole_text = pc.list_element(parts, 0)
+    whole_text = pc.if_else(pc.equal(whole_text, ""), "0", whole_text)
+    safe = ~exponent
+    out = np.zeros(len(texts), dtype=np.int64)
+    if safe.any():
+        mask = pa.array(safe)
+        whole = pc.cast(pc.filter(whole_text, mask), pa.int64()).to_numpy(zero_copy_only=False)
+        frac_parts = pc.filter(parts, mask)
+        has_frac = lengths[safe] > 1
+        frac = np.zeros(int(safe.sum()), dtype=np.int64)
+        if has_frac.any():
+            frac_text = pc.list_element(pc.filter(frac_parts, pa.array(has_frac)), 1)
+            padded = pc.utf8_rpad(frac_text, 4, "0")
+            first3 = pc.cast(pc.utf8_slice_codeunits(padded, 0, 3), pa.int64()).to_numpy(zero_copy_only=False)
+            fourth = pc.cast(pc.utf8_slice_codeunits(padded, 3, 4), pa.int64()).to_numpy(zero_copy_only=False)
+            frac[has_frac] = first3 + (fourth >= 5)
+        out[safe] = whole * 1000 + frac
+    for i in np.flatnonzero(exponent).tolist():
+        out[i] = abs(int((Decimal(texts[i].decode()) * 1000).to_integral_value()))
+    return np.where(negative, -out, out)

@@ -257,18 +257,18 @@ def _renumber(tr: Trace, mapping: dict[int, int]) -> Trace:
     new_rank = rank.copy()
     for old, new in mapping.items():
         new_rank[rank == old] = new
-    events = tr.events.set_column(0, "rank", pa.array(new_rank.astype(np.int32)))
+    events = tr.events.set_column(0, tr.events.schema.field("rank"), pa.array(new_rank.astype(np.int32)))
     links = tr.links
     if links.num_rows:
         lrank = links.column("rank").to_numpy().copy()
         for old, new in mapping.items():
             lrank[lrank == old] = new
-        links = links.set_column(0, "rank", pa.array(lrank.astype(np.int32)))
+        links = links.set_column(0, links.schema.field("rank"), pa.array(lrank.astype(np.int32)))
     steps = tr.steps
     if steps.num_rows:
         srank = steps.column("rank").to_numpy().copy()
         for old, new in mapping.items():
             srank[srank == old] = new
-        steps = steps.set_column(0, "rank", pa.array(srank.astype(np.int32)))
+        steps = steps.set_column(0, steps.schema.field("rank"), pa.array(srank.astype(np.int32)))
     ranks = {mapping.get(r, r): info for r, info in tr.ranks.items()}
     return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=tr.warnings)

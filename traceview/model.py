@@ -79,7 +79,7 @@ EVENT_SCHEMA = pa.schema(
         pa.field("collective", NAME_TYPE),
         pa.field("msg_nelems", pa.int64()),
         pa.field("msg_bytes", pa.int64()),
-        pa.field("dtype", NAME_TYPE),
+        pa.field("msg_dtype", NAME_TYPE),
         pa.field("group_size", pa.int32()),
         pa.field("process_group", NAME_TYPE),
         pa.field("process_group_ranks", NAME_TYPE),
@@ -253,6 +253,8 @@ class Trace:
         start = self.column("start_ns")
         end = start + self.column("dur_ns")
         step_ranks = self.steps.column("rank").to_numpy() if self.steps.num_rows else np.empty(0)
+        device = self.column("device")
+        on_gpu = np.isin(kinds, np.asarray([int(k) for k in ACTIVITY_KINDS], dtype=np.int8))
         for rank in self.rank_ids:
             sel = rank_col == rank
             counts = np.bincount(kinds[sel], minlength=len(KINDS))
@@ -263,6 +265,7 @@ class Trace:
                 "end_ns": int(end[sel].max()) if sel.any() else 0,
                 "span_ns": int(end[sel].max() - start[sel].min()) if sel.any() else 0,
                 "steps": int((step_ranks == rank).sum()),
+                "devices": sorted(int(d) for d in np.unique(device[sel & on_gpu]) if d >= 0),
             }
         return out
 
@@ -431,10 +434,10 @@ def concat_traces(traces: list[Trace]) -> Trace:
             ranks[r] = info
         if tr.links.num_rows:
             shifted = tr.links.set_column(
-                3, "src_row", pc.add(tr.links.column("src_row"), pa.scalar(offsets, pa.int64()))
+                3, LINK_SCHEMA.field("src_row"), pc.add(tr.links.column("src_row"), pa.scalar(offsets, pa.int64()))
             )
             shifted = shifted.set_column(
-                4, "dst_row", pc.add(shifted.column("dst_row"), pa.scalar(offsets, pa.int64()))
+                4, LINK_SCHEMA.field("dst_row"), pc.add(shifted.column("dst_row"), pa.scalar(offsets, pa.int64()))
             )
             link_tables.append(shifted)
         offsets += tr.events.num_rows

@@ -1,0 +1,66 @@
+"""The ``traceview`` command line: one module per command in ``traceview.commands``.
+
+User errors (missing file, not a trace, corrupt input) print one line and exit 2; they never
+show a traceback. ``TRACEVIEW_DEBUG=1`` shows tracebacks for unexpected errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from traceview.commands import analyze, convert, info
+from traceview.errors import TraceviewError
+
+app = typer.Typer(
+    name="traceview",
+    help="Turn GPU profiler traces (PyTorch/Kineto JSON, Nsight Systems SQLite) into answers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("analyze")(analyze.command)
+app.command("info")(info.command)
+app.command("convert")(convert.command)
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    print(f"traceview: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except TraceviewError as exc:
+        raise SystemExit(_one_line(str(exc), 2))
+    except KeyboardInterrupt:
+        raise SystemExit(_one_line("interrupted", 130))
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click usage errors and genuine bugs
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            raise SystemExit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            raise SystemExit(_one_line("aborted", 1))
+        if os.environ.get("TRACEVIEW_DEBUG"):
+            raise
+        raise SystemExit(_one_line(
+            f"internal error: {type(exc).__name__}: {exc} (this is a bug in traceview; "
+            "rerun with TRACEVIEW_DEBUG=1 for the traceback and report it)", 3))
+
+
+def _one_line(message: str, code: int) -> int:
+    print(f"traceview: error: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Renderers: one module per output format. They format analysis results; they compute nothing."""
