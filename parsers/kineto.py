@@ -34,6 +34,7 @@ import os
 import re
 import zlib
 from decimal import Decimal
+from itertools import compress, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Iterator, Union
@@ -136,6 +137,9 @@ class _RawTimes(msgspec.Struct, gc=False):
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_get_ph, _get_cat, _get_name = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
+_get_pid, _get_tid, _get_args = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
+_get_collective = attrgetter("collective")
 _RAW_TIMES_DECODER = msgspec.json.Decoder(list[_RawTimes])
 _ANY_DECODER = msgspec.json.Decoder()
 
@@ -214,31 +218,45 @@ def _gunzip_chunks(path: Path, raw: io.BufferedReader) -> Iterator[bytes]:
         raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
 
 
+_STRUCTURE_CLASS = np.zeros(256, dtype=np.uint8)
+_STRUCTURE_CLASS[[0x22]] = 1  # "
+_STRUCTURE_CLASS[[0x5C]] = 2  # backslash
+_STRUCTURE_CLASS[[0x7B, 0x5B]] = 3  # { [
+_STRUCTURE_CLASS[[0x7D, 0x5D]] = 4  # } ]
+
+
 def _structure(buf: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of brackets outside strings and the nesting depth after each (numpy, no loops
-    except over escaped quotes, which are rare)."""
+    """Positions of brackets outside strings and the nesting depth after each.
+
+    One table lookup classifies every byte; everything after works on the few structural
+    positions. Quotes preceded by an odd run of backslashes are escaped (rare: a short loop).
+    """
     data = np.frombuffer(buf, dtype=np.uint8)
-    quotes = np.flatnonzero(data == 0x22)
-    if len(quotes):
-        maybe_escaped = quotes[(quotes > 0)]
-        maybe_escaped = maybe_escaped[data[maybe_escaped - 1] == 0x5C]
-        if len(maybe_escaped):
-            escaped = []
-            for q in maybe_escaped.tolist():
-                run = 0
-                i = q - 1
-                while i >= 0 and data[i] == 0x5C:
-                    run += 1
-                    i -= 1
-                if run % 2:
-                    escaped.append(q)
-            if escaped:
-                quotes = np.setdiff1d(quotes, np.asarray(escaped, dtype=quotes.dtype), assume_unique=True)
-    brackets = np.flatnonzero((data == 0x7B) | (data == 0x7D) | (data == 0x5B) | (data == 0x5D))
+    classes = _STRUCTURE_CLASS[data]
+    positions = np.flatnonzero(classes)
+    kinds = classes[positions]
+    del classes
+    quotes = positions[kinds == 1]
+    backslashes = positions[kinds == 2]
+    if len(backslashes) and len(quotes):
+        maybe_escaped = quotes[np.isin(quotes - 1, backslashes)]
+        escaped = []
+        for q in maybe_escaped.tolist():
+            run = 0
+            i = q - 1
+            while i >= 0 and data[i] == 0x5C:
+                run += 1
+                i -= 1
+            if run % 2:
+                escaped.append(q)
+        if escaped:
+            quotes = np.setdiff1d(quotes, np.asarray(escaped, dtype=quotes.dtype), assume_unique=True)
+    bracket_mask = kinds >= 3
+    brackets = positions[bracket_mask]
+    opening = kinds[bracket_mask] == 3
     inside_string = (np.searchsorted(quotes, brackets) % 2) == 1
     brackets = brackets[~inside_string]
-    opening = (data[brackets] == 0x7B) | (data[brackets] == 0x5B)
-    depth = np.cumsum(np.where(opening, 1, -1))
+    depth = np.cumsum(np.where(opening[~inside_string], 1, -1))
     return brackets, depth
 
 
@@ -260,6 +278,10 @@ class _KinetoFile:
         self.n_rows = 0
         self.imprecise_ts = 0
         self._need_more = False
+        # string -> code memos shared by all chunks, so codes agree without unifying dictionaries
+        self.ph_memo = _Codes()
+        self.cat_memo = _Codes()
+        self.name_memo = _Codes()
 
     # -- reading -----------------------------------------------------------------------
     def parse(self) -> Trace:
@@ -304,7 +326,8 @@ class _KinetoFile:
             return
         if not array_document:
             self.head = self._decode_object(bytes(buf[:events_start]), closing=True)
-        del buf[:events_start]
+        # keep the array's "[" at position 0: chunks decode in place as buf[0:cut] + "]"
+        del buf[: events_start - 1]
         # 2. the events, chunk by chunk
         at_eof = False
         while True:
@@ -324,8 +347,8 @@ class _KinetoFile:
             if cut is None:
                 self._need_more = True
                 continue  # one event larger than a chunk: read more
-            consumed = self._decode_events(buf, 0, cut)
-            del buf[:consumed]
+            consumed = self._decode_events(buf, 1, cut)
+            del buf[1:consumed]
 
     def _find_events_key(self, buf: bytearray) -> int:
         for match in _TRACE_EVENTS_KEY.finditer(buf):
@@ -350,17 +373,21 @@ class _KinetoFile:
             search_from = max(0, search_from - 8 * 1024 * 1024)
 
     def _decode_events(self, buf: bytearray, start: int, end: int) -> int:
-        """Decode the events in ``buf[start:end]``; returns where the decoded events end (a cut
-        that fell inside a string or nested object decodes only up to the last real boundary)."""
+        """Decode the events in ``buf[start:end]`` (``start >= 1``); returns where the decoded
+        events end (a cut that fell inside a string or nested object decodes only up to the
+        last real boundary).
+
+        The chunk is decoded in place, without copying: the bytes just before and after it are
+        temporarily replaced by ``[`` and ``]``.
+        """
         while start < end and buf[start] in b" \t\r\n,":
             start += 1
         if start >= end:
             return end
-        piece = b"[" + bytes(buf[start:end]) + b"]"
         try:
-            events = _EVENTS_DECODER.decode(piece)
+            events = self._decode_in_place(buf, start, end)
         except msgspec.ValidationError:
-            events = self._decode_loose(piece)
+            events = self._decode_loose(_piece(buf, start, end))
         except msgspec.DecodeError:
             # the cut fell inside a string or nested object: find the real last event boundary
             boundary = self._last_event_boundary(buf, start, end)
@@ -371,8 +398,23 @@ class _KinetoFile:
                 raise TraceFormatError(self.path, f"malformed JSON in traceEvents near byte {start}",
                                        "the file is damaged or not a Chrome trace") from None
             return self._decode_events(buf, start, boundary)
-        self._ingest(events, piece)
+        self._ingest(events, lambda: _piece(buf, start, end))
         return end
+
+    @staticmethod
+    def _decode_in_place(buf: bytearray, start: int, end: int) -> list[_Event]:
+        appended = end == len(buf)
+        if appended:
+            buf.append(0x5D)
+        before, after = buf[start - 1], buf[end]
+        buf[start - 1], buf[end] = 0x5B, 0x5D
+        try:
+            with memoryview(buf) as view, view[start - 1 : end + 1] as piece:
+                return _EVENTS_DECODER.decode(piece)
+        finally:
+            buf[start - 1], buf[end] = before, after
+            if appended:
+                del buf[-1]
 
     def _last_event_boundary(self, buf: bytearray, start: int, end: int) -> int | None:
         """End (exclusive) of the last complete top-level event in ``buf[start:end]``."""
@@ -440,14 +482,15 @@ class _KinetoFile:
         return _EVENTS_DECODER.decode(msgspec.json.encode(items))
 
     def _final_chunk(self, buf: bytearray, array_document: bool) -> None:
-        brackets, depth = _structure(bytes(buf))
+        brackets, depth = _structure(memoryview(buf)[1:])
+        brackets = brackets + 1
         ends = np.flatnonzero(depth == -1)
         if len(ends) == 0:
             raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
                                    "the file was cut short (profiler killed, or an incomplete copy)")
         array_end = int(brackets[ends[0]])
         events_end = self._rstrip_separators(buf, array_end)
-        position = 0
+        position = 1
         while position < events_end:
             consumed = self._decode_events(buf, position, events_end)
             if consumed <= position:
@@ -493,16 +536,21 @@ class _KinetoFile:
             TraceFormatError(self.path, "is JSON but not a trace")
 
     # -- columns --------------------------------------------------------------------------
-    def _ingest(self, events: list[_Event], piece: bytes) -> None:
+    def _ingest(self, events: list[_Event], piece: Callable[[], bytes]) -> None:
+        """Turn one decoded chunk into columns. Each field is read once for all events (C-level
+        ``map(attrgetter)``), then rows are selected with numpy masks."""
         n = len(events)
         if n == 0:
             return
-        ph = pa.array(list(map(attrgetter("ph"), events)), pa.string()).dictionary_encode()
-        ph_values = ph.dictionary.to_pylist()
-        ph_codes = ph.indices.to_numpy(zero_copy_only=False)
-        is_complete = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in ("X", "i", "I")])
-        is_flow = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in ("s", "f", "t")])
-        is_meta = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p == "M"])
+        ph_codes = self.ph_memo.codes(map(_get_ph, events), n)
+        ph_values = self.ph_memo.values()
+
+        def ph_mask(wanted: tuple[str, ...]) -> np.ndarray:
+            return np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in wanted])
+
+        is_complete = ph_mask(("X", "i", "I"))
+        is_flow = ph_mask(("s", "f", "t"))
+        is_meta = ph_mask(("M",))
         other_ph = ~(is_complete | is_flow | is_meta)
         self._count("events_read", n)
         self._count("metadata", int(is_meta.sum()))
@@ -512,52 +560,56 @@ class _KinetoFile:
                 key = f"ph={ph_values[code]}"
                 self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
             self._count("unmapped_ph", int(other_ph.sum()))
-        if is_meta.any():
+        if is_meta.any():  # a few dozen per file
             for i in np.flatnonzero(is_meta).tolist():
                 ev = events[i]
                 if ev.name == "process_name" and isinstance(ev.pid, int):
                     self.process_names[ev.pid] = ev.args.name
                 elif ev.name == "thread_name":
                     self.thread_names[f"{ev.pid}:{ev.tid}"] = ev.args.name
-        if is_flow.any():
-            flow_events = [events[i] for i in np.flatnonzero(is_flow).tolist()]
-            ts_ns, _ = self._exact_ns(flow_events, "ts", piece, np.flatnonzero(is_flow))
-            pids = _int_ids(list(map(attrgetter("pid"), flow_events)), {})
-            tids = _int_ids(list(map(attrgetter("tid"), flow_events)), {})
-            for ev, t, p, q in zip(flow_events, ts_ns.tolist(), pids.tolist(), tids.tolist()):
-                if ev.cat.lower() in LAUNCH_FLOW_CATEGORIES:
-                    continue  # launch flows duplicate correlation ids
-                self.flows.append((ev.ph, ev.cat, str(ev.id), p, q, t))
-        rows = np.flatnonzero(is_complete)
-        if len(rows) == 0:
-            return
-        selected = events if len(rows) == n else [events[i] for i in rows.tolist()]
-        self._ingest_rows(selected, piece, rows)
 
-    def _ingest_rows(self, events: list[_Event], piece: bytes, rows: np.ndarray) -> None:
-        n = len(events)
-        cat = pa.array(list(map(attrgetter("cat"), events)), pa.string()).dictionary_encode()
-        cat_values = cat.dictionary.to_pylist()
-        cat_kinds = np.array([int(CATEGORY_KINDS.get(c.lower(), Kind.OTHER)) for c in cat_values], dtype=np.int8)
-        cat_codes = cat.indices.to_numpy(zero_copy_only=False)
-        kind = cat_kinds[cat_codes] if len(cat_values) else np.full(n, int(Kind.OTHER), np.int8)
+        cat_codes = self.cat_memo.codes(map(_get_cat, events), n)
+        cat_values = self.cat_memo.values()
+        cat_kinds = np.array([int(CATEGORY_KINDS.get(c.lower(), Kind.OTHER)) for c in cat_values] or [0], dtype=np.int8)
+        kind_all = cat_kinds[cat_codes]
+        pid_all = _int_ids(list(map(_get_pid, events)), self.string_ids)
+        tid_all = _int_ids(list(map(_get_tid, events)), self.string_ids)
+        all_rows = np.arange(n)
+        ts_all, _ = self._exact_ns(events, "ts", piece, all_rows)
+
+        if is_flow.any():
+            # launch flows (ac2g ...) duplicate correlation ids: only other flows are kept
+            launch_cats = [i for i, c in enumerate(cat_values) if c.lower() in LAUNCH_FLOW_CATEGORIES]
+            keep = np.flatnonzero(is_flow & ~np.isin(cat_codes, launch_cats))
+            for i, p, q, t in zip(keep.tolist(), pid_all[keep].tolist(), tid_all[keep].tolist(), ts_all[keep].tolist()):
+                ev = events[i]
+                self.flows.append((ev.ph, ev.cat, str(ev.id), p, q, t))
+
+        rows = np.flatnonzero(is_complete)
+        m = len(rows)
+        if m == 0:
+            return
+        every_row = m == n
+        take = (lambda a: a) if every_row else (lambda a: a[rows])  # noqa: E731
+        kind = take(kind_all)
         other = kind == int(Kind.OTHER)
         if other.any():
-            for code, count in zip(*np.unique(cat_codes[other], return_counts=True)):
+            other_codes = take(cat_codes)[other]
+            for code, count in zip(*np.unique(other_codes, return_counts=True)):
                 key = cat_values[code] or "(no category)"
                 self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
-        self._count("mapped", n)
-        names = pa.array(list(map(attrgetter("name"), events)), pa.string()).dictionary_encode()
-        start_ns, _ = self._exact_ns(events, "ts", piece, rows)
-        dur_ns, _ = self._exact_ns(events, "dur", piece, rows)
+        self._count("mapped", m)
+        name_codes = take(self.name_memo.codes(map(_get_name, events), n))
+        dur_ns, _ = self._exact_ns(events, "dur", piece, all_rows)
+        dur_ns = take(dur_ns)
         negative = dur_ns < 0
         if negative.any():
             self.warnings.append(f"{int(negative.sum())} events had a negative duration; set to 0")
             dur_ns = np.where(negative, 0, dur_ns)
-        pid = _int_ids(list(map(attrgetter("pid"), events)), self.string_ids)
-        tid = _int_ids(list(map(attrgetter("tid"), events)), self.string_ids)
-        args = list(map(attrgetter("args"), events))
-        arg = lambda field: _int_arg(args, field, n)  # noqa: E731
+        pid = take(pid_all)
+        tid = take(tid_all)
+        args = list(map(_get_args, events if every_row else compress(events, is_complete)))
+        arg = lambda field: _int_arg(args, field, m)  # noqa: E731
         correlation = arg("correlation")
         external_id = arg("external_id")
         device = arg("device")
@@ -570,9 +622,9 @@ class _KinetoFile:
         nbytes = arg("bytes")
         cols = {
             "kind": kind,
-            "category": cat,
-            "name": names,
-            "start_ns": start_ns,
+            "category": take(cat_codes),
+            "name": name_codes,
+            "start_ns": take(ts_all),
             "dur_ns": dur_ns,
             "pid": pid,
             "tid": tid,
@@ -582,60 +634,69 @@ class _KinetoFile:
             "external_id": external_id,
             "bytes": pa.array(nbytes, mask=nbytes < 0),
         }
+        self._launch_geometry(cols, kind, args, m)
+        self._collective_columns(cols, args, m)
+        memcpy_rows = np.flatnonzero(kind == int(Kind.MEMCPY))
+        if len(memcpy_rows):
+            copy_kinds = np.array([_copy_kind(s) for s in self.name_memo.values()], dtype=object)
+            copy_full = np.full(m, None, dtype=object)
+            copy_full[memcpy_rows] = copy_kinds[name_codes[memcpy_rows]]
+            cols["copy_kind"] = pa.array(copy_full, pa.string())
+        for key, null_type in _OPTIONAL_COLUMNS.items():
+            if key not in cols:
+                cols[key] = pa.nulls(m, null_type)
+        for key, value in cols.items():
+            self.columns.setdefault(key, []).append(value)
+        self.n_rows += m
+
+    @staticmethod
+    def _launch_geometry(cols: dict[str, Any], kind: np.ndarray, args: list[_Args], m: int) -> None:
         kernel_rows = np.flatnonzero(kind == int(Kind.KERNEL))
-        for prefix, field_name in (("grid", "grid"), ("block", "block")):
-            dims = np.full((n, 3), -1, dtype=np.int64)
+        for prefix in ("grid", "block"):
+            dims = np.full((m, 3), -1, dtype=np.int64)
             if len(kernel_rows):
-                values = [getattr(args[i], field_name) for i in kernel_rows.tolist()]
-                if any(values):
+                values = [getattr(args[i], prefix) for i in kernel_rows.tolist()]
+                try:
+                    dims[kernel_rows] = np.array(values, dtype=np.int64).reshape(len(values), 3)
+                except ValueError:  # missing or not 3-dimensional: pad with 1s, absent stays -1
                     padded = [tuple(v[:3]) + (1,) * (3 - len(v[:3])) if v else (-1, -1, -1) for v in values]
                     dims[kernel_rows] = np.asarray(padded, dtype=np.int64)
             for axis, suffix in enumerate("xyz"):
                 col = dims[:, axis]
                 cols[f"{prefix}_{suffix}"] = pa.array(col.astype(np.int32), mask=col < 0)
-        collective = list(map(attrgetter("collective"), args))
-        has_collective = np.fromiter((bool(c) for c in collective), dtype=bool, count=n)
-        if has_collective.any():
-            idx = np.flatnonzero(has_collective).tolist()
-            def strings(values: list[str]) -> pa.Array:
-                full: list[str | None] = [None] * n
-                for i, v in zip(idx, values):
-                    full[i] = v or None
-                return pa.array(full, pa.string())
-            cols["collective"] = strings([collective[i] for i in idx])
-            in_nelems = np.array([args[i].in_nelems for i in idx], dtype=np.int64)
-            out_nelems = np.array([args[i].out_nelems for i in idx], dtype=np.int64)
-            nelems_full = np.full(n, -1, dtype=np.int64)
-            nelems_full[idx] = np.maximum(in_nelems, out_nelems)
-            cols["msg_nelems"] = pa.array(nelems_full, mask=nelems_full < 0)
-            dtypes = [args[i].dtype for i in idx]
-            cols["msg_dtype"] = strings(dtypes)
-            elem_size = np.array([_DTYPE_BYTES.get(d.lower(), -1) for d in dtypes], dtype=np.int64)
-            msg_bytes = np.full(n, -1, dtype=np.int64)
-            msg_bytes[idx] = np.where((elem_size > 0) & (nelems_full[idx] >= 0), nelems_full[idx] * elem_size, -1)
-            cols["msg_bytes"] = pa.array(msg_bytes, mask=msg_bytes < 0)
-            group = np.full(n, -1, dtype=np.int64)
-            group[idx] = [args[i].group_size for i in idx]
-            cols["group_size"] = pa.array(group.astype(np.int32), mask=group < 0)
-            cols["process_group"] = strings([args[i].pg_name for i in idx])
-            cols["process_group_ranks"] = strings([_ranks_text(args[i].pg_ranks) for i in idx])
-        memcpy_rows = np.flatnonzero(kind == int(Kind.MEMCPY))
-        if len(memcpy_rows):
-            dictionary = names.dictionary.to_pylist()
-            copy_kinds = [(_COPY_KIND.search(s or "") or [None, None])[1] if s else None for s in dictionary]
-            codes = names.indices.to_numpy(zero_copy_only=False)
-            copy_full: list[str | None] = [None] * n
-            for i in memcpy_rows.tolist():
-                copy_full[i] = copy_kinds[codes[i]]
-            cols["copy_kind"] = pa.array(copy_full, pa.string())
-        for key, null_type in _OPTIONAL_COLUMNS.items():
-            if key not in cols:
-                cols[key] = pa.nulls(n, null_type)
-        for key, value in cols.items():
-            self.columns.setdefault(key, []).append(value)
-        self.n_rows += n
 
-    def _exact_ns(self, events: list[_Event], field: str, piece: bytes, rows: np.ndarray) -> tuple[np.ndarray, int]:
+    @staticmethod
+    def _collective_columns(cols: dict[str, Any], args: list[_Args], m: int) -> None:
+        collective = list(map(_get_collective, args))
+        has_collective = np.fromiter(map(len, collective), dtype=np.int64, count=m) > 0
+        if not has_collective.any():
+            return
+        idx = np.flatnonzero(has_collective).tolist()
+
+        def strings(values: list[str | None]) -> pa.Array:
+            full = np.full(m, None, dtype=object)
+            full[idx] = [v or None for v in values]
+            return pa.array(full, pa.string())
+
+        cols["collective"] = strings([collective[i] for i in idx])
+        in_nelems = np.array([args[i].in_nelems for i in idx], dtype=np.int64)
+        out_nelems = np.array([args[i].out_nelems for i in idx], dtype=np.int64)
+        nelems_full = np.full(m, -1, dtype=np.int64)
+        nelems_full[idx] = np.maximum(in_nelems, out_nelems)
+        cols["msg_nelems"] = pa.array(nelems_full, mask=nelems_full < 0)
+        dtypes = [args[i].dtype for i in idx]
+        cols["msg_dtype"] = strings(dtypes)
+        elem_size = np.array([_DTYPE_BYTES.get(d.lower(), -1) for d in dtypes], dtype=np.int64)
+        msg_bytes = np.full(m, -1, dtype=np.int64)
+        msg_bytes[idx] = np.where((elem_size > 0) & (nelems_full[idx] >= 0), nelems_full[idx] * elem_size, -1)
+        cols["msg_bytes"] = pa.array(msg_bytes, mask=msg_bytes < 0)
+        group = np.full(m, -1, dtype=np.int64)
+        group[idx] = [args[i].group_size for i in idx]
+        cols["group_size"] = pa.array(group.astype(np.int32), mask=group < 0)
+        cols["process_group"] = strings([args[i].pg_name for i in idx])
+        cols["process_group_ranks"] = strings([_ranks_text(args[i].pg_ranks) for i in idx])
+
+    def _exact_ns(self, events: list[_Event], field: str, piece: Callable[[], bytes], rows: np.ndarray) -> tuple[np.ndarray, int]:
         """Exact int64 ns for ``ts`` or ``dur`` of these events (``rows`` = their index in ``piece``)."""
         values = np.array(list(map(attrgetter(field), events)))
         if values.dtype.kind in "iu":
@@ -644,7 +705,7 @@ class _KinetoFile:
         n_ambiguous = int(ambiguous.sum())
         if n_ambiguous:
             # a float64 cannot tell these decimals apart: re-read them from the JSON text
-            raw = _RAW_TIMES_DECODER.decode(piece)
+            raw = _RAW_TIMES_DECODER.decode(piece())
             where = np.flatnonzero(ambiguous)
             get = attrgetter(field)
             ns[where] = decimal_text_to_ns([bytes(get(raw[r])) for r in rows[where].tolist()])
@@ -717,6 +778,9 @@ class _KinetoFile:
         for key, parts in self.columns.items():
             if key == "kind":
                 cols[key] = kind_array(np.concatenate(parts))
+            elif key in ("category", "name"):
+                memo = self.cat_memo if key == "category" else self.name_memo
+                cols[key] = memo.dictionary_array(np.concatenate(parts))
             elif isinstance(parts[0], np.ndarray):
                 cols[key] = np.concatenate(parts)
             else:
@@ -806,6 +870,36 @@ _DTYPE_BYTES = {
 }
 
 
+class _Codes(dict):
+    """String -> dense integer code, assigned on first sight. ``codes()`` maps a whole column in
+    C (dict lookups through ``map``), about twice as fast as building an Arrow string array and
+    dictionary-encoding it."""
+
+    def __missing__(self, key: str) -> int:
+        code = len(self)
+        self[key] = code
+        return code
+
+    def codes(self, values: Iterator[str], n: int) -> np.ndarray:
+        return np.fromiter(map(self.__getitem__, values), dtype=np.int32, count=n)
+
+    def values(self) -> list[str]:  # type: ignore[override]
+        return list(self.keys())
+
+    def dictionary_array(self, codes: np.ndarray) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(self.values(), pa.string()))
+
+
+def _piece(buf: bytearray, start: int, end: int) -> bytes:
+    """A standalone JSON array of the events in buf[start:end] (slow paths only)."""
+    return b"[" + bytes(buf[start:end]) + b"]"
+
+
+def _copy_kind(name: str | None) -> str | None:
+    match = _COPY_KIND.search(name or "")
+    return match.group(1) if match else None
+
+
 def _int_arg(args: list[_Args], field: str, n: int) -> np.ndarray:
     """One integer arg as int64; values beyond 64 bits (seen in real traces) become -1."""
     try:
@@ -827,20 +921,23 @@ def _int_ids(values: list[Any], string_ids: dict[str, int]) -> np.ndarray:
     """pid/tid values as int64. Numeric strings ("1890023232", "stream 7") become numbers; other
     strings ("Spans", "PyTorch Profiler") get stable negative ids."""
     try:
-        return np.array(values, dtype=np.int64)
+        return np.fromiter(values, dtype=np.int64, count=len(values))
     except (TypeError, ValueError, OverflowError):
         pass
+    is_int = np.fromiter(map(isinstance, values, repeat(int)), dtype=bool, count=len(values))
     out = np.empty(len(values), dtype=np.int64)
-    for i, v in enumerate(values):  # old formats only: string ids
-        if isinstance(v, int):
-            out[i] = v
-            continue
-        text = str(v).strip()
-        digits = re.search(r"(\d+)\s*$", text)
-        if digits and (text.isdigit() or text.lower().startswith("stream")):
-            out[i] = int(digits.group(1))
-        else:
-            out[i] = string_ids.setdefault(text, -2 - len(string_ids))
+    out[is_int] = np.fromiter(compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
+    memo: dict[Any, int] = {}
+    for i in np.flatnonzero(~is_int).tolist():  # string ids: a handful, or old formats
+        v = values[i]
+        if v not in memo:
+            text = str(v).strip()
+            digits = re.search(r"(\d+)\s*$", text)
+            if digits and (text.isdigit() or text.lower().startswith("stream")):
+                memo[v] = int(digits.group(1))
+            else:
+                memo[v] = string_ids.setdefault(text, -2 - len(string_ids))
+        out[i] = memo[v]
     return out
 
 
