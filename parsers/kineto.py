@@ -223,6 +223,7 @@ _STRUCTURE_CLASS[[0x22]] = 1  # "
 _STRUCTURE_CLASS[[0x5C]] = 2  # backslash
 _STRUCTURE_CLASS[[0x7B, 0x5B]] = 3  # { [
 _STRUCTURE_CLASS[[0x7D, 0x5D]] = 4  # } ]
+_STRUCTURE_TABLE = bytes(_STRUCTURE_CLASS.tolist())  # for bytes.translate, the fastest classifier
 
 
 def _structure(buf: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
@@ -232,8 +233,8 @@ def _structure(buf: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
     positions. Quotes preceded by an odd run of backslashes are escaped (rare: a short loop).
     """
     data = np.frombuffer(buf, dtype=np.uint8)
-    classes = _STRUCTURE_CLASS[data]
-    positions = np.flatnonzero(classes)
+    classes = np.frombuffer(bytes(buf).translate(_STRUCTURE_TABLE), dtype=np.uint8)
+    positions = np.flatnonzero(classes.view(bool))  # bool view: much faster than != 0
     kinds = classes[positions]
     del classes
     quotes = positions[kinds == 1]
