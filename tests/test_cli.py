@@ -1,0 +1,145 @@
+"""The CLI as a user runs it: exit codes, one-line errors, the summary, info and convert."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import SAMPLE_TRACES, SHARED_TRACES, require_shared
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "traceview.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+def small_trace(path: Path, rank: int | None = 0) -> Path:
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "Test GPU", "numSms": 4, "totalGlobalMem": 1 << 30}],
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 10,
+             "args": {"External id": 7}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 5,
+             "args": {"correlation": 1, "External id": 7}},
+            {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": 10, "dur": 50,
+             "args": {"correlation": 1, "stream": 7, "device": 0}},
+        ],
+    }
+    if rank is not None:
+        doc["distributedInfo"] = {"rank": rank, "world_size": 1}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (None, "no such file"),
+        (b"", "is empty"),
+        (b"not a trace at all", "not a trace"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1', "truncated"),
+        (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage", "gzip"),
+        (b"SQLite format 3\x00" + b"\x00" * 200, "sqlite"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, content, fragment):
+    path = tmp_path / "input.json"
+    if content is not None:
+        path.write_bytes(content)
+    result = run("analyze", str(path))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert str(path) in lines[0]
+    assert fragment.lower() in lines[0].lower()
+
+
+def test_analyze_prints_the_summary(tmp_path):
+    path = small_trace(tmp_path / "run.json")
+    result = run("analyze", str(path), "--summary-only", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    assert "Test GPU" in result.stdout
+    assert "run.json" in result.stdout
+
+
+def test_analyze_runs_the_analyses_without_error(tmp_path):
+    path = small_trace(tmp_path / "run.json")
+    result = run("analyze", str(path), "--no-cache")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_info_lists_metadata_keys_not_values(tmp_path):
+    path = tmp_path / "secret.json"
+    small_trace(path)
+    doc = json.loads(path.read_text())
+    doc["metadata"] = {"env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123456789"}}
+    path.write_text(json.dumps(doc))
+    result = run("info", str(path), "--no-cache")
+    assert result.returncode == 0, result.stderr
+    assert "Test GPU" in result.stdout and "metadata" in result.stdout
+    assert "hf_abcdefghijklmnop" not in result.stdout
+
+
+def test_convert_writes_parquet_that_round_trips(tmp_path):
+    path = small_trace(tmp_path / "run.json")
+    out = tmp_path / "out"
+    result = run("convert", str(path), "-o", str(out), "--no-cache")
+    assert result.returncode == 0, result.stderr
+    events = pq.read_table(out / "events.parquet")
+    assert events.num_rows == 4
+    assert sorted(events.column("kind").to_pylist()) == ["annotation", "cpu_op", "kernel", "runtime"]
+    assert pq.read_table(out / "links.parquet").num_rows == 2  # launch + cpu_op
+    assert json.loads((out / "ranks.json").read_text())["ranks"][0]["rank"] == 0
+
+
+def test_duplicate_rank_is_an_error_naming_both_files(tmp_path):
+    a = small_trace(tmp_path / "a.json", rank=0)
+    b = small_trace(tmp_path / "b.json", rank=0)
+    result = run("analyze", str(a), str(b), "--summary-only")
+    assert result.returncode == 2
+    assert "a.json" in result.stderr and "b.json" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_format_is_detected_by_content_not_extension(tmp_path):
+    path = tmp_path / "trace.data"
+    path.write_bytes(gzip.compress(small_trace(tmp_path / "x.json").read_bytes()))
+    result = run("analyze", str(path), "--summary-only", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    assert "Test GPU" in result.stdout
+
+
+def test_bundled_sample_analyzes():
+    sample = SAMPLE_TRACES / "synthetic_4rank"
+    if not sample.exists():
+        pytest.fail(f"bundled sample missing: {sample}")
+    result = run("analyze", str(sample), "--no-cache")
+    assert result.returncode == 0, result.stderr
+    for rank in range(4):
+        assert f"rank{rank}.json.gz" in result.stdout
+
+
+def test_every_shared_trace_analyzes_without_error():
+    require_shared()
+    paths = sorted(str(p) for p in (SHARED_TRACES / "kineto").glob("*.json.gz"))
+    paths += [str(SHARED_TRACES / "kineto" / "hta_trace_filter_2ranks"),
+              str(SHARED_TRACES / "kineto" / "param_dlrm_8ranks_v100")]
+    paths += sorted(str(p) for p in (SHARED_TRACES / "nsys").glob("*.sqlite"))
+    failures = []
+    for path in paths:
+        result = run("analyze", path, "--no-cache")
+        if result.returncode != 0 or "Traceback" in result.stderr:
+            failures.append(f"{path}: exit {result.returncode}: {result.stderr.strip()[-300:]}")
+    assert not failures, "\n".join(failures)
