@@ -1,0 +1,1073 @@
+"""Nsight Systems SQLite export parser (``nsys export --type sqlite``).
+
+Reads the tables of an export into the canonical :class:`traceview.model.Trace` with SQL plus
+numpy/pyarrow: every table is fetched in batches of column tuples and transformed column-wise;
+there is no Python loop over events (only over distinct names, processes and devices).
+
+What becomes what
+-----------------
+===================================== ============ =========================================
+source table                          kind         category
+===================================== ============ =========================================
+``CUPTI_ACTIVITY_KIND_KERNEL``        kernel       ``kernel``
+``CUPTI_ACTIVITY_KIND_MEMCPY``        memcpy       ``gpu_memcpy``  (name ``Memcpy HtoD`` ...)
+``CUPTI_ACTIVITY_KIND_MEMSET``        memset       ``gpu_memset``  (name ``Memset``)
+``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` sync       ``cuda_sync``   (name ``Stream Sync`` ...)
+``CUPTI_ACTIVITY_KIND_RUNTIME``       runtime      ``cuda_runtime`` or ``cuda_driver``
+``NVTX_EVENTS`` push/pop, start/end   annotation   ``nvtx`` (default domain) or ``nvtx:<domain>``
+``NVTX_EVENTS`` marks                 other        ``nvtx_mark`` (duration 0)
+===================================== ============ =========================================
+
+* Names come from ``StringIds``: kernels by ``demangledName``, else ``shortName``, else
+  ``mangledName``; API calls by ``nameId``, with the CUPTI version suffix of runtime names removed
+  (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; driver names such as ``cuMemAlloc_v2`` keep
+  theirs, as only suffixes of four or more digits are removed); NVTX ranges by ``text``, else
+  ``textId``.
+* Runtime vs driver: ``eventClass`` through ``ENUM_NSYS_EVENT_CLASS`` (built-in: 0 runtime,
+  1 driver); for an unknown class, a name starting with ``cu`` but not ``cuda`` is a driver call.
+* Memcpy direction (``copy_kind``): ``ENUM_CUDA_MEMCPY_OPER`` when present (``CUDA_MEMCPY_KIND_HTOD``
+  -> ``HtoD``), else the built-in CUPTI numbering: 0 Unknown, 1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH, 5 AtoA,
+  6 AtoD, 7 DtoA, 8 DtoD, 9 HtoH, 10 PtoP, 11 UVM HtoD, 12 UVM DtoH, 13 UVM DtoD.
+* Sync names follow Kineto's ``cuda_sync`` spelling: 1 Event Sync, 2 Stream Wait Event,
+  3 Stream Sync, 4 Context Sync (others from ``ENUM_CUPTI_SYNC_TYPE``). CUPTI reports a device id
+  of 0 for sync records of every process, so a sync row takes the device of the process's other
+  GPU activity on the same stream (else the process's only device); the fix is counted in
+  ``event_counts["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION.device_from_activity"]``. Stream
+  ``0xFFFFFFFF`` (context-wide) becomes -1.
+* NCCL kernels (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``ncclKernel_...``) get ``collective``
+  from the name in PyTorch's spelling (``allreduce``, ``allgather``, ``reduce_scatter``,
+  ``broadcast``, ``reduce``, ``sendrecv``) and ``msg_dtype`` when the name has one (``f32`` -> ``Float``).
+  Nsight has no message sizes unless NVTX payload blobs were exported; they stay null.
+
+Processes, threads and ranks
+----------------------------
+``pid = (globalTid >> 24) & 0xFFFFFF`` and ``tid = globalTid & 0xFFFFFF``; GPU rows carry only
+``globalPid``, so their ``tid`` is -1 (their stream is in ``stream``). A process is identified by
+``globalPid >> 24`` (pid plus the host/VM bits), so equal pids on two hosts stay apart.
+
+Every process with events becomes one rank. Processes with GPU activity come first, ordered by
+the lowest device id they used, then by pid; then processes with CUDA API calls only (by pid);
+then processes with only NVTX events (by pid). Ranks are numbered 0, 1, ... in that order; an
+export does not state the distributed rank, so ``RankInfo.rank_source`` says how the number was
+given (``"nsys process pid=144 (device 0); rank by device order"``) and ``world_size`` is left
+unknown. Rows of processes without events (e.g. only NVTX domain registrations) belong to no
+rank; they are counted in the first rank's ``event_counts`` as ``<TABLE>.no_rank``. An export with
+Nsight tables but no events gives one empty rank 0 (so its metadata and devices stay visible).
+
+Launch links join a runtime/driver call to the kernels, copies, memsets and sync records it caused
+on correlation id **and** process (ids repeat across processes), with category ``correlation``.
+
+Times
+-----
+Nsight stores int64 nanoseconds. ``start_ns`` is kept on the export's own timeline;
+``dur_ns = end - start`` (a negative duration is clamped to 0 and counted in the warnings; an NVTX
+range without ``end`` gets duration 0 and a warning). ``RankInfo.base_time_ns`` is the session's
+absolute start (``TARGET_INFO_SESSION_START_TIME.utcEpochNs``, 0 if absent);
+``raw_metadata["session_start"]`` also holds the timeline value of that instant
+(``systemClockNs``, or ``ANALYSIS_DETAILS.startTime``) where the export has it, so
+``absolute = base_time_ns + start_ns - session_start["timeline_ns"]``.
+
+Metadata and counts
+-------------------
+``RankInfo.raw_metadata`` holds ``export`` (``META_DATA_EXPORT`` or ``EXPORT_META_DATA``),
+``capture`` (``META_DATA_CAPTURE``; it may hold environment variables, so never render it raw),
+``session_start`` and ``layout``. ``format_version`` is the nsys version
+(``EXPORT_PRODUCT_VERSION``). Devices come from ``TARGET_INFO_GPU`` or, in old exports,
+``TARGET_INFO_CUDA_GPU`` (whose ``globalMemorySize`` is in MiB; it is converted to bytes).
+
+``event_counts`` has, per source table, ``<TABLE>.read`` (rows of this rank's process) and
+``<TABLE>.mapped`` (rows that became events), plus ``mapped`` (all events of the rank). Tables
+traceview does not map (OS runtime, scheduling, profiler overhead, ...) are counted once, in the
+first rank's ``unmapped``, by table name, so nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceview.errors import TraceFormatError
+from traceview.model import (
+    DEFAULT_STEP_MARKER,
+    EVENT_SCHEMA,
+    DeviceInfo,
+    Kind,
+    RankInfo,
+    Trace,
+    empty_links,
+    join_on_keys,
+    kind_array,
+    make_events_table,
+    make_links_table,
+    steps_from_annotations,
+)
+
+__all__ = ["parse_nsys", "looks_like_nsys", "export_nsys_rep"]
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+EXPORT_HINT = "export it first: nsys export --type sqlite --output X.sqlite X.nsys-rep"
+
+KERNEL_T = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_T = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_T = "CUPTI_ACTIVITY_KIND_MEMSET"
+SYNC_T = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+RUNTIME_T = "CUPTI_ACTIVITY_KIND_RUNTIME"
+NVTX_T = "NVTX_EVENTS"
+EVENT_TABLES = (KERNEL_T, MEMCPY_T, MEMSET_T, SYNC_T, RUNTIME_T, NVTX_T)
+#: A file is an Nsight export only if it has at least one of these.
+CORE_TABLES = (KERNEL_T, RUNTIME_T, NVTX_T)
+
+#: Tables that describe rather than record events: never counted as unmapped.
+_INFO_PREFIXES = ("ENUM_", "TARGET_INFO_", "META_DATA_", "ANALYSIS_", "NVTX_PAYLOAD_", "sqlite_")
+_INFO_TABLES = {"StringIds", "ThreadNames", "PROCESSES", "ProcessStreams", "EXPORT_META_DATA",
+                "CUDA_CALLCHAINS", "OSRT_CALLCHAINS", "SAMPLING_CALLCHAINS", "UnwindMethodType"}
+
+MEMCPY_KINDS_BUILTIN = {
+    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
+}
+SYNC_NAMES_BUILTIN = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync",
+                      4: "Context Sync"}
+EVENT_CLASS_BUILTIN = {0: "cuda_runtime", 1: "cuda_driver"}
+#: NVTX event types (ENUM_NSYS_EVENT_TYPE) when the export has no enum table.
+NVTX_RANGE_TYPES_BUILTIN = (59, 60, 70, 71)
+NVTX_MARK_TYPES_BUILTIN = (34, 65)
+NVTX_DOMAIN_CREATE_BUILTIN = 75
+
+_RUNTIME_VERSION_SUFFIX = r"_v\d{4,}$"
+_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_NCCL_COLLECTIVES = {
+    "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reduce_scatter",
+    "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv", "send": "send",
+    "recv": "recv", "alltoall": "all_to_all",
+}
+_NCCL_DTYPES = {
+    "f32": "Float", "float": "Float", "f16": "Half", "half": "Half", "bf16": "BFloat16",
+    "f64": "Double", "double": "Double", "i8": "Char", "int8_t": "Char", "u8": "Byte",
+    "uint8_t": "Byte", "i32": "Int", "int32_t": "Int", "u32": "UInt32", "uint32_t": "UInt32",
+    "i64": "Long", "int64_t": "Long", "u64": "UInt64", "uint64_t": "UInt64",
+    "f8e4m3": "Float8_e4m3fn", "f8e5m2": "Float8_e5m2",
+}
+_BATCH = 1 << 18
+#: The message dtype column (``msg_dtype``; ``dtype`` in the first model version).
+_DTYPE_COLUMN = "msg_dtype" if "msg_dtype" in EVENT_SCHEMA.names else "dtype"
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, inverse), by hashing: O(n) where ``np.unique`` sorts every row."""
+    codes, uniques = pd.factorize(np.asarray(values), sort=True)
+    return np.asarray(uniques), np.asarray(codes, dtype=np.int64)
+
+
+def _distinct_rows(*columns: np.ndarray) -> list[tuple[int, ...]]:
+    """Distinct combinations of equally long integer columns (hash based)."""
+    if len(columns[0]) == 0:
+        return []
+    frame = pd.DataFrame({i: c for i, c in enumerate(columns)}).drop_duplicates()
+    return [tuple(int(v) for v in row) for row in frame.itertuples(index=False, name=None)]
+
+
+def _used_positions(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct codes, inverse) for codes in ``[0, size)`` in linear time."""
+    present = np.zeros(size, dtype=bool)
+    present[codes] = True
+    used = np.flatnonzero(present)
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return used, rank[codes]
+
+
+# ----------------------------------------------------------------------------- detection
+
+
+def _head(path: Path, n: int = 16) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+    return sqlite3.connect(uri, uri=True)
+
+
+def _table_names(con: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+
+
+def looks_like_nsys(path: str | os.PathLike[str]) -> bool:
+    """True for an SQLite file that holds Nsight Systems tables (never raises)."""
+    path = Path(path)
+    try:
+        if _head(path) != SQLITE_MAGIC:
+            return False
+        con = _connect(path)
+        try:
+            names = set(_table_names(con))
+        finally:
+            con.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return bool(names & set(CORE_TABLES)) or ("StringIds" in names and any(
+        n.startswith("CUPTI_ACTIVITY_KIND_") or n.startswith("TARGET_INFO_") for n in names))
+
+
+def export_nsys_rep(path: str | os.PathLike[str]) -> Path:
+    """Export a ``.nsys-rep`` report to SQLite with the ``nsys`` CLI; returns the ``.sqlite`` path.
+
+    The export is cached (by path, size and mtime) under the traceview cache directory
+    (``$TRACEVIEW_CACHE_DIR``, else ``$XDG_CACHE_HOME/traceview``, else ``~/.cache/traceview``), in
+    ``nsys-export/``; a temporary directory is used when that is not writable. Without ``nsys`` on
+    PATH, raises :class:`TraceFormatError` saying how to export by hand.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(path, "no such file")
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    target_name = f"{path.stem}-{key}.sqlite"
+    try:
+        from traceview.loading import cache_dir
+
+        out_dir = cache_dir() / "nsys-export"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(out_dir, os.W_OK):
+            raise OSError("not writable")
+    except OSError:
+        out_dir = Path(tempfile.mkdtemp(prefix="traceview-nsys-"))
+    target = out_dir / target_name
+    if target.is_file() and target.stat().st_size > 0:
+        return target  # exported before: nsys is not needed again
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise TraceFormatError(
+            path,
+            "is an Nsight Systems report (.nsys-rep); traceview reads its SQLite export, and no nsys "
+            "binary is on PATH to make one",
+            f"run: nsys export --type sqlite --output {path.with_suffix('.sqlite').name} {path.name}",
+        )
+    tmp = out_dir / f".{path.stem}-{key}.{os.getpid()}.tmp.sqlite"
+    cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp), str(path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TraceFormatError(path, f"nsys export failed ({exc})", EXPORT_HINT) from None
+    if proc.returncode != 0 or not tmp.is_file():
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()
+        detail = tail[-1] if tail else f"exit code {proc.returncode}"
+        tmp.unlink(missing_ok=True)
+        raise TraceFormatError(path, f"nsys export failed: {detail}", EXPORT_HINT)
+    os.replace(tmp, target)
+    return target
+
+
+# ------------------------------------------------------------------------------ entry
+
+
+def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None) -> Trace:
+    """Parse one Nsight Systems SQLite export (or a ``.nsys-rep``, exported with ``nsys``)."""
+    path = Path(path)
+    try:
+        head = _head(path)
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, "is a directory") from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot be read: {exc.strerror}") from None
+    if head != SQLITE_MAGIC:
+        if path.name.endswith(REPORT_SUFFIXES):
+            return parse_nsys(export_nsys_rep(path), step_marker=step_marker)
+        raise TraceFormatError(
+            path, "is not an SQLite database, so not an Nsight Systems export",
+            "make one with: nsys export --type sqlite --output X.sqlite X.nsys-rep",
+        )
+    try:
+        con = _connect(path)
+    except sqlite3.Error as exc:
+        raise TraceFormatError(path, f"cannot be opened as SQLite ({exc})") from None
+    try:
+        return _Parser(con, path, step_marker or DEFAULT_STEP_MARKER).run()
+    except sqlite3.DatabaseError as exc:
+        raise TraceFormatError(path, f"is a damaged or unreadable SQLite database ({exc})",
+                               "export it again with nsys export --type sqlite") from None
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------------------- strings
+
+
+class _Strings:
+    """Integer codes for strings from several sources, turned into one dictionary at the end.
+
+    Codes index a list of string blocks (``StringIds`` values first); duplicates across blocks are
+    merged by :meth:`dictionary_array`. Everything is vectorised; only distinct values are touched.
+    """
+
+    def __init__(self, ids: np.ndarray | None = None, values: pa.Array | None = None) -> None:
+        self.ids = ids if ids is not None else np.empty(0, dtype=np.int64)
+        first = values if values is not None else pa.array([], pa.string())
+        self.blocks: list[pa.Array] = [first]
+        self.size = len(first)
+        self._consts: dict[str, int] = {}
+        self.missing = 0
+
+    def add_block(self, values: pa.Array) -> int:
+        base = self.size
+        values = values.cast(pa.string()).fill_null("")
+        self.blocks.append(values)
+        self.size += len(values)
+        return base
+
+    def const(self, value: str) -> int:
+        if value not in self._consts:
+            self._consts[value] = self.add_block(pa.array([value], pa.string()))
+        return self._consts[value]
+
+    def consts(self, values: list[str]) -> np.ndarray:
+        return np.array([self.const(v) for v in values], dtype=np.int64)
+
+    def from_ids(self, ids: np.ndarray, transform: Callable[[pa.Array], pa.Array] | None = None) -> np.ndarray:
+        """Codes for ``StringIds`` ids (unknown ids -> ``""``, counted in ``missing``)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        codes = np.full(len(ids), self.const(""), dtype=np.int64)
+        if len(self.ids) == 0 or len(ids) == 0:
+            self.missing += int(len(ids))
+            return codes
+        pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        found = self.ids[pos] == ids
+        self.missing += int((~found).sum())
+        if transform is None:
+            codes[found] = pos[found]
+            return codes
+        uniq, inverse = _used_positions(pos[found], len(self.ids))
+        base = self.add_block(transform(self.blocks[0].take(pa.array(uniq))))
+        codes[found] = base + inverse
+        return codes
+
+    def from_strings(self, values: pa.Array) -> np.ndarray:
+        """Codes for a string array (nulls -> ``""``)."""
+        encoded = values.cast(pa.string()).dictionary_encode()
+        base = self.add_block(encoded.dictionary)
+        idx = encoded.indices
+        out = np.full(len(values), self.const(""), dtype=np.int64)
+        valid = np.asarray(idx.is_valid())
+        out[valid] = base + np.asarray(idx.drop_null(), dtype=np.int64)
+        return out
+
+    def dictionary_array(self, codes: np.ndarray, mask: np.ndarray | None = None) -> pa.DictionaryArray:
+        """A compact int32 dictionary array; rows where ``mask`` is True are null."""
+        codes = np.asarray(codes, dtype=np.int64)
+        if mask is not None and mask.any():
+            fill = codes[~mask][0] if (~mask).any() else self.const("")
+            codes = np.where(mask, fill, codes)
+        if len(codes) == 0:
+            return pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
+        used, inverse = _used_positions(codes, self.size)
+        values = pa.concat_arrays([b.cast(pa.string()) for b in self.blocks]).take(pa.array(used))
+        merged = values.dictionary_encode()
+        remap = np.asarray(merged.indices, dtype=np.int32)
+        indices = remap[inverse]
+        arr = pa.array(indices, pa.int32(), mask=mask if mask is not None and mask.any() else None)
+        return pa.DictionaryArray.from_arrays(arr, merged.dictionary)
+
+
+# ------------------------------------------------------------------------------ parser
+
+
+@dataclass
+class _Group:
+    """Rows read from one source table (all rows; ``keep`` marks those that become events)."""
+
+    table: str
+    proc: np.ndarray  # globalPid >> 24, -1 when absent
+    tid: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    kind: np.ndarray  # int8 codes
+    category: np.ndarray  # codes in the category pool
+    name: np.ndarray  # codes in the name pool
+    device: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray
+    keep: np.ndarray
+    optional: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # name -> (values, valid)
+
+
+class _Parser:
+    def __init__(self, con: sqlite3.Connection, path: Path, step_marker: str) -> None:
+        self.con = con
+        self.path = path
+        self.step_marker = step_marker
+        self.tables = set(_table_names(con))
+        self._columns: dict[str, set[str]] = {}
+        self.warnings: list[str] = []
+        self.categories = _Strings()
+
+    # -- helpers -----------------------------------------------------------------------
+    def columns(self, table: str) -> set[str]:
+        if table not in self._columns:
+            self._columns[table] = {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
+        return self._columns[table]
+
+    def col(self, table: str, *names: str, default: str = "NULL") -> str:
+        """SQL for the first of ``names`` that the table has (COALESCE of all present ones)."""
+        present = [f'"{n}"' for n in names if n in self.columns(table)]
+        if not present:
+            return default
+        if default != "NULL":
+            present.append(default)
+        return present[0] if len(present) == 1 else f"COALESCE({', '.join(present)})"
+
+    def fetch(self, table: str, exprs: list[str], text: str | None = None,
+              order: str = "") -> tuple[list[np.ndarray], pa.Array | None]:
+        """Integer columns ``exprs`` (NULL -> -1) of ``table`` as int64 arrays, and optionally one
+        text column as a pyarrow string array (a second scan in the same order).
+
+        Rows are taken in batches and flattened by ``np.fromiter`` over the row tuples: C loops only.
+        """
+        k = len(exprs)
+        sql = "SELECT " + ", ".join(f"COALESCE({e}, -1)" for e in exprs) + f' FROM "{table}" {order}'
+        cur = self.con.execute(sql)
+        blocks: list[np.ndarray] = []
+        try:
+            while True:
+                batch = cur.fetchmany(_BATCH)
+                if not batch:
+                    break
+                flat = np.fromiter(itertools.chain.from_iterable(batch), dtype=np.int64, count=len(batch) * k)
+                blocks.append(flat.reshape(-1, k))
+        except (TypeError, ValueError) as exc:
+            raise TraceFormatError(self.path, f"table {table} holds values of an unexpected type ({exc})") from None
+        flat = np.concatenate(blocks) if blocks else np.empty((0, k), dtype=np.int64)
+        columns = [np.ascontiguousarray(flat[:, i]) for i in range(k)]
+        texts = None
+        if text is not None:
+            cur = self.con.execute(f'SELECT {text} FROM "{table}" {order}')
+            parts = []
+            while True:
+                batch = cur.fetchmany(_BATCH)
+                if not batch:
+                    break
+                parts.append(pa.array(list(itertools.chain.from_iterable(batch)), pa.string()))
+            texts = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+            if len(texts) != len(flat):
+                raise TraceFormatError(self.path, f"table {table} changed while it was read")
+        return columns, texts
+
+    def enum(self, table: str) -> dict[int, tuple[str, str]]:
+        if table not in self.tables:
+            return {}
+        cols = self.columns(table)
+        name = '"name"' if "name" in cols else "''"
+        label = '"label"' if "label" in cols else "''"
+        rows = self.con.execute(f'SELECT id, {name}, {label} FROM "{table}"')
+        return {int(r[0]): (r[1] or "", r[2] or "") for r in rows}
+
+    def durations(self, table: str, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        dur = end - start
+        negative = int((dur < 0).sum())
+        if negative:
+            self.warnings.append(f"{table}: {negative} rows end before they start (duration set to 0)")
+            dur = np.maximum(dur, 0)
+        return dur
+
+    def group(self, table: str, proc: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray,
+              kind: Kind | np.ndarray, category: np.ndarray, name: np.ndarray, *, device=None, stream=None,
+              corr=None, keep=None) -> _Group:
+        n = len(start)
+        minus = np.full(n, -1, dtype=np.int64)
+        kinds = np.full(n, int(kind), dtype=np.int8) if isinstance(kind, Kind) else kind.astype(np.int8)
+        return _Group(
+            table=table, proc=proc, tid=tid, start=start, dur=self.durations(table, start, end), kind=kinds,
+            category=category, name=name,
+            device=minus if device is None else device,
+            stream=minus if stream is None else np.where(stream == 0xFFFFFFFF, -1, stream),
+            corr=minus if corr is None else corr,
+            keep=np.ones(n, dtype=bool) if keep is None else keep,
+        )
+
+    # -- readers -----------------------------------------------------------------------
+    def read_strings(self) -> _Strings:
+        if "StringIds" not in self.tables:
+            self.warnings.append("no StringIds table: names are empty")
+            return _Strings()
+        (ids,), values = self.fetch("StringIds", ['"id"'], text='"value"', order='ORDER BY "id"')
+        return _Strings(ids, values)
+
+    def _gpu_common(self, table: str, extra: list[str]) -> tuple[list[Any], np.ndarray, np.ndarray]:
+        t = table
+        exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "deviceId"), self.col(t, "streamId"),
+                 self.col(t, "correlationId"), self.col(t, "globalPid")]
+        cols, _ = self.fetch(t, exprs + extra)
+        gpid = cols[5]
+        proc = np.where(gpid == -1, -1, gpid >> 24)
+        return cols, proc, np.full(len(gpid), -1, dtype=np.int64)
+
+    def read_kernels(self, names: _Strings) -> _Group | None:
+        t = KERNEL_T
+        if t not in self.tables:
+            return None
+        dims = ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]
+        extra = [self.col(t, "demangledName", "shortName", "mangledName", default="-1")]
+        extra += [self.col(t, d, default="-1") for d in dims]
+        cols, proc, tid = self._gpu_common(t, extra)
+        start, end, device, stream, corr = cols[:5]
+        n = len(start)
+        g = self.group(t, proc, tid, start, end, Kind.KERNEL, np.full(n, self.categories.const("kernel")),
+                       names.from_ids(cols[6]), device=device, stream=stream, corr=corr)
+        for i, d in enumerate(dims):
+            v = cols[7 + i]
+            g.optional[f"{d[:-1].lower()}_{d[-1].lower()}"] = (v, v >= 0)
+        return g
+
+    def _memcpy_kind_names(self) -> dict[int, str]:
+        table = self.enum("ENUM_CUDA_MEMCPY_OPER")
+        if not table:
+            return dict(MEMCPY_KINDS_BUILTIN)
+        out = {}
+        for i, (name, label) in table.items():
+            short = name.removeprefix("CUDA_MEMCPY_KIND_")
+            m = re.fullmatch(r"(UVM_)?([A-Z])TO([A-Z])", short)
+            if m:
+                out[i] = ("UVM " if m.group(1) else "") + f"{m.group(2)}to{m.group(3)}"
+            else:
+                out[i] = MEMCPY_KINDS_BUILTIN.get(i, label or short.capitalize())
+        return out
+
+    def read_memcpy(self, names: _Strings) -> tuple[_Group | None, np.ndarray | None]:
+        t = MEMCPY_T
+        if t not in self.tables:
+            return None, None
+        extra = [self.col(t, "bytes", default="-1"), self.col(t, "copyKind", default="0")]
+        cols, proc, tid = self._gpu_common(t, extra)
+        start, end, device, stream, corr, _, nbytes, copy_kind = cols
+        mapping = self._memcpy_kind_names()
+        uniq, inverse = _factorize(copy_kind)
+        texts = [mapping.get(int(k), f"kind {int(k)}") for k in uniq]
+        name_codes = names.consts([f"Memcpy {x}" for x in texts])[inverse]
+        copy_codes = names.consts(texts)[inverse]
+        n = len(start)
+        g = self.group(t, proc, tid, start, end, Kind.MEMCPY, np.full(n, self.categories.const("gpu_memcpy")),
+                       name_codes, device=device, stream=stream, corr=corr)
+        g.optional["bytes"] = (nbytes, nbytes >= 0)
+        return g, copy_codes
+
+    def read_memset(self, names: _Strings) -> _Group | None:
+        t = MEMSET_T
+        if t not in self.tables:
+            return None
+        cols, proc, tid = self._gpu_common(t, [self.col(t, "bytes", default="-1")])
+        start, end, device, stream, corr, _, nbytes = cols
+        n = len(start)
+        g = self.group(t, proc, tid, start, end, Kind.MEMSET, np.full(n, self.categories.const("gpu_memset")),
+                       np.full(n, names.const("Memset")), device=device, stream=stream, corr=corr)
+        g.optional["bytes"] = (nbytes, nbytes >= 0)
+        return g
+
+    def read_sync(self, names: _Strings) -> _Group | None:
+        t = SYNC_T
+        if t not in self.tables:
+            return None
+        cols, proc, tid = self._gpu_common(t, [self.col(t, "syncType", "deprecatedSyncType", default="0")])
+        start, end, device, stream, corr, _, sync_type = cols
+        labels = {i: label or name for i, (name, label) in self.enum("ENUM_CUPTI_SYNC_TYPE").items()}
+        uniq, inverse = _factorize(sync_type)
+        texts = [SYNC_NAMES_BUILTIN.get(int(k)) or labels.get(int(k)) or f"Sync type {int(k)}" for k in uniq]
+        n = len(start)
+        return self.group(t, proc, tid, start, end, Kind.SYNC, np.full(n, self.categories.const("cuda_sync")),
+                          names.consts(texts)[inverse], device=device, stream=stream, corr=corr)
+
+    def read_runtime(self, names: _Strings) -> _Group | None:
+        t = RUNTIME_T
+        if t not in self.tables:
+            return None
+        exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "eventClass"), self.col(t, "globalTid"),
+                 self.col(t, "correlationId"), self.col(t, "nameId")]
+        (start, end, event_class, gtid, corr, name_id), _ = self.fetch(t, exprs)
+        strip = lambda values: pc.replace_substring_regex(values, _RUNTIME_VERSION_SUFFIX, "")  # noqa: E731
+        name_codes = names.from_ids(name_id, transform=strip)
+        # category: event class through the enum, else the name
+        class_enum = {i: n for i, (n, _) in self.enum("ENUM_NSYS_EVENT_CLASS").items()}
+        uniq, inverse = _factorize(event_class)
+        per_class: list[str | None] = []
+        for c in uniq.tolist():
+            sym = class_enum.get(c, "")
+            if "CUDA_RUNTIME" in sym:
+                per_class.append("cuda_runtime")
+            elif "CUDA_DRIVER" in sym:
+                per_class.append("cuda_driver")
+            elif not class_enum and c in EVENT_CLASS_BUILTIN:
+                per_class.append(EVENT_CLASS_BUILTIN[c])
+            else:
+                per_class.append(None)
+        runtime_code, driver_code = self.categories.const("cuda_runtime"), self.categories.const("cuda_driver")
+        by_class = np.array([{"cuda_runtime": runtime_code, "cuda_driver": driver_code}.get(p, -1) for p in per_class],
+                            dtype=np.int64)
+        category = by_class[inverse] if len(uniq) else np.empty(0, dtype=np.int64)
+        unknown = category < 0
+        if unknown.any():
+            # driver API names start with "cu" but not "cuda"
+            u_codes, u_inv = _factorize(name_codes[unknown])
+            texts = pa.concat_arrays([b.cast(pa.string()) for b in names.blocks]).take(pa.array(u_codes))
+            is_driver = np.asarray(pc.and_(pc.starts_with(texts, "cu"), pc.invert(pc.starts_with(texts, "cuda"))))
+            category[unknown] = np.where(is_driver, driver_code, runtime_code)[u_inv]
+        proc = np.where(gtid == -1, -1, gtid >> 24)
+        tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
+        return self.group(t, proc, tid, start, end, Kind.RUNTIME, category, name_codes, corr=corr)
+
+    def read_nvtx(self, names: _Strings) -> _Group | None:
+        t = NVTX_T
+        if t not in self.tables:
+            return None
+        end_exprs = ['"end" IS NULL', 'COALESCE("end", "start")'] if "end" in self.columns(t) else ["1", '"start"']
+        exprs = ['"start"', *end_exprs, self.col(t, "eventType", default="59"), self.col(t, "globalTid"),
+                 self.col(t, "textId"), self.col(t, "domainId", default="0")]
+        (start, end_null, end, event_type, gtid, text_id, domain), text = self.fetch(t, exprs, text=self.col(t, "text"))
+        ranges, marks, domain_create = self._nvtx_types()
+        is_range = np.isin(event_type, ranges)
+        is_mark = np.isin(event_type, marks)
+        # names: text, else textId
+        has_text = np.asarray(text.is_valid())
+        name_codes = names.from_ids(np.where(has_text, -1, text_id))
+        names.missing -= int((has_text | (text_id < 0)).sum())  # rows without textId are not "missing"
+        if has_text.any():
+            name_codes[has_text] = names.from_strings(text.filter(pa.array(has_text)))
+        # domain names from domain-create rows (text holds the name)
+        domain_names: dict[int, str] = {}
+        created = np.flatnonzero(event_type == domain_create)
+        if len(created):
+            dom_text = text.take(pa.array(created)).to_pylist()
+            for d, s in zip(domain[created].tolist(), dom_text):
+                if s:
+                    domain_names[int(d)] = s
+        uniq, inverse = _factorize(domain)
+        cat_names = ["nvtx" if d == 0 else f"nvtx:{domain_names.get(int(d), f'domain{int(d)}')}" for d in uniq.tolist()]
+        category = self.categories.consts(cat_names)[inverse] if len(uniq) else np.empty(0, np.int64)
+        category = np.where(is_mark, self.categories.const("nvtx_mark"), category)
+        kind = np.where(is_mark, int(Kind.OTHER), int(Kind.ANNOTATION)).astype(np.int8)
+        open_ranges = is_range & (end_null == 1)
+        end = np.where(is_range & (end_null == 0), end, start)
+        proc = np.where(gtid == -1, -1, gtid >> 24)
+        tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
+        g = self.group(t, proc, tid, start, end, kind, category, name_codes, keep=is_range | is_mark)
+        g.optional["_open"] = (open_ranges.astype(np.int64), open_ranges)
+        return g
+
+    def _nvtx_types(self) -> tuple[list[int], list[int], int]:
+        table = self.enum("ENUM_NSYS_EVENT_TYPE")
+        if not table:
+            return list(NVTX_RANGE_TYPES_BUILTIN), list(NVTX_MARK_TYPES_BUILTIN), NVTX_DOMAIN_CREATE_BUILTIN
+        ranges = [i for i, (n, _) in table.items()
+                  if n.startswith("Nvtx") and n.endswith(("PushPopRange", "StartEndRange"))]
+        marks = [i for i, (n, _) in table.items() if n in ("NvtxMark", "NvtxtMark")]
+        create = next((i for i, (n, _) in table.items() if n == "NvtxDomainCreate"), NVTX_DOMAIN_CREATE_BUILTIN)
+        return ranges or list(NVTX_RANGE_TYPES_BUILTIN), marks or list(NVTX_MARK_TYPES_BUILTIN), create
+
+    # -- metadata ----------------------------------------------------------------------
+    def key_values(self, table: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if table not in self.tables or not {"name", "value"} <= self.columns(table):
+            return out
+        for name, value in self.con.execute(f'SELECT name, value FROM "{table}"'):
+            if name in out:
+                prev = out[name]
+                out[name] = (prev if isinstance(prev, list) else [prev]) + [value]
+            else:
+                out[name] = value
+        return out
+
+    def metadata(self) -> tuple[dict[str, Any], str, int]:
+        export_table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if t in self.tables), None)
+        export = self.key_values(export_table) if export_table else {}
+        meta: dict[str, Any] = {"export": export}
+        capture = self.key_values("META_DATA_CAPTURE")
+        if capture:
+            meta["capture"] = capture
+        version = export.get("EXPORT_PRODUCT_VERSION")
+        if not isinstance(version, str):
+            version = next((v for k, v in export.items() if "VERSION" in k and isinstance(v, str)
+                            and re.match(r"\d{4}\.\d", v)), None)
+        format_version = version or "unknown (no export metadata table)"
+        base = 0
+        session: dict[str, Any] = {}
+        if "TARGET_INFO_SESSION_START_TIME" in self.tables:
+            cur = self.con.execute("SELECT * FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+            row = cur.fetchone()
+            if row is not None:
+                session = dict(zip([d[0] for d in cur.description], row))
+                if isinstance(session.get("utcEpochNs"), int):
+                    base = int(session["utcEpochNs"])
+                if isinstance(session.get("systemClockNs"), int):
+                    session["timeline_ns"] = session["systemClockNs"]
+        analysis = "ANALYSIS_DETAILS" in self.tables and "startTime" in self.columns("ANALYSIS_DETAILS")
+        if "timeline_ns" not in session and analysis:
+            row = self.con.execute("SELECT startTime FROM ANALYSIS_DETAILS LIMIT 1").fetchone()
+            if row is not None and isinstance(row[0], int):
+                session["timeline_ns"] = row[0]
+        meta["session_start"] = session
+        meta["layout"] = ("TARGET_INFO_GPU" if "TARGET_INFO_GPU" in self.tables else
+                          "TARGET_INFO_CUDA_GPU" if "TARGET_INFO_CUDA_GPU" in self.tables else "no GPU info table")
+        if export_table:
+            meta["export_table"] = export_table
+        return meta, format_version, base
+
+    def devices(self) -> dict[tuple[int, int], DeviceInfo]:
+        """(vm, device id) -> DeviceInfo; vm is ``vmId >> 48`` (the host bits of a globalPid)."""
+        out: dict[tuple[int, int], DeviceInfo] = {}
+        if "TARGET_INFO_GPU" in self.tables:
+            table, id_col = "TARGET_INFO_GPU", "id"
+            fields = {"name": "name", "sm": "smCount", "mem": "totalMemory", "major": "computeMajor",
+                      "minor": "computeMinor"}
+            mem_in_mib = False
+        elif "TARGET_INFO_CUDA_GPU" in self.tables:
+            table, id_col = "TARGET_INFO_CUDA_GPU", "deviceId"
+            fields = {"name": "name", "sm": "numMultiprocessors", "mem": "globalMemorySize",
+                      "major": "computeCapabilityMajor", "minor": "computeCapabilityMinor"}
+            mem_in_mib = True
+        else:
+            return out
+        cur = self.con.execute(f'SELECT * FROM "{table}"')
+        names = [d[0] for d in cur.description]
+        for row in cur.fetchall():
+            rec = dict(zip(names, row))
+            dev_id = rec.get(id_col)
+            if not isinstance(dev_id, int):
+                continue
+            vm = (rec.get("vmId") or 0) >> 48 if isinstance(rec.get("vmId"), int) else 0
+            if (vm, dev_id) in out:
+                continue
+            mem = rec.get(fields["mem"])
+            extra = {k: v for k, v in rec.items() if k not in (id_col, *fields.values()) and v is not None}
+            if isinstance(mem, int) and mem_in_mib and mem < (1 << 24):
+                extra[f"{fields['mem']}_MiB"] = mem
+                mem = mem << 20
+            major, minor = rec.get(fields["major"]), rec.get(fields["minor"])
+            out[(vm, dev_id)] = DeviceInfo(
+                id=int(dev_id),
+                name=str(rec.get(fields["name"]) or ""),
+                sm_count=rec.get(fields["sm"]),
+                total_memory_bytes=mem if isinstance(mem, int) else None,
+                compute_capability=f"{major}.{minor}" if major is not None else None,
+                extra=extra,
+            )
+        return out
+
+    def process_names(self) -> dict[int, str]:
+        """process key (globalPid >> 24) -> name."""
+        out: dict[int, str] = {}
+        if "PROCESSES" in self.tables and {"globalPid", "name"} <= self.columns("PROCESSES"):
+            for gpid, name in self.con.execute("SELECT globalPid, name FROM PROCESSES"):
+                if isinstance(gpid, int) and name:
+                    out[gpid >> 24] = name
+        return out
+
+    def thread_names(self, names: _Strings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(process key, tid, name code) of ``ThreadNames`` rows."""
+        if "ThreadNames" not in self.tables or not {"nameId", "globalTid"} <= self.columns("ThreadNames"):
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        (gtid, name_id), _ = self.fetch("ThreadNames", ['"globalTid"', '"nameId"'])
+        before = names.missing
+        codes = names.from_ids(name_id)
+        names.missing = before
+        return gtid >> 24, gtid & 0xFFFFFF, codes
+
+    def unmapped_tables(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in sorted(self.tables):
+            if t in EVENT_TABLES or t in _INFO_TABLES or t.startswith(_INFO_PREFIXES):
+                continue
+            n = self.con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]
+            if n:
+                out[t] = int(n)
+        return out
+
+    # -- assembly ----------------------------------------------------------------------
+    def run(self) -> Trace:
+        if not self.tables & set(CORE_TABLES):
+            what = "has no tables at all" if not self.tables else "has none of the Nsight Systems tables"
+            raise TraceFormatError(
+                self.path,
+                f"is an SQLite database but {what} (expected {', '.join(CORE_TABLES)})",
+                "is it an Nsight Systems export? make one with: nsys export --type sqlite --output X.sqlite X.nsys-rep",
+            )
+        names = self.read_strings()
+        groups: list[_Group] = []
+        copy_codes = None
+        for reader in (self.read_kernels, self.read_memcpy, self.read_memset, self.read_sync,
+                       self.read_runtime, self.read_nvtx):
+            got = reader(names)
+            if isinstance(got, tuple):
+                got, copy_codes_part = got
+                if got is not None:
+                    copy_codes = (len(groups), copy_codes_part)
+            if got is not None:
+                groups.append(got)
+        if names.missing:
+            self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
+
+        # ---- processes -> ranks
+        proc_all = np.concatenate([g.proc[g.keep] for g in groups]) if groups else np.empty(0, np.int64)
+        procs, _ = _factorize(proc_all)
+        activity = [g for g in groups if g.table in (KERNEL_T, MEMCPY_T, MEMSET_T)]
+        min_device: dict[int, int] = {}
+        stream_device: dict[tuple[int, int], int] = {}
+        for g in activity:
+            sel = g.keep & (g.device >= 0)
+            if not sel.any():
+                continue
+            for p, s, d in _distinct_rows(g.proc[sel], g.stream[sel], g.device[sel]):
+                min_device[p] = min(d, min_device.get(p, d))
+                stream_device[(p, s)] = min(d, stream_device.get((p, s), d))
+        api_procs = set()
+        for g in groups:
+            if g.table in (RUNTIME_T, SYNC_T):
+                api_procs |= {int(p) for p in _factorize(g.proc)[0]}
+        proc_list = procs.tolist()
+
+        def order_key(p: int) -> tuple:
+            if p in min_device:
+                return (0, min_device[p], p & 0xFFFFFF, p)
+            if p in api_procs:
+                return (1, 0, p & 0xFFFFFF, p)
+            return (2, 0, p & 0xFFFFFF, p)
+
+        ordered = sorted(proc_list, key=order_key)
+        rank_of = {p: r for r, p in enumerate(ordered)}
+        proc_sorted = np.asarray(proc_list, dtype=np.int64)
+        rank_lookup = np.asarray([rank_of[p] for p in proc_list], dtype=np.int64)
+
+        def ranks_for(proc: np.ndarray) -> np.ndarray:
+            if len(proc_sorted) == 0:
+                return np.full(len(proc), -1, dtype=np.int64)
+            pos = np.minimum(np.searchsorted(proc_sorted, proc), len(proc_sorted) - 1)
+            return np.where(proc_sorted[pos] == proc, rank_lookup[pos], -1)
+
+        # sync rows: device of the same (process, stream) activity, else the process's only device
+        devices_per_proc: dict[int, set[int]] = {}
+        for (p, _s), d in stream_device.items():
+            devices_per_proc.setdefault(p, set()).add(d)
+        sync_fixed = np.zeros(len(ordered), dtype=np.int64)
+        for g in groups:
+            if g.table != SYNC_T or len(g.proc) == 0:
+                continue
+            keys = _distinct_rows(g.proc, g.stream)
+            lookup = {}
+            for p, s in keys:
+                if (p, s) in stream_device:
+                    lookup[(p, s)] = stream_device[(p, s)]
+                elif len(devices_per_proc.get(p, ())) == 1:
+                    lookup[(p, s)] = next(iter(devices_per_proc[p]))
+            if lookup:
+                kp = np.array([k[0] for k in lookup], dtype=np.int64)
+                ks = np.array([k[1] for k in lookup], dtype=np.int64)
+                kd = np.array(list(lookup.values()), dtype=np.int64)
+                li, ri = join_on_keys([g.proc, g.stream], [kp, ks])
+                new_device = g.device.copy()
+                new_device[li] = kd[ri]
+                changed = new_device != g.device
+                r = ranks_for(g.proc[changed])
+                sync_fixed += np.bincount(r[r >= 0], minlength=len(ordered))
+                g.device = new_device
+
+        # ---- counts per rank
+        n_ranks = len(ordered)
+        counts: list[dict[str, int]] = [{} for _ in range(n_ranks)]
+        no_rank: dict[str, int] = {}
+        open_per_rank = np.zeros(n_ranks, dtype=np.int64)
+        for g in groups:
+            r_all = ranks_for(g.proc)
+            read = np.bincount(r_all[r_all >= 0], minlength=n_ranks)
+            mapped = np.bincount(r_all[(r_all >= 0) & g.keep], minlength=n_ranks)
+            for r in range(n_ranks):
+                counts[r][f"{g.table}.read"] = int(read[r])
+                counts[r][f"{g.table}.mapped"] = int(mapped[r])
+            if (r_all < 0).any():
+                no_rank[f"{g.table}.no_rank"] = int((r_all < 0).sum())
+            if "_open" in g.optional:
+                opened = g.optional.pop("_open")[1]
+                open_per_rank += np.bincount(r_all[opened & (r_all >= 0)], minlength=n_ranks)
+        for r in range(n_ranks):
+            if sync_fixed[r]:
+                counts[r][f"{SYNC_T}.device_from_activity"] = int(sync_fixed[r])
+        if n_ranks and no_rank:
+            counts[0].update(no_rank)
+
+        # ---- concatenate kept rows
+        def cat(attr: str) -> np.ndarray:
+            parts = [getattr(g, attr)[g.keep] for g in groups]
+            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+        proc = cat("proc")
+        start, dur, kind = cat("start"), cat("dur"), cat("kind").astype(np.int8)
+        rank = ranks_for(proc)
+        # by rank, then start: a stable sort by time (timsort: the tables are runs already in time
+        # order), then a stable radix sort by rank
+        order = np.argsort(start, kind="stable")
+        order = order[np.argsort(rank[order].astype(np.int16 if len(ordered) < 32000 else np.int64), kind="stable")]
+        n = len(order)
+        proc, start, dur, kind, rank = proc[order], start[order], dur[order], kind[order], rank[order]
+        tid, device, stream, corr = cat("tid")[order], cat("device")[order], cat("stream")[order], cat("corr")[order]
+        name_codes, cat_codes = cat("name")[order], cat("category")[order]
+        optional_names = sorted({k for g in groups for k in g.optional})
+        columns: dict[str, Any] = {
+            "rank": pa.array(rank.astype(np.int32)),
+            "kind": kind_array(kind),
+            "category": self.categories.dictionary_array(cat_codes),
+            "start_ns": pa.array(start),
+            "dur_ns": pa.array(dur),
+            "pid": pa.array(np.where(proc == -1, -1, proc & 0xFFFFFF)),
+            "tid": pa.array(tid),
+            "device": pa.array(device.astype(np.int32)),
+            "stream": pa.array(stream),
+            "correlation": pa.array(corr),
+        }
+        for col_name in optional_names:
+            vals, valid = [], []
+            for g in groups:
+                m = int(g.keep.sum())
+                if col_name in g.optional:
+                    v, ok = g.optional[col_name]
+                    vals.append(v[g.keep])
+                    valid.append(ok[g.keep])
+                else:
+                    vals.append(np.zeros(m, dtype=np.int64))
+                    valid.append(np.zeros(m, dtype=bool))
+            v = np.concatenate(vals)[order]
+            ok = np.concatenate(valid)[order]
+            columns[col_name] = pa.array(v, mask=~ok)
+        # copy kind (memcpy rows only)
+        copy_full = np.full(n, -1, dtype=np.int64)
+        if copy_codes is not None:
+            gi, codes = copy_codes
+            offset = sum(int(g.keep.sum()) for g in groups[:gi])
+            unsorted = np.full(n, -1, dtype=np.int64)
+            unsorted[offset:offset + len(codes)] = codes[groups[gi].keep]
+            copy_full = unsorted[order]
+        if (copy_full >= 0).any():
+            columns["copy_kind"] = names.dictionary_array(copy_full, mask=copy_full < 0)
+        name_array = names.dictionary_array(name_codes)
+        columns["name"] = name_array
+        self._collectives(columns, name_array, kind)
+        unknown = set(columns) - set(EVENT_SCHEMA.names)
+        assert not unknown, f"columns not in EVENT_SCHEMA: {sorted(unknown)}"
+        events = make_events_table(columns, n)
+
+        # ---- launch links: correlation within one process (= one rank)
+        links = empty_links()
+        api_rows = np.flatnonzero((kind == int(Kind.RUNTIME)) & (corr > 0))
+        gpu_rows = np.flatnonzero(np.isin(kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.SYNC)])
+                                  & (corr > 0))
+        if len(api_rows) and len(gpu_rows):
+            left, right = join_on_keys([rank[api_rows], corr[api_rows]], [rank[gpu_rows], corr[gpu_rows]])
+            if len(left):
+                links = make_links_table(rank[api_rows[left]], "launch", "correlation", api_rows[left], gpu_rows[right])
+
+        # ---- rank infos
+        meta, format_version, base = self.metadata()
+        device_info = self.devices()
+        pnames = self.process_names()
+        t_proc, t_tid, t_codes = self.thread_names(names)
+        t_names = names.dictionary_array(t_codes) if len(t_codes) else None
+        unmapped = self.unmapped_tables()
+        by_kind = np.bincount(rank * len(Kind) + kind.astype(np.int64),
+                              minlength=n_ranks * len(Kind)).reshape(n_ranks, len(Kind)) if n else \
+            np.zeros((n_ranks, len(Kind)), dtype=np.int64)
+        on_gpu = np.isin(kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)]) & (device >= 0)
+        devices_of_rank: dict[int, list[int]] = {}
+        for r, d in _distinct_rows(rank[on_gpu], device[on_gpu].astype(np.int64)):
+            devices_of_rank.setdefault(r, []).append(d)
+        vms = {p >> 24 for p in ordered}
+        ranks: dict[int, RankInfo] = {}
+        all_warnings = list(self.warnings)
+        for r, p in enumerate(ordered):
+            pid = p & 0xFFFFFF if p != -1 else -1
+            used = sorted(devices_of_rank.get(r, []))
+            devs = [device_info.get((p >> 24, d)) or next((v for (vm, i), v in device_info.items() if i == d), None)
+                    or DeviceInfo(id=d) for d in used]
+            where = f"device {used[0]}" if len(used) == 1 else (f"devices {used}" if used else
+                    ("CUDA API calls only" if p in api_procs else "NVTX only"))
+            host = f" vm={p >> 24}" if len(vms) > 1 else ""
+            rank_source = f"nsys process pid={pid}{host} ({where}); rank by device order"
+            warnings = []
+            if open_per_rank[r]:
+                warnings.append(f"{int(open_per_rank[r])} NVTX ranges have no end (kept with duration 0)")
+            threads: dict[str, str] = {}
+            if t_names is not None:
+                sel = np.flatnonzero(t_proc == p)
+                if len(sel):
+                    labels = t_names.take(pa.array(sel)).to_pylist()
+                    for tid_v, label in zip(t_tid[sel].tolist(), labels):
+                        if label:
+                            threads[f"{pid}:{tid_v}"] = label
+            pname = pnames.get(p) or threads.get(f"{pid}:{pid}")
+            counts[r]["mapped"] = int(by_kind[r].sum())
+            ranks[r] = RankInfo(
+                rank=r,
+                source_path=str(self.path),
+                source_format="nsys",
+                format_version=format_version,
+                rank_source=rank_source,
+                world_size=None,
+                devices=devs,
+                process_names={pid: pname} if pname else {},
+                thread_names=threads,
+                base_time_ns=base,
+                raw_metadata=dict(meta),
+                event_counts=counts[r],
+                unmapped=dict(unmapped) if r == 0 else {},
+                warnings=warnings + list(self.warnings),
+            )
+            all_warnings += [f"rank {r} (pid {pid}): {w}" for w in warnings]
+        if not ranks:  # Nsight tables but no rows: one empty rank keeps the metadata visible
+            ranks[0] = RankInfo(
+                rank=0, source_path=str(self.path), source_format="nsys", format_version=format_version,
+                rank_source="nsys export without events", devices=sorted(device_info.values(), key=lambda d: d.id),
+                base_time_ns=base, raw_metadata=dict(meta), event_counts={**no_rank, "mapped": 0},
+                unmapped=dict(unmapped), warnings=["the export holds no events"] + list(self.warnings),
+            )
+            all_warnings.append("the export holds no events")
+        steps = steps_from_annotations(events, self.step_marker)
+        return Trace(events=events, links=links, ranks=ranks, steps=steps,
+                     warnings=[f"{self.path}: {w}" for w in all_warnings])
+
+    def _collectives(self, columns: dict[str, Any], name_array: pa.DictionaryArray, kind: np.ndarray) -> None:
+        """Fill ``collective``/``dtype`` of NCCL kernels from their names (per distinct name)."""
+        dictionary = name_array.dictionary.to_pylist()
+        coll_of, dtype_of = [], []
+        for text in dictionary:
+            m = _NCCL_KERNEL.match(text or "")
+            coll = dt = None
+            if m:
+                coll = _NCCL_COLLECTIVES.get(m.group(1).lower(), m.group(1).lower())
+                base = (text or "").split("(", 1)[0]
+                dt = next((_NCCL_DTYPES[tok] for tok in base.split("_")[2:] if tok in _NCCL_DTYPES), None)
+            coll_of.append(coll)
+            dtype_of.append(dt)
+        if not any(coll_of):
+            return
+        idx = np.asarray(name_array.indices, dtype=np.int64)
+        is_kernel = kind == int(Kind.KERNEL)
+        for column, per_name in (("collective", coll_of), (_DTYPE_COLUMN, dtype_of)):
+            values = sorted({v for v in per_name if v})
+            if not values:
+                continue
+            code_of = np.array([values.index(v) if v else -1 for v in per_name], dtype=np.int32)
+            codes = np.where(is_kernel, code_of[idx], -1).astype(np.int32)
+            columns[column] = pa.DictionaryArray.from_arrays(
+                pa.array(np.maximum(codes, 0), pa.int32(), mask=codes < 0), pa.array(values, pa.string()))
