@@ -392,3 +392,17 @@ def test_cuda_graph_launch_fans_out_in_the_vllm_trace():
 
 def test_kind_codes_are_stable():
     assert [k.name.lower() for k in Kind][:3] == ["kernel", "memcpy", "memset"]
+
+
+def test_several_nsys_exports_get_distinct_ranks(tmp_path):
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_nsys.sqlite"
+    a = tmp_path / "node0.sqlite"
+    b = tmp_path / "node1.sqlite"
+    a.write_bytes(sample.read_bytes())
+    b.write_bytes(sample.read_bytes())
+    single = traceview.load(a, use_cache=False)
+    both = traceview.load([a, b], use_cache=False)
+    assert len(both.ranks) == 2 * len(single.ranks)
+    assert sorted(both.ranks) == list(range(len(both.ranks)))
+    assert sorted(set(both.events.column("rank").to_pylist())) == sorted(both.ranks)
+    assert both.num_events == 2 * single.num_events

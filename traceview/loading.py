@@ -19,6 +19,7 @@ import pyarrow.ipc as ipc
 
 from traceview.errors import DuplicateRankError, TraceFormatError
 from traceview.model import (
+    RankInfo,
     Trace,
     concat_traces,
     metadata_from_bytes,
@@ -213,38 +214,52 @@ def load(
 
 
 def _assign_ranks(traces: list[Trace]) -> Trace:
+    """Give every rank a distinct number across files.
+
+    Ranks a file states (Kineto ``distributedInfo``, a file name) are kept; two files stating the
+    same rank is an error. Ranks a parser only numbered (Nsight processes: an export does not say
+    which global rank a process was) and files with no rank at all get the lowest free numbers,
+    in file order, with a warning for the latter.
+    """
     claimed: dict[int, str] = {}
     warnings: list[str] = []
-    next_free = 0
-    remapped: list[Trace] = []
-    # first pass: ranks each file states
+    several = len(traces) > 1
+
+    def numbered_only(info: RankInfo) -> bool:
+        return several and info.rank_source.startswith("nsys")
+
     for tr in traces:
         for rank, info in tr.ranks.items():
-            if rank < 0:
+            if rank < 0 or numbered_only(info):
                 continue
-            if rank in claimed and len(traces) > 1:
+            if rank in claimed and several:
                 raise DuplicateRankError(
                     f"rank {rank} appears in two files: {claimed[rank]} and {info.source_path} "
                     "(load one run at a time, or check the files' distributedInfo)"
                 )
             claimed[rank] = info.source_path
+    next_free = 0
+    remapped: list[Trace] = []
     for tr in traces:
         mapping: dict[int, int] = {}
-        for rank, info in tr.ranks.items():
-            if rank >= 0:
+        for rank, info in sorted(tr.ranks.items()):
+            if rank >= 0 and not numbered_only(info):
                 continue
             while next_free in claimed:
                 next_free += 1
             mapping[rank] = next_free
             claimed[next_free] = info.source_path
             info.rank = next_free
-            info.rank_source = "assigned (no rank in file or file name)"
-            msg = (f"{info.source_path}: no rank in distributedInfo or file name; "
-                   f"treated as rank {next_free}")
-            info.warnings.append(msg)
-            if len(traces) > 1:
-                warnings.append(msg)
-        if mapping:
+            if rank < 0:
+                info.rank_source = "assigned (no rank in file or file name)"
+                msg = (f"{info.source_path}: no rank in distributedInfo or file name; "
+                       f"treated as rank {next_free}")
+                info.warnings.append(msg)
+                if several:
+                    warnings.append(msg)
+            else:
+                info.rank_source += f"; renumbered {rank} -> {next_free} across files"
+        if mapping and any(old != new for old, new in mapping.items()):
             tr = _renumber(tr, mapping)
         remapped.append(tr)
     merged = concat_traces(remapped)
