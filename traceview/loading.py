@@ -69,26 +69,49 @@ def detect_format(path: Path) -> str:
     )
 
 
-def find_trace_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Expand directories into the trace files they hold (sorted); keep files as given."""
+def find_trace_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path] | None = None) -> list[Path]:
+    """Expand directories into the trace files they hold (sorted); keep files as given.
+
+    Inside a directory, JSON files that are not traces (no ``traceEvents``/``ph`` near the start,
+    e.g. a truth or config file next to the traces) are skipped and appended to ``skipped``;
+    a file named explicitly is always kept, so a bad one gets a clear error.
+    """
     found: list[Path] = []
     for p in paths:
         path = Path(p)
         if path.is_dir():
             inside = sorted(
                 q for q in path.rglob("*")
-                if q.is_file() and (q.name.endswith(TRACE_SUFFIXES)) and not q.name.startswith(".")
+                if q.is_file() and q.name.endswith(TRACE_SUFFIXES) and not q.name.startswith(".")
             )
-            # skip non-trace JSON sidecars (e.g. truth files) by content check later; keep order
-            if not inside:
+            traces = [q for q in inside if _looks_like_trace(q)]
+            if skipped is not None:
+                skipped.extend(q for q in inside if q not in traces)
+            if not traces:
                 raise TraceFormatError(path, "directory holds no trace files",
-                                       "expected *.json, *.json.gz or *.sqlite files")
-            found.extend(inside)
+                                       "expected PyTorch profiler *.json/*.json.gz or Nsight *.sqlite files")
+            found.extend(traces)
         elif path.exists():
             found.append(path)
         else:
             raise TraceFormatError(path, "no such file or directory")
     return found
+
+
+def _looks_like_trace(path: Path) -> bool:
+    """Cheap content sniff for directory scans (the parser does the real validation)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+        if head.startswith(SQLITE_MAGIC):
+            return True
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(wbits=31).decompress(head, 1 << 16)
+    except (OSError, zlib.error):
+        return True  # let the parser report what is wrong with it
+    if path.name.endswith(".nsys-rep"):
+        return True
+    return b'"traceEvents"' in head or b'"ph"' in head
 
 
 # ------------------------------------------------------------------------------- cache
@@ -205,12 +228,15 @@ def load(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    files = find_trace_files(list(paths))
+    skipped: list[Path] = []
+    files = find_trace_files(list(paths), skipped)
     traces: list[Trace] = []
     for file in files:
         cb = (lambda done, total, _f=file: progress(_f, done, total)) if progress else None
         traces.append(load_file(file, use_cache=use_cache, progress=cb, step_marker=step_marker))
-    return _assign_ranks(traces)
+    trace = _assign_ranks(traces)
+    trace.warnings.extend(f"{p}: skipped, not a trace" for p in skipped)
+    return trace
 
 
 def _assign_ranks(traces: list[Trace]) -> Trace:
