@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Kineto load benchmark: traceview (no cache, and from the cache) against HTA on one big trace.
+
+    python benchmarks/bench_load.py                     # >= 500 MB trace in benchmarks/out/, full run
+    python benchmarks/bench_load.py --size-mb 50        # quick check
+    python benchmarks/bench_load.py --trace FILE.json   # any existing trace instead
+
+Every measurement runs in a fresh Python process, which reports its own wall time, CPU time and peak
+RSS (``VmHWM``). The file is read once before the runs so every run sees it in the page cache: the
+figures are parse speed, not disk speed. Peak RSS is the whole process (interpreter and imports
+included). MB = 10**6 bytes of uncompressed JSON.
+
+Targets: >= 100 MB/s per core, >= 10x HTA's load speed, peak RSS <= 2x the uncompressed file,
+cache >= 20x faster than parsing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import gen_kineto  # noqa: E402
+from _measure import (ChildError, Series, check, fmt_rate, machine_line, mb, probe, run_child,  # noqa: E402
+                      table)
+
+DEFAULT_HTA_PYTHON = "/work/hta-venv/bin/python"
+TARGET_MB_S_PER_CORE = 100.0
+TARGET_VS_HTA = 10.0
+TARGET_RSS_RATIO = 2.0
+TARGET_CACHE_SPEEDUP = 20.0
+
+TRACEVIEW_CHILD = """
+import traceview
+path, use_cache, touch = {path!r}, {use_cache!r}, {touch!r}
+
+def _touch_all(trace):
+    # read one byte of every page of every column buffer: a cached load memory-maps the Arrow
+    # file, so without this nothing has been read from it yet
+    import numpy as np
+    import pyarrow as pa
+    total = 0
+    for tbl in (trace.events, trace.links, trace.steps):
+        for col in tbl.columns:
+            for chunk in col.chunks:
+                arrays = [chunk] + ([chunk.dictionary] if pa.types.is_dictionary(chunk.type) else [])
+                for arr in arrays:
+                    for buf in arr.buffers():
+                        if buf is not None and buf.size:
+                            total += int(np.frombuffer(buf, dtype=np.uint8)[::4096].sum())
+    return total
+
+with _Timer() as t:
+    trace = traceview.load(path, use_cache=use_cache)
+    if touch:
+        _touch_all(trace)
+rank = next(iter(trace.ranks.values()))
+_report(t, rows=trace.events.num_rows, links=trace.links.num_rows,
+        events_read=rank.event_counts.get("events_read"))
+"""
+
+HTA_CHILD = """
+import logging
+from hta.configs.config import logger
+logger.setLevel(logging.ERROR)
+import warnings
+warnings.simplefilter("ignore")
+from hta.common.trace import parse_trace_file
+from hta.configs.parser_config import ParserBackend, ParserConfig
+cfg = ParserConfig.get_default_cfg()
+cfg.set_parser_backend(ParserBackend({backend!r}))
+with _Timer() as t:
+    meta, df, symbols = parse_trace_file({path!r}, cfg)
+_report(t, rows=len(df))
+"""
+
+
+def _generator_digest() -> str:
+    return hashlib.sha256(Path(gen_kineto.__file__).read_bytes()).hexdigest()[:16]
+
+
+def ensure_trace(out_dir: Path, size_mb: float, seed: int) -> tuple[Path, dict]:
+    """Generate the trace unless a file made by the same generator with the same settings exists."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"kineto_{size_mb:g}mb.json"
+    side = path.with_name(path.name + ".meta.json")
+    want = {"size_mb": size_mb, "seed": seed, "generator": _generator_digest()}
+    if path.exists() and side.exists():
+        try:
+            meta = json.loads(side.read_text())
+            if all(meta.get(k) == v for k, v in want.items()) and meta.get("bytes") == path.stat().st_size:
+                print(f"reusing {path} ({mb(meta['bytes']):.1f} MB, {meta['events']:,} events)")
+                return path, meta
+        except (OSError, ValueError):
+            pass
+    print(f"generating {path} (>= {size_mb:g} MB) ...", flush=True)
+    res = gen_kineto.generate(path, size_mb=size_mb, seed=seed, quiet=True)
+    meta = dict(want, bytes=res["bytes"], events=res["events"], steps=res["steps"])
+    side.write_text(json.dumps(meta, indent=1))
+    print(f"  {mb(res['bytes']):.1f} MB, {res['events']:,} events, {res['steps']} steps, "
+          f"in {res['seconds']:.1f} s")
+    return path, meta
+
+
+def warm_page_cache(path: Path) -> None:
+    with open(path, "rb") as fh:
+        while fh.read(16 << 20):
+            pass
+
+
+def measure(label: str, python: str, code: str, runs: int, *, env: dict | None = None,
+            timeout: float | None = None) -> Series:
+    series = Series(label)
+    for i in range(runs):
+        r = run_child(python, code, env=env, timeout=timeout)
+        series.runs.append(r)
+        print(f"  {label} run {i + 1}/{runs}: {r['seconds']:.2f} s, cpu {r['cpu_seconds']:.2f} s, "
+              f"peak RSS {mb(r['peak_rss']):.0f} MB", flush=True)
+    return series
+
+
+def code_version() -> str:
+    """Which traceview was measured: git HEAD, plus a digest of the parser when it has local edits."""
+    import subprocess
+    root = HERE.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "parsers", "traceview"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    parser = root / "parsers" / "kineto.py"
+    digest = hashlib.sha256(parser.read_bytes()).hexdigest()[:10] if parser.exists() else "?"
+    return f"{head or '?'}{' + local edits' if dirty else ''} (parsers/kineto.py sha256 {digest})"
+
+
+def main(argv: list | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=float, default=500.0, help="size of the generated trace (default 500)")
+    ap.add_argument("--trace", type=Path, help="benchmark this existing trace instead of a generated one")
+    ap.add_argument("--out-dir", type=Path, default=HERE / "out")
+    ap.add_argument("--seed", type=int, default=gen_kineto.SEED)
+    ap.add_argument("--python", default=sys.executable, help="Python with traceview installed")
+    ap.add_argument("--runs", type=int, default=3, help="no-cache runs (median; default 3)")
+    ap.add_argument("--cache-runs", type=int, default=5, help="cached runs (median; default 5)")
+    ap.add_argument("--hta-python", default=DEFAULT_HTA_PYTHON,
+                    help=f"Python with holistictraceanalysis installed (default {DEFAULT_HTA_PYTHON})")
+    ap.add_argument("--hta-backend", default="ijson_batch_and_compress",
+                    choices=["json", "ijson", "ijson_batched", "ijson_batch_and_compress"],
+                    help="HTA parser backend (default ijson_batch_and_compress: the fastest measured, see README)")
+    ap.add_argument("--hta-runs", type=int, default=1)
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the results here as JSON")
+    args = ap.parse_args(argv)
+
+    version = code_version()
+    print(f"machine: {machine_line()}; {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"traceview: {version}")
+    if args.trace:
+        path = args.trace.resolve()
+        meta = {"bytes": None, "events": None}
+    else:
+        path, meta = ensure_trace(args.out_dir, args.size_mb, args.seed)
+    json_bytes = meta.get("bytes") or path.stat().st_size
+    if path.name.endswith(".gz"):
+        import gzip
+        with gzip.open(path, "rb") as fh:
+            json_bytes = sum(len(b) for b in iter(lambda: fh.read(16 << 20), b""))
+    warm_page_cache(path)
+
+    results: dict[str, Series] = {}
+    print(f"traceview, no cache ({args.runs} runs):", flush=True)
+    code = TRACEVIEW_CHILD.format(path=str(path), use_cache=False, touch=False)
+    results["tv"] = measure("traceview", args.python, code, args.runs)
+    events = meta.get("events") or results["tv"].runs[0].get("events_read")
+
+    with tempfile.TemporaryDirectory(prefix="tv-bench-cache-") as cache:
+        env = {"TRACEVIEW_CACHE_DIR": cache}
+        print("traceview, cache warm-up (parses and writes the cache):", flush=True)
+        warm = measure("warm-up", args.python, TRACEVIEW_CHILD.format(path=str(path), use_cache=True, touch=False),
+                       1, env=env)
+        cache_files = list(Path(cache).iterdir())
+        cache_bytes = sum(p.stat().st_size for p in cache_files)
+        print(f"  cache: {len(cache_files)} files, {mb(cache_bytes):.0f} MB")
+        for key, touch in (("cache", False), ("cache_read", True)):
+            what = "and reading every page of it" if touch else "as returned (memory-mapped)"
+            print(f"traceview, from cache, {what} ({args.cache_runs} runs):", flush=True)
+            code = TRACEVIEW_CHILD.format(path=str(path), use_cache=True, touch=touch)
+            results[key] = measure("cached", args.python, code, args.cache_runs, env=env)
+        note = f"cache {mb(cache_bytes):.0f} MB in {len(cache_files)} files; the warm-up that wrote it took " \
+               f"{warm.median_s:.1f} s"
+
+    hta_version = None
+    if not args.no_hta:
+        hta_version = probe(args.hta_python, "hta", "holistictraceanalysis")
+        if hta_version is None:
+            print(f"HTA: not importable from {args.hta_python}: skipped (see README for the venv)")
+        else:
+            print(f"HTA {hta_version} ({args.hta_python}), hta.common.trace.parse_trace_file, "
+                  f"backend={args.hta_backend} ({args.hta_runs} run):", flush=True)
+            code = HTA_CHILD.format(path=str(path), backend=args.hta_backend)
+            try:
+                results["hta"] = measure("HTA", args.hta_python, code, args.hta_runs, timeout=4 * 3600)
+                results["hta"].note = f"HTA {hta_version}, parse_trace_file, backend {args.hta_backend}"
+            except ChildError as exc:
+                print(f"HTA failed: {exc}")
+
+    # ------------------------------------------------------------------ report
+    size_mb = mb(json_bytes)
+    print()
+    print(f"trace: {path}: {size_mb:.1f} MB JSON" + (f", {events:,} events" if events else ""))
+    print(f"traceview: {version}")
+    headers = ["loader", "runs", "median s", "range s", "MB/s", "CPU s", "cores", "MB/s/core", "events/s",
+               "peak RSS MB", "RSS/file"]
+    labels = {"tv": "traceview, no cache", "cache": "traceview, cached (mmap)",
+              "cache_read": "traceview, cached + read all", "hta": "HTA parse_trace_file"}
+    rows = []
+    for key in ("tv", "cache", "cache_read", "hta"):
+        s = results.get(key)
+        if s is None:
+            continue
+        rows.append([labels[key], len(s.runs), f"{s.median_s:.3f}", s.spread(), f"{size_mb / s.median_s:.0f}",
+                     f"{s.median_cpu:.2f}", f"{s.cores:.2f}", f"{size_mb / max(s.median_cpu, 1e-9):.0f}",
+                     fmt_rate(events / s.median_s) if events else "?", f"{mb(s.peak_rss):.0f}",
+                     f"{s.peak_rss / json_bytes:.2f}"])
+    print(table(headers, rows))
+    print("MB/s = MB of JSON / median wall s; MB/s/core = MB / median CPU s (user+sys, all threads), which a busy "
+          "machine disturbs less than wall time; peak RSS = the whole process's VmHWM.")
+    print()
+    tv = results["tv"]
+    per_core = size_mb / tv.median_cpu
+    speedup = tv.median_s / results["cache"].median_s
+    speedup_read = tv.median_s / results["cache_read"].median_s
+    lines = [
+        ("traceview speed per core", f"{per_core:.0f} MB/s/core (wall: {size_mb / tv.median_s:.0f} MB/s)",
+         f">= {TARGET_MB_S_PER_CORE:g} MB/s/core", per_core >= TARGET_MB_S_PER_CORE),
+        ("traceview peak RSS / file", f"{tv.peak_rss / json_bytes:.2f}x ({mb(tv.peak_rss):.0f} MB)",
+         f"<= {TARGET_RSS_RATIO:g}x", tv.peak_rss <= TARGET_RSS_RATIO * json_bytes),
+        ("cache speed-up (no-cache / cached)", f"{speedup:.0f}x (reading every page: {speedup_read:.0f}x)",
+         f">= {TARGET_CACHE_SPEEDUP:g}x", min(speedup, speedup_read) >= TARGET_CACHE_SPEEDUP),
+    ]
+    if "hta" in results:
+        hta = results["hta"]
+        vs = hta.median_s / tv.median_s
+        vs_cpu = hta.median_cpu / tv.median_cpu
+        lines.append(("traceview vs HTA load speed", f"{vs:.1f}x wall, {vs_cpu:.1f}x CPU time",
+                      f">= {TARGET_VS_HTA:g}x", min(vs, vs_cpu) >= TARGET_VS_HTA))
+    print(table(["measure", "measured", "target", ""], [[a, b, c, check(ok)] for a, b, c, ok in lines]))
+    print(f"({note}; HTA peak RSS / traceview's: "
+          f"{results['hta'].peak_rss / tv.peak_rss:.1f}x)" if "hta" in results else f"({note})")
+    print(f"traceview output: {tv.runs[0].get('rows'):,} events, {tv.runs[0].get('links'):,} links; RSS before the "
+          f"load (interpreter + imports): {mb(tv.runs[0]['rss_before']):.0f} MB")
+    if args.json:
+        payload = {
+            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_line(), "traceview": version,
+            "trace": str(path), "json_bytes": json_bytes, "events": events,
+            "results": {k: {"runs": s.runs, "median_s": s.median_s, "median_cpu_s": s.median_cpu,
+                            "cores": s.cores, "peak_rss": s.peak_rss, "note": s.note} for k, s in results.items()},
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
