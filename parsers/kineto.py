@@ -140,6 +140,7 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _get_ph, _get_cat, _get_name = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
 _get_pid, _get_tid, _get_args = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
 _get_collective = attrgetter("collective")
+_get_id = attrgetter("id")
 _RAW_TIMES_DECODER = msgspec.json.Decoder(list[_RawTimes])
 _ANY_DECODER = msgspec.json.Decoder()
 
@@ -271,7 +272,7 @@ class _KinetoFile:
         self.tail: dict[str, Any] = {}
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[str, str] = {}
-        self.flows: list[tuple[str, str, str, int, int, int]] = []  # (ph, cat, id, pid, tid, ts_ns)
+        self.flows: list[dict[str, np.ndarray]] = []  # per chunk: ph, cat codes, id, pid, tid, ts_ns
         self.counts: dict[str, int] = {}
         self.unmapped: dict[str, int] = {}
         self.warnings: list[str] = []
@@ -581,10 +582,13 @@ class _KinetoFile:
         if is_flow.any():
             # launch flows (ac2g ...) duplicate correlation ids: only other flows are kept
             launch_cats = [i for i, c in enumerate(cat_values) if c.lower() in LAUNCH_FLOW_CATEGORIES]
-            keep = np.flatnonzero(is_flow & ~np.isin(cat_codes, launch_cats))
-            for i, p, q, t in zip(keep.tolist(), pid_all[keep].tolist(), tid_all[keep].tolist(), ts_all[keep].tolist()):
-                ev = events[i]
-                self.flows.append((ev.ph, ev.cat, str(ev.id), p, q, t))
+            keep = is_flow & ~np.isin(cat_codes, launch_cats)
+            if keep.any():
+                self.flows.append({
+                    "ph": ph_codes[keep], "cat": cat_codes[keep],
+                    "id": np.array(list(map(str, map(_get_id, compress(events, keep)))), dtype=object),
+                    "pid": pid_all[keep], "tid": tid_all[keep], "ts": ts_all[keep],
+                })
 
         rows = np.flatnonzero(is_complete)
         m = len(rows)
@@ -600,7 +604,7 @@ class _KinetoFile:
                 key = cat_values[code] or "(no category)"
                 self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
         self._count("mapped", m)
-        name_codes = take(self.name_memo.codes(map(_get_name, events), n))
+        name_codes = self.name_memo.codes(map(_get_name, events if every_row else compress(events, is_complete)), m)
         dur_ns, _ = self._exact_ns(events, "dur", piece, all_rows)
         dur_ns = take(dur_ns)
         negative = dur_ns < 0
@@ -699,7 +703,13 @@ class _KinetoFile:
 
     def _exact_ns(self, events: list[_Event], field: str, piece: Callable[[], bytes], rows: np.ndarray) -> tuple[np.ndarray, int]:
         """Exact int64 ns for ``ts`` or ``dur`` of these events (``rows`` = their index in ``piece``)."""
-        values = np.array(list(map(attrgetter(field), events)))
+        raw_values = list(map(attrgetter(field), events))
+        if set(map(type, raw_values)) == {int}:  # older traces: integers, exact in int64
+            try:
+                return np.fromiter(raw_values, dtype=np.int64, count=len(raw_values)) * 1000, 0
+            except OverflowError:
+                pass
+        values = np.array(raw_values)
         if values.dtype.kind in "iu":
             return values.astype(np.int64) * 1000, 0
         ns, ambiguous = microseconds_to_ns(values.astype(np.float64))
@@ -819,26 +829,27 @@ class _KinetoFile:
         return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
 
     def _flow_links(self, events: pa.Table, rank: int, kind: np.ndarray) -> pa.Table | None:
+        """Resolve non-launch flows (e.g. ``fwdbwd``): each flow point binds to the slice that
+        starts at the same instant on the same thread; ``s`` and ``f`` pair up by (category, id)."""
         if not self.flows:
             return None
+        flows = {key: np.concatenate([f[key] for f in self.flows]) for key in self.flows[0]}
+        ph_values = np.array(self.ph_memo.values(), dtype=object)
+        cat_values = self.cat_memo.values()
+        ph = ph_values[flows["ph"]]
+        fts = flows["ts"] + self._base_time()
         start = events.column("start_ns").to_numpy()
-        pid = events.column("pid").to_numpy()
-        tid = events.column("tid").to_numpy()
-        flows = self.flows
-        # flow points bind to the slice that starts at the same instant on the same thread
-        ph = np.array([f[0] for f in flows])
-        cats = [f[1] for f in flows]
-        ids = np.array([f"{f[1]}|{f[2]}" for f in flows], dtype=object)
-        fpid = np.array([f[3] for f in flows], dtype=np.int64)
-        ftid = np.array([f[4] for f in flows], dtype=np.int64)
-        fts = np.array([f[5] for f in flows], dtype=np.int64) + self._base_time()
-        candidates = np.flatnonzero(kind != int(Kind.OTHER))
-        left, right = join_on_keys([fpid, ftid, fts], [pid[candidates], tid[candidates], start[candidates]])
-        row_of_flow = np.full(len(flows), -1, dtype=np.int64)
-        row_of_flow[left] = candidates[right]  # several slices at one instant: the last wins
+        # only slices that start at some flow instant can match: prefilter, then join small sets
+        candidates = np.flatnonzero((kind != int(Kind.OTHER)) & np.isin(start, fts))
+        pid = events.column("pid").to_numpy()[candidates]
+        tid = events.column("tid").to_numpy()[candidates]
+        left, right = join_on_keys([flows["pid"], flows["tid"], fts], [pid, tid, start[candidates]])
+        row_of_flow = np.full(len(fts), -1, dtype=np.int64)
+        row_of_flow[left] = candidates[right]  # several slices at one instant: the last (innermost) wins
+        keys = np.array([f"{c}|{i}" for c, i in zip(flows["cat"].tolist(), flows["id"].tolist())], dtype=object)
         starts = np.flatnonzero(ph == "s")
         finishes = np.flatnonzero(ph == "f")
-        s_idx, f_idx = join_on_keys([ids[starts]], [ids[finishes]])
+        s_idx, f_idx = join_on_keys([keys[starts]], [keys[finishes]])
         src = row_of_flow[starts[s_idx]]
         dst = row_of_flow[finishes[f_idx]]
         ok = (src >= 0) & (dst >= 0)
@@ -847,7 +858,7 @@ class _KinetoFile:
             self.counts["flows_unresolved"] = unresolved
         if not ok.any():
             return None
-        cat_list = [cats[i] for i in starts[s_idx][ok].tolist()]
+        cat_list = [cat_values[c] for c in flows["cat"][starts[s_idx][ok]].tolist()]
         return make_links_table(np.full(int(ok.sum()), rank), "flow", cat_list, src[ok], dst[ok])
 
     def _base_time(self) -> int:
