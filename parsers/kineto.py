@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Union
 
 import msgspec
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -846,10 +847,15 @@ class _KinetoFile:
         left, right = join_on_keys([flows["pid"], flows["tid"], fts], [pid, tid, start[candidates]])
         row_of_flow = np.full(len(fts), -1, dtype=np.int64)
         row_of_flow[left] = candidates[right]  # several slices at one instant: the last (innermost) wins
-        keys = np.array([f"{c}|{i}" for c, i in zip(flows["cat"].tolist(), flows["id"].tolist())], dtype=object)
         starts = np.flatnonzero(ph == "s")
         finishes = np.flatnonzero(ph == "f")
-        s_idx, f_idx = join_on_keys([keys[starts]], [keys[finishes]])
+        ids = pd.to_numeric(pd.Series(flows["id"]), errors="coerce").to_numpy()
+        if np.isnan(ids).any() or (np.abs(ids) >= 2.0**62).any():  # string ids: join on text
+            keys = np.array([f"{c}|{i}" for c, i in zip(flows["cat"].tolist(), flows["id"].tolist())], dtype=object)
+            s_idx, f_idx = join_on_keys([keys[starts]], [keys[finishes]])
+        else:
+            ids = ids.astype(np.int64)
+            s_idx, f_idx = join_on_keys([flows["cat"][starts], ids[starts]], [flows["cat"][finishes], ids[finishes]])
         src = row_of_flow[starts[s_idx]]
         dst = row_of_flow[finishes[f_idx]]
         ok = (src >= 0) & (dst >= 0)

@@ -362,17 +362,61 @@ def make_links_table(rank: np.ndarray, link_type: str, category: Any, src: np.nd
 def join_on_keys(
     left_keys: list[np.ndarray], right_keys: list[np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Inner equi-join of two key sets; returns (left_positions, right_positions).
+    """Inner equi-join of two key sets; returns (left_positions, right_positions), ordered by
+    left position, then right position.
 
-    Vectorised (Arrow hash join). Many-to-many matches are all returned, which is what CUDA graph
-    launches need (one ``cudaGraphLaunch`` correlation -> many kernels).
+    Many-to-many matches are all returned, which is what CUDA graph launches need (one
+    ``cudaGraphLaunch`` correlation -> many kernels). Integer keys use a sort-based join in numpy
+    (several keys are hashed into one and every match is verified component by component);
+    other key types go through Arrow's hash join.
     """
+    n_left, n_right = len(left_keys[0]), len(right_keys[0])
+    empty = np.empty(0, dtype=np.int64)
+    if n_left == 0 or n_right == 0:
+        return empty, empty
+    left_keys = [np.asarray(k) for k in left_keys]
+    right_keys = [np.asarray(k) for k in right_keys]
+    if not all(k.dtype.kind in "iub" for k in left_keys + right_keys):
+        return _arrow_join(left_keys, right_keys)
+    if len(left_keys) == 1:
+        left_hash, right_hash = left_keys[0].astype(np.int64), right_keys[0].astype(np.int64)
+    else:
+        left_hash, right_hash = _hash_keys(left_keys), _hash_keys(right_keys)
+    order = np.argsort(right_hash, kind="stable")
+    sorted_right = right_hash[order]
+    lo = np.searchsorted(sorted_right, left_hash, "left")
+    hi = np.searchsorted(sorted_right, left_hash, "right")
+    counts = hi - lo
+    total = int(counts.sum())
+    if total == 0:
+        return empty, empty
+    lpos = np.repeat(np.arange(n_left, dtype=np.int64), counts)
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    rpos = order[np.repeat(lo, counts) + within].astype(np.int64)
+    if len(left_keys) > 1:  # drop hash collisions
+        ok = np.ones(total, dtype=bool)
+        for lk, rk in zip(left_keys, right_keys):
+            ok &= lk[lpos] == rk[rpos]
+        lpos, rpos = lpos[ok], rpos[ok]
+    # stable argsort kept equal hashes in right order, but hashes interleave keys: re-sort
+    final = np.lexsort((rpos, lpos))
+    return lpos[final], rpos[final]
+
+
+def _hash_keys(keys: list[np.ndarray]) -> np.ndarray:
+    """Mix several integer columns into one int64 (collisions are checked by the caller)."""
+    mixed = np.zeros(len(keys[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for key in keys:
+            mixed = (mixed ^ key.astype(np.int64).view(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+            mixed ^= mixed >> np.uint64(29)
+    return mixed.view(np.int64)
+
+
+def _arrow_join(left_keys: list[np.ndarray], right_keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     n_keys = len(left_keys)
     left = pa.table({**{f"k{i}": left_keys[i] for i in range(n_keys)}, "lpos": np.arange(len(left_keys[0]))})
     right = pa.table({**{f"k{i}": right_keys[i] for i in range(n_keys)}, "rpos": np.arange(len(right_keys[0]))})
-    if left.num_rows == 0 or right.num_rows == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty
     joined = left.join(right, keys=[f"k{i}" for i in range(n_keys)], join_type="inner")
     lpos = joined.column("lpos").to_numpy()
     rpos = joined.column("rpos").to_numpy()
