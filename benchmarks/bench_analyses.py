@@ -29,11 +29,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import traceview  # noqa: E402
-from traceview.analyses import REGISTRY, _import_all, run_all  # noqa: E402
-from traceview.analyses.steps import clear_cache  # noqa: E402
-from traceview.findings import Options  # noqa: E402
-from traceview.model import (  # noqa: E402
+from traceview.analyses import REGISTRY, _import_all, run_all
+from traceview.analyses.steps import clear_cache
+
+import traceview
+from traceview.findings import Options
+from traceview.model import (
     Kind,
     RankInfo,
     Trace,

@@ -425,14 +425,19 @@ def _arrow_join(left_keys: list[np.ndarray], right_keys: list[np.ndarray]) -> tu
 
 
 def steps_from_annotations(events: pa.Table, marker: str = DEFAULT_STEP_MARKER) -> pa.Table:
-    """Step table from CPU annotation ranges whose name matches ``marker``.
+    """Step table from CPU ranges whose name matches ``marker``: annotations (user annotations,
+    NVTX), and CPU ops too, because the oldest Kineto format records ``ProfilerStep#N`` as an
+    ``Operator``.
 
     The step number is the last integer in the name (``ProfilerStep#12`` -> 12), else the ordinal.
     """
     if events.num_rows == 0:
         return empty_steps()
     kind = events.column("kind").combine_chunks()
-    is_annotation = pc.equal(kind.indices, pa.scalar(int(Kind.ANNOTATION), pa.int8()))
+    is_annotation = pc.or_(
+        pc.equal(kind.indices, pa.scalar(int(Kind.ANNOTATION), pa.int8())),
+        pc.equal(kind.indices, pa.scalar(int(Kind.CPU_OP), pa.int8())),
+    )
     ann = events.filter(is_annotation)
     if ann.num_rows == 0:
         return empty_steps()

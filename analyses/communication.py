@@ -1,0 +1,739 @@
+"""Communication: collectives per rank and kind, their overlap with compute, and across ranks,
+skew, stragglers and compute imbalance.
+
+Definitions (docs/metrics.md, "Communication"), per rank and GPU device; all times int64 ns:
+
+- Communication kernel (``analyses/classify.py``): the name contains ``nccl``/``rccl`` (any case),
+  or the event carries collective args. Compute = the other kernels (not memcpy/memset).
+- Collective kind: the ``collective`` column when present (``allreduce``, ``all_gather_into_tensor``,
+  ...), else parsed from the kernel name (``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` ->
+  ``AllReduce``; ``ncclKernel_SendRecv_...`` -> ``SendRecv``), normalised to ``AllReduce``,
+  ``AllGather``, ``ReduceScatter``, ``AllToAll``, ``Broadcast``, ``Reduce``, ``Gather``,
+  ``Scatter``, ``SendRecv``, ``Send``, ``Recv``, ``Barrier``; ``unknown`` when neither says
+  (``ncclDevKernel_Generic`` without args). Process group: the ``process_group`` column, else
+  ``process_group_ranks``, else empty.
+- Per rank, device [, step] and kind: ``count``; ``total_ns`` = sum of kernel durations;
+  ``communication_ns`` = |U(kernels of that kind)|; ``overlap_ns`` = |U(kind) ∩ U(compute)|;
+  ``overlap_pct`` = 100 x overlap / communication; ``exposed_ns`` = communication - overlap;
+  ``bytes`` = sum of ``msg_bytes`` where known; ``group_size`` = the largest known. The
+  ``summary`` table gives the same figures for all communication together (kinds may overlap
+  each other, so the per-kind unions need not add up to it). Steps: each kernel belongs to the
+  step of its launch call (``analyses/steps.py``); ``step`` = None rows are the whole trace.
+- Across ranks (two or more ranks with communication; one GPU per rank assumed): the k-th
+  occurrence (in start order) of each (kind, process group) within a step on one rank is matched
+  with the k-th on every other rank (kernels outside steps are matched among themselves). An
+  occurrence needs at least two ranks; when ranks have different counts only the first
+  min(count) are matched and a warning says so.
+
+  - ``skew_ns`` = last start - first start (raw clocks); the ``straggler`` is the rank that
+    started last (ties: none); ``late_by_ns`` = its start - the latest start of the others.
+  - End-aligned: a collective ends at nearly the same instant on every participant, so each
+    rank's start is shifted by (median end - its end): ``aligned start = start - end + median
+    end``. ``aligned_skew_ns``, ``aligned_straggler`` and ``aligned_late_by_ns`` are the same
+    figures on aligned starts; they are immune to clock offsets between ranks (hosts).
+    ``clock_offset_ns`` (stragglers table) = median over occurrences of (end - median end).
+  - ``wait_caused_ns`` (per occurrence) = mean over the other ranks of (straggler start - their
+    start): the time each of them waits for the straggler.
+  - Stragglers table, per rank: ``matched`` (occurrences it took part in), ``times_last``,
+    ``share_last``, ``mean_late_by_ns`` (mean of ``late_by_ns`` where it was last), and
+    ``wait_caused_ns`` (sum), each also end-aligned.
+  - Compute imbalance, per step present on two or more ranks (whole trace when there are no
+    steps): compute_ns = |U(compute)| of each rank in that step; ``imbalance_ns`` = max - mean
+    (what the average rank waits for the slowest at the next collective); ``imbalance_pct`` =
+    100 x imbalance / mean.
+
+Tables: ``collectives``, ``summary``, and (multi-rank) ``skew`` (one row per matched
+collective), ``arrivals`` (one row per matched collective and rank), ``stragglers``,
+``compute_by_rank`` (rank x step compute time), ``compute_imbalance`` (per step).
+
+Findings:
+
+- ``exposed_collective``: a collective kind whose exposed time is at least 5% of the step's GPU
+  window (mean over ranks; medium, high from 20%); cost = exposed ns per step (mean over ranks).
+  The temporal analysis reports exposed communication per rank as a whole; this finding says
+  which collective it is.
+- ``straggler_rank``: a rank that is last to arrive in at least half of the matched collectives
+  (and at least 1.5/n of them, n ranks), in at least 3 of them, and whose caused wait is at least
+  1% of the step window; judged on end-aligned figures when the ranks' clocks look offset
+  (|clock_offset| above 20 us on some rank), else on raw ones; cost = the mean wait it causes each
+  other rank, per step.
+- ``compute_imbalance``: mean imbalance over steps at least 10% of the mean compute time
+  (medium from 25%) and at least 1% of the step window; cost = mean imbalance_ns per step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import classify, register
+from . import intervals as iv
+from .steps import NO_STEP, Activity, activity, per_step
+from traceview.findings import AnalysisResult, Finding, Options
+from traceview.model import Trace
+
+NAME = "communication"
+
+EXPOSED_SHARE = 0.05
+EXPOSED_SHARE_HIGH = 0.20
+STRAGGLER_SHARE = 0.5
+STRAGGLER_FAIR_FACTOR = 1.5
+STRAGGLER_MIN_MATCHED = 3
+STRAGGLER_MIN_COST_SHARE = 0.01
+STRAGGLER_HIGH = 0.10
+STRAGGLER_MEDIUM = 0.03
+CLOCK_OFFSET_NS = 20_000
+IMBALANCE_PCT = 10.0
+IMBALANCE_PCT_MEDIUM = 25.0
+IMBALANCE_MIN_COST_SHARE = 0.01
+
+_KERNEL_KIND = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+#: normalised collective names, by prefix of the lower-cased letters-only spelling (order matters)
+_CANONICAL = [
+    ("allreduce", "AllReduce"),
+    ("allgather", "AllGather"),
+    ("reducescatter", "ReduceScatter"),
+    ("alltoall", "AllToAll"),
+    ("broadcast", "Broadcast"),
+    ("sendrecv", "SendRecv"),
+    ("send", "Send"),
+    ("recv", "Recv"),
+    ("reduce", "Reduce"),
+    ("gather", "Gather"),
+    ("scatter", "Scatter"),
+    ("barrier", "Barrier"),
+]
+UNKNOWN = "unknown"
+
+
+def canonical_collective(text: str | None) -> str | None:
+    """``all_gather_into_tensor`` -> ``AllGather``; None for empty or unrecognised names."""
+    if not text:
+        return None
+    letters = re.sub(r"[^a-z]", "", text.lower())
+    for prefix, name in _CANONICAL:
+        if letters.startswith(prefix):
+            return name
+    return None
+
+
+def collective_from_kernel(name: str | None) -> str | None:
+    """``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> ``AllReduce`` (None if the name says nothing)."""
+    if not name:
+        return None
+    match = _KERNEL_KIND.search(name)
+    return canonical_collective(match.group(1)) if match else None
+
+
+def _dict_column(trace: Trace, column: str, rows: np.ndarray, fn: Any) -> np.ndarray:
+    """``fn`` applied per distinct value of a dictionary column, gathered for ``rows``."""
+    col = trace.events.column(column)
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    dictionary = col.dictionary.to_pylist()
+    mapped = np.array([fn(v) for v in dictionary] + [fn(None)], dtype=object)
+    codes = col.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
+    return mapped[codes[rows]]
+
+
+def _optional_int(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:
+    """An optional int column for ``rows``, with -1 for null."""
+    col = trace.events.column(column)
+    filled = col.fill_null(-1) if col.null_count else col
+    return np.asarray(filled.to_numpy(), dtype=np.int64)[rows] if len(col) else np.empty(0, np.int64)
+
+
+def comm_kernels(trace: Trace, act: Activity) -> pd.DataFrame:
+    """One row per communication kernel of the activity context, with kind and process group."""
+    sel = np.flatnonzero(act.cls == classify.COMMUNICATION)
+    rows = act.row[sel]
+    from_args = _dict_column(trace, "collective", rows, canonical_collective)
+    from_name = _dict_column(trace, "name", rows, collective_from_kernel)
+    kind = np.where(pd.isna(from_args), from_name, from_args)
+    kind = np.where(pd.isna(kind), UNKNOWN, kind)
+    pg = _dict_column(trace, "process_group", rows, lambda v: v or "")
+    pg_ranks = _dict_column(trace, "process_group_ranks", rows, lambda v: v or "")
+    pg = np.where(pg == "", pg_ranks, pg)
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "rank": act.rank[sel],
+            "device": act.device[sel],
+            "step": act.step[sel],
+            "collective": kind.astype(object),
+            "process_group": pg.astype(object),
+            "start": act.start[sel],
+            "end": act.end[sel],
+            "bytes": _optional_int(trace, "msg_bytes", rows),
+            "group_size": _optional_int(trace, "group_size", rows),
+        }
+    )
+
+
+def _step_values(steps: np.ndarray) -> pd.arrays.IntegerArray:
+    return pd.array([None if s == NO_STEP else int(s) for s in steps], dtype="Int64")
+
+
+def _finish(frame: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
+    """Sort (whole-trace rows first), label steps, order columns."""
+    frame = frame.copy()
+    frame["_step_sort"] = frame["step"].to_numpy()
+    frame = frame.sort_values([k if k != "step" else "_step_sort" for k in keys]).reset_index(drop=True)
+    frame["step"] = _step_values(frame["step"].to_numpy())
+    return frame[columns]
+
+
+# ------------------------------------------------------------------------ per-rank figures
+
+
+def _scopes(act: Activity) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(selection mask, step value) for the whole trace, then for the steps."""
+    whole = np.ones(len(act), dtype=bool)
+    scopes = [(whole, np.full(len(act), NO_STEP, dtype=np.int64))]
+    in_step = act.step != NO_STEP
+    if in_step.any():
+        scopes.append((in_step, act.step))
+    return scopes
+
+
+def summary_table(act: Activity) -> pd.DataFrame:
+    columns = ["rank", "device", "step", "collectives", "total_ns", "communication_ns", "compute_ns",
+               "overlap_ns", "overlap_pct", "exposed_ns"]
+    frames = []
+    comm_all = act.cls == classify.COMMUNICATION
+    comp_all = act.cls == classify.COMPUTE
+    for mask, step in _scopes(act):
+        comm = mask & comm_all
+        if not comm.any():
+            continue
+        comp = mask & comp_all
+        codes, (r, d, s) = iv.combine_keys(act.rank[mask], act.device[mask], step[mask])
+        key = np.full(len(act), -1, dtype=np.int64)
+        key[mask] = codes
+        uniq = np.arange(r.size)
+        ck, cn = iv.sum_by(key[comm], np.ones(int(comm.sum()), dtype=np.int64))
+        tk, tt = iv.sum_by(key[comm], act.end[comm] - act.start[comm])
+        uk, ut = iv.total_by(key[comm], act.start[comm], act.end[comm])
+        pk, pt = iv.total_by(key[comp], act.start[comp], act.end[comp])
+        ok, ot = iv.measure_intersection_by(
+            (key[comm], act.start[comm], act.end[comm]), (key[comp], act.start[comp], act.end[comp])
+        )
+        f = pd.DataFrame(
+            {
+                "rank": r,
+                "device": d,
+                "step": s,
+                "collectives": iv.lookup(ck, cn, uniq),
+                "total_ns": iv.lookup(tk, tt, uniq),
+                "communication_ns": iv.lookup(uk, ut, uniq),
+                "compute_ns": iv.lookup(pk, pt, uniq),
+                "overlap_ns": iv.lookup(ok, ot, uniq),
+            }
+        )
+        frames.append(f[f["collectives"] > 0])
+    if not frames:
+        return _empty(columns)
+    out = pd.concat(frames, ignore_index=True)
+    out["overlap_pct"] = _pct(out["overlap_ns"], out["communication_ns"])
+    out["exposed_ns"] = out["communication_ns"] - out["overlap_ns"]
+    return _finish(out, ["rank", "device", "step"], columns)
+
+
+def collectives_table(act: Activity, comm: pd.DataFrame) -> pd.DataFrame:
+    columns = ["rank", "device", "step", "collective", "process_group", "count", "total_ns", "mean_ns",
+               "communication_ns", "overlap_ns", "overlap_pct", "exposed_ns", "bytes", "group_size"]
+    if comm.empty:
+        return _empty(columns)
+    comp = act.cls == classify.COMPUTE
+    frames = []
+    for with_step in (False, True):
+        c = comm if not with_step else comm[comm["step"] != NO_STEP]
+        if c.empty:
+            continue
+        c_step = c["step"].to_numpy() if with_step else np.full(len(c), NO_STEP, dtype=np.int64)
+        p_sel = comp & ((act.step != NO_STEP) if with_step else True)
+        p_step = act.step[p_sel] if with_step else np.full(int(p_sel.sum()), NO_STEP, dtype=np.int64)
+        # one code per (rank, device, step) over both sides, so the two can be intersected
+        codes, (r, d, s) = iv.combine_keys(
+            np.concatenate([c["rank"].to_numpy(), act.rank[p_sel]]),
+            np.concatenate([c["device"].to_numpy(), act.device[p_sel]]),
+            np.concatenate([c_step, p_step]),
+        )
+        c_key, p_key = codes[: len(c)], codes[len(c):]
+        p_start, p_end = act.start[p_sel], act.end[p_sel]
+        for (kind, pg), idx in c.groupby(["collective", "process_group"], sort=True).indices.items():
+            g = c.iloc[idx]
+            k = c_key[idx]
+            starts, ends = g["start"].to_numpy(), g["end"].to_numpy()
+            uniq = np.unique(k)
+            nk, n = iv.sum_by(k, np.ones(k.size, dtype=np.int64))
+            tk, tt = iv.sum_by(k, ends - starts)
+            uk, ut = iv.total_by(k, starts, ends)
+            ok, ot = iv.measure_intersection_by((k, starts, ends), (p_key, p_start, p_end))
+            nbytes = g["bytes"].to_numpy()
+            bk, bt = iv.sum_by(k[nbytes >= 0], nbytes[nbytes >= 0])
+            has_bytes = np.isin(uniq, bk)
+            gsize = g["group_size"].to_numpy()
+            gmax = pd.Series(gsize).groupby(k).max().reindex(uniq).to_numpy()
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "rank": r[uniq],
+                        "device": d[uniq],
+                        "step": s[uniq],
+                        "collective": kind,
+                        "process_group": pg,
+                        "count": iv.lookup(nk, n, uniq),
+                        "total_ns": iv.lookup(tk, tt, uniq),
+                        "communication_ns": iv.lookup(uk, ut, uniq),
+                        "overlap_ns": iv.lookup(ok, ot, uniq),
+                        "bytes": pd.array(
+                            [int(v) if h else None for v, h in zip(iv.lookup(bk, bt, uniq), has_bytes)], dtype="Int64"
+                        ),
+                        "group_size": pd.array([int(v) if v >= 0 else None for v in gmax], dtype="Int64"),
+                    }
+                )
+            )
+    out = pd.concat(frames, ignore_index=True)
+    out["mean_ns"] = out["total_ns"] / out["count"]
+    out["overlap_pct"] = _pct(out["overlap_ns"], out["communication_ns"])
+    out["exposed_ns"] = out["communication_ns"] - out["overlap_ns"]
+    return _finish(out, ["rank", "device", "step", "collective", "process_group"], columns)
+
+
+def _pct(num: pd.Series, den: pd.Series) -> np.ndarray:
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, 100.0 * num / np.where(den > 0, den, 1), np.nan)
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    floats = {"overlap_pct", "mean_ns", "share_last", "imbalance_pct", "aligned_share_last", "mean_ns_per_step"}
+    objects = {"collective", "process_group"}
+    nullable = {"step", "bytes", "group_size", "straggler", "aligned_straggler", "max_rank", "min_rank"}
+    return pd.DataFrame(
+        {
+            c: pd.Series(
+                dtype="float64" if c in floats else object if c in objects else "Int64" if c in nullable else "int64"
+            )
+            for c in columns
+        }
+    )
+
+
+# ------------------------------------------------------------------------ across ranks
+
+
+def match_collectives(comm: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The ``arrivals`` table: occurrences of collectives matched across ranks (see docstring)."""
+    warnings: list[str] = []
+    if comm.empty or comm["rank"].nunique() < 2:
+        return pd.DataFrame(), warnings
+    c = comm.sort_values(["rank", "start", "end"]).copy()
+    keys = ["collective", "process_group", "step"]
+    c["occurrence"] = c.groupby(["rank"] + keys, sort=False).cumcount()
+    counts = c.groupby(keys + ["rank"]).size().unstack("rank")
+    uneven = counts[counts.nunique(axis=1, dropna=False) > 1]
+    for (kind, pg, step), row in uneven.iterrows():
+        present = {int(r): int(v) for r, v in row.items() if pd.notna(v)}
+        if len(present) < 2:
+            continue
+        where = "outside steps" if step == NO_STEP else f"in step {step}"
+        pg_text = f" (process group {pg})" if pg else ""
+        warnings.append(
+            f"{kind}{pg_text} {where}: ranks ran different numbers of kernels {present}; only the first "
+            f"{min(present.values())} are matched across ranks, so later ones may be mismatched"
+        )
+    c["ranks"] = c.groupby(keys + ["occurrence"])["rank"].transform("size")
+    c = c[c["ranks"] >= 2]
+    if c.empty:
+        return pd.DataFrame(), warnings
+    # only occurrences up to the smallest count among the ranks that have the collective at all
+    c["min_count"] = c.groupby(keys)["rank"].transform(lambda s: s.value_counts().min())
+    c = c[c["occurrence"] < c["min_count"]].drop(columns="min_count")
+    occ = keys + ["occurrence"]
+    g = c.groupby(occ)
+    # all arithmetic on int64 offsets from the occurrence's first start / first end: absolute ns
+    # (~1.7e18) lose precision in float64 and overflow int64 when summed over ranks
+    c["dur"] = c["end"] - c["start"]
+    c["start_rel"] = c["start"] - g["start"].transform("min")
+    c["end_rel"] = c["end"] - g["end"].transform("min")
+    c["lateness_ns"] = c["start_rel"]
+    # end-aligned start = start - end + median end; relative to the occurrence: median end - dur
+    c["aligned_rel"] = -c["dur"]
+    c["aligned_lateness_ns"] = c["aligned_rel"] - c.groupby(occ)["aligned_rel"].transform("min")
+    c["end_offset_ns"] = c["end_rel"] - c.groupby(occ)["end_rel"].transform("median")
+    return c.reset_index(drop=True), warnings
+
+
+def _straggler_of(arr: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Per occurrence: straggler rank (unique latest), late_by (vs. next latest), wait caused."""
+    occ = ["collective", "process_group", "step", "occurrence"]
+    a = arr[occ + ["rank", col]].sort_values(occ + [col, "rank"])  # col: int64 offsets
+    g = a.groupby(occ, sort=False)
+    last = g.tail(1).set_index(occ)
+    second = g.nth(-2).set_index(occ)[col]
+    n = g.size()
+    total = g[col].sum()
+    out = pd.DataFrame({"last_rank": last["rank"], "last": last[col]})
+    out["second"] = second.reindex(out.index)
+    out["n"] = n.reindex(out.index)
+    out["sum"] = total.reindex(out.index)
+    out["late_by"] = out["last"] - out["second"]
+    out["wait"] = (out["n"] * out["last"] - out["sum"]) / (out["n"] - 1)  # float: a mean
+    out["straggler"] = np.where(out["late_by"] > 0, out["last_rank"], -1)
+    return out
+
+
+def skew_tables(arrivals: pd.DataFrame, n_ranks_with_comm: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    skew_cols = ["collective", "process_group", "step", "occurrence", "ranks", "first_start_ns", "last_start_ns",
+                 "skew_ns", "straggler", "late_by_ns", "wait_caused_ns", "end_spread_ns", "aligned_skew_ns",
+                 "aligned_straggler", "aligned_late_by_ns", "aligned_wait_caused_ns"]
+    strag_cols = ["rank", "matched", "times_last", "share_last", "mean_late_by_ns", "wait_caused_ns",
+                  "aligned_times_last", "aligned_share_last", "aligned_mean_late_by_ns", "aligned_wait_caused_ns",
+                  "mean_lateness_ns", "clock_offset_ns"]
+    if arrivals.empty:
+        return _empty(skew_cols), _empty(strag_cols)
+    occ = ["collective", "process_group", "step", "occurrence"]
+    g = arrivals.groupby(occ)
+    skew = pd.DataFrame(
+        {
+            "ranks": g.size(),
+            "first_start_ns": g["start"].min(),
+            "last_start_ns": g["start"].max(),
+            "end_spread_ns": g["end"].max() - g["end"].min(),
+            "aligned_skew_ns": g["aligned_rel"].max() - g["aligned_rel"].min(),
+        }
+    )
+    skew["skew_ns"] = skew["last_start_ns"] - skew["first_start_ns"]
+    raw = _straggler_of(arrivals, "start_rel")
+    aligned = _straggler_of(arrivals, "aligned_rel")
+    skew["straggler"] = raw["straggler"].reindex(skew.index)
+    skew["late_by_ns"] = np.where(raw["straggler"] >= 0, raw["late_by"], 0).astype(np.int64)
+    skew["wait_caused_ns"] = np.where(raw["straggler"] >= 0, raw["wait"], 0.0)
+    skew["aligned_straggler"] = aligned["straggler"].reindex(skew.index)
+    skew["aligned_late_by_ns"] = np.where(aligned["straggler"] >= 0, aligned["late_by"], 0).astype(np.int64)
+    skew["aligned_wait_caused_ns"] = np.where(aligned["straggler"] >= 0, aligned["wait"], 0.0)
+    skew = skew.reset_index().sort_values(["first_start_ns", "collective", "process_group"])
+    for c in ("straggler", "aligned_straggler"):
+        skew[c] = pd.array([int(v) if v >= 0 else None for v in skew[c]], dtype="Int64")
+    for c in ("wait_caused_ns", "aligned_wait_caused_ns"):
+        skew[c] = np.round(skew[c].to_numpy()).astype(np.int64)
+    skew["step"] = _step_values(skew["step"].to_numpy())
+    skew = skew[skew_cols].reset_index(drop=True)
+
+    ranks = np.sort(arrivals["rank"].unique())
+    by_rank = arrivals.groupby("rank")
+    strag = pd.DataFrame(index=pd.Index(ranks, name="rank"))
+    strag["matched"] = by_rank.size().reindex(ranks).fillna(0).astype(np.int64)
+    strag["mean_lateness_ns"] = by_rank["lateness_ns"].mean().reindex(ranks)
+    strag["clock_offset_ns"] = by_rank["end_offset_ns"].median().reindex(ranks)
+    for prefix, table in (("", raw), ("aligned_", aligned)):
+        t = table[table["straggler"] >= 0]
+        tg = t.groupby("straggler")
+        strag[f"{prefix}times_last"] = tg.size().reindex(ranks).fillna(0).astype(np.int64)
+        strag[f"{prefix}share_last"] = strag[f"{prefix}times_last"] / strag["matched"].where(strag["matched"] > 0)
+        strag[f"{prefix}mean_late_by_ns"] = tg["late_by"].mean().reindex(ranks)
+        strag[f"{prefix}wait_caused_ns"] = np.round(tg["wait"].sum().reindex(ranks).fillna(0.0)).astype(np.int64)
+    strag["mean_late_by_ns"] = strag["mean_late_by_ns"].round().astype("Int64")
+    strag["aligned_mean_late_by_ns"] = strag["aligned_mean_late_by_ns"].round().astype("Int64")
+    strag["mean_lateness_ns"] = strag["mean_lateness_ns"].round().astype(np.int64)
+    strag["clock_offset_ns"] = strag["clock_offset_ns"].round().astype(np.int64)
+    strag = strag.reset_index()
+    strag["rank"] = strag["rank"].astype(np.int64)
+    return skew, strag[strag_cols]
+
+
+def compute_balance(act: Activity) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Compute time per rank and step, and its imbalance across ranks per step."""
+    by_cols = ["rank", "step", "compute_ns"]
+    imb_cols = ["step", "ranks", "min_ns", "max_ns", "mean_ns", "min_rank", "max_rank", "imbalance_ns",
+                "imbalance_pct"]
+    comp = act.cls == classify.COMPUTE
+    if len(np.unique(act.rank)) < 2 or not comp.any():
+        return _empty(by_cols), _empty(imb_cols)
+    frames = []
+    for mask, step in _scopes(act):
+        m = mask & comp
+        if not m.any():
+            continue
+        codes, (r, s) = iv.combine_keys(act.rank[m], step[m])
+        k, t = iv.total_by(codes, act.start[m], act.end[m])
+        frames.append(pd.DataFrame({"rank": r[k], "step": s[k], "compute_ns": t}))
+    by = pd.concat(frames, ignore_index=True)
+    g = by.groupby("step")
+    imb = pd.DataFrame(
+        {
+            "ranks": g.size(),
+            "min_ns": g["compute_ns"].min(),
+            "max_ns": g["compute_ns"].max(),
+            "mean_ns": g["compute_ns"].mean(),
+            "min_rank": by.loc[g["compute_ns"].idxmin(), "rank"].to_numpy(),
+            "max_rank": by.loc[g["compute_ns"].idxmax(), "rank"].to_numpy(),
+        }
+    ).reset_index()
+    imb = imb[imb["ranks"] >= 2]
+    imb["imbalance_ns"] = np.round(imb["max_ns"] - imb["mean_ns"]).astype(np.int64)
+    imb["imbalance_pct"] = np.where(imb["mean_ns"] > 0, 100.0 * imb["imbalance_ns"] / imb["mean_ns"], np.nan)
+    for c in ("min_rank", "max_rank"):
+        imb[c] = imb[c].astype("Int64")
+    imb["min_ns"] = imb["min_ns"].astype(np.int64)
+    imb["max_ns"] = imb["max_ns"].astype(np.int64)
+    return _finish(by, ["step", "rank"], by_cols), _finish(imb, ["step"], imb_cols)
+
+
+# ------------------------------------------------------------------------ the analysis
+
+
+def _step_windows(act: Activity) -> pd.DataFrame:
+    """GPU window (first start .. last end of the step's activity) per rank, device and step."""
+    in_step = act.step != NO_STEP
+    if not in_step.any():
+        return pd.DataFrame({"rank": [], "device": [], "step": [], "window_ns": []})
+    codes, (r, d, s) = iv.combine_keys(act.rank[in_step], act.device[in_step], act.step[in_step])
+    k, lo, hi = iv.window_by(codes, act.start[in_step], act.end[in_step])
+    return pd.DataFrame({"rank": r[k], "device": d[k], "step": s[k], "window_ns": hi - lo})
+
+
+def _whole_windows(act: Activity) -> dict[tuple[int, int], int]:
+    codes, (r, d) = iv.combine_keys(act.rank, act.device)
+    k, lo, hi = iv.window_by(codes, act.start, act.end)
+    return {(int(r[i]), int(d[i])): int(w) for i, w in zip(k, hi - lo)}
+
+
+@register(NAME)
+def analyze(trace: Trace, options: Options) -> AnalysisResult:
+    act = activity(trace, options)
+    comm = comm_kernels(trace, act)
+    result = AnalysisResult(name=NAME)
+    tables = result.tables
+    tables["collectives"] = collectives_table(act, comm)
+    tables["summary"] = summary_table(act)
+    arrivals, warnings = match_collectives(comm)
+    result.warnings.extend(warnings)
+    multi = comm["rank"].nunique() >= 2 if not comm.empty else False
+    if multi:
+        skew, strag = skew_tables(arrivals, int(comm["rank"].nunique()))
+        tables["skew"] = skew
+        tables["arrivals"] = _arrivals_out(arrivals)
+        tables["stragglers"] = strag
+    by_rank, imbalance = compute_balance(act)
+    if len(np.unique(act.rank)) >= 2:
+        tables["compute_by_rank"] = by_rank
+        tables["compute_imbalance"] = imbalance
+    if comm.empty:
+        return result
+    if not act.has_steps:
+        result.warnings.append("no steps found: communication figures are for the whole trace; costs are not per step")
+    windows = _step_windows(act)
+    step_counts = act.steps.counts()
+    result.findings.extend(_exposed_findings(tables["collectives"], windows, step_counts, act))
+    if multi:
+        result.findings.extend(_straggler_findings(tables["stragglers"], tables["skew"], windows, step_counts, act))
+    if len(np.unique(act.rank)) >= 2:
+        result.findings.extend(_imbalance_findings(imbalance, windows, act))
+    return result
+
+
+def _arrivals_out(arrivals: pd.DataFrame) -> pd.DataFrame:
+    cols = ["collective", "process_group", "step", "occurrence", "rank", "row", "start_ns", "end_ns", "dur_ns",
+            "lateness_ns", "aligned_lateness_ns", "end_offset_ns"]
+    if arrivals.empty:
+        return _empty(cols)
+    out = arrivals.rename(columns={"start": "start_ns", "end": "end_ns", "dur": "dur_ns"}).copy()
+    out["end_offset_ns"] = np.round(out["end_offset_ns"].to_numpy()).astype(np.int64)
+    out = out.sort_values(["start_ns", "rank"])
+    out["step"] = _step_values(out["step"].to_numpy())
+    return out[cols].reset_index(drop=True)
+
+
+def _mean_window(windows: pd.DataFrame, rank: int | None = None) -> float | None:
+    w = windows if rank is None else windows[windows["rank"] == rank]
+    return float(w["window_ns"].mean()) if len(w) else None
+
+
+def _exposed_findings(
+    coll: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int], act: Activity
+) -> list[Finding]:
+    whole = coll[coll["step"].isna()]
+    if whole.empty:
+        return []
+    whole_windows = _whole_windows(act)
+    findings = []
+    for (kind, pg), rows in whole.groupby(["collective", "process_group"]):
+        per_rank = []
+        for _, row in rows.iterrows():
+            rank, device = int(row["rank"]), int(row["device"])
+            n_steps = step_counts.get(rank, 0)
+            exposed = per_step(int(row["exposed_ns"]), n_steps)
+            window = _mean_window(windows, rank) if n_steps else whole_windows.get((rank, device))
+            per_rank.append(
+                {
+                    "rank": rank,
+                    "device": device,
+                    "count": int(row["count"]),
+                    "communication_ns": int(row["communication_ns"]),
+                    "exposed_ns": int(row["exposed_ns"]),
+                    "exposed_ns_per_step": exposed,
+                    "overlap_pct": None if pd.isna(row["overlap_pct"]) else float(row["overlap_pct"]),
+                    "window_ns": window,
+                    "share": exposed / window if window else None,
+                }
+            )
+        shares = [p["share"] for p in per_rank if p["share"] is not None]
+        if not shares:
+            continue
+        share = float(np.mean(shares))
+        if share < EXPOSED_SHARE:
+            continue
+        cost = int(round(np.mean([p["exposed_ns_per_step"] for p in per_rank])))
+        worst = max(per_rank, key=lambda p: p["exposed_ns_per_step"])
+        ranks = sorted(p["rank"] for p in per_rank)
+        overlap = [p["overlap_pct"] for p in per_rank if p["overlap_pct"] is not None]
+        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks"
+        pg_text = f" (process group {pg})" if pg else ""
+        findings.append(
+            Finding(
+                code="exposed_collective",
+                title=f"{kind}{pg_text} is exposed for {_us(cost)} per step ({100 * share:.1f}% of the step, "
+                f"{np.mean(overlap):.0f}% overlapped with compute; {where})",
+                severity="high" if share >= EXPOSED_SHARE_HIGH else "medium",
+                analysis=NAME,
+                recommendation=_EXPOSED_ADVICE.get(kind, _EXPOSED_ADVICE["default"]),
+                cost_ns_per_step=cost,
+                cost_share=share,
+                rank=ranks[0] if len(ranks) == 1 else None,
+                evidence={"collective": kind, "process_group": pg, "worst_rank": worst["rank"], "per_rank": per_rank},
+            )
+        )
+    return findings
+
+
+_EXPOSED_ADVICE = {
+    "AllReduce": "Overlap gradient all-reduce with backward compute: DDP buckets (smaller bucket_cap_mb so "
+    "the first buckets start earlier), no_sync() for gradient accumulation, gradient compression; check "
+    "that nothing synchronises the stream before the all-reduce is launched.",
+    "AllGather": "Prefetch parameters: FSDP forward_prefetch / backward_prefetch=BACKWARD_PRE, limit_all_gathers "
+    "off when memory allows, or larger FSDP units so each gather hides behind more compute.",
+    "ReduceScatter": "Overlap reduce-scatter with the next layer's backward (FSDP backward_prefetch) and avoid a "
+    "blocking wait right after it.",
+    "default": "Launch the collective asynchronously (async_op=True) and wait for it as late as possible, on a "
+    "separate stream, so it runs under compute; make messages larger and fewer if they are latency-bound.",
+}
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:.1f} us" if ns < 1_000_000 else f"{ns / 1e6:.2f} ms"
+
+
+def _straggler_findings(
+    strag: pd.DataFrame, skew: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int], act: Activity
+) -> list[Finding]:
+    if strag.empty:
+        return []
+    n = len(strag)
+    aligned = bool((strag["clock_offset_ns"].abs() > CLOCK_OFFSET_NS).any())
+    p = "aligned_" if aligned else ""
+    findings = []
+    for _, row in strag.iterrows():
+        rank = int(row["rank"])
+        matched = int(row["matched"])
+        times_last = int(row[f"{p}times_last"])
+        share = times_last / matched if matched else 0.0
+        if times_last < STRAGGLER_MIN_MATCHED or share < max(STRAGGLER_SHARE, STRAGGLER_FAIR_FACTOR / n):
+            continue
+        # cost: the wait it causes each other rank, spread over the steps
+        n_steps = max(step_counts.values()) if step_counts else 0
+        cost = per_step(int(row[f"{p}wait_caused_ns"]), n_steps)
+        window = _mean_window(windows) if n_steps else None
+        if window is None:
+            whole = _whole_windows(act)
+            window = float(np.mean(list(whole.values()))) if whole else None
+        cost_share = cost / window if window else None
+        if cost_share is not None and cost_share < STRAGGLER_MIN_COST_SHARE:
+            continue
+        late_by = row[f"{p}mean_late_by_ns"]
+        late_by = int(late_by) if pd.notna(late_by) else 0
+        mine = skew[skew[f"{p}straggler"] == rank]
+        findings.append(
+            Finding(
+                code="straggler_rank",
+                title=f"Rank {rank} is the last to reach {times_last} of {matched} collectives, on average "
+                f"{_us(late_by)} after the others; each other rank waits {_us(cost)} per step",
+                severity="high"
+                if (cost_share or 0) >= STRAGGLER_HIGH
+                else "medium"
+                if (cost_share or 0) >= STRAGGLER_MEDIUM
+                else "low",
+                analysis=NAME,
+                recommendation=f"Find what rank {rank} does before the collectives that the others do not: see "
+                "its idle gaps (slower DataLoader, host-side work, a slower GPU/thermal throttling, uneven "
+                "input sizes). Balance the input (padding/bucketing), give its DataLoader more workers, or "
+                "check its hardware.",
+                cost_ns_per_step=cost,
+                cost_share=cost_share,
+                rank=rank,
+                evidence={
+                    "clock_basis": "end-aligned (rank clocks look offset)" if aligned else "raw timestamps",
+                    "matched": matched,
+                    "times_last": times_last,
+                    "share_last": share,
+                    "mean_late_by_ns": late_by,
+                    "wait_caused_ns": int(row[f"{p}wait_caused_ns"]),
+                    "raw_times_last": int(row["times_last"]),
+                    "aligned_times_last": int(row["aligned_times_last"]),
+                    "clock_offset_ns": int(row["clock_offset_ns"]),
+                    "max_skew_ns": int(mine[f"{p}skew_ns"].max()) if len(mine) else 0,
+                    "ranks": n,
+                },
+            )
+        )
+    return findings
+
+
+def _imbalance_findings(imbalance: pd.DataFrame, windows: pd.DataFrame, act: Activity) -> list[Finding]:
+    if imbalance.empty:
+        return []
+    per_step_rows = imbalance[imbalance["step"].notna()]
+    rows = per_step_rows if len(per_step_rows) else imbalance
+    mean_imb = float(rows["imbalance_ns"].mean())
+    mean_compute = float(rows["mean_ns"].mean())
+    if mean_compute <= 0:
+        return []
+    pct = 100.0 * mean_imb / mean_compute
+    window = _mean_window(windows) if len(per_step_rows) else None
+    if window is None:
+        whole = _whole_windows(act)
+        window = float(np.mean(list(whole.values()))) if whole else None
+    cost = int(round(mean_imb))
+    cost_share = cost / window if window else None
+    if pct < IMBALANCE_PCT or (cost_share is not None and cost_share < IMBALANCE_MIN_COST_SHARE):
+        return []
+    slowest = rows["max_rank"].mode()
+    slow = int(slowest.iloc[0]) if len(slowest) else None
+    times_max = int((rows["max_rank"] == slow).sum()) if slow is not None else 0
+    return [
+        Finding(
+            code="compute_imbalance",
+            title=f"Compute time differs across ranks: the busiest rank computes {pct:.0f}% more than the mean "
+            f"(rank {slow} is the busiest in {times_max} of {len(rows)} steps)",
+            severity="medium" if pct >= IMBALANCE_PCT_MEDIUM else "low",
+            analysis=NAME,
+            recommendation="Balance the work per rank: equal batch sizes / sequence lengths per rank (bucketing, "
+            "packing), even sharding of embedding tables or pipeline stages; the other ranks wait for the "
+            "slowest at every collective.",
+            cost_ns_per_step=cost,
+            cost_share=cost_share,
+            rank=slow,
+            evidence={
+                "steps": int(len(rows)),
+                "mean_imbalance_ns": cost,
+                "mean_compute_ns": mean_compute,
+                "imbalance_pct": pct,
+                "busiest_rank": slow,
+                "times_busiest": times_max,
+            },
+        )
+    ]

@@ -1,0 +1,391 @@
+"""Idle gaps: every interval in which a GPU did nothing, and why.
+
+Definitions (docs/metrics.md), per rank and GPU device; all times int64 ns:
+
+- GPU activity = kernels, memcpy and memset on that device, all streams (not sync events).
+- gaps = the intervals of the window not covered by the union of activity (device-wide, not per
+  stream); window = last activity end - first activity start.
+- Each gap has exactly one cause, judged from the activity that ends the gap (the first activity
+  on the device that starts at the gap's end) and its launch call, in this order:
+
+  1. ``host_bound``: the launch call of the activity that ends the gap started after the GPU went
+     idle (at or after the gap start). ``cpu_context`` is what the launching thread was doing
+     meanwhile: the innermost CPU op, Python function or annotation on the launching thread that
+     spans the gap (starts at or before its start, ends at or after its end), e.g. a DataLoader
+     Python function or ``aten::item``; step ranges (names matching the step marker) do not count.
+     When no range spans the gap (typically the data loader returned just before the launch), the
+     innermost range running at the gap start is reported instead and ``context_at_gap_start`` is
+     True.
+  2. ``sync_bound``: a synchronize call (runtime API whose name contains ``Synchronize``) or a
+     blocking copy (``cudaMemcpy``/``cuMemcpy``/``hipMemcpy`` without ``Async``) on the CPU of the
+     same rank spans the gap (starts at or before its start, ends at or after its end).
+     ``cpu_context`` is that call.
+  3. ``launch_latency``: launched before the gap started, started late. ``cpu_context`` is the
+     launch API.
+  4. ``unattributed``: anything else (no launch link for the activity that ends the gap).
+
+  So the totals per cause add up exactly to idle.
+
+Tables: ``gaps`` (whole-trace gaps; ``step`` is the step of the activity that ends the gap),
+``step_gaps`` (gaps inside each per-step GPU window), ``by_cause`` (per rank, device and step, plus
+``step = None`` for the whole trace: equals the temporal ``idle_ns`` of the same row),
+``histogram``, ``largest`` and ``cpu_contexts``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from traceview.findings import AnalysisResult, Finding, Options
+from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
+
+from . import classify, register
+from . import intervals as iv
+from .steps import NO_STEP, Activity, activity, cached, per_step
+
+NAME = "idle_gaps"
+
+HOST_BOUND = "host_bound"
+SYNC_BOUND = "sync_bound"
+LAUNCH_LATENCY = "launch_latency"
+UNATTRIBUTED = "unattributed"
+CAUSES = (HOST_BOUND, SYNC_BOUND, LAUNCH_LATENCY, UNATTRIBUTED)
+
+BLOCKING_COPY = re.compile(r"^(cuda|cu|hip)Memcpy(?!.*Async)", re.IGNORECASE)
+CONTEXT_KINDS = (Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.ANNOTATION)
+
+#: histogram bucket upper bounds (ns) and labels
+BUCKET_EDGES = np.array([10_000, 100_000, 1_000_000, 10_000_000], dtype=np.int64)
+BUCKET_LABELS = ["< 10 us", "10-100 us", "100 us - 1 ms", "1-10 ms", ">= 10 ms"]
+
+#: a cause is reported when its idle is at least this share of the window
+REPORT_SHARE = 0.05
+MEDIUM_SHARE = 0.10
+HIGH_SHARE = 0.25
+
+GAP_COLUMNS = [
+    "rank", "device", "step", "start_ns", "end_ns", "dur_ns", "cause", "cpu_context", "context_at_gap_start",
+    "next_row", "api_row",
+]
+
+
+class _CpuContext:
+    """Per-thread nested CPU ranges (ops, Python functions, annotations) for innermost lookups."""
+
+    def __init__(self, trace: Trace, options: Options) -> None:
+        kinds = trace.kind_codes()
+        mask = np.isin(kinds, np.array([int(k) for k in CONTEXT_KINDS], dtype=np.int8))
+        marker = options.step_marker or DEFAULT_STEP_MARKER
+        if mask.any():
+            mask &= ~classify.name_matches(trace, marker)
+        self.rows = np.flatnonzero(mask)
+        start = trace.column("start_ns")[self.rows]
+        end = start + np.maximum(trace.column("dur_ns")[self.rows], 0)
+        codes, self.threads = iv.combine_keys(
+            trace.column("rank")[self.rows].astype(np.int64), trace.column("pid")[self.rows],
+            trace.column("tid")[self.rows],
+        )
+        self.thread_code = {
+            (int(r), int(p), int(t)): i for i, (r, p, t) in enumerate(zip(*self.threads))
+        }
+        self.index = iv.NestedIndex(codes, start, end)
+
+    def innermost_spanning(
+        self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> np.ndarray:
+        """Row (in trace.events) of the innermost range on each thread covering ``[lo, hi]``; -1 if none."""
+        if self.rows.size == 0 or rank.size == 0:
+            return np.full(rank.size, -1, dtype=np.int64)
+        qcodes, (qr, qp, qt) = iv.combine_keys(rank, pid, tid)
+        # a handful of launching threads: map each to its code among the context threads
+        lut = np.array([self.thread_code.get((int(r), int(p), int(t)), -1) for r, p, t in zip(qr, qp, qt)],
+                       dtype=np.int64)
+        hit = self.index.covering(lut[qcodes], lo, hi)
+        return np.where(hit >= 0, self.rows[np.clip(hit, 0, None)], -1)
+
+
+def _sync_calls(trace: Trace, options: Options) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(row, rank, start, end) of synchronize calls and blocking copies on the CPU."""
+    kinds = trace.kind_codes()
+    mask = classify.is_sync_call(trace) | (
+        (kinds == int(Kind.RUNTIME)) & classify.name_matches(trace, BLOCKING_COPY)
+    )
+    rows = np.flatnonzero(mask)
+    rank = trace.column("rank")[rows].astype(np.int64)
+    if options.ranks is not None:
+        keep = np.isin(rank, list(options.ranks))
+        rows, rank = rows[keep], rank[keep]
+    start = trace.column("start_ns")[rows]
+    return rows, rank, start, start + np.maximum(trace.column("dur_ns")[rows], 0)
+
+
+def _gaps_of(
+    act: Activity, sel: np.ndarray, key_cols: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Gaps per group of ``key_cols`` over activity ``sel``.
+
+    Returns (gap_start, gap_end, next_activity (index into act), group code, group key values).
+    """
+    codes, keyvals = iv.combine_keys(*[c[sel] for c in key_cols])
+    idx = np.flatnonzero(sel)
+    start, end = act.start[idx], act.end[idx]
+    uniq, lo, hi = iv.window_by(codes, start, end)
+    gk, gs, ge = iv.gaps_by((codes, start, end), uniq, lo, hi)
+    # the activity that ends each gap: first (by start) at the gap end; ties -> linked, earliest call
+    no_api = act.api_row[idx] < 0
+    api_start = np.where(no_api, np.iinfo(np.int64).max, act.api_start[idx])
+    order = np.lexsort((api_start, no_api, start, codes))
+    pos = iv.searchsorted_by(codes[order], start[order], gk, ge, side="left")
+    pos = np.clip(pos, 0, max(order.size - 1, 0))
+    nxt = idx[order[pos]] if order.size else np.empty(0, dtype=np.int64)
+    return gs, ge, nxt, gk, keyvals
+
+
+def _attribute(
+    trace: Trace, options: Options, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cause code (index into CAUSES), CPU-context row (-1: none) of each gap, and whether the
+    host-bound context is the fallback (contains only the gap start)."""
+    n = gs.size
+    cause = np.full(n, CAUSES.index(UNATTRIBUTED), dtype=np.int8)
+    context = np.full(n, -1, dtype=np.int64)
+    fallback = np.zeros(n, dtype=bool)
+    if n == 0:
+        return cause, context, fallback
+    api_row = act.api_row[nxt]
+    api_start = act.api_start[nxt]
+    linked = api_row >= 0
+    host = linked & (api_start >= gs)
+
+    rows, s_rank, s_start, s_end = _sync_calls(trace, options)
+    sync_hit = iv.innermost_covering(s_rank, s_start, s_end, act.rank[nxt], gs, ge)
+    sync = (sync_hit >= 0) & ~host
+    latency = linked & ~host & ~sync
+
+    cause[latency] = CAUSES.index(LAUNCH_LATENCY)
+    context[latency] = api_row[latency]
+    cause[sync] = CAUSES.index(SYNC_BOUND)
+    context[sync] = rows[sync_hit[sync]]
+    cause[host] = CAUSES.index(HOST_BOUND)
+    if host.any():
+        cpu = cached(trace, "idle_gaps.cpu_context", options, lambda: _CpuContext(trace, options))
+        h = np.flatnonzero(host)
+        ar = api_row[h]
+        rank, pid, tid = act.rank[nxt[h]], trace.column("pid")[ar], trace.column("tid")[ar]
+        found = cpu.innermost_spanning(rank, pid, tid, gs[h], ge[h])
+        # nothing but the step spans the gap (e.g. the data loader returned just before the launch):
+        # fall back to what the thread was running when the GPU went idle
+        none = found < 0
+        if none.any():
+            found[none] = cpu.innermost_spanning(rank[none], pid[none], tid[none], gs[h][none], gs[h][none] + 1)
+            fallback[h[none]] = found[none] >= 0
+        context[h] = found
+    return cause, context, fallback
+
+
+def _table(
+    trace: Trace, options: Options, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray,
+    step: np.ndarray,
+) -> pd.DataFrame:
+    cause, context, fallback = _attribute(trace, options, act, gs, ge, nxt)
+    return pd.DataFrame(
+        {
+            "rank": act.rank[nxt],
+            "device": act.device[nxt],
+            "step": pd.array([None if s == NO_STEP else int(s) for s in step], dtype="Int64"),
+            "start_ns": gs,
+            "end_ns": ge,
+            "dur_ns": ge - gs,
+            "cause": pd.Categorical.from_codes(cause, categories=list(CAUSES)),
+            "cpu_context": classify.names_categorical(trace, context),
+            "context_at_gap_start": fallback,
+            "next_row": act.row[nxt],
+            "api_row": act.api_row[nxt],
+        },
+        columns=GAP_COLUMNS,
+    )
+
+
+def compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
+    """All gap tables (cached per trace and options)."""
+    return cached(trace, "idle_gaps.tables", options, lambda: _compute(trace, options))
+
+
+def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
+    act = activity(trace, options)
+    everything = np.ones(len(act), dtype=bool)
+    gs, ge, nxt, _, _ = _gaps_of(act, everything, [act.rank, act.device])
+    gaps = _table(trace, options, act, gs, ge, nxt, act.step[nxt])
+    gaps = gaps.sort_values(["rank", "device", "start_ns"], kind="stable").reset_index(drop=True)
+
+    in_step = act.step != NO_STEP
+    if in_step.any():
+        gs, ge, nxt, _, _ = _gaps_of(act, in_step, [act.rank, act.device, act.step])
+        step_gaps = _table(trace, options, act, gs, ge, nxt, act.step[nxt])
+        step_gaps = step_gaps.sort_values(["rank", "device", "step", "start_ns"], kind="stable").reset_index(drop=True)
+    else:
+        step_gaps = gaps.iloc[:0].copy()
+
+    by_cause = _by_cause(act, gaps, step_gaps)
+    return {
+        "gaps": gaps,
+        "step_gaps": step_gaps,
+        "by_cause": by_cause,
+        "histogram": _histogram(gaps),
+        "largest": _largest(gaps, options),
+        "cpu_contexts": _contexts(gaps),
+    }
+
+
+def _by_cause(act: Activity, gaps: pd.DataFrame, step_gaps: pd.DataFrame) -> pd.DataFrame:
+    """Gaps and idle per cause, for every (rank, device) and (rank, device, step) with activity."""
+    groups = [pd.DataFrame({"rank": act.rank, "device": act.device, "step": np.full(len(act), NO_STEP)})]
+    in_step = act.step != NO_STEP
+    groups.append(pd.DataFrame({"rank": act.rank[in_step], "device": act.device[in_step], "step": act.step[in_step]}))
+    keys = pd.concat(groups).drop_duplicates().sort_values(["rank", "device", "step"])
+    full = keys.merge(pd.DataFrame({"cause": list(CAUSES)}), how="cross")
+    parts = []
+    for frame, whole in ((gaps, True), (step_gaps, False)):
+        f = frame[["rank", "device", "step", "cause", "dur_ns"]].copy()
+        f["cause"] = f["cause"].astype(str)
+        f["step"] = NO_STEP if whole else f["step"].astype("int64")
+        parts.append(f)
+    allg = pd.concat(parts, ignore_index=True)
+    agg = allg.groupby(["rank", "device", "step", "cause"], sort=False).agg(
+        gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")
+    ).reset_index()
+    out = full.merge(agg, on=["rank", "device", "step", "cause"], how="left")
+    out["gaps"] = out["gaps"].fillna(0).astype(np.int64)
+    out["idle_ns"] = out["idle_ns"].fillna(0).astype(np.int64)
+    out["step"] = pd.array([None if s == NO_STEP else int(s) for s in out["step"]], dtype="Int64")
+    out["rank"] = out["rank"].astype(np.int64)
+    out["device"] = out["device"].astype(np.int64)
+    return out.reset_index(drop=True)
+
+
+def _histogram(gaps: pd.DataFrame) -> pd.DataFrame:
+    bucket = np.searchsorted(BUCKET_EDGES, gaps["dur_ns"].to_numpy(), side="right")
+    frame = pd.DataFrame({"rank": gaps["rank"], "device": gaps["device"], "bucket": bucket, "dur_ns": gaps["dur_ns"]})
+    agg = frame.groupby(["rank", "device", "bucket"]).agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")).reset_index()
+    keys = gaps[["rank", "device"]].drop_duplicates()
+    full = keys.merge(pd.DataFrame({"bucket": np.arange(len(BUCKET_LABELS))}), how="cross")
+    out = full.merge(agg, on=["rank", "device", "bucket"], how="left").fillna({"gaps": 0, "idle_ns": 0})
+    out["label"] = [BUCKET_LABELS[b] for b in out["bucket"]]
+    out["gaps"] = out["gaps"].astype(np.int64)
+    out["idle_ns"] = out["idle_ns"].astype(np.int64)
+    return out[["rank", "device", "bucket", "label", "gaps", "idle_ns"]].sort_values(["rank", "device", "bucket"]).reset_index(drop=True)
+
+
+def _largest(gaps: pd.DataFrame, options: Options) -> pd.DataFrame:
+    big = gaps[gaps["dur_ns"] >= options.min_gap_ns]
+    return big.sort_values(["dur_ns", "start_ns"], ascending=[False, True], kind="stable").head(options.top_n).reset_index(drop=True)
+
+
+def _contexts(gaps: pd.DataFrame) -> pd.DataFrame:
+    host = gaps[gaps["cause"] == HOST_BOUND]
+    ctx = host["cpu_context"].astype(str).replace("", "(no CPU op)")
+    frame = pd.DataFrame({"rank": host["rank"], "device": host["device"], "cpu_context": ctx, "dur_ns": host["dur_ns"]})
+    out = frame.groupby(["rank", "device", "cpu_context"]).agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")).reset_index()
+    return out.sort_values(["rank", "device", "idle_ns"], ascending=[True, True, False]).reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------ findings
+
+_RECOMMENDATIONS = {
+    HOST_BOUND: "The GPU waits for the host to launch work. Look at the CPU contexts: for data loading "
+    "use more DataLoader workers, pin_memory=True and prefetching; remove host syncs such as .item(), "
+    ".cpu() or printing tensors inside the step; for many small kernels see the launch-overhead analysis "
+    "(CUDA graphs, torch.compile).",
+    SYNC_BOUND: "The host blocks in a synchronize call or a blocking copy while the GPU has nothing queued. "
+    "Remove the synchronisation from the step (avoid .item()/.cpu()/torch.cuda.synchronize(); use "
+    "non_blocking=True copies from pinned memory) or queue more work before synchronising.",
+    LAUNCH_LATENCY: "Work was launched before the GPU went idle but started late: the GPU waited on a "
+    "dependency (an event on another stream, a collective on a peer) or the driver queue stalled. Check "
+    "cross-stream waits and the communication analysis.",
+}
+_TITLES = {
+    HOST_BOUND: "host-bound gaps (the GPU waits for the CPU to launch work)",
+    SYNC_BOUND: "sync-bound gaps (the CPU blocks in a synchronize call or blocking copy)",
+    LAUNCH_LATENCY: "launch-latency gaps (work queued early started late)",
+}
+
+
+@register(NAME)
+def analyze(trace: Trace, options: Options) -> AnalysisResult:
+    tables = compute(trace, options)
+    act = activity(trace, options)
+    # shallow copies: a caller adding columns does not alter the cached tables other analyses read
+    result = AnalysisResult(name=NAME, tables={k: v.copy(deep=False) for k, v in tables.items()})
+    if len(act) == 0:
+        result.warnings.append("no GPU activity in the trace: no idle gaps to analyse")
+        return result
+    n_unlinked = int((act.api_row < 0).sum())
+    if n_unlinked:
+        result.warnings.append(
+            f"{n_unlinked} of {len(act)} GPU activities have no launch call (no correlation link): gaps they "
+            "end are 'unattributed'"
+        )
+    result.findings.extend(_findings(tables, act))
+    return result
+
+
+def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
+    findings: list[Finding] = []
+    by_cause = tables["by_cause"]
+    whole = by_cause[by_cause["step"].isna()]
+    gaps = tables["gaps"]
+    step_counts = act.steps.counts()
+    windows = {}
+    uniq_codes, (r, d) = iv.combine_keys(act.rank, act.device)
+    k, lo, hi = iv.window_by(uniq_codes, act.start, act.end)
+    for i in range(k.size):
+        windows[(int(r[k[i]]), int(d[k[i]]))] = int(hi[i] - lo[i])
+    for (rank, device), rows in whole.groupby(["rank", "device"], sort=True):
+        window = windows.get((int(rank), int(device)), 0)
+        if window <= 0:
+            continue
+        idle = int(rows["idle_ns"].sum())
+        n_steps = step_counts.get(int(rank), 0)
+        for cause in (HOST_BOUND, SYNC_BOUND, LAUNCH_LATENCY):
+            row = rows[rows["cause"] == cause]
+            cause_idle = int(row["idle_ns"].sum())
+            share = cause_idle / window
+            if share < REPORT_SHARE:
+                continue
+            mine = gaps[(gaps["rank"] == rank) & (gaps["device"] == device) & (gaps["cause"] == cause)]
+            top = (
+                mine.assign(ctx=mine["cpu_context"].astype(str).replace("", "(no CPU op)"))
+                .groupby("ctx")["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False).head(5)
+            )
+            contexts = [{"cpu_context": c, "gaps": int(v["size"]), "idle_ns": int(v["sum"])} for c, v in top.iterrows()]
+            severity = "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
+            title = f"GPU {device} of rank {rank}: {100 * share:.1f}% of the time in {_TITLES[cause]}"
+            if contexts and cause != LAUNCH_LATENCY:
+                title += f"; mostly during {contexts[0]['cpu_context']}"
+            largest = mine.sort_values("dur_ns", ascending=False).head(1)
+            findings.append(
+                Finding(
+                    code=f"{cause}_gaps",
+                    title=title,
+                    severity=severity,
+                    analysis=NAME,
+                    recommendation=_RECOMMENDATIONS[cause],
+                    cost_ns_per_step=per_step(cause_idle, n_steps),
+                    cost_share=share,
+                    rank=int(rank),
+                    time_range_ns=(int(largest["start_ns"].iloc[0]), int(largest["end_ns"].iloc[0])) if len(largest) else None,
+                    evidence={
+                        "device": int(device),
+                        "gaps": len(mine),
+                        "idle_ns": cause_idle,
+                        "total_idle_ns": idle,
+                        "window_ns": window,
+                        "steps": n_steps,
+                        "top_cpu_contexts": contexts,
+                    },
+                )
+            )
+    return findings

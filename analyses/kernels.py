@@ -1,0 +1,425 @@
+"""Kernel breakdown: which kernels (and copies) take the GPU's time, by name and by category.
+
+Definitions (docs/metrics.md, "Kernel breakdown"), per rank and GPU device; all times int64 ns:
+
+- The rows are GPU activity: kernels, memcpy and memset (not sync events), all streams. A
+  "kernel name" is the event name as the trace gives it (demangled, unshortened), so memcpy and
+  memset appear under their names too (``Memcpy HtoD (Pageable -> Device)``, ``Memset (Device)``).
+- Per name: ``count``; ``total_ns`` = sum of durations (not a union: concurrent instances add up);
+  ``mean_ns`` = total / count; ``min_ns``, ``max_ns``; ``std_ns`` = the **population** standard
+  deviation (ddof = 0) of the durations. ``mean_ns`` and ``std_ns`` are float64 ns (the exact
+  ratio; the other time columns are int64). HTA reports the sample std (ddof = 1);
+  ``sample std = std_ns * sqrt(count / (count - 1))``.
+- ``share_pct`` = 100 x total_ns / (sum of the durations of all GPU activity of that rank, device
+  [and step]); the shares of one rank and device add up to 100.
+- Category, first rule that matches (regexes on the name, case-insensitive):
+
+  1. ``communication``: a communication kernel (``analyses/classify.py``: name contains
+     ``nccl``/``rccl``, or the event has collective args);
+  2. ``memory``: memcpy and memset events (by kind, not by name);
+  3. ``attention``: ``flash|fmha|attention|attn|sdpa``;
+  4. ``convolution``: ``conv`` (not ``convert``), ``implicit_gemm``/``implicitgemm``, ``winograd``,
+     ``xmma_(fprop|dgrad|wgrad)`` (cuDNN's implicit-GEMM convolutions say ``gemm`` too, so this
+     comes before GEMM);
+  5. ``gemm``: ``gemm`` (covers sgemm, hgemm, cutlass gemm, ``ampere_*gemm``, ``sm90_xmma_gemm``),
+     ``gemv``, ``cutlass``, ``cublas``, ``matmul``, ``wgmma``, Triton matmul templates
+     (``triton_tem_*mm``, ``bmm``/``addmm``/``_mm_``);
+  6. ``elementwise``: ``elementwise`` (covers ``vectorized_elementwise_kernel``,
+     ``unrolled_elementwise_kernel``), Triton pointwise ``triton_poi_``;
+  7. ``reduction``: ``reduce|reduction|softmax|norm`` (layer/batch/group/RMS norm), cuDNN batch
+     norm ``bn_fw``/``bn_bw``, Triton ``triton_red_``/``triton_per_``;
+  8. ``other``: everything else.
+
+  Attention is matched before GEMM and convolution (``fmha_cutlassF`` is attention), elementwise
+  before reduction (``elementwise_kernel<..., normal_kernel ...>`` is elementwise).
+- Tiny kernel: a compute kernel (not communication, not memcpy/memset) shorter than 10 us.
+  ``tiny_gap_ns`` = for each tiny kernel, the idle time on its stream just before it (its start
+  minus the end of the previous activity on the same stream), capped at 10 us: an estimate of the
+  launch/scheduling overhead that fusing those kernels would remove.
+
+Tables: ``kernels`` (every name; per rank and device, by total time), ``top_kernels`` (the top
+``Options.top_n`` per rank and device), ``kernels_by_step`` (the same figures per step),
+``categories`` (per rank, device, category; ``step`` None = whole trace, then per step),
+``tiny_kernels`` (per rank, device; ``step`` None = whole trace, then per step).
+
+Findings: ``dominant_kernels`` (info: one category, or one kernel, takes most of the GPU time; a
+fact to know, not a problem) and ``many_tiny_kernels`` (a fusion opportunity: at least half of the
+compute kernels are tiny and there are at least 100 per step; cost = ``tiny_gap_ns`` per step).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import classify, register
+from . import intervals as iv
+from .steps import NO_STEP, Activity, activity, per_step
+from traceview.findings import AnalysisResult, Finding, Options
+from traceview.model import Kind, Trace
+
+NAME = "kernels"
+
+CATEGORIES = ("gemm", "attention", "convolution", "elementwise", "reduction", "communication", "memory", "other")
+
+#: name rules, in precedence order (communication and memory are decided before, by class/kind)
+CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("attention", re.compile(r"flash|fmha|attention|attn|sdpa", re.IGNORECASE)),
+    (
+        "convolution",
+        re.compile(r"conv(?!ert)|implicit_?gemm|winograd|xmma_(?:fprop|dgrad|wgrad)", re.IGNORECASE),
+    ),
+    (
+        "gemm",
+        re.compile(
+            r"gemm|gemv|cutlass|cublas|matmul|wgmma|triton_tem_\w*mm|(?:^|[^a-z])(?:b|add)?mm(?:[^a-z]|$)",
+            re.IGNORECASE,
+        ),
+    ),
+    ("elementwise", re.compile(r"elementwise|triton_poi_", re.IGNORECASE)),
+    ("reduction", re.compile(r"reduce|reduction|softmax|norm|(?:^|[^a-z])bn_(?:fw|bw)|triton_red_|triton_per_",
+                             re.IGNORECASE)),
+]
+
+#: a compute kernel shorter than this is "tiny"
+TINY_NS = 10_000
+#: the per-kernel overhead estimate is capped at this
+TINY_GAP_CAP_NS = 10_000
+#: many_tiny_kernels: tiny share of compute kernels, and tiny kernels per step, from which it fires
+TINY_SHARE = 0.5
+TINY_SHARE_MEDIUM = 0.8
+TINY_MIN_PER_STEP = 100
+#: dominant_kernels: a category (or a single kernel) with at least this share of GPU time
+DOMINANT_CATEGORY_SHARE = 0.5
+DOMINANT_KERNEL_SHARE = 0.3
+
+STAT_COLUMNS = ["count", "total_ns", "mean_ns", "min_ns", "max_ns", "std_ns", "share_pct"]
+
+
+def categorize_name(name: str) -> str:
+    """Category of a kernel by name alone (rules 3-8; communication/memory need the event)."""
+    for category, pattern in CATEGORY_RULES:
+        if pattern.search(name):
+            return category
+    if classify.COMM_NAME.search(name):
+        return "communication"
+    return "other"
+
+
+def _name_codes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    col = trace.events.column("name")
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    codes = col.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes[rows], [v if v is not None else "" for v in col.dictionary.to_pylist()]
+
+
+def categories_of(trace: Trace, act: Activity) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(category index into CATEGORIES, name code, dictionary) for every activity entry."""
+    codes, dictionary = _name_codes(trace, act.row)
+    uniq = np.unique(codes)
+    by_name = np.full(len(dictionary) + 1, CATEGORIES.index("other"), dtype=np.int64)
+    for c in uniq.tolist():
+        by_name[c] = CATEGORIES.index(categorize_name(dictionary[c]))
+    cat = by_name[codes]
+    cat[act.cls == classify.MEMORY] = CATEGORIES.index("memory")
+    cat[act.cls == classify.COMMUNICATION] = CATEGORIES.index("communication")
+    return cat, codes, dictionary
+
+
+def _stats(keys: list[np.ndarray], dur: np.ndarray) -> pd.DataFrame:
+    """count/total/min/max/mean/population std of ``dur`` per distinct combination of ``keys``."""
+    frame = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)})
+    frame["dur"] = dur
+    by = [f"k{i}" for i in range(len(keys))]
+    grouped = frame.groupby(by, sort=False)
+    out = grouped["dur"].agg(["size", "sum", "min", "max"]).reset_index()
+    out.columns = by + ["count", "total_ns", "min_ns", "max_ns"]
+    # population std from deviations about the exact group mean (float64)
+    mean = grouped["dur"].transform("sum").to_numpy() / grouped["dur"].transform("size").to_numpy()
+    frame["sq"] = (dur - mean) ** 2
+    sq = frame.groupby(by, sort=False)["sq"].sum().reset_index(drop=True)
+    out["mean_ns"] = out["total_ns"].to_numpy() / out["count"].to_numpy()
+    out["std_ns"] = np.sqrt(sq.to_numpy() / out["count"].to_numpy())
+    for c in ("count", "total_ns", "min_ns", "max_ns"):
+        out[c] = out[c].astype(np.int64)
+    return out
+
+
+def _step_col(steps: np.ndarray) -> pd.arrays.IntegerArray:
+    return pd.array([None if s == NO_STEP else int(s) for s in steps], dtype="Int64")
+
+
+def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataFrame]:
+    """The ``kernels``, ``top_kernels``, ``kernels_by_step`` and ``categories`` tables."""
+    cat, codes, dictionary = categories_of(trace, act)
+    dur = act.end - act.start
+    rank, device, step = act.rank, act.device, act.step
+    kind_names = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
+
+    def named(stats: pd.DataFrame, with_step: bool) -> pd.DataFrame:
+        cols = ["rank", "device"] + (["step"] if with_step else []) + ["name_code"]
+        stats = stats.rename(columns={f"k{i}": c for i, c in enumerate(cols)})
+        # first event of each name gives its category and kind (both are per name in practice)
+        first = pd.DataFrame({"name_code": codes, "category": cat, "kind": act.kind}).drop_duplicates("name_code")
+        stats = stats.merge(first, on="name_code", how="left")
+        stats["name"] = [dictionary[c] for c in stats["name_code"].to_numpy()]
+        stats["category"] = [CATEGORIES[c] for c in stats["category"].to_numpy()]
+        stats["kind"] = [kind_names.get(int(k), "other") for k in stats["kind"].to_numpy()]
+        group = ["rank", "device"] + (["step"] if with_step else [])
+        denom = stats.groupby(group)["total_ns"].transform("sum").to_numpy()
+        stats["share_pct"] = np.where(denom > 0, 100.0 * stats["total_ns"].to_numpy() / np.maximum(denom, 1), 0.0)
+        stats = stats.sort_values(group + ["total_ns", "name"], ascending=[True] * len(group) + [False, True])
+        if with_step:
+            stats["step"] = _step_col(stats["step"].to_numpy())
+        return stats[group + ["name", "category", "kind"] + STAT_COLUMNS].reset_index(drop=True)
+
+    empty = len(act) == 0
+    if empty:
+        kernels = _empty_frame(["rank", "device", "name", "category", "kind"] + STAT_COLUMNS)
+        by_step = _empty_frame(["rank", "device", "step", "name", "category", "kind"] + STAT_COLUMNS)
+    else:
+        kernels = named(_stats([rank, device, codes], dur), with_step=False)
+        in_step = step != NO_STEP
+        if in_step.any():
+            by_step = named(_stats([rank[in_step], device[in_step], step[in_step], codes[in_step]], dur[in_step]), True)
+        else:
+            by_step = _empty_frame(["rank", "device", "step", "name", "category", "kind"] + STAT_COLUMNS)
+    top = kernels.groupby(["rank", "device"], sort=False).head(top_n).reset_index(drop=True) if not empty else kernels
+
+    # categories: whole trace (step None) then per step
+    frames = []
+    if not empty:
+        for with_step in (False, True):
+            sel = np.ones(len(act), dtype=bool) if not with_step else step != NO_STEP
+            if not sel.any():
+                continue
+            st = np.where(with_step, step, NO_STEP)[sel]
+            c = pd.DataFrame({"rank": rank[sel], "device": device[sel], "step": st, "category": cat[sel], "dur": dur[sel]})
+            g = c.groupby(["rank", "device", "step", "category"]).agg(count=("dur", "size"), total_ns=("dur", "sum"))
+            g = g.reset_index()
+            denom = g.groupby(["rank", "device", "step"])["total_ns"].transform("sum").to_numpy()
+            g["share_pct"] = np.where(denom > 0, 100.0 * g["total_ns"].to_numpy() / np.maximum(denom, 1), 0.0)
+            frames.append(g)
+    if frames:
+        categories = pd.concat(frames, ignore_index=True)
+        categories["step_sort"] = categories["step"]
+        categories = categories.sort_values(
+            ["rank", "device", "step_sort", "total_ns"], ascending=[True, True, True, False]
+        )
+        categories["step"] = _step_col(categories["step"].to_numpy())
+        categories["category"] = [CATEGORIES[c] for c in categories["category"].to_numpy()]
+        categories["count"] = categories["count"].astype(np.int64)
+        categories["total_ns"] = categories["total_ns"].astype(np.int64)
+        categories = categories[["rank", "device", "step", "category", "count", "total_ns", "share_pct"]].reset_index(
+            drop=True
+        )
+    else:
+        categories = _empty_frame(["rank", "device", "step", "category", "count", "total_ns", "share_pct"])
+    return {"kernels": kernels, "top_kernels": top, "kernels_by_step": by_step, "categories": categories}
+
+
+def tiny_table(act: Activity) -> pd.DataFrame:
+    """Tiny compute kernels per rank and device (step None = whole trace) and per step."""
+    cols = ["rank", "device", "step", "compute_kernels", "tiny_kernels", "tiny_share", "tiny_total_ns", "tiny_gap_ns"]
+    if len(act) == 0:
+        return _empty_frame(cols)
+    # idle on the same stream before each activity (capped): its start minus the latest end of the
+    # activity that started before it on that stream
+    codes, _ = iv.combine_keys(act.rank, act.device, act.stream)
+    order = np.lexsort((act.end, act.start, codes))
+    frame = pd.DataFrame({"g": codes[order], "end": act.end[order]})
+    reach = frame.groupby("g", sort=False)["end"].cummax().to_numpy()
+    prev = np.empty(len(act), dtype=np.int64)
+    prev[1:] = reach[:-1]
+    first = np.concatenate([[True], frame["g"].to_numpy()[1:] != frame["g"].to_numpy()[:-1]])
+    gap_sorted = np.where(first, 0, np.clip(act.start[order] - prev, 0, TINY_GAP_CAP_NS))
+    gap = np.empty(len(act), dtype=np.int64)
+    gap[order] = gap_sorted
+
+    compute = (act.cls == classify.COMPUTE) & (act.kind == int(Kind.KERNEL))
+    dur = act.end - act.start
+    tiny = compute & (dur < TINY_NS)
+    frames = []
+    for with_step in (False, True):
+        sel = compute.copy() if not with_step else compute & (act.step != NO_STEP)
+        if not sel.any():
+            continue
+        st = np.where(with_step, act.step, NO_STEP)[sel]
+        t = tiny[sel]
+        f = pd.DataFrame(
+            {
+                "rank": act.rank[sel],
+                "device": act.device[sel],
+                "step": st,
+                "compute_kernels": 1,
+                "tiny_kernels": t.astype(np.int64),
+                "tiny_total_ns": np.where(t, dur[sel], 0),
+                "tiny_gap_ns": np.where(t, gap[sel], 0),
+            }
+        )
+        frames.append(f.groupby(["rank", "device", "step"], as_index=False).sum())
+    if not frames:
+        return _empty_frame(cols)
+    out = pd.concat(frames, ignore_index=True).sort_values(["rank", "device", "step"]).reset_index(drop=True)
+    out["tiny_share"] = out["tiny_kernels"] / out["compute_kernels"]
+    out["step"] = _step_col(out["step"].to_numpy())
+    for c in ("compute_kernels", "tiny_kernels", "tiny_total_ns", "tiny_gap_ns"):
+        out[c] = out[c].astype(np.int64)
+    return out[cols]
+
+
+def _empty_frame(columns: list[str]) -> pd.DataFrame:
+    dtypes = {"name": object, "category": object, "kind": object, "step": "Int64"}
+    floats = {"mean_ns", "std_ns", "share_pct", "tiny_share"}
+    return pd.DataFrame(
+        {c: pd.Series(dtype=dtypes.get(c, "float64" if c in floats else "int64")) for c in columns}
+    )
+
+
+@register(NAME)
+def analyze(trace: Trace, options: Options) -> AnalysisResult:
+    act = activity(trace, options)
+    tables = kernel_tables(trace, act, options.top_n)
+    tables["tiny_kernels"] = tiny_table(act)
+    result = AnalysisResult(name=NAME, tables=tables)
+    if len(act) == 0:
+        result.warnings.append("no GPU activity (kernels, memcpy, memset) in the trace: no kernel breakdown")
+        return result
+    result.findings.extend(_dominant_findings(tables["categories"], tables["kernels"]))
+    result.findings.extend(_tiny_findings(tables["tiny_kernels"], act))
+    return result
+
+
+def _step_windows(act: Activity) -> dict[tuple[int, int], float]:
+    """Mean per-step GPU window (first start .. last end of the step's activity) per rank, device."""
+    in_step = act.step != NO_STEP
+    if not in_step.any():
+        return {}
+    codes, (r, d, s) = iv.combine_keys(act.rank[in_step], act.device[in_step], act.step[in_step])
+    k, lo, hi = iv.window_by(codes, act.start[in_step], act.end[in_step])
+    frame = pd.DataFrame({"rank": r[k], "device": d[k], "window": hi - lo})
+    return {(int(a), int(b)): float(w) for (a, b), w in frame.groupby(["rank", "device"])["window"].mean().items()}
+
+
+def _dominant_findings(categories: pd.DataFrame, kernels: pd.DataFrame) -> list[Finding]:
+    whole = categories[categories["step"].isna()]
+    if whole.empty:
+        return []
+    top = whole.sort_values("total_ns", ascending=False).groupby(["rank", "device"], sort=True).head(1)
+    top = top[top["share_pct"] >= 100 * DOMINANT_CATEGORY_SHARE]
+    top_kernel = kernels.groupby(["rank", "device"], sort=True).head(1)
+    findings = []
+    for category, rows in top.groupby("category"):
+        ranks = sorted({int(r) for r in rows["rank"]})
+        per_rank = []
+        for _, row in rows.iterrows():
+            tk = top_kernel[(top_kernel["rank"] == row["rank"]) & (top_kernel["device"] == row["device"])]
+            per_rank.append(
+                {
+                    "rank": int(row["rank"]),
+                    "device": int(row["device"]),
+                    "share_pct": float(row["share_pct"]),
+                    "total_ns": int(row["total_ns"]),
+                    "top_kernel": str(tk["name"].iloc[0]) if len(tk) else None,
+                    "top_kernel_share_pct": float(tk["share_pct"].iloc[0]) if len(tk) else None,
+                }
+            )
+        lo = min(p["share_pct"] for p in per_rank)
+        hi = max(p["share_pct"] for p in per_rank)
+        share_text = f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}%"
+        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks"
+        single = [p for p in per_rank if (p["top_kernel_share_pct"] or 0) >= 100 * DOMINANT_KERNEL_SHARE]
+        title = f"{category} kernels take {share_text} of GPU time ({where})"
+        if single:
+            title += f"; one kernel alone takes {max(p['top_kernel_share_pct'] for p in single):.0f}%"
+        findings.append(
+            Finding(
+                code="dominant_kernels",
+                title=title,
+                severity="info",
+                analysis=NAME,
+                recommendation=_DOMINANT_ADVICE.get(category, _DOMINANT_ADVICE["other"]),
+                rank=ranks[0] if len(ranks) == 1 else None,
+                evidence={"category": category, "per_rank": per_rank},
+            )
+        )
+    return findings
+
+
+_DOMINANT_ADVICE = {
+    "gemm": "Expected for dense models. Check the GEMMs run on tensor cores (bf16/fp16/tf32, dimensions "
+    "multiple of 8/16) and compare their time with the roofline before looking elsewhere.",
+    "attention": "Expected for transformers; make sure a fused attention kernel (FlashAttention / SDPA) is "
+    "used rather than unfused matmul + softmax.",
+    "convolution": "Expected for CNNs; try channels_last memory format and torch.backends.cudnn.benchmark=True.",
+    "communication": "Communication dominates GPU time: see the communication analysis for exposed time and "
+    "stragglers.",
+    "memory": "Copies dominate GPU time: see the synchronisation analysis (pageable and blocking copies) and "
+    "keep data resident on the GPU.",
+    "elementwise": "Elementwise kernels are memory-bound; fuse them (torch.compile) to cut memory traffic.",
+    "reduction": "Reductions/normalisations dominate; fused implementations (e.g. fused LayerNorm/RMSNorm, "
+    "torch.compile) usually help.",
+    "other": "Informational: most GPU time is in one kind of kernel; optimise that first.",
+}
+
+
+def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
+    """One finding over every rank/device where tiny kernels qualify (see module docstring)."""
+    step_counts = act.steps.counts()
+    windows = _step_windows(act)
+    per_gpu = []
+    for _, row in tiny[tiny["step"].isna()].iterrows():
+        rank, device = int(row["rank"]), int(row["device"])
+        n_steps = step_counts.get(rank, 0)
+        n_tiny = int(row["tiny_kernels"])
+        share = float(row["tiny_share"])
+        per = n_tiny / n_steps if n_steps else float(n_tiny)
+        if share < TINY_SHARE or per < TINY_MIN_PER_STEP:
+            continue
+        cost = per_step(int(row["tiny_gap_ns"]), n_steps)
+        window = windows.get((rank, device))
+        per_gpu.append(
+            {
+                "rank": rank,
+                "device": device,
+                "steps": n_steps,
+                "compute_kernels": int(row["compute_kernels"]),
+                "tiny_kernels": n_tiny,
+                "tiny_share": share,
+                "tiny_per_step": per,
+                "tiny_total_ns": int(row["tiny_total_ns"]),
+                "tiny_gap_ns": int(row["tiny_gap_ns"]),
+                "cost_ns_per_step": cost,
+                "cost_share": cost / window if window else None,
+            }
+        )
+    if not per_gpu:
+        return []
+    cost = int(round(np.mean([p["cost_ns_per_step"] for p in per_gpu])))
+    shares = [p["cost_share"] for p in per_gpu if p["cost_share"] is not None]
+    cost_share = float(np.mean(shares)) if shares else None
+    tiny_share = float(np.mean([p["tiny_share"] for p in per_gpu]))
+    per = float(np.mean([p["tiny_per_step"] for p in per_gpu]))
+    ranks = sorted({p["rank"] for p in per_gpu})
+    where = f"GPU {per_gpu[0]['device']} of rank {ranks[0]}" if len(per_gpu) == 1 else f"{len(ranks)} ranks"
+    return [
+        Finding(
+            code="many_tiny_kernels",
+            title=f"{100 * tiny_share:.0f}% of the compute kernels on {where} are shorter than {TINY_NS // 1000} us "
+            f"({per:.0f} per step): a fusion opportunity",
+            severity="medium" if tiny_share >= TINY_SHARE_MEDIUM or (cost_share or 0) >= 0.1 else "low",
+            analysis=NAME,
+            recommendation="Fuse small kernels: torch.compile (or fused optimizers, foreach=True / fused=True "
+            "in torch.optim, fused LayerNorm/activation kernels); if the sequence repeats every step, "
+            "capture it in a CUDA graph (torch.compile mode='reduce-overhead').",
+            cost_ns_per_step=cost,
+            cost_share=cost_share,
+            rank=ranks[0] if len(ranks) == 1 else None,
+            evidence={
+                "cost_estimate": "idle on the stream before each tiny kernel, capped at 10 us each",
+                "per_gpu": per_gpu,
+            },
+        )
+    ]

@@ -1,0 +1,571 @@
+"""Synchronisation and copies: where the host thread waits for the GPU, and copies that make it.
+
+Definitions (docs/metrics.md, "Synchronisation and copies"), per rank; all times int64 ns:
+
+- Synchronize call: a runtime/driver API call whose name contains ``Synchronize``
+  (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``, ``cudaEventSynchronize``,
+  ``cuCtxSynchronize``, ``cuStreamSynchronize``, ``hipDeviceSynchronize``, ...). ``call_type``:
+  ``device_sync`` (Device/Ctx), ``stream_sync``, ``event_sync``. The CPU thread is blocked for
+  the call's duration (``blocked_ns``).
+- ``stream_wait_event`` (``cudaStreamWaitEvent``, ``hipStreamWaitEvent``, ``cuStreamWaitEvent``):
+  listed, but it makes a *stream* wait, not the CPU thread, so it has no cost.
+- Copies (GPU memcpy events, with their launch call from the launch link); ``call_type``:
+
+  - ``blocking_copy``: launched by a synchronous copy API (``^(cuda|cu|hip)Memcpy`` without
+    ``Async``: ``cudaMemcpy``, ``cuMemcpyDtoH_v2``, ``hipMemcpyWithStream``; the idle-gap rule);
+  - ``copy_then_sync``: launched by an async copy API and the next runtime call on the same thread
+    is a synchronize call (PyTorch's ``.item()``, ``.cpu()``, ``.to(device)`` without
+    ``non_blocking``: ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``); both calls are rows of
+    this type, and that synchronize call is not counted as an explicit sync;
+  - ``pageable_copy``: any other copy whose name says the host side is pageable memory (Kineto
+    ``Memcpy DtoH (Device -> Pageable)``); such copies are staged and block the host. Nsight
+    exports do not name the memory kind, so none is reported there.
+- Issuing CPU op: ``cpu_op`` is the op linked to the call (``Trace.cpu_op_links``, innermost when
+  several; a link counts only if the op contains the call on the same thread), else the innermost
+  CPU op on the same thread that contains the call;
+  ``top_cpu_op`` is the outermost CPU op on that thread containing the call (e.g. ``aten::item``
+  around ``aten::_local_scalar_dense``).
+- Cost (GPU idle the call causes): the rank's GPU activity (kernels, memcpy, memset; all its
+  devices and streams) is united. ``gpu_idle_during_ns`` = idle of that union while the call runs,
+  ``[start, end)``; ``gpu_idle_after_ns`` = when the GPU is idle at the call's end, the rest of
+  that idle gap (until the GPU resumes). ``cost_ns`` = min(call duration, idle in
+  ``[start, resume)``): without the call, the host would have issued its next work earlier by at
+  most the time it was blocked, so the idle can shrink by at most that much (for ``.item()`` in a
+  loop the idle is the refill of the emptied queue, shorter than the wait; before a long data
+  load it is the wait itself). Calls are taken in start order per rank and a call's window begins
+  after the windows of earlier calls, so no idle is counted twice. ``stream_wait_event`` costs
+  nothing. For a blocking copy pair, both calls are rows; the cost is nearly all the sync's.
+- Step of a call: the step whose CPU range contains the call's start (``analyses/steps.py``).
+
+Tables: ``calls`` (every synchronize / wait-event call and every copy API call of a blocking or
+pageable copy), ``sync_summary`` (per rank, API), ``by_cpu_op`` (per rank, issuing op and type),
+``copies`` (per rank, direction, memory, blocking), ``by_step`` (per rank and step, plus ``step``
+None for the whole trace), ``gpu_sync_events`` (GPU-side sync events, e.g. Kineto ``cuda_sync``).
+
+Findings (only calls inside steps count when the trace has steps; reported from 1% of the step's
+GPU window, low; medium from 3%, high from 10%; cost = ``cost_ns`` per step):
+``blocking_copy`` (top issuing ops; advice on ``.item()``, ``.cpu()``, ``non_blocking=True``),
+``sync_calls`` (explicit synchronize calls), ``pageable_copy`` (pageable copies not already
+counted as blocking; advice: ``pin_memory=True``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import classify, register
+from . import intervals as iv
+from .idle_gaps import BLOCKING_COPY
+from .steps import NO_STEP, Activity, activity, assign_to_steps, per_step
+from traceview.findings import AnalysisResult, Finding, Options
+from traceview.model import Kind, Trace
+
+NAME = "synchronization"
+
+STREAM_WAIT = re.compile(r"^(cuda|cu|hip)StreamWaitEvent", re.IGNORECASE)
+PAGEABLE = re.compile(r"pageable", re.IGNORECASE)
+_DIRECTION = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP|HtoA|AtoH|AtoD|DtoA|AtoA)\b")
+_MEMORY = re.compile(r"\((\w+)\s*->\s*(\w+)\)")
+
+COST_LOW = 0.01
+COST_MEDIUM = 0.03
+COST_HIGH = 0.10
+
+CALL_COLUMNS = ["rank", "row", "api", "call_type", "step", "tid", "start_ns", "dur_ns", "cpu_op", "top_cpu_op",
+                "copy_kind", "memory", "bytes", "gpu_row", "gpu_idle_during_ns", "gpu_idle_after_ns", "cost_ns"]
+
+
+def _sync_type(name: str) -> str | None:
+    if STREAM_WAIT.search(name):
+        return "stream_wait_event"
+    if not classify.SYNC_API.search(name):
+        return None
+    low = name.lower()
+    if "stream" in low:
+        return "stream_sync"
+    if "event" in low:
+        return "event_sync"
+    return "device_sync"
+
+
+def _per_name(trace: Trace, fn) -> np.ndarray:
+    """``fn(name)`` for every event (evaluated once per distinct name)."""
+    col = trace.events.column("name")
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    dictionary = col.dictionary.to_pylist()
+    mapped = np.array([fn(v or "") for v in dictionary] + [fn("")], dtype=object)
+    codes = col.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
+    return mapped[codes]
+
+
+def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cpu_op, top_cpu_op) names for runtime ``rows`` (see module docstring); None when absent."""
+    n = rows.size
+    inner = np.full(n, -1, dtype=np.int64)
+    top = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return np.empty(0, dtype=object), np.empty(0, dtype=object)
+    names = trace.names()
+    start = trace.column("start_ns")
+    end = start + np.maximum(trace.column("dur_ns"), 0)
+    # 1. the linked op (innermost = the latest-starting one when a call has several)
+    op_rows, rt_rows = trace.cpu_op_links()
+    if op_rows.size:
+        # trust a link only when the op contains the call on the same thread (some old traces
+        # reuse the correlation id as the runtime call's "External id", linking unrelated ops)
+        rank, pid, tid = trace.column("rank"), trace.column("pid"), trace.column("tid")
+        ok = (
+            (start[op_rows] <= start[rt_rows]) & (end[op_rows] >= end[rt_rows]) & (rank[op_rows] == rank[rt_rows])
+            & (pid[op_rows] == pid[rt_rows]) & (tid[op_rows] == tid[rt_rows])
+        )
+        op_rows, rt_rows = op_rows[ok], rt_rows[ok]
+    if op_rows.size:
+        links = pd.DataFrame({"rt": rt_rows, "op": op_rows, "s": start[op_rows]}).sort_values(["rt", "s"])
+        last = links.drop_duplicates("rt", keep="last").set_index("rt")["op"]
+        inner = last.reindex(rows).fillna(-1).to_numpy().astype(np.int64)
+    # 2. containing ops on the same thread
+    ops = np.flatnonzero(trace.mask(Kind.CPU_OP))
+    if ops.size:
+        rank, pid, tid = trace.column("rank"), trace.column("pid"), trace.column("tid")
+        codes, _ = iv.combine_keys(
+            np.concatenate([rank[ops], rank[rows]]).astype(np.int64),
+            np.concatenate([pid[ops], pid[rows]]),
+            np.concatenate([tid[ops], tid[rows]]),
+        )
+        ok, qk = codes[: ops.size], codes[ops.size:]
+        depth = iv.nesting_depth(ok, start[ops], end[ops])
+        hit = iv.innermost_covering(ok, start[ops], end[ops], qk, start[rows], end[rows], depth=depth)
+        missing = (inner < 0) & (hit >= 0)
+        inner[missing] = ops[hit[missing]]
+        outer = depth == 0
+        hit0 = iv.innermost_covering(
+            ok[outer], start[ops][outer], end[ops][outer], qk, start[rows], end[rows], depth=depth[outer]
+        )
+        top[hit0 >= 0] = ops[outer][hit0[hit0 >= 0]]
+    as_name = lambda idx: np.array([names[i] if i >= 0 else None for i in idx.tolist()], dtype=object)  # noqa: E731
+    return as_name(inner), as_name(top)
+
+
+def _rank_gaps(act: Activity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Idle gaps of each rank's GPU activity union (all devices): (rank, start, end), sorted."""
+    if len(act) == 0:
+        e = np.empty(0, dtype=np.int64)
+        return e, e, e
+    k, lo, hi = iv.window_by(act.rank, act.start, act.end)
+    return iv.gaps_by((act.rank, act.start, act.end), k, lo, hi)
+
+
+def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
+    """The ``calls`` table: synchronize calls and the launch calls of blocking/pageable copies."""
+    kinds = trace.kind_codes()
+    rank_all = trace.column("rank").astype(np.int64)
+    runtime = kinds == int(Kind.RUNTIME)
+    # ranks of the activity context (Options.ranks); every rank when there is no GPU activity
+    in_ranks = np.isin(rank_all, np.unique(act.rank)) if len(act) else np.ones(rank_all.size, dtype=bool)
+    sync_type = _per_name(trace, _sync_type)
+    is_sync = runtime & in_ranks & pd.notna(sync_type)
+    blocking_api = _per_name(trace, lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
+    start = trace.column("start_ns")
+    dur = np.maximum(trace.column("dur_ns"), 0)
+    tid = trace.column("tid")
+    pid = trace.column("pid")
+
+    # copies and their launch calls
+    api_rows, gpu_rows = trace.launch_links()
+    memcpy = trace.mask(Kind.MEMCPY)
+    sel = memcpy[gpu_rows] & runtime[api_rows] & in_ranks[api_rows] if api_rows.size else np.zeros(0, bool)
+    copy_api, copy_gpu = api_rows[sel], gpu_rows[sel]
+    names = trace.names()
+    # the next runtime call on the same thread, for every runtime call
+    rt = np.flatnonzero(runtime & in_ranks)
+    order = np.lexsort((start[rt], tid[rt], pid[rt], rank_all[rt]))
+    rt_sorted = rt[order]
+    same_next = np.zeros(rt_sorted.size, dtype=bool)
+    if rt_sorted.size > 1:
+        same_next[:-1] = (
+            (rank_all[rt_sorted[1:]] == rank_all[rt_sorted[:-1]])
+            & (pid[rt_sorted[1:]] == pid[rt_sorted[:-1]])
+            & (tid[rt_sorted[1:]] == tid[rt_sorted[:-1]])
+        )
+    next_of = np.full(trace.num_events, -1, dtype=np.int64)
+    next_of[rt_sorted[:-1][same_next[:-1]]] = rt_sorted[1:][same_next[:-1]]
+
+    frames = []
+    # copies: one row per (launch call, copy); sync_api / async_then_sync / pageable
+    if copy_api.size:
+        nxt = next_of[copy_api]
+        nxt_is_sync = (nxt >= 0) & np.isin(sync_type[np.maximum(nxt, 0)], ["device_sync", "stream_sync", "event_sync"])
+        how = np.where(blocking_api[copy_api], "sync_api", np.where(nxt_is_sync, "async_then_sync", ""))
+        gname = names[copy_gpu]
+        pageable = np.array([bool(PAGEABLE.search(n or "")) for n in gname])
+        keep = (how != "") | pageable
+        copy_api, copy_gpu, how, pageable, nxt = copy_api[keep], copy_gpu[keep], how[keep], pageable[keep], nxt[keep]
+        direction = []
+        memory = []
+        for n in names[copy_gpu].tolist():
+            m = _DIRECTION.search(n or "")
+            direction.append(m.group(1) if m else None)
+            mm = _MEMORY.search(n or "")
+            memory.append(f"{mm.group(1)} -> {mm.group(2)}" if mm else None)
+        nbytes = trace.events.column("bytes").fill_null(-1).to_numpy()
+        call_type = np.where(how == "sync_api", "blocking_copy", np.where(how == "async_then_sync", "copy_then_sync",
+                                                                           "pageable_copy"))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "row": copy_api,
+                    "call_type": call_type,
+                    "gpu_row": copy_gpu,
+                    "copy_kind": np.array(direction, dtype=object),
+                    "memory": np.array(memory, dtype=object),
+                    "bytes": nbytes[copy_gpu],
+                    "pair_sync": np.where(how == "async_then_sync", nxt, -1),
+                }
+            )
+        )
+    copies = frames[0] if frames else pd.DataFrame(columns=["row", "call_type", "gpu_row", "pair_sync"])
+    paired = set(copies.loc[copies["pair_sync"] >= 0, "pair_sync"].tolist()) if len(copies) else set()
+    sync_rows = np.flatnonzero(is_sync)
+    syncs = pd.DataFrame(
+        {
+            "row": sync_rows,
+            "call_type": [
+                "copy_then_sync" if r in paired else t for r, t in zip(sync_rows.tolist(), sync_type[sync_rows].tolist())
+            ],
+            "gpu_row": -1,
+            "pair_sync": -1,
+        }
+    )
+    if len(copies):
+        # the sync call of a pair carries the copy's details
+        pair = copies[copies["pair_sync"] >= 0].drop_duplicates("pair_sync").set_index("pair_sync")
+        for c in ("gpu_row", "copy_kind", "memory", "bytes"):
+            syncs[c] = syncs["row"].map(pair[c]) if c in pair else None
+        syncs["gpu_row"] = syncs["gpu_row"].fillna(-1).astype(np.int64)
+    calls = pd.concat([copies, syncs], ignore_index=True) if len(copies) else syncs
+    if calls.empty:
+        return _empty(CALL_COLUMNS)
+    for c in ("copy_kind", "memory"):
+        if c not in calls:
+            calls[c] = None
+    if "bytes" not in calls:
+        calls["bytes"] = -1
+    rows = calls["row"].to_numpy().astype(np.int64)
+    calls["rank"] = rank_all[rows]
+    calls["api"] = names[rows]
+    calls["tid"] = tid[rows]
+    calls["start_ns"] = start[rows]
+    calls["dur_ns"] = dur[rows]
+    calls["step"] = assign_to_steps(act.steps, rank_all[rows], start[rows]) if len(act.steps) else NO_STEP
+    cpu_op, top_op = _cpu_ops(trace, rows)
+    calls["cpu_op"] = cpu_op
+    calls["top_cpu_op"] = top_op
+    calls["bytes"] = pd.array([int(b) if pd.notna(b) and b >= 0 else None for b in calls["bytes"]], dtype="Int64")
+    calls = calls.sort_values(["rank", "start_ns", "row"]).reset_index(drop=True)
+    _gpu_idle(calls, act, trace, next_of)
+    calls["step"] = pd.array([None if s == NO_STEP else int(s) for s in calls["step"]], dtype="Int64")
+    calls["gpu_row"] = calls["gpu_row"].astype(np.int64)
+    return calls[CALL_COLUMNS]
+
+
+def _gpu_idle(calls: pd.DataFrame, act: Activity, trace: Trace, next_of: np.ndarray) -> None:
+    """Fill gpu_idle_during_ns / gpu_idle_after_ns / cost_ns (see module docstring)."""
+    n = len(calls)
+    during = np.zeros(n, dtype=np.int64)
+    after = np.zeros(n, dtype=np.int64)
+    cost = np.zeros(n, dtype=np.int64)
+    gk, gs, ge = _rank_gaps(act)
+    idx = np.flatnonzero(calls["call_type"].to_numpy() != "stream_wait_event")
+    if gs.size and idx.size:
+        rank = calls["rank"].to_numpy().astype(np.int64)[idx]
+        s = calls["start_ns"].to_numpy()[idx]
+        e = s + calls["dur_ns"].to_numpy()[idx]
+        # the GPU resumes at the end of the gap that contains the call's end (if it is idle then)
+        pos = iv.searchsorted_by(gk, gs, rank, e, side="right") - 1
+        i = np.clip(pos, 0, gs.size - 1)
+        idle_at_end = (pos >= 0) & (gk[i] == rank) & (gs[i] <= e) & (e < ge[i])
+        resume = np.where(idle_at_end, ge[i], e)
+        during[idx] = _covered(gk, gs, ge, rank, s, e)
+        after[idx] = _covered(gk, gs, ge, rank, e, resume)
+        # never count idle twice: in start order per rank, a call's window starts after the
+        # windows of the calls before it (a running maximum of their ends)
+        order = np.lexsort((s, rank))
+        r_o, s_o, w_o = rank[order], s[order], resume[order]
+        first = np.concatenate([[True], r_o[1:] != r_o[:-1]])
+        grp = np.cumsum(first) - 1
+        running = pd.Series(w_o).groupby(grp).cummax().to_numpy().astype(np.int64)
+        prev_end = np.empty_like(running)
+        prev_end[1:] = running[:-1]
+        prev_end[first] = np.iinfo(np.int64).min
+        lo_o = np.maximum(s_o, prev_end)
+        counted = _covered(gk, gs, ge, r_o, lo_o, np.maximum(w_o, lo_o))
+        dur_o = (e - s)[order]
+        c = np.zeros(idx.size, dtype=np.int64)
+        c[order] = np.minimum(counted, dur_o)
+        cost[idx] = c
+    calls["gpu_idle_during_ns"] = during
+    calls["gpu_idle_after_ns"] = after
+    calls["cost_ns"] = cost
+
+
+def _covered(gk: np.ndarray, gs: np.ndarray, ge: np.ndarray, qk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """|gaps of rank qk ∩ [lo, hi)| per query (gaps sorted by rank then start, disjoint)."""
+    out = np.zeros(qk.size, dtype=np.int64)
+    if gs.size == 0 or qk.size == 0:
+        return out
+    ok = hi > lo
+    cum = np.concatenate([[0], np.cumsum(ge - gs)])
+
+    def cover(t: np.ndarray) -> np.ndarray:
+        # measure of gaps of the query's rank before t
+        first = iv.searchsorted_by(gk, gs, qk, np.full(qk.size, gs.min()))  # first gap of the rank
+        pos = iv.searchsorted_by(gk, ge, qk, t, side="right")  # gaps of the rank ending at or before t
+        i = np.clip(pos, 0, gs.size - 1)
+        partial = np.where((pos < gs.size) & (gk[i] == qk), np.clip(t - gs[i], 0, ge[i] - gs[i]), 0)
+        return cum[pos] - cum[first] + partial
+
+    out[ok] = (cover(hi) - cover(lo))[ok]
+    return out
+
+
+def _in_gap(gk: np.ndarray, gs: np.ndarray, ge: np.ndarray, qk: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Whether ``t`` lies inside a gap of its rank (``gap start <= t < gap end``)."""
+    if gs.size == 0:
+        return np.zeros(qk.size, dtype=bool)
+    pos = iv.searchsorted_by(gk, gs, qk, t, side="right") - 1
+    i = np.clip(pos, 0, gs.size - 1)
+    return (pos >= 0) & (gk[i] == qk) & (gs[i] <= t) & (t < ge[i])
+
+
+def _text(value: object) -> str | None:
+    """A string value, or None for missing values (None, NaN, NA)."""
+    return value if isinstance(value, str) and value else None
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    objects = {"api", "call_type", "cpu_op", "top_cpu_op", "copy_kind", "memory", "name"}
+    nullable = {"step", "bytes"}
+    floats = {"mean_ns"}
+    return pd.DataFrame(
+        {
+            c: pd.Series(dtype=object if c in objects else "Int64" if c in nullable else "float64" if c in floats
+                         else "int64")
+            for c in columns
+        }
+    )
+
+
+def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    out: dict[str, pd.DataFrame] = {}
+    sync_cols = ["rank", "api", "call_type", "count", "blocked_ns", "mean_ns", "max_ns", "cost_ns", "cpu_op"]
+    op_cols = ["rank", "cpu_op", "top_cpu_op", "call_type", "api", "count", "blocked_ns", "cost_ns"]
+    copy_cols = ["rank", "copy_kind", "memory", "call_type", "count", "bytes", "blocked_ns", "cost_ns"]
+    step_cols = ["rank", "step", "sync_calls", "sync_blocked_ns", "sync_cost_ns", "blocking_copies",
+                 "blocking_copy_blocked_ns", "blocking_copy_cost_ns", "pageable_copies", "pageable_cost_ns"]
+    if calls.empty:
+        return {"sync_summary": _empty(sync_cols), "by_cpu_op": _empty(op_cols), "copies": _empty(copy_cols),
+                "by_step": _empty(step_cols)}
+    c = calls.copy()
+    c["cpu_op_key"] = [_text(v) or "(none)" for v in c["cpu_op"].tolist()]
+    syncs = c[c["api"].str.contains("Synchronize|StreamWaitEvent", regex=True)]
+    if len(syncs):
+        g = syncs.groupby(["rank", "api", "call_type"])
+        s = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"),
+                  cost_ns=("cost_ns", "sum")).reset_index()
+        s["mean_ns"] = s["blocked_ns"] / s["count"]
+        s["cpu_op"] = g["cpu_op_key"].agg(lambda x: x.value_counts().index[0]).to_numpy()
+        out["sync_summary"] = s.sort_values(["rank", "blocked_ns"], ascending=[True, False])[sync_cols].reset_index(
+            drop=True)
+    else:
+        out["sync_summary"] = _empty(sync_cols)
+    c["top_key"] = [_text(v) or "(none)" for v in c["top_cpu_op"].tolist()]
+    g = c.groupby(["rank", "cpu_op_key", "top_key", "call_type", "api"])
+    o = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum")).reset_index()
+    o = o.rename(columns={"cpu_op_key": "cpu_op", "top_key": "top_cpu_op"})
+    out["by_cpu_op"] = o.sort_values(["rank", "cost_ns", "blocked_ns"], ascending=[True, False, False])[
+        op_cols].reset_index(drop=True)
+    cp = c[c["gpu_row"] >= 0].copy()
+    # one row per copy: the copy's launch call row (the pair's sync row carries the same gpu_row)
+    if len(cp):
+        cp["copy_kind"] = [_text(v) or "?" for v in cp["copy_kind"].tolist()]
+        cp["memory"] = [_text(v) or "?" for v in cp["memory"].tolist()]
+        cp = cp.groupby(["rank", "gpu_row"], as_index=False).agg(
+            copy_kind=("copy_kind", "first"), memory=("memory", "first"), call_type=("call_type", "first"),
+            bytes=("bytes", "first"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum"))
+        g = cp.groupby(["rank", "copy_kind", "memory", "call_type"])
+        k = g.agg(count=("gpu_row", "size"), bytes=("bytes", "sum"), blocked_ns=("blocked_ns", "sum"),
+                  cost_ns=("cost_ns", "sum")).reset_index()
+        k["bytes"] = k["bytes"].astype("Int64")
+        out["copies"] = k.sort_values(["rank", "cost_ns"], ascending=[True, False])[copy_cols].reset_index(drop=True)
+    else:
+        out["copies"] = _empty(copy_cols)
+    # per step (and whole trace)
+    c["is_sync"] = c["call_type"].isin(["device_sync", "stream_sync", "event_sync"])
+    c["is_copy"] = c["call_type"].isin(["blocking_copy", "copy_then_sync"])
+    c["is_pageable"] = c["call_type"] == "pageable_copy"
+    c["copy_count"] = c["is_copy"] & ~(c["call_type"].eq("copy_then_sync") & c["api"].str.contains("Synchronize"))
+    frames = []
+    for whole in (True, False):
+        d = c.copy()
+        if whole:
+            d["step"] = pd.array([None] * len(d), dtype="Int64")
+            d["step_key"] = NO_STEP
+        else:
+            d = d[d["step"].notna()].copy()
+            d["step_key"] = d["step"].astype(np.int64)
+        if d.empty:
+            continue
+        g = d.groupby(["rank", "step_key"])
+        f = pd.DataFrame(
+            {
+                "sync_calls": g["is_sync"].sum(),
+                "sync_blocked_ns": g.apply(lambda x: x.loc[x["is_sync"], "dur_ns"].sum(), include_groups=False),
+                "sync_cost_ns": g.apply(lambda x: x.loc[x["is_sync"], "cost_ns"].sum(), include_groups=False),
+                "blocking_copies": g["copy_count"].sum(),
+                "blocking_copy_blocked_ns": g.apply(lambda x: x.loc[x["is_copy"], "dur_ns"].sum(),
+                                                    include_groups=False),
+                "blocking_copy_cost_ns": g.apply(lambda x: x.loc[x["is_copy"], "cost_ns"].sum(),
+                                                     include_groups=False),
+                "pageable_copies": g["is_pageable"].sum(),
+                "pageable_cost_ns": g.apply(lambda x: x.loc[x["is_pageable"], "cost_ns"].sum(),
+                                                include_groups=False),
+            }
+        ).reset_index()
+        frames.append(f)
+    st = pd.concat(frames, ignore_index=True).sort_values(["rank", "step_key"])
+    st["step"] = pd.array([None if s == NO_STEP else int(s) for s in st["step_key"]], dtype="Int64")
+    for col in step_cols[2:]:
+        st[col] = st[col].astype(np.int64)
+    out["by_step"] = st[step_cols].reset_index(drop=True)
+    return out
+
+
+def gpu_sync_events(trace: Trace, act: Activity) -> pd.DataFrame:
+    cols = ["rank", "device", "name", "count", "total_ns"]
+    sel = trace.mask(Kind.SYNC)
+    if len(act):
+        sel &= np.isin(trace.column("rank"), np.unique(act.rank))
+    if not sel.any():
+        return _empty(cols)
+    f = pd.DataFrame({"rank": trace.column("rank")[sel].astype(np.int64), "device": trace.column("device")[sel].astype(
+        np.int64), "name": trace.names()[sel], "dur": trace.column("dur_ns")[sel]})
+    g = f.groupby(["rank", "device", "name"]).agg(count=("dur", "size"), total_ns=("dur", "sum")).reset_index()
+    return g[cols]
+
+
+@register(NAME)
+def analyze(trace: Trace, options: Options) -> AnalysisResult:
+    act = activity(trace, options)
+    calls = call_table(trace, act)
+    if options.ranks is not None and len(calls):
+        calls = calls[calls["rank"].isin(list(options.ranks))].reset_index(drop=True)
+    tables = {"calls": calls, **summaries(calls), "gpu_sync_events": gpu_sync_events(trace, act)}
+    result = AnalysisResult(name=NAME, tables=tables)
+    if calls.empty:
+        return result
+    result.findings.extend(_findings(calls, act))
+    return result
+
+
+def _step_window(act: Activity, rank: int) -> float | None:
+    sel = (act.rank == rank) & (act.step != NO_STEP)
+    if sel.any():
+        k, lo, hi = iv.window_by(act.step[sel], act.start[sel], act.end[sel])
+        return float(np.mean(hi - lo))
+    sel = act.rank == rank
+    if sel.any():
+        return float(act.end[sel].max() - act.start[sel].min())
+    return None
+
+
+_ADVICE = {
+    "blocking_copy": "Keep values on the GPU inside the loop: avoid .item(), .cpu(), .tolist(), .numpy(), printing "
+    "or Python control flow on CUDA tensors every step (accumulate losses/metrics as tensors and read them "
+    "every N steps); for host-to-device copies use pinned memory and .to(device, non_blocking=True).",
+    "sync_calls": "Remove torch.cuda.synchronize() (and stream/event synchronize) from the training loop; it is "
+    "only needed for timing. Use CUDA events (elapsed_time) or the profiler for timing, and "
+    "torch.cuda.Event / stream.wait_event for ordering between streams.",
+    "pageable_copy": "Copy from pinned memory: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
+    ".to(device, non_blocking=True); pageable copies go through a staging buffer and block the host.",
+}
+
+
+def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
+    """One finding per kind of problem, over the ranks where it costs at least COST_LOW."""
+    findings = []
+    step_counts = act.steps.counts()
+    groups = {
+        "blocking_copy": calls["call_type"].isin(["blocking_copy", "copy_then_sync"]),
+        "sync_calls": calls["call_type"].isin(["device_sync", "stream_sync", "event_sync"]),
+        "pageable_copy": calls["call_type"] == "pageable_copy",
+    }
+    what = {"blocking_copy": "blocking copies", "sync_calls": "synchronize calls",
+            "pageable_copy": "pageable-memory copies"}
+    for code, sel in groups.items():
+        per_rank = []
+        for rank in sorted(calls["rank"].unique().tolist()):
+            n_steps = step_counts.get(int(rank), 0)
+            mine = sel & (calls["rank"] == rank)
+            if n_steps:
+                mine &= calls["step"].notna()  # calls outside steps (e.g. at profiler exit) do not count
+            c = calls[mine]
+            if c.empty:
+                continue
+            window = _step_window(act, int(rank))
+            cost = per_step(int(c["cost_ns"].sum()), n_steps)
+            share = cost / window if window else None
+            if share is None or share < COST_LOW:
+                continue
+            # a copy is one event even when two calls (copy + sync) are listed for it
+            n_calls = int(c.loc[c["gpu_row"] >= 0, "gpu_row"].nunique()) if code != "sync_calls" else len(c)
+            op = [_text(t) or _text(u) or "(no CPU op)" for t, u in zip(c["top_cpu_op"].tolist(), c["cpu_op"].tolist())]
+            ops = (
+                c.assign(op=op, one=np.where(c["gpu_row"] >= 0, c["gpu_row"], -c["row"] - 1))
+                .groupby("op").agg(calls=("one", "nunique"), cost_ns=("cost_ns", "sum"))
+                .sort_values("cost_ns", ascending=False)
+            )
+            per_rank.append(
+                {
+                    "rank": int(rank),
+                    "steps": n_steps,
+                    "calls": n_calls,
+                    "calls_per_step": n_calls / n_steps if n_steps else float(n_calls),
+                    "blocked_ns": int(c["dur_ns"].sum()),
+                    "cost_ns": int(c["cost_ns"].sum()),
+                    "cost_ns_per_step": cost,
+                    "share": share,
+                    "apis": sorted(set(c["api"].tolist())),
+                    "copy_kinds": sorted({k for k in c["copy_kind"].tolist() if isinstance(k, str)}),
+                    "top_cpu_ops": [
+                        {"cpu_op": str(k), "calls": int(v["calls"]), "cost_ns": int(v["cost_ns"])}
+                        for k, v in ops.head(5).iterrows()
+                    ],
+                }
+            )
+        if not per_rank:
+            continue
+        cost = int(round(np.mean([p["cost_ns_per_step"] for p in per_rank])))
+        share = float(np.mean([p["share"] for p in per_rank]))
+        worst = max(per_rank, key=lambda p: p["share"])
+        per = float(np.mean([p["calls_per_step"] for p in per_rank]))
+        top = worst["top_cpu_ops"][0]["cpu_op"] if worst["top_cpu_ops"] else "(no CPU op)"
+        lead = f" (mostly from {top})" if top != "(no CPU op)" else ""
+        where = f"Rank {per_rank[0]['rank']}" if len(per_rank) == 1 else f"{len(per_rank)} ranks"
+        findings.append(
+            Finding(
+                code=code,
+                title=f"{where}: {per:.0f} {what[code]} per step{lead} leave the GPU idle {cost / 1000:.1f} us per "
+                f"step ({100 * share:.1f}%)",
+                severity="high" if worst["share"] >= COST_HIGH else "medium" if worst["share"] >= COST_MEDIUM else "low",
+                analysis=NAME,
+                recommendation=_ADVICE[code],
+                cost_ns_per_step=cost,
+                cost_share=share,
+                rank=per_rank[0]["rank"] if len(per_rank) == 1 else None,
+                evidence={"worst_rank": worst["rank"], "top_cpu_ops": worst["top_cpu_ops"], "per_rank": per_rank},
+            )
+        )
+    return findings

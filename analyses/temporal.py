@@ -1,0 +1,238 @@
+"""Temporal breakdown: how a GPU's time splits into busy, idle, compute, communication, memory.
+
+Definitions (docs/metrics.md), per rank and GPU device; all times int64 ns:
+
+- GPU activity = kernels, memcpy and memset on that device, all streams (not sync events).
+- Communication kernel: name contains ``nccl`` or ``rccl`` (any case; covers ``ncclKernel_*``,
+  ``ncclDevKernel_*``), or the event carries collective args (non-null ``collective`` column).
+  Compute = the other kernels. Memory = memcpy + memset.
+- window = last activity end - first activity start; busy = |union of activity|;
+  idle = window - busy.
+- compute, communication, memory = |union| of each class; overlap % = 100 x |U(compute) ∩ U(comm)| /
+  |U(comm)| (none when there is no communication); exposed communication = |U(comm)| - that
+  intersection.
+- utilization = busy / window.
+
+One row per rank, device and step, plus a ``step = None`` row per rank and device for the whole
+trace (which also counts activity that belongs to no step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceview.findings import AnalysisResult, Finding, Options
+from traceview.model import Trace
+
+from . import classify, register
+from . import intervals as iv
+from .steps import NO_STEP, Activity, activity, cached, per_step
+
+NAME = "temporal"
+
+#: utilization below which a step is reported (and the levels for severity)
+LOW_UTILIZATION = 0.80
+LOW_UTILIZATION_HIGH = 0.50
+#: exposed communication (share of the window) from which it is reported
+EXPOSED_COMM_SHARE = 0.05
+EXPOSED_COMM_SHARE_HIGH = 0.20
+
+COLUMNS = [
+    "rank",
+    "device",
+    "step",
+    "window_ns",
+    "busy_ns",
+    "idle_ns",
+    "compute_ns",
+    "communication_ns",
+    "memory_ns",
+    "overlap_ns",
+    "overlap_pct",
+    "exposed_comm_ns",
+    "utilization",
+    "first_start_ns",
+    "last_end_ns",
+    "kernels",
+]
+
+
+def figures(key: np.ndarray, start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> dict[str, np.ndarray]:
+    """The temporal figures for every group of ``key`` (int64 group codes), vectorised.
+
+    Returns arrays aligned with the sorted distinct keys (under ``"key"``).
+    """
+    uniq, lo, hi = iv.window_by(key, start, end)
+    out: dict[str, np.ndarray] = {"key": uniq, "first_start_ns": lo, "last_end_ns": hi, "window_ns": hi - lo}
+
+    def measure(mask: np.ndarray | None) -> np.ndarray:
+        if mask is None:
+            k, t = iv.total_by(key, start, end)
+        else:
+            k, t = iv.total_by(key[mask], start[mask], end[mask])
+        return iv.lookup(k, t, uniq)
+
+    out["busy_ns"] = measure(None)
+    out["idle_ns"] = out["window_ns"] - out["busy_ns"]
+    comp = cls == classify.COMPUTE
+    comm = cls == classify.COMMUNICATION
+    out["compute_ns"] = measure(comp)
+    out["communication_ns"] = measure(comm)
+    out["memory_ns"] = measure(cls == classify.MEMORY)
+    k, t = iv.measure_intersection_by((key[comp], start[comp], end[comp]), (key[comm], start[comm], end[comm]))
+    out["overlap_ns"] = iv.lookup(k, t, uniq)
+    out["exposed_comm_ns"] = out["communication_ns"] - out["overlap_ns"]
+    k, n = iv.sum_by(key[cls != classify.MEMORY], np.ones(int((cls != classify.MEMORY).sum()), dtype=np.int64))
+    out["kernels"] = iv.lookup(k, n, uniq)
+    return out
+
+
+def breakdown_table(act: Activity) -> pd.DataFrame:
+    """The ``breakdown`` table for an activity context (whole-trace rows first per rank/device)."""
+    frames = []
+    device = act.device
+    # whole trace: per rank and device
+    codes, (ranks, devices) = iv.combine_keys(act.rank, device)
+    if codes.size:
+        f = figures(codes, act.start, act.end, act.cls)
+        frames.append(_frame(f, ranks[f["key"]], devices[f["key"]], np.full(f["key"].size, NO_STEP)))
+    in_step = act.step != NO_STEP
+    if in_step.any():
+        codes, (ranks, devices, steps) = iv.combine_keys(act.rank[in_step], device[in_step], act.step[in_step])
+        f = figures(codes, act.start[in_step], act.end[in_step], act.cls[in_step])
+        frames.append(_frame(f, ranks[f["key"]], devices[f["key"]], steps[f["key"]]))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in COLUMNS})
+    table = pd.concat(frames, ignore_index=True)
+    order = np.lexsort((table["step_sort"].to_numpy(), table["device"].to_numpy(), table["rank"].to_numpy()))
+    table = table.iloc[order].drop(columns="step_sort").reset_index(drop=True)
+    return table[COLUMNS]
+
+
+def _dtype(column: str) -> str:
+    if column in ("overlap_pct", "utilization"):
+        return "float64"
+    if column == "step":
+        return "Int64"
+    return "int64"
+
+
+def _frame(f: dict[str, np.ndarray], ranks: np.ndarray, devices: np.ndarray, steps: np.ndarray) -> pd.DataFrame:
+    window = f["window_ns"]
+    comm = f["communication_ns"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overlap_pct = np.where(comm > 0, 100.0 * f["overlap_ns"] / np.where(comm > 0, comm, 1), np.nan)
+        utilization = np.where(window > 0, f["busy_ns"] / np.where(window > 0, window, 1), np.nan)
+    step = pd.array([None if s == NO_STEP else int(s) for s in steps], dtype="Int64")
+    data = {
+        "rank": ranks.astype(np.int64),
+        "device": devices.astype(np.int64),
+        "step": step,
+        "step_sort": np.where(steps == NO_STEP, np.iinfo(np.int64).min, steps),
+        "overlap_pct": overlap_pct,
+        "utilization": utilization,
+    }
+    for c in COLUMNS:
+        if c not in data:
+            data[c] = f[c].astype(np.int64)
+    return pd.DataFrame(data)
+
+
+def breakdown(trace: Trace, options: Options) -> pd.DataFrame:
+    """The temporal breakdown table (cached per trace and options)."""
+    return cached(trace, "temporal.breakdown", options, lambda: breakdown_table(activity(trace, options)))
+
+
+@register(NAME)
+def analyze(trace: Trace, options: Options) -> AnalysisResult:
+    act = activity(trace, options)
+    table = breakdown(trace, options)
+    result = AnalysisResult(name=NAME, tables={"breakdown": table.copy(deep=False), "steps": act.steps.to_frame()})
+    if len(act) == 0:
+        result.warnings.append("no GPU activity (kernels, memcpy, memset) in the trace: nothing to break down")
+        return result
+    if not act.has_steps:
+        result.warnings.append(
+            "no steps found (no ProfilerStep#N and no annotation matching the step marker): "
+            "figures are for the whole trace only and costs are not per step"
+        )
+    result.findings.extend(_findings(table, act))
+    return result
+
+
+def _findings(table: pd.DataFrame, act: Activity) -> list[Finding]:
+    """Judged on the whole-trace row of each rank and device (it also holds the idle time between
+    steps, e.g. a data-loader stall, which no per-step GPU window covers); costs are spread over
+    the steps of that rank."""
+    findings: list[Finding] = []
+    step_counts = act.steps.counts()
+    whole_rows = table[table["step"].isna()]
+    for _, whole in whole_rows.iterrows():
+        rank, device = int(whole["rank"]), int(whole["device"])
+        rows = table[(table["rank"] == rank) & (table["device"] == device) & table["step"].notna()]
+        n_steps = step_counts.get(rank, 0)
+        window = int(whole["window_ns"])
+        if window <= 0:
+            continue
+        idle = int(whole["idle_ns"])
+        busy = int(whole["busy_ns"])
+        util = busy / window
+        time_range = (int(whole["first_start_ns"]), int(whole["last_end_ns"]))
+        worst = rows.sort_values("utilization").iloc[0] if len(rows) else whole
+        if util < LOW_UTILIZATION:
+            findings.append(
+                Finding(
+                    code="low_utilization",
+                    title=f"GPU {device} of rank {rank} is idle {100 * idle / window:.1f}% of the time "
+                    f"(utilization {100 * util:.1f}%)",
+                    severity="high" if util < LOW_UTILIZATION_HIGH else "medium",
+                    analysis=NAME,
+                    recommendation="See the idle-gap analysis for what the host was doing while the GPU "
+                    "waited (data loading, synchronisation, launch overhead) and remove the largest cause.",
+                    cost_ns_per_step=per_step(idle, n_steps),
+                    cost_share=idle / window,
+                    rank=int(rank),
+                    time_range_ns=time_range,
+                    evidence={
+                        "device": int(device),
+                        "steps": n_steps,
+                        "window_ns": window,
+                        "busy_ns": busy,
+                        "idle_ns": idle,
+                        "utilization": util,
+                        "worst_step": None if pd.isna(worst["step"]) else int(worst["step"]),
+                        "worst_step_utilization": float(worst["utilization"]),
+                    },
+                )
+            )
+        comm = int(whole["communication_ns"])
+        exposed = int(whole["exposed_comm_ns"])
+        # with no compute at all there is nothing to overlap with: exposure is not actionable
+        if comm > 0 and int(whole["compute_ns"]) > 0 and exposed >= EXPOSED_COMM_SHARE * window:
+            share = exposed / window
+            findings.append(
+                Finding(
+                    code="exposed_communication",
+                    title=f"Communication on GPU {device} of rank {rank} is exposed (not overlapped with "
+                    f"compute) for {100 * share:.1f}% of the time",
+                    severity="high" if share >= EXPOSED_COMM_SHARE_HIGH else "medium",
+                    analysis=NAME,
+                    recommendation="Overlap collectives with compute: bucket gradients (DDP bucket_cap_mb), "
+                    "prefetch in FSDP (forward/backward_prefetch), launch collectives asynchronously and wait "
+                    "late; check the communication analysis for slow or straggling collectives.",
+                    cost_ns_per_step=per_step(exposed, n_steps),
+                    cost_share=share,
+                    rank=int(rank),
+                    time_range_ns=time_range,
+                    evidence={
+                        "device": int(device),
+                        "steps": n_steps,
+                        "communication_ns": comm,
+                        "overlap_ns": int(whole["overlap_ns"]),
+                        "exposed_comm_ns": exposed,
+                        "overlap_pct": 100.0 * (comm - exposed) / comm,
+                    },
+                )
+            )
+    return findings
