@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from traceview.commands import analyze, convert, info
+from traceview.commands import analyze, convert, info, redact
 from traceview.errors import TraceviewError
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app = typer.Typer(
 app.command("analyze")(analyze.command)
 app.command("info")(info.command)
 app.command("convert")(convert.command)
+app.command("redact")(redact.command)
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
