@@ -11,8 +11,12 @@ import sys
 
 import typer
 
-from traceview.commands import analyze, convert, info, redact
+import importlib
+
 from traceview.errors import TraceviewError
+
+#: CLI commands, in help order; each is the module ``traceview.commands.<name>`` exposing ``command``
+COMMANDS = ("analyze", "info", "convert", "redact", "diff", "check", "app")
 
 app = typer.Typer(
     name="traceview",
@@ -21,15 +25,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command("analyze")(analyze.command)
-app.command("info")(info.command)
-app.command("convert")(convert.command)
-app.command("redact")(redact.command)
-
-
-def fail(message: str, code: int = 2) -> "typer.Exit":
-    print(f"traceview: error: {message}", file=sys.stderr)
-    return typer.Exit(code)
+for _name in COMMANDS:
+    try:
+        _module = importlib.import_module(f"traceview.commands.{_name}")
+    except ModuleNotFoundError as _exc:
+        if _exc.name != f"traceview.commands.{_name}":
+            raise
+        continue
+    app.command(_name)(_module.command)
 
 
 def main() -> None:
