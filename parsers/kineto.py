@@ -46,7 +46,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError
+from traceview.analyses.intervals import NestedIndex
 from traceview.model import (
+    _hash_keys,
     Kind,
     RankInfo,
     DeviceInfo,
@@ -100,6 +102,7 @@ TS_EXACT_LIMIT_US = float(2**43)
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
     external_id: int = msgspec.field(default=-1, name="External id")
+    external_id_old: int = msgspec.field(default=-1, name="external id")  # 2021 runtime events
     correlation: int = -1
     stream: int = -1
     device: int = -1
@@ -618,6 +621,7 @@ class _KinetoFile:
         arg = lambda field: _int_arg(args, field, m)  # noqa: E731
         correlation = arg("correlation")
         external_id = arg("external_id")
+        external_id = np.where(external_id < 0, arg("external_id_old"), external_id)
         device = arg("device")
         stream = arg("stream")
         is_gpu = np.isin(kind, _GPU_KINDS)
@@ -816,18 +820,48 @@ class _KinetoFile:
         left, right = join_on_keys([correlation[api]], [correlation[gpu]])
         if len(left):
             tables.append(make_links_table(np.full(len(left), rank), "launch", "correlation", api[left], gpu[right]))
-        # CPU op (or annotation) -> runtime call, by external id
-        ops = np.flatnonzero(np.isin(kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)]) & (external >= 0))
-        runtime = np.flatnonzero((kind == int(Kind.RUNTIME)) & (external >= 0))
-        left, right = join_on_keys([external[ops]], [external[runtime]])
-        if len(left):
-            tables.append(make_links_table(np.full(len(left), rank), "cpu_op", "external_id", ops[left], runtime[right]))
+        tables.extend(self._cpu_op_links(events, rank, kind, external))
         flow_table = self._flow_links(events, rank, kind)
         if flow_table is not None:
             tables.append(flow_table)
         if not tables:
             return empty_links()
         return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+
+    @staticmethod
+    def _cpu_op_links(events: pa.Table, rank: int, kind: np.ndarray, external: np.ndarray) -> list[pa.Table]:
+        """Runtime call -> the CPU op (or annotation) that issued it.
+
+        By ``External id`` when the op with that id encloses the call on the same thread (some
+        traces reuse the correlation id as the runtime's External id, which would point at an
+        unrelated op); otherwise the innermost op enclosing the call on its thread.
+        """
+        start = events.column("start_ns").to_numpy()
+        end = start + events.column("dur_ns").to_numpy()
+        thread = _hash_keys([events.column("pid").to_numpy(), events.column("tid").to_numpy()])
+        is_op = np.isin(kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)])
+        runtime = np.flatnonzero(kind == int(Kind.RUNTIME))
+        tables = []
+        linked = np.zeros(len(runtime), dtype=bool)
+        ops = np.flatnonzero(is_op & (external >= 0))
+        has_id = np.flatnonzero(external[runtime] >= 0)
+        left, right = join_on_keys([external[ops]], [external[runtime[has_id]]])
+        op_rows, rt_rows = ops[left], runtime[has_id][right]
+        encloses = (thread[op_rows] == thread[rt_rows]) & (start[op_rows] <= start[rt_rows]) & (end[rt_rows] <= end[op_rows])
+        op_rows, rt_rows = op_rows[encloses], rt_rows[encloses]
+        if len(rt_rows):
+            tables.append(make_links_table(np.full(len(rt_rows), rank), "cpu_op", "external_id", op_rows, rt_rows))
+            linked[np.searchsorted(runtime, np.unique(rt_rows))] = True
+        pending = runtime[~linked]
+        all_ops = np.flatnonzero(is_op)
+        if len(pending) and len(all_ops):
+            index = NestedIndex(thread[all_ops], start[all_ops], end[all_ops])
+            found = index.covering(thread[pending], start[pending], end[pending])
+            ok = found >= 0
+            if ok.any():
+                tables.append(make_links_table(np.full(int(ok.sum()), rank), "cpu_op", "enclosing",
+                                               all_ops[found[ok]], pending[ok]))
+        return tables
 
     def _flow_links(self, events: pa.Table, rank: int, kind: np.ndarray) -> pa.Table | None:
         """Resolve non-launch flows (e.g. ``fwdbwd``): each flow point binds to the slice that

@@ -406,3 +406,26 @@ def test_several_nsys_exports_get_distinct_ranks(tmp_path):
     assert sorted(both.ranks) == list(range(len(both.ranks)))
     assert sorted(set(both.events.column("rank").to_pylist())) == sorted(both.ranks)
     assert both.num_events == 2 * single.num_events
+
+
+def test_cpu_op_links_need_an_enclosing_op_else_fall_back_to_the_innermost(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::outer", "pid": 1, "tid": 1, "ts": 0, "dur": 100, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::inner", "pid": 1, "tid": 1, "ts": 10, "dur": 50, "args": {"External id": 2}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::elsewhere", "pid": 1, "tid": 1, "ts": 200, "dur": 10, "args": {"External id": 3}},
+        # External id 3 names an op that does not enclose the call (ids reused): must not be trusted
+        runtime("cudaLaunchKernel", 20, 5, 9, ext=3, pid=1, tid=1),
+        # correct id: kept
+        runtime("cudaMemcpyAsync", 30, 5, 10, ext=1, pid=1, tid=1),
+        # old spelling of the key
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 70, "dur": 5,
+         "args": {"correlation": 11, "external id": 1}},
+    ]
+    tr = traceview.load(write_trace(tmp_path / "t.json", events), use_cache=False)
+    names = tr.events.column("name").to_pylist()
+    starts = tr.events.column("start_ns").to_pylist()
+    op_rows, rt_rows = tr.cpu_op_links()
+    got = sorted((starts[r], names[o]) for o, r in zip(op_rows.tolist(), rt_rows.tolist()))
+    assert got == [(20_000, "aten::inner"), (30_000, "aten::outer"), (70_000, "aten::outer")]
+    cats = tr.links.to_pandas().query("type == 'cpu_op'").category.tolist()
+    assert sorted(cats) == ["enclosing", "external_id", "external_id"]
