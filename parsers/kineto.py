@@ -77,6 +77,12 @@ CATEGORY_KINDS: dict[str, Kind] = {
     "cuda_runtime": Kind.RUNTIME,
     "runtime": Kind.RUNTIME,
     "cuda_driver": Kind.RUNTIME,
+    # other accelerators' host APIs (Intel XPU, out-of-tree "privateuse1" backends, MTIA)
+    "xpu_runtime": Kind.RUNTIME,
+    "xpu_driver": Kind.RUNTIME,
+    "privateuse1_runtime": Kind.RUNTIME,
+    "privateuse1_driver": Kind.RUNTIME,
+    "mtia_runtime": Kind.RUNTIME,
     "cpu_op": Kind.CPU_OP,
     "operator": Kind.CPU_OP,
     "python_function": Kind.PYTHON_FUNCTION,

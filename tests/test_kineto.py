@@ -28,6 +28,8 @@ EXPECTED_KIND = {
     "gpu_memset": "memset", "Memset": "memset",
     "cuda_sync": "sync",
     "cuda_runtime": "runtime", "Runtime": "runtime", "cuda_driver": "runtime",
+    "xpu_runtime": "runtime", "xpu_driver": "runtime", "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime", "mtia_runtime": "runtime",
     "cpu_op": "cpu_op", "Operator": "cpu_op",
     "python_function": "python_function",
     "user_annotation": "annotation",
@@ -179,6 +181,23 @@ def test_unmapped_events_are_counted_not_dropped(tmp_path):
     assert info.unmapped == {"mtia_ccp_events": 1, "cpu_instant_event": 1, "ph=C": 1}
     assert tr.num_events == 3  # the counter has no duration semantics: counted, not an event row
     assert info.event_counts["events_read"] == 4
+
+
+def test_non_gpu_accelerator_trace_loads(tmp_path):
+    # an XPU-style trace: its own runtime category, kernels on device 0, no CUDA names at all
+    events = [
+        {"ph": "X", "cat": "xpu_runtime", "name": "urEnqueueKernelLaunch", "pid": 5, "tid": 5, "ts": 1, "dur": 2,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "gemm_xpu", "pid": 0, "tid": 1, "ts": 5, "dur": 3,
+         "args": {"correlation": 1, "device": 0, "queue": 1}},
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "ccp", "pid": 0, "tid": 2, "ts": 9, "dur": 1},
+    ]
+    tr = traceview.load(write_trace(tmp_path / "xpu.json", events, deviceProperties=[]), use_cache=False)
+    assert sorted(tr.events.column("kind").to_pylist()) == ["kernel", "other", "runtime"]
+    assert len(tr.launch_links()[0]) == 1
+    from traceview.analyses import run_all
+    results = run_all(tr)
+    assert "temporal" in results
 
 
 def test_integers_beyond_64_bits_in_args_do_not_break_parsing(tmp_path):
