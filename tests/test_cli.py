@@ -143,3 +143,18 @@ def test_every_shared_trace_analyzes_without_error():
         if result.returncode != 0 or "Traceback" in result.stderr:
             failures.append(f"{path}: exit {result.returncode}: {result.stderr.strip()[-300:]}")
     assert not failures, "\n".join(failures)
+
+
+def test_usage_errors_exit_2_without_a_traceback(tmp_path):
+    result = run("analyze", "--no-such-flag", str(tmp_path))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    result = run("analyze")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_help_exits_0():
+    result = run("--help")
+    assert result.returncode == 0
+    assert "analyze" in result.stdout

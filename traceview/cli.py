@@ -35,9 +35,22 @@ for _name in COMMANDS:
     app.command(_name)(_module.command)
 
 
+def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
+    """The click exception class ``name`` from click and from typer's bundled copy of click
+    (typer >= 0.29 ships its own, so ``click.ClickException`` alone misses its usage errors)."""
+    found = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # standalone_mode=False returns a command's exit code instead of raising it
+        code = app(standalone_mode=False)
     except TraceviewError as exc:
         raise SystemExit(_one_line(str(exc), 2))
     except KeyboardInterrupt:
@@ -47,18 +60,17 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as exc:  # click usage errors and genuine bugs
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
+        if isinstance(exc, _click_exceptions("ClickException")):
+            exc.show()  # usage errors: click's own message, exit 2
             raise SystemExit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
+        if isinstance(exc, _click_exceptions("Abort")):
             raise SystemExit(_one_line("aborted", 1))
         if os.environ.get("TRACEVIEW_DEBUG"):
             raise
         raise SystemExit(_one_line(
             f"internal error: {type(exc).__name__}: {exc} (this is a bug in traceview; "
             "rerun with TRACEVIEW_DEBUG=1 for the traceback and report it)", 3))
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 def _one_line(message: str, code: int) -> int:

@@ -1,0 +1,348 @@
+"""``traceview diff``: kernel-name normalisation, the noise rule, the known-answer regression pair
+(sample_traces/regression_pair, written by make_pair.py), real traces against themselves, renderers
+and the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traceview
+from traceview.analyses import run_all
+from traceview.diff import DiffOptions, compare, diff_results, normalize_kernel_name, pooled_std
+from traceview.render.diff import to_json, to_markdown, to_text
+
+from conftest import SAMPLE_TRACES, require_shared
+
+PAIR = SAMPLE_TRACES / "regression_pair"
+NSYS_PAIR_FILE = Path("nsys") / "torchrun_2xh100_nccl_2026.2.sqlite"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "traceview.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+# ------------------------------------------------------------------------------ name normalisation
+
+@pytest.mark.parametrize("name, expected", [
+    # Inductor's kernel counter
+    ("triton_poi_fused_add_0", "triton_poi_fused_add"),
+    ("triton_poi_fused_add_1", "triton_poi_fused_add"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_123", "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt"),
+    # Triton signature specialisation, and a counter before it
+    ("triton_poi_fused_add_0_0d1d2de", "triton_poi_fused_add"),
+    ("triton__0d1d2d3de", "triton_"),
+    # hash-like suffixes (8+ hex digits, at least one a digit)
+    ("fused_kernel_3f9a2b7c41", "fused_kernel"),
+    ("my_kernel_deadbeef", "my_kernel_deadbeef"),  # no digit: a word, not a hash
+    ("my_kernel_ab12", "my_kernel_ab12"),  # too short for a hash
+    # template arguments and argument lists
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>, "
+     "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::Half>, std::array<char*, 3ul>)",
+     "at::native::vectorized_elementwise_kernel"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::Half, float, float, "
+     "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, c10::Half const*, int)",
+     "at::native::(anonymous namespace)::cunn_SoftMaxForward"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+    ("void foo<(bool)1, 3>(float*) const", "foo"),
+    ("std::enable_if<true, void>::type at::native::bar_kernel<float>(int)", "at::native::bar_kernel"),
+    # left alone: no suffix, no templates
+    ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+     "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"),
+    ("ampere_sgemm_128x64_nn", "ampere_sgemm_128x64_nn"),
+    ("Memcpy DtoH (Device -> Pageable)", "Memcpy DtoH"),
+    ("Memset (Device)", "Memset"),
+    # operators keep their brackets; unbalanced brackets are kept verbatim
+    ("void thrust::less<int>::operator<(int)", "thrust::less::operator<"),
+    ("broken_kernel<int, float", "broken_kernel<int, float"),
+    # nothing but a suffix: the name is kept
+    ("_0", "_0"),
+    ("(anonymous)", "(anonymous)"),
+])
+def test_normalize_kernel_name(name, expected):
+    assert normalize_kernel_name(name) == expected
+
+
+def test_renamed_instantiations_share_a_key():
+    a = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4>)"
+    b = "void at::native::reduce_kernel<256, 2, at::native::ReduceOp<c10::Half, at::native::MeanOps<float, float>, unsigned int, c10::Half, 4> >(at::native::ReduceOp<c10::Half, at::native::MeanOps<float, float>, unsigned int, c10::Half, 4>)"
+    assert normalize_kernel_name(a) == normalize_kernel_name(b) == "at::native::reduce_kernel"
+
+
+# ------------------------------------------------------------------------------ the noise rule
+
+def test_pooled_std():
+    assert pooled_std([1.0], [2.0]) is None
+    assert pooled_std([1.0, 3.0], [5.0]) == pytest.approx(np.std([1.0, 3.0], ddof=1))
+    a, b = [10.0, 12.0, 14.0], [20.0, 21.0, 25.0, 26.0]
+    expected = np.sqrt((np.var(a, ddof=1) * 2 + np.var(b, ddof=1) * 3) / 5)
+    assert pooled_std(a, b) == pytest.approx(expected)
+
+
+def test_noise_rule_threshold_and_statuses():
+    opts = DiffOptions(k=3.0, rel_floor=0.0, abs_floor_ns=0)
+    base, new = [100.0, 102.0, 98.0], [105.0, 107.0, 103.0]  # pooled std 2 -> threshold 6; delta 5
+    c = compare(base, new, options=opts)
+    assert c.pooled_std == pytest.approx(2.0) and c.threshold == pytest.approx(6.0)
+    assert c.delta == pytest.approx(5.0) and not c.significant and c.status == "within_noise"
+    c = compare(base, [107.0, 109.0, 105.0], options=opts)  # delta 7 > 6
+    assert c.significant and c.status == "worse" and c.delta_pct == pytest.approx(7.0)
+    c = compare(base, [93.0, 95.0, 91.0], options=opts)
+    assert c.significant and c.status == "better"
+    assert compare(base, list(base), options=opts).status == "unchanged"
+    # the floors: 1% of the base, at least 1 us
+    c = compare([1e6] * 3, [1e6 + 9_000] * 3, options=DiffOptions())
+    assert c.pooled_std == 0 and c.threshold == pytest.approx(10_000) and not c.significant
+    c = compare([100.0] * 3, [900.0] * 3, options=DiffOptions())
+    assert c.threshold == 1_000 and not c.significant
+    # overlap: more is better, floor in percentage points, no relative change
+    c = compare([40.0, 40.0], [60.0, 60.0], options=DiffOptions(), higher_is_worse=False, unit="pct")
+    assert c.status == "better" and c.threshold == 1.0 and c.delta_pct is None
+
+
+def test_single_step_noise_cannot_be_estimated():
+    c = compare([1_000_000.0], [1_200_000.0], options=DiffOptions())
+    assert not c.noise_estimated and c.pooled_std is None
+    assert c.threshold == pytest.approx(10_000) and c.significant and c.status == "worse"
+    c = compare([1_000_000.0], [1_005_000.0], options=DiffOptions())
+    assert not c.noise_estimated and c.status == "within_noise"
+    assert compare([5.0], None, options=DiffOptions()).status == "only_base"
+
+
+# ------------------------------------------------------------------------------ the known-answer pair
+
+@pytest.fixture(scope="module")
+def truth() -> dict:
+    return json.loads((PAIR / "truth.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def pair_results():
+    base = run_all(traceview.load(PAIR / "base", use_cache=False))
+    new = run_all(traceview.load(PAIR / "new", use_cache=False))
+    return base, new
+
+
+@pytest.fixture(scope="module")
+def pair_diff(pair_results):
+    base, new = pair_results
+    return diff_results(base, new, base_label="base", new_label="new")
+
+
+def _mean(truth: dict, side: str, rank: int, metric: str) -> float:
+    return float(np.mean([s[metric] for s in truth["figures"][side][str(rank)]]))
+
+
+def test_pair_metric_figures_match_the_construction(pair_diff, truth):
+    for rank in truth["ranks"]:
+        for metric in ("step_time_ns", "gpu_window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns",
+                       "memory_ns", "exposed_comm_ns", "overlap_pct"):
+            m = pair_diff.metric(metric, rank)
+            assert m is not None, (metric, rank)
+            assert m.change.base == pytest.approx(_mean(truth, "base", rank, metric), abs=1e-6), (metric, rank)
+            assert m.change.new == pytest.approx(_mean(truth, "new", rank, metric), abs=1e-6), (metric, rank)
+            assert m.change.base_steps == len(truth["steps"]["base"])
+            assert m.change.new_steps == len(truth["steps"]["new"])
+            assert m.change.noise_estimated
+
+
+def test_pair_finds_exactly_the_planted_metric_changes(pair_diff, truth):
+    changed = set(truth["changes"]["metrics"]["changed"])
+    for rank in truth["ranks"]:
+        rows = [m for m in pair_diff.metrics if m.rank == rank]
+        assert {m.metric for m in rows if m.change.significant} == changed, rank
+        for m in rows:
+            if m.metric in changed:
+                assert m.change.status == "worse", (m.metric, rank)
+            else:
+                assert m.change.status in ("within_noise", "unchanged"), (m.metric, rank, m.change)
+    assert pair_diff.verdict() == "regressed"
+
+
+def test_pair_finds_exactly_the_planted_kernel_changes(pair_diff, truth):
+    planted = truth["changes"]["kernels"]
+    names = truth["kernel_names"]
+    regressed = {k["name"] for k in planted["regressed"]}
+    for rank in truth["ranks"]:
+        rows = [k for k in pair_diff.kernels if k.rank == rank]
+        worse = [k for k in rows if k.change.status == "worse"]
+        assert {k.name for k in worse} == regressed
+        for k in worse:
+            assert k.match == "exact"
+            assert k.change.delta_pct == pytest.approx(100 * (planted["regressed"][0]["factor"] - 1), abs=3)
+        assert sorted(k.name for k in rows if k.match == "appeared") == sorted(planted["appeared"])
+        assert sorted(k.name for k in rows if k.match == "vanished") == sorted(planted["vanished"])
+        renamed = [k for k in rows if k.renamed]
+        assert [[k.base_names[0], k.new_names[0]] for k in renamed] == planted["renamed"]
+        assert all(k.match == "normalized" and k.change.status == "within_noise" for k in renamed)
+        # everything else is within noise
+        others = [k for k in rows if k.match in ("exact", "normalized") and k.name not in regressed]
+        assert others and all(k.change.status in ("within_noise", "unchanged") for k in others)
+        assert not any(k.change.status == "better" for k in rows)
+        # per-step totals agree with the construction
+        by_name = {k.new_names[0] if k.new_names else k.base_names[0]: k for k in rows}
+        for key, name in names["new"].items():
+            expected = np.mean([s["kernels"][key] for s in truth["figures"]["new"][str(rank)]])
+            assert by_name[name].change.new == pytest.approx(expected, abs=1e-6), key
+        vanished = by_name[planted["vanished"][0]]
+        assert vanished.change.base == pytest.approx(
+            np.mean([s["kernels"]["cast"] for s in truth["figures"]["base"][str(rank)]]), abs=1e-6)
+
+
+def test_pair_findings(pair_diff, truth):
+    planted = truth["changes"]["findings"]
+    by_status: dict[str, list] = {}
+    for f in pair_diff.findings:
+        by_status.setdefault(f.status, []).append([f.code, f.rank])
+    for status in ("new", "fixed", "worse", "better"):
+        assert by_status.get(status, []) == planted[status], status
+    assert all(f.status == "unchanged" for f in pair_diff.findings if [f.code, f.rank] not in planted["new"])
+    new = next(f for f in pair_diff.findings if f.status == "new")
+    assert new.base_severity is None and new.new_cost_ns > 0
+
+
+def test_pair_base_against_itself_is_unchanged(pair_results):
+    base, _ = pair_results
+    diff = diff_results(base, base)
+    _assert_no_change(diff)
+
+
+def _assert_no_change(diff):
+    assert diff.metrics and diff.kernels
+    for m in diff.metrics:
+        assert m.change.delta == 0, (m.metric, m.rank)
+        assert m.change.status == "unchanged"
+    for k in diff.kernels:
+        assert k.match == "exact" and k.change.delta == 0 and k.change.status == "unchanged", k.name
+    assert all(f.status == "unchanged" for f in diff.findings)
+    assert diff.verdict() == "no significant change"
+    s = diff.summary()
+    assert s["findings_new"] == s["findings_fixed"] == s["kernels_appeared"] == s["kernels_vanished"] == 0
+
+
+# ------------------------------------------------------------------------------ real traces vs themselves
+
+def test_real_nsys_trace_against_itself():
+    path = require_shared() / NSYS_PAIR_FILE
+    a = run_all(traceview.load(path))
+    b = run_all(traceview.load(path))
+    diff = diff_results(a, b)
+    _assert_no_change(diff)
+    assert diff.findings  # the trace has findings, all unchanged
+    assert any("no steps" in n for n in diff.notes)  # whole-trace figures; noise cannot be estimated
+    assert not any(m.change.noise_estimated for m in diff.metrics)
+
+
+@pytest.mark.parametrize("relative", ["kineto/hta_nccl_parser_config_a100.json.gz", "kineto/hta_trace_filter_2ranks"])
+def test_real_kineto_trace_against_itself(relative):
+    path = require_shared() / relative
+    diff = diff_results(run_all(traceview.load(path)), run_all(traceview.load(path)))
+    _assert_no_change(diff)
+
+
+# ------------------------------------------------------------------------------ single step, no steps
+
+def _one_step_trace(path: Path, gemm_us: int) -> Path:
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 5,
+             "args": {"correlation": 1}},
+            {"ph": "X", "cat": "kernel", "name": "sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 10, "dur": gemm_us,
+             "args": {"correlation": 1, "stream": 7, "device": 0}},
+        ],
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_single_step_says_noise_cannot_be_estimated(tmp_path):
+    a = _one_step_trace(tmp_path / "a.json", 500)
+    b = _one_step_trace(tmp_path / "b.json", 600)
+    diff = diff_results(run_all(traceview.load(a)), run_all(traceview.load(b)))
+    busy = diff.metric("busy_ns", 0)
+    assert busy.change.status == "worse" and not busy.change.noise_estimated
+    assert busy.change.threshold == pytest.approx(max(1_000, 0.01 * 500_000))
+    assert any("noise cannot be estimated" in n for n in diff.notes)
+    assert "floor only" in to_text(diff) and "noise n/a" in to_text(diff)
+
+
+# ------------------------------------------------------------------------------ renderers and CLI
+
+def test_json_is_stable_with_int_ns(pair_diff):
+    data = json.loads(to_json(pair_diff))
+    assert list(data) == ["schema_version", "base", "new", "options", "summary", "metrics", "kernels", "findings",
+                          "notes"]
+    assert data["summary"]["verdict"] == "regressed"
+    for row in data["metrics"]:
+        assert list(row)[:4] == ["metric", "unit", "rank", "device"]
+        if row["unit"] == "ns":
+            assert all(isinstance(row[k], int) for k in ("base", "new", "delta", "threshold"))
+    for row in data["kernels"]:
+        for k in ("base", "new", "delta"):
+            assert row[k] is None or isinstance(row[k], int)
+    assert to_json(pair_diff) == to_json(pair_diff)
+
+
+def test_markdown_and_text(pair_diff, truth):
+    md = to_markdown(pair_diff)
+    assert md.startswith("## traceview diff")
+    assert "| figure | where | base | new | delta | delta % | noise threshold | verdict |" in md
+    assert "regressed" in md and "`blocking_copy`" in md
+    assert "triton_poi_fused_add_mul_0 -> triton_poi_fused_add_mul_1" in md
+    for line in md.splitlines():
+        if line.startswith("| `"):
+            assert line.count(" | ") == 7  # no stray pipes from kernel names
+    text = to_text(pair_diff)
+    assert "Verdict: regressed" in text and "appeared" in text and "vanished" in text and "within noise" in text
+
+
+def test_cli_diff_formats(tmp_path):
+    out = tmp_path / "diff.json"
+    result = run_cli("diff", str(PAIR / "base"), str(PAIR / "new"), "--format", "json", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["summary"]["verdict"] == "regressed" and data["summary"]["findings_new"] == 1
+    result = run_cli("diff", str(PAIR / "base"), str(PAIR / "new"), "--format", "markdown")
+    assert result.returncode == 0 and result.stdout.startswith("## traceview diff")
+    result = run_cli("diff", str(PAIR / "base"), str(PAIR / "new"))
+    assert result.returncode == 0 and "Verdict: regressed" in result.stdout
+
+
+def test_cli_diff_bad_input(tmp_path):
+    result = run_cli("diff", str(PAIR / "base"), str(tmp_path / "missing.json"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "missing.json" in result.stderr
+    result = run_cli("diff", str(PAIR / "base"), str(PAIR / "new"), "--format", "yaml")
+    assert result.returncode == 2
+
+
+# ------------------------------------------------------------------------------ the generator
+
+def test_make_pair_is_byte_identical(tmp_path):
+    spec = importlib.util.spec_from_file_location("_sample_traces_make_pair", SAMPLE_TRACES / "make_pair.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    out = module.main(tmp_path)
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert [str(f) for f in files] == ["base/rank0.json.gz", "base/rank1.json.gz", "new/rank0.json.gz",
+                                       "new/rank1.json.gz", "truth.json"]
+    for f in files:
+        assert (out / f).read_bytes() == (PAIR / f).read_bytes(), f
+        if f.suffix == ".gz":
+            assert (out / f).read_bytes()[4:8] == b"\x00\x00\x00\x00"  # gzip mtime 0
+            json.loads(gzip.decompress((out / f).read_bytes()))
