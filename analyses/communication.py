@@ -64,6 +64,7 @@ Findings:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,7 @@ import pandas as pd
 
 from . import classify, register
 from . import intervals as iv
-from .steps import NO_STEP, Activity, activity, per_step
+from .steps import NO_STEP, Activity, activity, cached, per_step
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
 
@@ -387,15 +388,96 @@ def _straggler_of(arr: pd.DataFrame, col: str) -> pd.DataFrame:
     return out
 
 
+def align_clocks(arrivals: pd.DataFrame) -> pd.DataFrame:
+    """Per-rank clock offsets from collective ends, and the arrivals on corrected clocks.
+
+    Every participant leaves a collective at (nearly) the same instant, so the end of the k-th
+    occurrence is a common reference point. ``clock_offset_ns`` of a rank = the median, over the
+    occurrences it took part in, of (its end - the median end of that occurrence), rounded to ns:
+    how far its clock runs ahead of the job's median clock. ``corrected_rel`` /
+    ``corrected_end_rel`` are ``start_rel`` / ``end_rel`` minus that offset (int64, relative to the
+    occurrence), ``corrected_lateness_ns`` the corrected start minus the first corrected start.
+    """
+    out = arrivals.copy()
+    if out.empty:
+        for c in ("clock_offset_ns", "corrected_rel", "corrected_end_rel", "corrected_lateness_ns"):
+            out[c] = pd.Series(dtype=np.int64)
+        return out
+    offsets = np.round(out.groupby("rank")["end_offset_ns"].median()).astype(np.int64)
+    out["clock_offset_ns"] = offsets.reindex(out["rank"].to_numpy()).to_numpy()
+    out["corrected_rel"] = out["start_rel"].to_numpy() - out["clock_offset_ns"].to_numpy()
+    out["corrected_end_rel"] = out["end_rel"].to_numpy() - out["clock_offset_ns"].to_numpy()
+    occ = ["collective", "process_group", "step", "occurrence"]
+    out["corrected_lateness_ns"] = out["corrected_rel"] - out.groupby(occ)["corrected_rel"].transform("min")
+    return out
+
+
+def alignment_table(arrivals: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank: how its clock was aligned (see :func:`align_clocks`).
+
+    ``collectives`` = matched occurrences the offset is the median of; ``clock_offset_ns`` = the
+    correction (subtracted from the rank's times in the ``corrected_*`` figures);
+    ``residual_mad_ns`` / ``residual_max_ns`` = median / largest |end offset - clock offset| over
+    those occurrences: how well one constant offset explains that rank's collective ends (a few us
+    is NCCL's own end jitter; much more means the clock drifted during the trace).
+    """
+    cols = ["rank", "collectives", "clock_offset_ns", "residual_mad_ns", "residual_max_ns"]
+    if arrivals.empty:
+        return _empty(cols)
+    if "clock_offset_ns" not in arrivals:
+        arrivals = align_clocks(arrivals)
+    resid = (arrivals["end_offset_ns"] - arrivals["clock_offset_ns"]).abs()
+    g = resid.groupby(arrivals["rank"])
+    out = pd.DataFrame(
+        {
+            "collectives": g.size(),
+            "clock_offset_ns": arrivals.groupby("rank")["clock_offset_ns"].first(),
+            "residual_mad_ns": np.round(g.median()).astype(np.int64),
+            "residual_max_ns": np.round(g.max()).astype(np.int64),
+        }
+    )
+    out.index.name = "rank"
+    out = out.reset_index()
+    out["rank"] = out["rank"].astype(np.int64)
+    out["collectives"] = out["collectives"].astype(np.int64)
+    out["clock_offset_ns"] = out["clock_offset_ns"].astype(np.int64)
+    return out[cols].sort_values("rank", kind="stable").reset_index(drop=True)
+
+
+def alignment_note(alignment: pd.DataFrame | None) -> str:
+    """One sentence saying how the ranks' clocks were aligned and how large the corrections were."""
+    if alignment is None or alignment.empty:
+        return "clocks not aligned: fewer than two ranks share a matched collective"
+    off = alignment["clock_offset_ns"].to_numpy()
+    big = int((np.abs(off) > CLOCK_OFFSET_NS).sum())
+    worst = int(alignment.loc[np.abs(off).argmax(), "rank"])
+    basis = ("straggler figures use clock-corrected times" if big else
+             "all below 20 us, so straggler figures use raw times")
+    return (
+        f"ranks aligned on the ends of matched collectives (median over {int(alignment['collectives'].median())} "
+        f"per rank of end - median end): corrections {_signed_us(off.min())} .. {_signed_us(off.max())} "
+        f"(largest on rank {worst}, {_signed_us(off[np.abs(off).argmax()])}; {big} of {len(off)} ranks beyond "
+        f"20 us; residual up to {_us(float(alignment['residual_max_ns'].max()))}); {basis}"
+    )
+
+
+def _signed_us(ns: float) -> str:
+    return ("-" if ns < 0 else "+") + _us(abs(float(ns)))
+
+
 def skew_tables(arrivals: pd.DataFrame, n_ranks_with_comm: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     skew_cols = ["collective", "process_group", "step", "occurrence", "ranks", "first_start_ns", "last_start_ns",
                  "skew_ns", "straggler", "late_by_ns", "wait_caused_ns", "end_spread_ns", "aligned_skew_ns",
-                 "aligned_straggler", "aligned_late_by_ns", "aligned_wait_caused_ns"]
+                 "aligned_straggler", "aligned_late_by_ns", "aligned_wait_caused_ns", "corrected_skew_ns",
+                 "corrected_straggler", "corrected_late_by_ns", "corrected_wait_caused_ns", "corrected_end_spread_ns"]
     strag_cols = ["rank", "matched", "times_last", "share_last", "mean_late_by_ns", "wait_caused_ns",
                   "aligned_times_last", "aligned_share_last", "aligned_mean_late_by_ns", "aligned_wait_caused_ns",
-                  "mean_lateness_ns", "clock_offset_ns"]
+                  "corrected_times_last", "corrected_share_last", "corrected_mean_late_by_ns",
+                  "corrected_wait_caused_ns", "mean_lateness_ns", "clock_offset_ns"]
     if arrivals.empty:
         return _empty(skew_cols), _empty(strag_cols)
+    if "corrected_rel" not in arrivals:
+        arrivals = align_clocks(arrivals)
     occ = ["collective", "process_group", "step", "occurrence"]
     g = arrivals.groupby(occ)
     skew = pd.DataFrame(
@@ -405,21 +487,27 @@ def skew_tables(arrivals: pd.DataFrame, n_ranks_with_comm: int) -> tuple[pd.Data
             "last_start_ns": g["start"].max(),
             "end_spread_ns": g["end"].max() - g["end"].min(),
             "aligned_skew_ns": g["aligned_rel"].max() - g["aligned_rel"].min(),
+            "corrected_skew_ns": g["corrected_rel"].max() - g["corrected_rel"].min(),
+            "corrected_end_spread_ns": g["corrected_end_rel"].max() - g["corrected_end_rel"].min(),
         }
     )
     skew["skew_ns"] = skew["last_start_ns"] - skew["first_start_ns"]
     raw = _straggler_of(arrivals, "start_rel")
     aligned = _straggler_of(arrivals, "aligned_rel")
+    corrected = _straggler_of(arrivals, "corrected_rel")
     skew["straggler"] = raw["straggler"].reindex(skew.index)
     skew["late_by_ns"] = np.where(raw["straggler"] >= 0, raw["late_by"], 0).astype(np.int64)
     skew["wait_caused_ns"] = np.where(raw["straggler"] >= 0, raw["wait"], 0.0)
     skew["aligned_straggler"] = aligned["straggler"].reindex(skew.index)
     skew["aligned_late_by_ns"] = np.where(aligned["straggler"] >= 0, aligned["late_by"], 0).astype(np.int64)
     skew["aligned_wait_caused_ns"] = np.where(aligned["straggler"] >= 0, aligned["wait"], 0.0)
+    skew["corrected_straggler"] = corrected["straggler"].reindex(skew.index)
+    skew["corrected_late_by_ns"] = np.where(corrected["straggler"] >= 0, corrected["late_by"], 0).astype(np.int64)
+    skew["corrected_wait_caused_ns"] = np.where(corrected["straggler"] >= 0, corrected["wait"], 0.0)
     skew = skew.reset_index().sort_values(["first_start_ns", "collective", "process_group"])
-    for c in ("straggler", "aligned_straggler"):
+    for c in ("straggler", "aligned_straggler", "corrected_straggler"):
         skew[c] = pd.array([int(v) if v >= 0 else None for v in skew[c]], dtype="Int64")
-    for c in ("wait_caused_ns", "aligned_wait_caused_ns"):
+    for c in ("wait_caused_ns", "aligned_wait_caused_ns", "corrected_wait_caused_ns"):
         skew[c] = np.round(skew[c].to_numpy()).astype(np.int64)
     skew["step"] = _step_values(skew["step"].to_numpy())
     skew = skew[skew_cols].reset_index(drop=True)
@@ -429,8 +517,8 @@ def skew_tables(arrivals: pd.DataFrame, n_ranks_with_comm: int) -> tuple[pd.Data
     strag = pd.DataFrame(index=pd.Index(ranks, name="rank"))
     strag["matched"] = by_rank.size().reindex(ranks).fillna(0).astype(np.int64)
     strag["mean_lateness_ns"] = by_rank["lateness_ns"].mean().reindex(ranks)
-    strag["clock_offset_ns"] = by_rank["end_offset_ns"].median().reindex(ranks)
-    for prefix, table in (("", raw), ("aligned_", aligned)):
+    strag["clock_offset_ns"] = by_rank["clock_offset_ns"].first().reindex(ranks)
+    for prefix, table in (("", raw), ("aligned_", aligned), ("corrected_", corrected)):
         t = table[table["straggler"] >= 0]
         tg = t.groupby("straggler")
         strag[f"{prefix}times_last"] = tg.size().reindex(ranks).fillna(0).astype(np.int64)
@@ -439,21 +527,17 @@ def skew_tables(arrivals: pd.DataFrame, n_ranks_with_comm: int) -> tuple[pd.Data
         strag[f"{prefix}wait_caused_ns"] = np.round(tg["wait"].sum().reindex(ranks).fillna(0.0)).astype(np.int64)
     strag["mean_late_by_ns"] = strag["mean_late_by_ns"].round().astype("Int64")
     strag["aligned_mean_late_by_ns"] = strag["aligned_mean_late_by_ns"].round().astype("Int64")
+    strag["corrected_mean_late_by_ns"] = strag["corrected_mean_late_by_ns"].round().astype("Int64")
     strag["mean_lateness_ns"] = strag["mean_lateness_ns"].round().astype(np.int64)
-    strag["clock_offset_ns"] = strag["clock_offset_ns"].round().astype(np.int64)
+    strag["clock_offset_ns"] = strag["clock_offset_ns"].astype(np.int64)
     strag = strag.reset_index()
     strag["rank"] = strag["rank"].astype(np.int64)
     return skew, strag[strag_cols]
 
 
-def compute_balance(act: Activity) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compute time per rank and step, and its imbalance across ranks per step."""
-    by_cols = ["rank", "step", "compute_ns"]
-    imb_cols = ["step", "ranks", "min_ns", "max_ns", "mean_ns", "min_rank", "max_rank", "imbalance_ns",
-                "imbalance_pct"]
+def compute_by_rank(act: Activity) -> pd.DataFrame:
+    """|U(compute)| per rank and step (``step`` = NO_STEP: the whole trace), whole-trace rows first."""
     comp = act.cls == classify.COMPUTE
-    if len(np.unique(act.rank)) < 2 or not comp.any():
-        return _empty(by_cols), _empty(imb_cols)
     frames = []
     for mask, step in _scopes(act):
         m = mask & comp
@@ -462,7 +546,27 @@ def compute_balance(act: Activity) -> tuple[pd.DataFrame, pd.DataFrame]:
         codes, (r, s) = iv.combine_keys(act.rank[m], step[m])
         k, t = iv.total_by(codes, act.start[m], act.end[m])
         frames.append(pd.DataFrame({"rank": r[k], "step": s[k], "compute_ns": t}))
-    by = pd.concat(frames, ignore_index=True)
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in ("rank", "step", "compute_ns")})
+    return pd.concat(frames, ignore_index=True)
+
+
+def compute_balance(act: Activity) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Compute time per rank and step, and its imbalance across ranks per step."""
+    return compute_balance_from(compute_by_rank(act), np.unique(act.rank))
+
+
+def compute_balance_from(by: pd.DataFrame, active_ranks: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``compute_by_rank`` and ``compute_imbalance`` from per-rank compute times (any row order)."""
+    by_cols = ["rank", "step", "compute_ns"]
+    imb_cols = ["step", "ranks", "min_ns", "max_ns", "mean_ns", "min_rank", "max_rank", "imbalance_ns",
+                "imbalance_pct"]
+    if len(active_ranks) < 2 or by.empty:
+        return _empty(by_cols), _empty(imb_cols)
+    # canonical order (whole trace first, then by rank and step): ties in idxmin/idxmax and float
+    # sums then come out the same whichever way the per-rank parts were gathered
+    by = by.assign(_scope=(by["step"] != NO_STEP).astype(np.int8))
+    by = by.sort_values(["_scope", "rank", "step"], kind="stable").drop(columns="_scope").reset_index(drop=True)
     g = by.groupby("step")
     imb = pd.DataFrame(
         {
@@ -497,49 +601,226 @@ def _step_windows(act: Activity) -> pd.DataFrame:
     return pd.DataFrame({"rank": r[k], "device": d[k], "step": s[k], "window_ns": hi - lo})
 
 
-def _whole_windows(act: Activity) -> dict[tuple[int, int], int]:
+def _whole_window_frame(act: Activity) -> pd.DataFrame:
+    """GPU window (first start .. last end of all activity) per rank and device."""
     codes, (r, d) = iv.combine_keys(act.rank, act.device)
     k, lo, hi = iv.window_by(codes, act.start, act.end)
-    return {(int(r[i]), int(d[i])): int(w) for i, w in zip(k, hi - lo)}
+    return pd.DataFrame({"rank": np.asarray(r[k], dtype=np.int64), "device": np.asarray(d[k], dtype=np.int64),
+                         "window_ns": np.asarray(hi - lo, dtype=np.int64)})
+
+
+def _whole_windows(frame: pd.DataFrame) -> dict[tuple[int, int], int]:
+    return {(int(r), int(d)): int(w) for r, d, w in zip(frame["rank"], frame["device"], frame["window_ns"])}
+
+
+# ------------------------------------------------------------------------ per-rank inputs of the
+# cross-rank figures, and the cross-rank reduction
+
+
+@dataclass
+class CrossRankInputs:
+    """What the cross-rank figures need from each rank: small tables, concatenable across ranks.
+
+    ``traceview.scale`` computes these rank by rank (one trace at a time) and concatenates them;
+    :func:`analyze` computes them on a whole multi-rank trace. :func:`cross_rank` gives the same
+    figures either way (it puts the rows into a canonical order first).
+
+    - ``kernels``: one row per communication kernel (``row``, ``rank``, ``device``, ``step``,
+      ``collective``, ``process_group``, ``start``, ``end``, ``bytes``, ``group_size``);
+    - ``collectives``: the per-rank ``collectives`` table;
+    - ``compute``: |U(compute)| per rank and step (NO_STEP = whole trace);
+    - ``windows``: per-step GPU window per rank, device and step; ``whole_windows``: per rank and
+      device over the whole trace;
+    - ``steps``: number of steps per rank (ranks with at least one);
+    - ``active_ranks``: ranks with any GPU activity.
+    """
+
+    kernels: pd.DataFrame
+    collectives: pd.DataFrame
+    compute: pd.DataFrame
+    windows: pd.DataFrame
+    whole_windows: pd.DataFrame
+    steps: pd.DataFrame
+    active_ranks: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    def shift_rows(self, offset: int) -> "CrossRankInputs":
+        """The same inputs with ``kernels.row`` moved by ``offset`` (rows of a concatenated trace)."""
+        if not offset or self.kernels.empty:
+            return self
+        kernels = self.kernels.copy()
+        kernels["row"] = kernels["row"].to_numpy() + np.int64(offset)
+        return CrossRankInputs(kernels, self.collectives, self.compute, self.windows, self.whole_windows,
+                               self.steps, self.active_ranks)
+
+    def renumber(self, mapping: dict[int, int]) -> "CrossRankInputs":
+        """The same inputs with ranks renamed (``{old: new}``)."""
+        if not mapping:
+            return self
+
+        def ren(frame: pd.DataFrame) -> pd.DataFrame:
+            if frame.empty or "rank" not in frame:
+                return frame
+            frame = frame.copy()
+            frame["rank"] = frame["rank"].map(lambda r: mapping.get(int(r), int(r))).astype(frame["rank"].dtype)
+            return frame
+
+        active = np.asarray([mapping.get(int(r), int(r)) for r in self.active_ranks], dtype=np.int64)
+        return CrossRankInputs(ren(self.kernels), ren(self.collectives), ren(self.compute), ren(self.windows),
+                               ren(self.whole_windows), ren(self.steps), np.sort(active))
+
+    @classmethod
+    def concat(cls, parts: list["CrossRankInputs"]) -> "CrossRankInputs":
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls(_kernel_frame_empty(), pd.DataFrame(), _int_frame(("rank", "step", "compute_ns")),
+                       _int_frame(("rank", "device", "step", "window_ns")),
+                       _int_frame(("rank", "device", "window_ns")), _int_frame(("rank", "steps")))
+
+        def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+            nonempty = [f for f in frames if len(f)]
+            if not nonempty:
+                return frames[0]
+            return pd.concat(nonempty, ignore_index=True) if len(nonempty) > 1 else nonempty[0]
+
+        return cls(
+            kernels=cat([p.kernels for p in parts]),
+            collectives=cat([p.collectives for p in parts]),
+            compute=cat([p.compute for p in parts]),
+            windows=cat([p.windows for p in parts]),
+            whole_windows=cat([p.whole_windows for p in parts]),
+            steps=cat([p.steps for p in parts]),
+            active_ranks=np.unique(np.concatenate([np.asarray(p.active_ranks, dtype=np.int64) for p in parts])),
+        )
+
+    def nbytes(self) -> int:
+        """Memory held by the tables (deep, strings included)."""
+        frames = (self.kernels, self.collectives, self.compute, self.windows, self.whole_windows, self.steps)
+        return int(sum(f.memory_usage(deep=True).sum() for f in frames)) + int(self.active_ranks.nbytes)
+
+
+def _int_frame(columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in columns})
+
+
+def _kernel_frame_empty() -> pd.DataFrame:
+    frame = _int_frame(("row", "rank", "device", "step", "start", "end", "bytes", "group_size"))
+    frame.insert(4, "collective", pd.Series(dtype=object))
+    frame.insert(5, "process_group", pd.Series(dtype=object))
+    return frame
+
+
+def cross_rank_inputs(trace: Trace, options: Options) -> CrossRankInputs:
+    """The per-rank inputs of the cross-rank figures for ``trace`` (cached per trace and options)."""
+    return cached(trace, "cross_rank_inputs", options, lambda: _build_inputs(trace, options))
+
+
+def _build_inputs(trace: Trace, options: Options) -> CrossRankInputs:
+    act = activity(trace, options)
+    comm = comm_kernels(trace, act)
+    counts = act.steps.counts()
+    return CrossRankInputs(
+        kernels=comm,
+        collectives=collectives_table(act, comm),
+        compute=compute_by_rank(act),
+        windows=_step_windows(act),
+        whole_windows=_whole_window_frame(act),
+        steps=pd.DataFrame({"rank": np.asarray(list(counts), dtype=np.int64),
+                            "steps": np.asarray(list(counts.values()), dtype=np.int64)}),
+        active_ranks=np.unique(act.rank).astype(np.int64),
+    )
+
+
+@dataclass
+class CrossRank:
+    """The cross-rank part of the communication analysis."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _canonical(inputs: CrossRankInputs) -> CrossRankInputs:
+    """Rows in one fixed order, so the figures do not depend on how the inputs were gathered."""
+
+    def by(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+        if frame.empty:
+            return frame.reset_index(drop=True)
+        return frame.sort_values(keys, kind="stable").reset_index(drop=True)
+
+    coll = inputs.collectives
+    if not coll.empty:
+        coll = coll.assign(_step_sort=coll["step"].astype("Float64").fillna(NO_STEP).astype(np.int64))
+        coll = by(coll, ["rank", "device", "_step_sort", "collective", "process_group"]).drop(columns="_step_sort")
+    windows = inputs.windows
+    if len(windows):
+        windows = by(windows, ["rank", "device", "step"])
+    return CrossRankInputs(
+        kernels=by(inputs.kernels, ["rank", "row"]),
+        collectives=coll,
+        compute=inputs.compute,
+        windows=windows,
+        whole_windows=by(inputs.whole_windows, ["rank", "device"]),
+        steps=by(inputs.steps, ["rank"]),
+        active_ranks=np.unique(np.asarray(inputs.active_ranks, dtype=np.int64)),
+    )
+
+
+def cross_rank(inputs: CrossRankInputs) -> CrossRank:
+    """Skew, stragglers, clock alignment, compute imbalance and the communication findings, from the
+    per-rank inputs alone (of one multi-rank trace, or gathered rank by rank)."""
+    inputs = _canonical(inputs)
+    out = CrossRank()
+    tables = out.tables
+    comm = inputs.kernels
+    arrivals, warnings = match_collectives(comm)
+    out.warnings.extend(warnings)
+    multi = comm["rank"].nunique() >= 2 if not comm.empty else False
+    if multi:
+        arrivals = align_clocks(arrivals)
+        skew, strag = skew_tables(arrivals, int(comm["rank"].nunique()))
+        tables["skew"] = skew
+        tables["arrivals"] = _arrivals_out(arrivals)
+        tables["stragglers"] = strag
+        tables["alignment"] = alignment_table(arrivals)
+    by_rank, imbalance = compute_balance_from(inputs.compute, inputs.active_ranks)
+    several = len(inputs.active_ranks) >= 2
+    if several:
+        tables["compute_by_rank"] = by_rank
+        tables["compute_imbalance"] = imbalance
+    if comm.empty:
+        return out
+    step_counts = {int(r): int(n) for r, n in zip(inputs.steps["rank"], inputs.steps["steps"])}
+    if not step_counts:
+        out.warnings.append("no steps found: communication figures are for the whole trace; costs are not per step")
+    windows = inputs.windows
+    whole = _whole_windows(inputs.whole_windows)
+    out.findings.extend(_exposed_findings(inputs.collectives, windows, step_counts, whole))
+    if multi:
+        out.findings.extend(_straggler_findings(tables["stragglers"], tables["skew"], windows, step_counts, whole))
+    if several:
+        out.findings.extend(_imbalance_findings(imbalance, windows, whole))
+    return out
 
 
 @register(NAME)
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
-    comm = comm_kernels(trace, act)
+    inputs = cross_rank_inputs(trace, options)
     result = AnalysisResult(name=NAME)
-    tables = result.tables
-    tables["collectives"] = collectives_table(act, comm)
-    tables["summary"] = summary_table(act)
-    arrivals, warnings = match_collectives(comm)
-    result.warnings.extend(warnings)
-    multi = comm["rank"].nunique() >= 2 if not comm.empty else False
-    if multi:
-        skew, strag = skew_tables(arrivals, int(comm["rank"].nunique()))
-        tables["skew"] = skew
-        tables["arrivals"] = _arrivals_out(arrivals)
-        tables["stragglers"] = strag
-    by_rank, imbalance = compute_balance(act)
-    if len(np.unique(act.rank)) >= 2:
-        tables["compute_by_rank"] = by_rank
-        tables["compute_imbalance"] = imbalance
-    if comm.empty:
-        return result
-    if not act.has_steps:
-        result.warnings.append("no steps found: communication figures are for the whole trace; costs are not per step")
-    windows = _step_windows(act)
-    step_counts = act.steps.counts()
-    result.findings.extend(_exposed_findings(tables["collectives"], windows, step_counts, act))
-    if multi:
-        result.findings.extend(_straggler_findings(tables["stragglers"], tables["skew"], windows, step_counts, act))
-    if len(np.unique(act.rank)) >= 2:
-        result.findings.extend(_imbalance_findings(imbalance, windows, act))
+    result.tables["collectives"] = inputs.collectives
+    result.tables["summary"] = summary_table(act)
+    # the cross-rank part works on the per-rank inputs only, exactly as traceview.scale does
+    cross = cross_rank(inputs)
+    result.tables.update(cross.tables)
+    result.findings.extend(cross.findings)
+    result.warnings.extend(cross.warnings)
     return result
 
 
 def _arrivals_out(arrivals: pd.DataFrame) -> pd.DataFrame:
     cols = ["collective", "process_group", "step", "occurrence", "rank", "row", "start_ns", "end_ns", "dur_ns",
-            "lateness_ns", "aligned_lateness_ns", "end_offset_ns"]
+            "lateness_ns", "aligned_lateness_ns", "corrected_lateness_ns", "end_offset_ns"]
     if arrivals.empty:
         return _empty(cols)
     out = arrivals.rename(columns={"start": "start_ns", "end": "end_ns", "dur": "dur_ns"}).copy()
@@ -555,12 +836,11 @@ def _mean_window(windows: pd.DataFrame, rank: int | None = None) -> float | None
 
 
 def _exposed_findings(
-    coll: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int], act: Activity
+    coll: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int], whole_windows: dict[tuple[int, int], int]
 ) -> list[Finding]:
     whole = coll[coll["step"].isna()]
     if whole.empty:
         return []
-    whole_windows = _whole_windows(act)
     findings = []
     for (kind, pg), rows in whole.groupby(["collective", "process_group"]):
         per_rank = []
@@ -606,6 +886,8 @@ def _exposed_findings(
                 cost_share=share,
                 rank=ranks[0] if len(ranks) == 1 else None,
                 evidence={"collective": kind, "process_group": pg, "worst_rank": worst["rank"], "per_rank": per_rank},
+                # temporal's exposed_communication (per rank) already counts this time
+                part_of="exposed_communication",
             )
         )
     return findings
@@ -629,13 +911,15 @@ def _us(ns: float) -> str:
 
 
 def _straggler_findings(
-    strag: pd.DataFrame, skew: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int], act: Activity
+    strag: pd.DataFrame, skew: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int],
+    whole: dict[tuple[int, int], int],
 ) -> list[Finding]:
     if strag.empty:
         return []
     n = len(strag)
-    aligned = bool((strag["clock_offset_ns"].abs() > CLOCK_OFFSET_NS).any())
-    p = "aligned_" if aligned else ""
+    max_offset = int(strag["clock_offset_ns"].abs().max())
+    aligned = max_offset > CLOCK_OFFSET_NS
+    p = "corrected_" if aligned else ""
     findings = []
     for _, row in strag.iterrows():
         rank = int(row["rank"])
@@ -649,7 +933,6 @@ def _straggler_findings(
         cost = per_step(int(row[f"{p}wait_caused_ns"]), n_steps)
         window = _mean_window(windows) if n_steps else None
         if window is None:
-            whole = _whole_windows(act)
             window = float(np.mean(list(whole.values()))) if whole else None
         cost_share = cost / window if window else None
         if cost_share is not None and cost_share < STRAGGLER_MIN_COST_SHARE:
@@ -676,7 +959,8 @@ def _straggler_findings(
                 cost_share=cost_share,
                 rank=rank,
                 evidence={
-                    "clock_basis": "end-aligned (rank clocks look offset)" if aligned else "raw timestamps",
+                    "clock_basis": f"end-aligned clocks: per-rank offsets from collective ends removed (up to "
+                    f"{_us(max_offset)})" if aligned else "raw timestamps",
                     "matched": matched,
                     "times_last": times_last,
                     "share_last": share,
@@ -684,7 +968,9 @@ def _straggler_findings(
                     "wait_caused_ns": int(row[f"{p}wait_caused_ns"]),
                     "raw_times_last": int(row["times_last"]),
                     "aligned_times_last": int(row["aligned_times_last"]),
+                    "corrected_times_last": int(row["corrected_times_last"]),
                     "clock_offset_ns": int(row["clock_offset_ns"]),
+                    "max_clock_offset_ns": max_offset,
                     "max_skew_ns": int(mine[f"{p}skew_ns"].max()) if len(mine) else 0,
                     "ranks": n,
                 },
@@ -693,7 +979,9 @@ def _straggler_findings(
     return findings
 
 
-def _imbalance_findings(imbalance: pd.DataFrame, windows: pd.DataFrame, act: Activity) -> list[Finding]:
+def _imbalance_findings(
+    imbalance: pd.DataFrame, windows: pd.DataFrame, whole: dict[tuple[int, int], int]
+) -> list[Finding]:
     if imbalance.empty:
         return []
     per_step_rows = imbalance[imbalance["step"].notna()]
@@ -705,7 +993,6 @@ def _imbalance_findings(imbalance: pd.DataFrame, windows: pd.DataFrame, act: Act
     pct = 100.0 * mean_imb / mean_compute
     window = _mean_window(windows) if len(per_step_rows) else None
     if window is None:
-        whole = _whole_windows(act)
         window = float(np.mean(list(whole.values()))) if whole else None
     cost = int(round(mean_imb))
     cost_share = cost / window if window else None

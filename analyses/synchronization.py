@@ -481,6 +481,9 @@ def _step_window(act: Activity, rank: int) -> float | None:
     return None
 
 
+#: umbrella findings whose cost already holds ours (docs/metrics.md: the costs overlap)
+_PART_OF = {"blocking_copy": "sync_bound_gaps", "sync_calls": "sync_bound_gaps"}
+
 _ADVICE = {
     "blocking_copy": "Keep values on the GPU inside the loop: avoid .item(), .cpu(), .tolist(), .numpy(), printing "
     "or Python control flow on CUDA tensors every step (accumulate losses/metrics as tensors and read them "
@@ -566,6 +569,8 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
                 cost_share=share,
                 rank=per_rank[0]["rank"] if len(per_rank) == 1 else None,
                 evidence={"worst_rank": worst["rank"], "top_cpu_ops": worst["top_cpu_ops"], "per_rank": per_rank},
+                # the idle-gap analysis's sync_bound gaps are the idle during these calls
+                part_of=_PART_OF.get(code),
             )
         )
     return findings

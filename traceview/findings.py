@@ -49,6 +49,10 @@ class Finding:
     step: int | None = None
     time_range_ns: tuple[int, int] | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: the ``code`` of an umbrella finding whose cost already includes this one (e.g. an
+    #: ``exposed_collective`` is part of ``exposed_communication``); such findings are listed
+    #: under their umbrella and never added to totals twice (see :func:`nest_findings`)
+    part_of: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -69,10 +73,63 @@ class AnalysisResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Most costly first; severity breaks ties; info findings last."""
+def _sort_key(f: Finding) -> tuple:
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(
-        findings,
-        key=lambda f: (f.severity == "info", -(f.cost_ns_per_step or 0), order[f.severity], f.code, f.rank or 0),
-    )
+    return (f.severity == "info", -(f.cost_ns_per_step or 0), order[f.severity], f.code,
+            -1 if f.rank is None else f.rank)
+
+
+def finding_ranks(f: Finding) -> set[int] | None:
+    """The ranks a finding covers: its ``rank``, else the ranks of its per-rank evidence (None: all)."""
+    if f.rank is not None:
+        return {int(f.rank)}
+    per_rank = f.evidence.get("per_rank") if isinstance(f.evidence, dict) else None
+    if isinstance(per_rank, list):
+        ranks = {int(p["rank"]) for p in per_rank if isinstance(p, dict) and p.get("rank") is not None}
+        return ranks or None
+    return None
+
+
+def nest_findings(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
+    """Ranked top-level findings, each with the findings nested under it.
+
+    A finding with ``part_of = X`` is nested under a finding of code ``X`` that covers one of its
+    ranks (the most costly such one); when no such umbrella is present (it was under its own
+    threshold, or concerns other ranks) the finding stands on its own, so its cost is counted once
+    either way. Top-level findings are most costly first, severity breaking ties, info last; nested
+    ones are in the same order under their umbrella.
+    """
+    ranked = sorted(findings, key=_sort_key)
+    top = [f for f in ranked if f.part_of is None]
+    children: dict[int, list[Finding]] = {id(f): [] for f in top}
+    for f in ranked:
+        if f.part_of is None:
+            continue
+        mine = finding_ranks(f)
+        umbrella = None
+        for u in top:
+            if u.code != f.part_of or u is f:
+                continue
+            theirs = finding_ranks(u)
+            if mine is None or theirs is None or mine & theirs:
+                umbrella = u
+                break
+        if umbrella is None:
+            top.append(f)
+            children[id(f)] = []
+        else:
+            children[id(umbrella)].append(f)
+    top.sort(key=_sort_key)
+    return [(f, children[id(f)]) for f in top]
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """Most costly first; severity breaks ties; info findings last. A finding that is ``part_of``
+    an umbrella present in the list comes right after that umbrella (see :func:`nest_findings`)."""
+    return [f for parent, kids in nest_findings(findings) for f in (parent, *kids)]
+
+
+def top_level_findings(findings: list[Finding]) -> list[Finding]:
+    """The findings that are not nested under an umbrella: the ones whose costs may be compared or
+    counted without counting any time twice."""
+    return [parent for parent, _ in nest_findings(findings)]

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from traceview.findings import AnalysisResult, rank_findings
+from traceview.findings import AnalysisResult, nest_findings
 from traceview.model import Trace
+
+
+@functools.lru_cache(maxsize=65536)
+def safe(text: str) -> str:
+    """``text`` with secrets scrubbed (traceview.redact.scrub_text): every string from a trace that the
+    terminal prints goes through this, as the report renderers' strings go through the report model."""
+    from traceview.redact import scrub_text
+
+    return scrub_text(text)
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -31,6 +42,118 @@ def fmt_bytes(n: int | None) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
+
+
+def fmt_share(share: float | None) -> str:
+    """A fraction as a percentage: 0.1234 -> 12.3%."""
+    if share is None or (isinstance(share, float) and pd.isna(share)):
+        return "-"
+    return f"{100 * float(share):.1f}%"
+
+
+# ------------------------------------------------------------------ shared by the report renderers
+
+#: columns the report renderers leave out of tables (event row ids, absolute timestamps: they only
+#: mean something next to the trace; the JSON report keeps them)
+HIDDEN_COLUMNS = frozenset({
+    "row", "api_row", "gpu_row", "next_row", "cpu_op_row", "start_ns", "end_ns", "first_start_ns",
+    "last_end_ns", "api_start_ns", "gpu_start_ns",
+})
+
+
+def visible_columns(columns: list[str]) -> list[str]:
+    return [c for c in columns if c not in HIDDEN_COLUMNS]
+
+
+def format_cell(col: str, value: Any) -> str:
+    """A table cell as text: times from ns, percentages, shares, bytes; '-' for missing."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        import json
+
+        return json.dumps(value, ensure_ascii=False)
+    if col.endswith("_ns") or col.endswith("_ns_per_step"):
+        return fmt_ns(value)
+    if col.endswith("_pct"):
+        return f"{float(value):.2f}%"
+    if col.endswith("_bytes") or col == "bytes":
+        return fmt_bytes(int(value))
+    if col in ("share", "cost_share") or col.endswith("_share") or col.endswith("utilization"):
+        return fmt_share(float(value))
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def finding_where(f: dict[str, Any]) -> str:
+    where = []
+    if f.get("rank") is not None:
+        where.append(f"rank {f['rank']}")
+    else:
+        per_rank = (f.get("evidence") or {}).get("per_rank")
+        if isinstance(per_rank, list) and per_rank:
+            ranks = sorted({p.get("rank") for p in per_rank if isinstance(p, dict) and p.get("rank") is not None})
+            if ranks:
+                where.append("ranks " + ", ".join(str(r) for r in ranks))
+    if f.get("step") is not None:
+        where.append(f"step {f['step']}")
+    return ", ".join(where) or "all"
+
+
+def finding_cost(f: dict[str, Any]) -> str:
+    cost = fmt_ns(f["cost_ns_per_step"]) if f.get("cost_ns_per_step") else "-"
+    if f.get("cost_share") is not None:
+        cost += f" ({fmt_share(f['cost_share'])})"
+    return cost
+
+
+def headline_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, trust note) rows of the report's headline summary."""
+    s = report["summary"]
+    env = report.get("environment") or {}
+    notes = s.get("notes") or {}
+    gpus = env.get("gpus") or []
+    gpu_text = ", ".join(
+        f"{g['count']} × {g.get('model') or 'unnamed GPU'}"
+        + (f" ({g['sm_count']} SMs, {fmt_bytes(g['memory_bytes'])})" if g.get("sm_count") and g.get("memory_bytes") else "")
+        for g in gpus
+    ) or "no GPU activity"
+    ranks = s.get("ranks") or []
+    world = s.get("world_size")
+    rank_text = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" + (f" of world size {world}" if world else "")
+    if len(ranks) > 1:
+        rank_text += f" ({ranks[0]}–{ranks[-1]})" if ranks == list(range(ranks[0], ranks[-1] + 1)) else f" ({', '.join(map(str, ranks))})"
+    steps = s.get("steps") or 0
+    step_text = f"{steps} per rank" if steps else "none found"
+    rows = [
+        ("GPUs", gpu_text, ""),
+        ("ranks", rank_text, ""),
+        ("steps", step_text, ""),
+        ("median step time", fmt_ns(s.get("median_step_time_ns")), notes.get("median_step_time_ns", "")),
+    ]
+    if s.get("window_ns"):
+        rows.append(("GPU utilization", f"{fmt_share(s.get('utilization'))} (busy {fmt_ns(s['busy_ns'])} of "
+                     f"{fmt_ns(s['window_ns'])}, summed over {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''})",
+                     notes.get("utilization", "")))
+        per = "per step and GPU" if steps else "per GPU, whole trace"
+        rows.append(("GPU idle", f"{fmt_share(s.get('idle_share'))} ({fmt_ns(s.get('idle_ns_per_step'))} {per})",
+                     notes.get("idle_ns", "")))
+        rows.append(("exposed communication", f"{fmt_share(s.get('exposed_comm_share'))} "
+                     f"({fmt_ns(s.get('exposed_comm_ns_per_step'))} {per})", notes.get("exposed_comm_ns", "")))
+    else:
+        rows.append(("GPU utilization", "-", notes.get("utilization", "")))
+    fs = report.get("findings_summary") or {}
+    sev = fs.get("by_severity") or {}
+    text = f"{fs.get('top_level', 0)}" + (" (" + ", ".join(f"{n} {k}" for k, n in sev.items() if n) + ")" if any(sev.values()) else "")
+    if fs.get("nested"):
+        text += f", plus {fs['nested']} nested under them"
+    rows.append(("findings", text, ""))
+    return rows
 
 
 def make_console() -> Console:
@@ -57,21 +180,21 @@ def render_summary(trace: Trace, console: Console) -> None:
         unmapped = ", ".join(f"{k} {v:,}" for k, v in sorted(info.unmapped.items(), key=lambda kv: -kv[1])) or "-"
         table.add_row(
             str(rank),
-            Path(info.source_path).name,
+            safe(Path(info.source_path).name),
             f"{info.source_format}, rank from {info.rank_source}",
-            gpu_text,
+            safe(gpu_text),
             fmt_ns(s["span_ns"]),
             f"{s['events']:,}",
             f"{s['by_kind'].get('kernel', 0):,}",
             str(s["steps"]),
-            unmapped,
+            escape(safe(unmapped)),
         )
     console.print(table)
     warnings = list(trace.warnings)
     for info in trace.ranks.values():
         warnings.extend(w for w in info.warnings if w not in warnings)
     for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(safe(w))}", highlight=False)
 
 
 def render_table(df: pd.DataFrame, title: str, console: Console, max_rows: int = 15) -> None:
@@ -91,6 +214,8 @@ def render_table(df: pd.DataFrame, title: str, console: Console, max_rows: int =
 def _cell(col: str, value: Any) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "-"
+    if isinstance(value, str):
+        return escape(safe(value))
     if col.endswith("_ns"):
         return fmt_ns(value)
     if col.endswith("_pct"):
@@ -108,27 +233,27 @@ def render_results(results: dict[str, AnalysisResult], console: Console, top_n: 
         if headline is not None and not headline.empty:
             render_table(headline, f"{name}", console)
         for w in result.warnings:
-            console.print(f"[yellow]warning ({name}):[/yellow] {w}", highlight=False)
-    findings = rank_findings([f for r in results.values() for f in r.findings])
+            console.print(f"[yellow]warning ({name}):[/yellow] {escape(safe(w))}", highlight=False)
+    nested = nest_findings([f for r in results.values() for f in r.findings])
     console.print()
-    if not findings:
+    if not nested:
         console.print("[green]No findings: nothing here costs a noticeable share of the step time.[/green]")
         return
-    table = Table(title=f"Findings, most costly first ({len(findings)})", title_justify="left", show_lines=True)
+    n_nested = sum(len(kids) for _, kids in nested)
+    title = f"Findings, most costly first ({len(nested)}" + (f", plus {n_nested} nested" if n_nested else "") + ")"
+    table = Table(title=title, title_justify="left", show_lines=True)
     for col in ("#", "severity", "finding", "where", "cost / step", "recommendation"):
         table.add_column(col, overflow="fold")
     colors = {"high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
-    for i, f in enumerate(findings[:top_n], start=1):
-        where = []
-        if f.rank is not None:
-            where.append(f"rank {f.rank}")
-        if f.step is not None:
-            where.append(f"step {f.step}")
-        cost = fmt_ns(f.cost_ns_per_step) if f.cost_ns_per_step else "-"
-        if f.cost_share is not None:
-            cost += f" ({100 * f.cost_share:.1f}%)"
-        table.add_row(str(i), f"[{colors[f.severity]}]{f.severity}[/]", f"{f.title}\n[dim]{f.code}[/dim]",
-                      ", ".join(where) or "all", cost, f.recommendation)
+    for i, (parent, kids) in enumerate(nested[:top_n], start=1):
+        for j, f in enumerate((parent, *kids)):
+            d = f.to_dict()
+            label = str(i) if j == 0 else f"{i}.{j}"
+            name = f"{escape(safe(f.title))}\n[dim]{f.code}[/dim]"
+            if j:
+                name = f"↳ {name}\n[dim](part of #{i}: its cost is included there)[/dim]"
+            table.add_row(label, f"[{colors[f.severity]}]{f.severity}[/]", name, finding_where(d),
+                          finding_cost(d), escape(safe(f.recommendation)))
     console.print(table)
-    if len(findings) > top_n:
-        console.print(f"  ({len(findings) - top_n} more findings: --top {len(findings)} shows all)", style="dim")
+    if len(nested) > top_n:
+        console.print(f"  ({len(nested) - top_n} more findings: --top {len(nested)} shows all)", style="dim")

@@ -1,0 +1,521 @@
+"""Reports that travel: the report model, Markdown, HTML and JSON renderers, the shared figures,
+finding de-duplication (``part_of``) and redaction in every output format.
+
+Every format is rendered for the bundled samples and for every real trace in ``shared/traces``
+(skipped with a reason when that folder is absent). Traces are loaded once per module.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+import traceview
+from traceview import figures
+from traceview.analyses import run_all
+from traceview.findings import Finding, Options, nest_findings, rank_findings, top_level_findings
+from traceview.render.html import render_html
+from traceview.render.json import render_json
+from traceview.render.markdown import md_escape, render_markdown
+from traceview.report import build_report, findings_tree, report_to_json
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SCHEMA = json.loads((REPO / "docs" / "report.schema.json").read_text())
+
+SAMPLE_INPUTS = {
+    "synthetic_4rank": SAMPLES / "synthetic_4rank",
+    "synthetic_nsys": SAMPLES / "synthetic_nsys.sqlite",
+    "torch_cpu_mlp": SAMPLES / "torch_cpu_mlp.json.gz",
+}
+
+
+def _shared_inputs() -> dict[str, Path]:
+    if not SHARED.exists():
+        return {}
+    out = {}
+    for folder in ("kineto", "nsys"):
+        for p in sorted((SHARED / folder).iterdir()):
+            out[f"shared/{p.name}"] = p
+    return out
+
+
+SHARED_INPUTS = _shared_inputs()
+ALL_IDS = list(SAMPLE_INPUTS) + (list(SHARED_INPUTS) or ["shared/(absent)"])
+
+
+class Case:
+    """One trace with its results, report and rendered outputs (built lazily, cached)."""
+
+    def __init__(self, path: Path):
+        self.trace = traceview.load(path, use_cache=False)
+        self.options = Options()
+        self.results = run_all(self.trace, self.options)
+        self.report = build_report(self.trace, self.results, options=self.options)
+        self._out: dict[str, str] = {}
+
+    def render(self, fmt: str) -> str:
+        if fmt not in self._out:
+            if fmt == "markdown":
+                self._out[fmt] = render_markdown(self.report)
+            elif fmt == "json":
+                self._out[fmt] = render_json(self.report)
+            elif fmt == "html":
+                self._out[fmt] = render_html(self.report, trace=self.trace)
+        return self._out[fmt]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    cache: dict[str, Case] = {}
+
+    def get(case_id: str) -> Case:
+        if case_id.startswith("shared/"):
+            if not SHARED_INPUTS:
+                pytest.skip(f"real traces not available: {SHARED} is absent (it sits beside the repo in CI)")
+            path = SHARED_INPUTS[case_id]
+        else:
+            path = SAMPLE_INPUTS[case_id]
+        if case_id not in cache:
+            cache[case_id] = Case(path)
+        return cache[case_id]
+
+    return get
+
+
+# ----------------------------------------------------------------------------- GFM checking
+
+
+def gfm_html(text: str) -> str:
+    """Render Markdown the way GitHub does for what we use: CommonMark + GFM tables, raw HTML on."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.tables: list[dict] = []
+        self._cell: list[str] | None = None
+        self._stack: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "table":
+            self._stack.append({"header": [], "rows": []})
+        elif tag == "tr" and self._stack:
+            self._stack[-1]["rows"].append([])
+        elif tag in ("td", "th") and self._stack:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._stack and self._cell is not None:
+            self._stack[-1]["rows"][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table" and self._stack:
+            t = self._stack.pop()
+            t["header"], t["rows"] = (t["rows"][0], t["rows"][1:]) if t["rows"] else ([], [])
+            self.tables.append(t)
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse_html(text: str) -> _Tags:
+    p = _Tags()
+    p.feed(text)
+    return p
+
+
+#: the HTML the Markdown report may produce once rendered (anything else is a name that escaped)
+GFM_TAGS = {"h2", "h3", "p", "br", "table", "thead", "tbody", "tr", "th", "td", "details", "summary", "strong",
+            "em", "code", "pre", "ul", "li", "blockquote"}
+
+
+# ----------------------------------------------------------------------------- every format, every trace
+
+
+@pytest.mark.parametrize("case_id", ALL_IDS)
+def test_every_format_renders(cases, case_id):
+    import jsonschema
+
+    case = cases(case_id)
+    report = case.report
+    # JSON: valid against the versioned schema, and round-trips
+    text = case.render("json")
+    data = json.loads(text)
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    assert data == json.loads(report_to_json(report))
+    assert re.match(SCHEMA["properties"]["schema_version"]["pattern"], data["schema_version"])
+    for inp in data["inputs"]:
+        assert "/" not in inp["file"] and "\\" not in inp["file"]
+    # Markdown: GFM tables and <details> come out as intended, no stray HTML from trace strings
+    md = case.render("markdown")
+    rendered = parse_html(gfm_html(md))
+    assert set(rendered.tags) <= GFM_TAGS, set(rendered.tags) - GFM_TAGS
+    summary = rendered.tables[0]
+    assert [row[0] for row in summary["rows"]][:4] == ["GPUs", "ranks", "steps", "median step time"]
+    assert all(len(row) == len(t["header"]) for t in rendered.tables for row in t["rows"])
+    n_details = md.count("<details")
+    assert rendered.tags.count("details") == n_details and n_details >= 2
+    if report["findings"]:
+        findings_table = next(t for t in rendered.tables if t["header"][:3] == ["#", "severity", "finding"])
+        assert len(findings_table["rows"]) == len(report["findings"])
+    # HTML: self-contained (no external script, style or request), figures present, names escaped
+    page = case.render("html")
+    assert_offline_html(page)
+    assert page.count('class="js-plotly-plot"') == 0  # plotly adds it at run time
+    n_figs = len(figures.report_figures(report, case.trace))
+    assert page.count("Plotly.newPlot(") == n_figs
+
+
+def assert_offline_html(page: str) -> None:
+    """No script, style, image or frame from elsewhere: the page (outside script bodies, whose
+    library code mentions URLs it never loads here) has no external URL in any attribute or CSS."""
+    opens = re.findall(r"<script\b[^>]*>", page, re.I)
+    assert opens and all("src" not in tag.lower() for tag in opens), "external script"
+    # every script body is closed only by its own </script>: data never closes it early
+    assert len(opens) == len(re.findall(r"</script", page, re.I))
+    markup = re.sub(r"(<script\b[^>]*>).*?(</script>)", r"\1\2", page, flags=re.S | re.I)
+    assert len(markup) < 2_000_000
+    assert not re.search(r"<(link|iframe|img|object|embed)\b", markup, re.I), "embedded resource"
+    assert not re.search(r"""(?:src|href|action)\s*=\s*["']?(?:https?:)?//""", markup, re.I), "external URL"
+    assert not re.search(r"@import|url\(", markup, re.I), "external CSS"
+    assert "default-src 'none'" in markup  # the CSP forbids any request the page might try anyway
+
+
+def test_sample_html_escapes_kernel_names(cases):
+    case = cases("synthetic_4rank")
+    page = case.render("html")
+    names = [r["name"] for r in case.report["analyses"]["kernels"]["tables"]["top_kernels"]["rows"] if "<" in r["name"]]
+    assert names, "the sample has templated kernel names"
+    for name in names[:5]:
+        assert name not in page  # raw `<...>` never reaches the page
+    assert "&lt;" in page
+    # figure data inside <script> carries no raw < > &
+    for body in re.findall(r"<script>(\(function\(\)\{var f=.*?)</script>", page, re.S):
+        assert "<" not in body and ">" not in body.replace("=>", "") and "&" not in body.replace("&&", "")
+
+
+def test_markdown_escapes_names_and_keeps_them_readable():
+    name = "void at::native::vectorized_elementwise_kernel<4, float*>(int | x) `tick` $x$ [link](u)"
+    html = gfm_html(f"| a |\n| --- |\n| {md_escape(name)} |\n")
+    table = parse_html(html).tables[0]
+    assert table["rows"][0][0] == name
+    assert set(parse_html(html).tags) <= {"table", "thead", "tbody", "tr", "th", "td"}
+
+
+# ----------------------------------------------------------------------------- headline figures
+
+
+def test_headline_equals_analyses_and_truth(cases):
+    case = cases("synthetic_4rank")
+    s = case.report["summary"]
+    bd = case.results["temporal"].tables["breakdown"]
+    whole = bd[bd["step"].isna()]
+    for key in ("window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "exposed_comm_ns"):
+        assert s[key] == int(whole[key].sum()), key
+    assert s["utilization"] == pytest.approx(whole["busy_ns"].sum() / whole["window_ns"].sum())
+    steps = case.results["temporal"].tables["steps"]
+    assert s["median_step_time_ns"] == int(round(float(np.median(steps["end_ns"] - steps["start_ns"]))))
+
+    truth = json.loads((SAMPLES / "synthetic_4rank" / "truth.json").read_text())
+    ranks = truth["ranks"]
+    for key in ("window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "exposed_comm_ns"):
+        assert s[key] == sum(r["overall"][key] for r in ranks.values()), key
+    step_times = [st["cpu_end_ns"] - st["cpu_start_ns"] for r in ranks.values() for st in r["steps"]]
+    assert s["median_step_time_ns"] == int(round(float(np.median(step_times))))
+    assert s["steps"] == len(truth["steps"])
+    assert s["world_size"] == truth["world_size"] == 4
+    assert s["ranks"] == [0, 1, 2, 3]
+    assert s["gpu_models"] == ["NVIDIA H100 80GB HBM3"]
+    # per rank: the breakdown in the rank section is the truth's overall
+    for r in case.report["ranks"]:
+        (b,) = r["breakdown"]
+        t = ranks[str(r["rank"])]["overall"]
+        assert (b["busy_ns"], b["idle_ns"], b["overlap_ns"]) == (t["busy_ns"], t["idle_ns"], t["overlap_ns"])
+        assert b["overlap_pct"] == pytest.approx(t["overlap_pct"], abs=1e-5)
+    # charts: the breakdown bars add up to the window; the gap histogram holds every gap
+    for row in case.report["charts"]["breakdown"]:
+        assert row["compute_ns"] + row["exposed_comm_ns"] + row["memory_only_ns"] + row["idle_ns"] == row["window_ns"]
+    hist = case.report["charts"]["gap_histogram"]
+    n_truth_gaps = sum(len(r["overall"]["gaps"]) for r in ranks.values())
+    assert hist["total_gaps"] == n_truth_gaps == sum(sum(v) for v in hist["gaps"].values())
+    assert sum(sum(v) for v in hist["idle_ns"].values()) == s["idle_ns"]
+    # environment: versions the Kineto header records
+    env = case.report["environment"]
+    assert env["versions"]["nccl"]["value"] == "2.26.2"
+    assert env["gpus"][0]["sm_count"] == 132 and env["gpus"][0]["count"] == 4
+
+
+def test_time_values_are_integer_ns(cases):
+    case = cases("synthetic_4rank")
+
+    def walk(obj, key=""):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, k)
+        elif isinstance(obj, list):
+            for v in obj:
+                walk(v, key)
+        elif key.endswith("_ns") or key.endswith("_ns_per_step"):
+            assert obj is None or (isinstance(obj, int) and not isinstance(obj, bool)), (key, obj)
+
+    walk(json.loads(case.render("json")))
+
+
+def test_tables_are_bounded_with_total_stated(cases):
+    case = cases("synthetic_4rank")
+    launches = case.report["analyses"]["launch_overhead"]["tables"]["launches"]
+    assert launches["total_rows"] == len(case.results["launch_overhead"].tables["launches"]) > 50
+    assert launches["shown_rows"] == len(launches["rows"]) == 50
+    assert launches["sorted_by"] == "launch_delay_ns"
+    delays = [r["launch_delay_ns"] for r in launches["rows"]]
+    assert delays == sorted(delays, reverse=True)
+    assert "of 804 rows" in case.render("html").replace(",", "")
+
+
+def test_no_steps_and_no_gpu_say_so(cases):
+    case = cases("torch_cpu_mlp")  # CPU only: no GPU activity
+    s = case.report["summary"]
+    assert s["utilization"] is None and "no GPU activity" in s["notes"]["utilization"]
+    md = case.render("markdown")
+    assert "no GPU activity" in md
+    assert any(w["scope"] == "temporal" for w in case.report["warnings"])
+
+
+# ----------------------------------------------------------------------------- findings nesting
+
+
+def _f(code, cost, *, rank=None, part_of=None, severity="medium", per_rank=None):
+    evidence = {"per_rank": [{"rank": r} for r in per_rank]} if per_rank else {}
+    return Finding(code=code, title=code, severity=severity, analysis="x", recommendation="r",
+                   cost_ns_per_step=cost, rank=rank, part_of=part_of, evidence=evidence)
+
+
+def test_nest_findings_puts_parts_under_their_umbrella():
+    umbrella0 = _f("exposed_communication", 500, rank=0)
+    umbrella1 = _f("exposed_communication", 300, rank=1)
+    part = _f("exposed_collective", 450, part_of="exposed_communication", per_rank=[0, 1])
+    other = _f("low_utilization", 400, rank=0)
+    nested = nest_findings([part, umbrella1, other, umbrella0])
+    assert [(p.code, p.rank, [k.code for k in kids]) for p, kids in nested] == [
+        ("exposed_communication", 0, ["exposed_collective"]),
+        ("low_utilization", 0, []),
+        ("exposed_communication", 1, []),
+    ]
+    flat = rank_findings([part, umbrella1, other, umbrella0])
+    assert flat == [umbrella0, part, other, umbrella1]
+    assert part not in top_level_findings(flat)
+
+
+def test_part_without_its_umbrella_stands_alone_and_counts_once():
+    part = _f("sync_calls", 100, part_of="sync_bound_gaps", per_rank=[2])
+    umbrella_elsewhere = _f("sync_bound_gaps", 50, rank=0)
+    nested = nest_findings([part, umbrella_elsewhere])
+    assert [(p.code, len(k)) for p, k in nested] == [("sync_calls", 0), ("sync_bound_gaps", 0)]
+    assert nest_findings([part])[0][0] is part
+    # same rank: nested
+    nested = nest_findings([part, _f("sync_bound_gaps", 120, rank=2)])
+    assert [(p.code, [k.code for k in kids]) for p, kids in nested] == [("sync_bound_gaps", ["sync_calls"])]
+
+
+def test_analyses_mark_overlapping_findings(cases):
+    case = cases("synthetic_4rank")
+    by_code = {f.code: f for r in case.results.values() for f in r.findings}
+    assert by_code["exposed_collective"].part_of == "exposed_communication"
+    assert by_code["blocking_copy"].part_of == "sync_bound_gaps"
+    records = case.report["findings"]
+    child = next(f for f in records if f["code"] == "exposed_collective")
+    parent = next(f for f in records if f["id"] == child["parent"])
+    assert parent["code"] == "exposed_communication"
+    assert records.index(parent) < records.index(child)
+    fs = case.report["findings_summary"]
+    assert fs["nested"] == sum(1 for f in records if f["parent"]) >= 1
+    assert fs["top_level"] == len(findings_tree(case.report)) == sum(fs["by_severity"].values())
+    # blocking_copy has no sync_bound_gaps umbrella in this sample: it stands on its own
+    assert next(f for f in records if f["code"] == "blocking_copy")["parent"] is None
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _check_figure(fig: go.Figure) -> None:
+    assert isinstance(fig, go.Figure)
+    assert fig.layout.title.text
+    assert fig.layout.showlegend is not False
+    for axis in ("xaxis", "yaxis"):
+        title = fig.layout[axis].title.text
+        assert title, axis
+    assert fig.data, "no traces"
+
+
+def test_figures_have_titles_axes_units_and_legends(cases):
+    case = cases("synthetic_4rank")
+    figs = figures.report_figures(case.report, case.trace)
+    assert list(figs) == ["breakdown", "overlap", "gap_histogram", "timeline", "launch_scatter", "skew_heatmap"]
+    for name, fig in figs.items():
+        _check_figure(fig)
+        if name != "skew_heatmap":
+            assert "(ms)" in fig.layout.yaxis.title.text + fig.layout.xaxis.title.text or \
+                "(us)" in fig.layout.yaxis.title.text, name
+    heat = figs["skew_heatmap"]
+    z = np.array(heat.data[0].z, dtype=float)
+    assert z.shape == (4, 6) and np.nanargmax(z.mean(axis=1)) == 3  # rank 3 is the planted straggler
+    # one rank: no heatmap
+    single = cases("torch_cpu_mlp")
+    assert figures.skew_heatmap_figure(single.report) is None
+    assert figures.report_figures(single.report, single.trace) == {}
+    # the empty-data figures still say why
+    for fn in (figures.breakdown_figure, figures.gap_histogram_figure, figures.launch_scatter_figure,
+               figures.overlap_figure):
+        fig = fn(single.report)
+        assert fig.layout.title.text and fig.layout.annotations
+
+
+def test_timeline_is_bounded_and_escapes_names(cases):
+    case = cases("synthetic_4rank")
+    tr = case.trace
+    start = int(tr.column("start_ns").min())
+    end = int((tr.column("start_ns") + tr.column("dur_ns")).max())
+    gaps = case.results["idle_gaps"].tables["gaps"]
+    fig = figures.timeline_figure(tr, start, end, rank=0, gaps=gaps, max_shapes=150)
+    bars = sum(len(t.x) for t in fig.data if isinstance(t, go.Bar))
+    shapes = len(fig.layout.shapes)
+    assert bars + shapes <= 150 + figures.MAX_GAP_LABELS
+    assert any("merged" in str(a.text) for a in fig.layout.annotations)
+    full = figures.timeline_figure(tr, start, end, rank=0, gaps=gaps)
+    texts = [t for tr_ in full.data for t in (tr_.customdata if tr_.customdata is not None else []) if isinstance(t, str)]
+    assert texts and not any("<4096ul>" in t for t in texts) and any("&lt;4096ul&gt;" in t for t in texts)
+
+
+@pytest.mark.parametrize("case_id", [i for i in ALL_IDS if i.startswith("shared/")])
+def test_timeline_never_exceeds_the_shape_budget(cases, case_id):
+    case = cases(case_id)
+    fig = figures.worst_gap_timeline(case.trace, case.report)
+    if fig is None:
+        assert case.report["charts"]["timeline"] is None
+        return
+    bars = sum(len(t.x) for t in fig.data if isinstance(t, go.Bar))
+    assert bars + len(fig.layout.shapes) <= figures.MAX_SHAPES + figures.MAX_GAP_LABELS
+
+
+# ----------------------------------------------------------------------------- secrets
+
+HF = "hf_" + "Qw3rTy7UiOp9AsDfGhJkLzXcVbNm12Ab34"
+WANDB = "5f4dcc3b5aa765d61d8327deb882cf99e4a1b2c3"
+AWS = "AKIAZ7QX3MPLE4KEYH2Q"
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsImlhdCI6MTcwMDAwMDAwMH0."
+       "S1gn4tur3V4lu3sH0uldN3v3rAppe4rInR3p0rtsXx")
+SECRETS = (HF, WANDB, AWS, JWT)
+
+
+def _secret_trace(path: Path) -> Path:
+    """A small two-step Kineto trace with secrets in metadata, env, distributedInfo and event args."""
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": f"main WANDB_API_KEY={WANDB}"}},
+    ]
+    corr = 100
+    for step in range(2):
+        base = step * 1000
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                       "ts": base, "dur": 900})
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"load HF_TOKEN={HF} {AWS}", "pid": 1, "tid": 1,
+                       "ts": base + 5, "dur": 400})
+        events.append({"ph": "X", "cat": "python_function", "name": f"fetch(token={JWT})", "pid": 1, "tid": 1,
+                       "ts": base + 10, "dur": 380})
+        for i in range(3):
+            corr += 1
+            t = base + 420 + 100 * i
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": t, "dur": 5, "args": {"correlation": corr}})
+            events.append({"ph": "X", "cat": "kernel", "name": f"gemm<float, {AWS}>", "pid": 0, "tid": 7,
+                           "ts": t + 10, "dur": 60, "args": {"correlation": corr, "stream": 7, "device": 0}})
+        corr += 1
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": base + 750, "dur": 5, "args": {"correlation": corr}})
+        events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0,
+                       "tid": 20, "ts": base + 760, "dur": 80,
+                       "args": {"correlation": corr, "stream": 20, "device": 0, "Collective name": "allreduce",
+                                "Process Group Name": JWT, "Process Group Ranks": "[0]"}})
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "Test GPU", "numSms": 4, "totalGlobalMem": 1 << 30}],
+        "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl", "nccl_version": "2.21.5",
+                            "store_token": HF},
+        "cuda_runtime_version": 12040,
+        "metadata": {"env": {"HF_TOKEN": HF, "WANDB_API_KEY": WANDB, "AWS_ACCESS_KEY_ID": AWS, "AUTH_JWT": JWT,
+                             "CUDA_VERSION": "12.4.1", "NCCL_VERSION": "2.21.5-1"},
+                     "command": f"HF_TOKEN={HF} python train.py --wandb-key {WANDB}",
+                     "pip_packages": ["torch==2.6.0", "nvidia-cudnn-cu12==9.1.0.70"],
+                     "headers": {"Authorization": f"Bearer {JWT}"}},
+        "traceEvents": events,
+    }
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    return path
+
+
+def test_planted_secrets_never_appear_in_any_format(tmp_path):
+    path = _secret_trace(tmp_path / "rank0.json.gz")
+    case = Case(path)
+    assert case.report["findings"], "the trace should raise findings (so their text is rendered)"
+    env = case.report["environment"]["versions"]
+    assert env["pytorch"]["value"] == "2.6.0" and env["cuda_runtime"]["value"] == "12.4"
+    assert env["cudnn"]["value"] == "9.1.0.70" and env["nccl"]["value"] == "2.21.5"
+    outputs = {fmt: case.render(fmt) for fmt in ("markdown", "json", "html")}
+    env_vars = dict(os.environ, COLUMNS="200", TRACEVIEW_CACHE_DIR=str(tmp_path / "cache"))
+    text = subprocess.run([sys.executable, "-m", "traceview.cli", "analyze", str(path), "--no-cache", "--top", "50"],
+                          capture_output=True, text=True, env=env_vars, timeout=300)
+    assert text.returncode == 0, text.stderr
+    outputs["text"] = text.stdout
+    for fmt, out in outputs.items():
+        for secret in SECRETS:
+            for piece in (secret, secret[:20], secret[-16:]):
+                assert piece not in out, f"{fmt} output leaks {piece!r}"
+    assert "<redacted>" in outputs["json"]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200", TRACEVIEW_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-m", "traceview.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_cli_formats_and_output_file(tmp_path):
+    sample = str(SAMPLE_INPUTS["synthetic_4rank"])
+    out = tmp_path / "reports" / "report.json"
+    r = _cli("analyze", sample, "--format", "json", "-o", str(out), tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert str(out) in r.stdout and "json" in r.stdout
+    data = json.loads(out.read_text())
+    assert data["summary"]["num_ranks"] == 4
+    r = _cli("analyze", sample, "--format", "markdown", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("## traceview report") and "| **GPUs** |" in r.stdout
+    html_out = tmp_path / "r.html"
+    r = _cli("analyze", sample, "-f", "html", "-o", str(html_out), tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert_offline_html(html_out.read_text())
+    r = _cli("analyze", sample, "--format", "yaml", tmp_path=tmp_path)
+    assert r.returncode == 2 and "yaml" in r.stderr
+    text_out = tmp_path / "r.txt"
+    r = _cli("analyze", sample, "-o", str(text_out), tmp_path=tmp_path)
+    assert r.returncode == 0 and "Findings" in text_out.read_text() and str(text_out) in r.stdout

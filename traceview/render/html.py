@@ -1,0 +1,264 @@
+"""One self-contained HTML report, from the report model.
+
+The file opens offline: plotly.js is inlined (no CDN, no fonts, no network request of any kind),
+the figures are those of :mod:`traceview.figures`, and every string from the trace is escaped
+(kernel names contain ``<`` and ``>``; figure JSON inside ``<script>`` has ``<``, ``>`` and ``&``
+written as ``\\u003c``, ``\\u003e``, ``\\u0026`` so no name can close the script).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any, Mapping
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from traceview.model import Trace
+from traceview.render.markdown import ANALYSIS_TITLES
+from traceview.render.terminal import (
+    finding_cost,
+    finding_where,
+    fmt_bytes,
+    fmt_ns,
+    format_cell,
+    headline_rows,
+    visible_columns,
+)
+from traceview.report import findings_tree, report_to_json
+
+#: figure captions and the analysis whose warnings are shown next to each
+FIGURES = {
+    "breakdown": ("Where GPU time goes", "temporal",
+                  "Per rank and GPU over the whole trace. The four parts add up to the GPU window (first activity "
+                  "start to last activity end): compute kernels, communication not overlapped with compute, memory "
+                  "copies/sets running alone, and idle."),
+    "overlap": ("Communication overlap", "communication",
+                "Communication kernel time split into the part that ran under compute and the exposed part."),
+    "gap_histogram": ("Idle gaps", "idle_gaps",
+                      "Idle time in gaps of each length, by cause (docs/metrics.md: host-bound, sync-bound, launch "
+                      "latency, unattributed)."),
+    "timeline": ("Timeline around the largest idle gap", "idle_gaps",
+                 "GPU streams and the busiest CPU threads of one rank; idle gaps are shaded and labelled with "
+                 "their cause. Hover for names."),
+    "launch_scatter": ("Launch overhead", "launch_overhead",
+                       "Each point is one launch. Left: points below the dashed line are kernels shorter than their "
+                       "launch call (the host cannot keep the GPU busy). Right: a long launch delay means a deep "
+                       "queue (the GPU is the bottleneck), not overhead."),
+    "skew_heatmap": ("Cross-rank skew", "communication",
+                     "When each rank reached each collective, relative to the first rank: a row that is dark "
+                     "everywhere is a straggler."),
+}
+
+_CSS = """
+body{font-family:Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
+main{max-width:1400px;margin:0 auto;padding:16px 24px 60px}
+h1{font-size:24px;margin:12px 0 4px} h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:16px 0 6px}
+.meta{color:#666;font-size:13px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0 10px;background:#fff}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f0f0f0} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.warn{background:#fff7e0;border-left:4px solid #f0b400;padding:6px 10px;margin:6px 0;font-size:13px}
+.sev{display:inline-block;border-radius:3px;padding:1px 6px;color:#fff;font-size:12px;font-weight:bold}
+.sev-high{background:#c62828}.sev-medium{background:#ef6c00}.sev-low{background:#9e9d24}.sev-info{background:#78909c}
+tr.nested td{background:#f7f7f7} tr.nested td.title{padding-left:28px}
+.code{font-family:Menlo,Consolas,monospace;font-size:12px;color:#555}
+.figure{background:#fff;border:1px solid #e3e3e3;margin:10px 0 18px;padding:6px}
+.caption{font-size:13px;color:#555;margin:4px 6px}
+details{margin:6px 0} summary{cursor:pointer;font-weight:bold;font-size:14px}
+pre{background:#f4f4f4;padding:8px;overflow:auto;font-size:12px}
+.name{max-width:640px;word-break:break-all}
+"""
+
+_CONFIG = {"responsive": True, "displaylogo": False, "showLink": False, "showSendToCloud": False,
+           "showEditInChartStudio": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+def esc(text: Any) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def script_json(obj: Any) -> str:
+    """JSON that is safe inside ``<script>``: no ``<``, ``>``, ``&`` characters at all."""
+    text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _table(table: Mapping[str, Any], *, max_rows: int | None = None) -> str:
+    cols = visible_columns(table["columns"])
+    rows = table["rows"] if max_rows is None else table["rows"][:max_rows]
+    if not rows:
+        return '<p class="meta">(no rows)</p>'
+    out = ["<table><thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            cls = ' class="num"' if isinstance(v, (int, float)) and not isinstance(v, bool) else (
+                ' class="name"' if isinstance(v, str) and len(v) > 60 else "")
+            cells.append(f"<td{cls}>{esc(format_cell(c, v))}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    total = table.get("total_rows", len(rows))
+    if total > len(rows):
+        order = f", largest {table['sorted_by']} first" if table.get("sorted_by") else ""
+        out.append(f'<p class="meta">{len(rows)} of {total:,} rows{esc(order)}; the JSON report '
+                   "(--format json) has the report's rows, the Python API all of them.</p>")
+    return "".join(out)
+
+
+def _kv_table(rows: list[tuple[str, str, str]]) -> str:
+    out = ["<table><tbody>"]
+    for label, value, note in rows:
+        note_html = f'<div class="warn">{esc(note)}</div>' if note else ""
+        out.append(f"<tr><th>{esc(label)}</th><td>{esc(value)}{note_html}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _evidence(evidence: Mapping[str, Any]) -> str:
+    scalars = [(k, v) for k, v in evidence.items() if not (isinstance(v, list) and v and all(isinstance(x, dict) for x in v))]
+    lists = [(k, v) for k, v in evidence.items() if (k, v) not in scalars]
+    out = []
+    if scalars:
+        out.append("<table><tbody>" + "".join(
+            f"<tr><th>{esc(k)}</th><td>{esc(format_cell(k, v))}</td></tr>" for k, v in scalars) + "</tbody></table>")
+    for k, v in lists:
+        cols = list(dict.fromkeys(c for x in v for c in x))
+        out.append(f"<h3>{esc(k)}</h3>" + _table({"columns": cols, "rows": v, "total_rows": len(v)}))
+    return "".join(out)
+
+
+def _findings(report: Mapping[str, Any]) -> str:
+    tree = findings_tree(report)
+    if not tree:
+        return "<p>No findings: nothing here costs a noticeable share of the step time.</p>"
+    out = ["<table><thead><tr><th>#</th><th>severity</th><th>finding</th><th>where</th><th>cost / step</th>"
+           "<th>recommendation</th></tr></thead><tbody>"]
+    for i, (parent, kids) in enumerate(tree, start=1):
+        for j, f in enumerate((parent, *kids)):
+            label = str(i) if j == 0 else f"{i}.{j}"
+            nested = j > 0
+            part = (f'<div class="meta">part of #{i}: its cost is already included there</div>' if nested else "")
+            evidence = (f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details>"
+                        if f.get("evidence") else "")
+            out.append(
+                f'<tr{" class=nested" if nested else ""} id="finding-{esc(f["id"])}"><td class="num">{label}</td>'
+                f'<td><span class="sev sev-{esc(f["severity"])}">{esc(f["severity"])}</span></td>'
+                f'<td class="title">{"↳ " if nested else ""}{esc(f["title"])}<div class="code">{esc(f["code"])}</div>'
+                f"{part}{evidence}</td><td>{esc(finding_where(f))}</td><td class=num>{esc(finding_cost(f))}</td>"
+                f"<td>{esc(f['recommendation'])}</td></tr>"
+            )
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _environment(report: Mapping[str, Any]) -> str:
+    env = report.get("environment") or {}
+    rows: list[tuple[str, str, str]] = []
+    for g in env.get("gpus") or []:
+        spec = ", ".join(x for x in (
+            f"{g['sm_count']} SMs" if g.get("sm_count") else "",
+            fmt_bytes(g["memory_bytes"]) if g.get("memory_bytes") else "",
+            f"compute capability {g['compute_capability']}" if g.get("compute_capability") else "") if x)
+        rows.append(("GPU", f"{g['count']} × {g.get('model') or 'unnamed GPU'}" + (f" ({spec})" if spec else ""), ""))
+    if env.get("world_size"):
+        rows.append(("world size", str(env["world_size"]), ""))
+    if env.get("backend"):
+        rows.append(("distributed backend", str(env["backend"]), ""))
+    for name, v in (env.get("versions") or {}).items():
+        rows.append((name.replace("_", " "), f"{v['value']} (from {v['source']})", ""))
+    if env.get("profiler"):
+        rows.append(("profiler settings", ", ".join(f"{k}={v}" for k, v in env["profiler"].items()), ""))
+    for f in env.get("trace_formats") or []:
+        rows.append(("trace format", f, ""))
+    return _kv_table(rows) if rows else "<p>The trace records nothing about its environment.</p>"
+
+
+def _ranks(report: Mapping[str, Any]) -> str:
+    rows = []
+    for r in report.get("ranks", []):
+        util = ", ".join(format_cell("utilization", b["utilization"]) for b in r["breakdown"]) or None
+        rows.append({"rank": r["rank"], "file": r["file"], "format": f"{r['format']} {r.get('format_version') or ''}".strip(),
+                     "rank from": r.get("rank_source"), "GPUs": ", ".join(str(g["device"]) for g in r["gpus"]) or None,
+                     "events": r["events"], "steps": r["steps"], "span": fmt_ns(r["span_ns"]), "GPU utilization": util,
+                     "unmapped events": sum(r["unmapped"].values()) if r.get("unmapped") else 0})
+    cols = ["rank", "file", "format", "rank from", "GPUs", "events", "steps", "span", "GPU utilization", "unmapped events"]
+    return _table({"columns": cols, "rows": rows, "total_rows": len(rows)})
+
+
+def _warnings(messages: list[str]) -> str:
+    return "".join(f'<div class="warn">⚠ {esc(m)}</div>' for m in messages)
+
+
+def _figure_div(name: str, fig: go.Figure) -> str:
+    data = script_json(pio.to_json(fig, validate=False))
+    div = f"fig-{name}"
+    return (f'<div id="{div}" class="plot" style="width:100%;min-height:{int(fig.layout.height or 450)}px"></div>'
+            f"<script>(function(){{var f={data};Plotly.newPlot({json.dumps(div)},f.data,f.layout,"
+            f"{json.dumps(_CONFIG)});}})();</script>")
+
+
+def render_html(report: Mapping[str, Any], *, trace: Trace | None = None,
+                figures: Mapping[str, go.Figure] | None = None, embed_json: bool = True) -> str:
+    """The report as one HTML page. ``trace`` adds the timeline excerpt; ``figures`` overrides the
+    figures (default: :func:`traceview.figures.report_figures`). ``embed_json`` also embeds the
+    report model (in a ``<script type="application/json" id="traceview-report">``)."""
+    from plotly.offline import get_plotlyjs
+
+    from traceview.figures import report_figures
+
+    if figures is None:
+        figures = report_figures(report, trace)
+    warnings_by_scope: dict[str, list[str]] = {}
+    for w in report.get("warnings", []):
+        warnings_by_scope.setdefault(w["scope"], []).append(w["message"])
+    gen = report["generator"]
+    names = list(dict.fromkeys(i["file"] for i in report.get("inputs", [])))
+    files = ", ".join(names[:8])
+    if len(names) > 8:
+        files += f" and {len(names) - 8} more"
+    body = [f"<h1>traceview report</h1><p class=meta>{esc(files)}<br>{esc(gen['name'])} {esc(gen['version'])}, "
+            f"report schema {esc(report['schema_version'])}</p>"]
+    body.append("<h2>Summary</h2>" + _kv_table(headline_rows(dict(report))))
+    trust = [m for scope, msgs in warnings_by_scope.items() if scope == "trace" or scope.startswith("rank ")
+             for m in (f"{scope}: {x}" for x in msgs)]
+    if trust:
+        body.append("<h2>Trust warnings</h2>" + _warnings(trust))
+    body.append("<h2>Findings, most costly first</h2>" + _findings(report))
+    if figures:
+        body.append("<h2>Charts</h2>")
+        shown_warnings: set[str] = set()
+        for name, fig in figures.items():
+            title, analysis, caption = FIGURES.get(name, (name, "", ""))
+            notes = [w for w in warnings_by_scope.get(analysis, []) if (analysis, w) not in shown_warnings]
+            shown_warnings.update((analysis, w) for w in notes)
+            body.append(f'<div class="figure"><h3>{esc(title)}</h3>{_warnings(notes)}{_figure_div(name, fig)}'
+                        f'<p class="caption">{esc(caption)}</p></div>')
+    body.append("<h2>Details per analysis</h2>")
+    for name, analysis in report.get("analyses", {}).items():
+        n = analysis.get("findings", 0)
+        parts = [_warnings(analysis.get("warnings", []))]
+        for tname, table in analysis["tables"].items():
+            if not table["rows"]:
+                continue
+            parts.append(f"<details><summary>{esc(table['title'])} ({table['total_rows']:,} rows)</summary>"
+                         f"{_table(table)}</details>")
+        body.append(f"<h3>{esc(ANALYSIS_TITLES.get(name, name))} ({n} finding{'s' if n != 1 else ''})</h3>"
+                    + "".join(parts))
+    body.append("<h2>Environment</h2>" + _environment(report))
+    body.append("<h2>Ranks</h2>" + _ranks(report))
+    embedded = (f'<script type="application/json" id="traceview-report">{script_json(report_to_json(report, indent=None))}'
+                "</script>") if embed_json else ""
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+        "<meta name=viewport content='width=device-width, initial-scale=1'>"
+        # no network at all: everything is inline
+        "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; script-src 'unsafe-inline' "
+        "'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:; font-src data:; connect-src 'none'\">"
+        f"<title>traceview report: {esc(files)}</title><style>{_CSS}</style>"
+        f"<script>{get_plotlyjs()}</script></head><body><main>" + "".join(body) + f"</main>{embedded}</body></html>\n"
+    )

@@ -1,0 +1,666 @@
+"""The report model: one JSON-able dict that every renderer (terminal, Markdown, HTML, JSON) and the
+web app consume. Renderers never recompute a metric; they format what is here.
+
+:func:`build_report` takes a trace and the results of :func:`traceview.analyses.run_all` and returns
+the model; :func:`report_to_json` serialises it. The keys are stable and documented in
+``docs/reports.md`` and ``docs/report.schema.json``; ``schema_version`` follows the rule stated
+there (a major bump removes or changes the meaning of a key, a minor bump adds keys).
+
+Conventions: every time is an int in ns (keys and table columns ending in ``_ns``; float means from
+the analyses are rounded); shares are fractions in [0, 1], ``*_pct`` are percentages; a figure that
+does not exist is ``null``. Everything that comes from the trace passes through
+:func:`traceview.redact.scrub` before it is stored, so no renderer can echo a secret; input files
+are named without their directories.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+import traceview
+from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, nest_findings
+from traceview.model import Trace
+from traceview.redact import scrub
+
+#: the report format version (see docs/reports.md for the rule)
+SCHEMA_VERSION = "1.0"
+#: rows kept per table (the largest first for the tables in TABLE_SORT); the total is stated
+MAX_TABLE_ROWS = 50
+#: points in the launch-overhead scatter (sampled beyond, the count stated)
+MAX_LAUNCH_POINTS = 2000
+#: collectives (columns) in the skew heatmap (the most skewed beyond)
+MAX_SKEW_COLUMNS = 200
+#: gaps listed in the timeline window
+MAX_TIMELINE_GAPS = 500
+
+#: how a table is ordered before it is cut to MAX_TABLE_ROWS (largest first): (analysis, table) -> column
+TABLE_SORT = {
+    ("idle_gaps", "gaps"): "dur_ns",
+    ("idle_gaps", "step_gaps"): "dur_ns",
+    ("idle_gaps", "largest"): "dur_ns",
+    ("idle_gaps", "cpu_contexts"): "idle_ns",
+    ("launch_overhead", "launches"): "launch_delay_ns",
+    ("launch_overhead", "tiny_kernel_ops"): "short_kernels",
+    ("communication", "skew"): "skew_ns",
+    ("communication", "arrivals"): "lateness_ns",
+    ("kernels", "kernels"): "total_ns",
+    ("kernels", "top_kernels"): "total_ns",
+    ("kernels", "kernels_by_step"): "total_ns",
+    ("synchronization", "calls"): "cost_ns",
+    ("synchronization", "by_cpu_op"): "cost_ns",
+}
+#: one-line description of each table (shown by the renderers)
+TABLE_TITLES = {
+    ("temporal", "breakdown"): "GPU time per rank, device and step (step empty = whole trace)",
+    ("temporal", "steps"): "Steps (CPU ranges)",
+    ("idle_gaps", "gaps"): "Idle gaps (whole trace)",
+    ("idle_gaps", "step_gaps"): "Idle gaps inside step windows",
+    ("idle_gaps", "by_cause"): "Idle time by cause",
+    ("idle_gaps", "histogram"): "Idle gaps by duration",
+    ("idle_gaps", "largest"): "Largest idle gaps",
+    ("idle_gaps", "cpu_contexts"): "What the host was doing in host-bound gaps",
+    ("launch_overhead", "launches"): "Launches (host call -> GPU activity)",
+    ("launch_overhead", "by_api"): "Launch APIs",
+    ("launch_overhead", "tiny_kernel_ops"): "CPU ops launching the most short kernels",
+    ("launch_overhead", "steps"): "Launch-bound steps",
+    ("communication", "collectives"): "Collectives per kind",
+    ("communication", "summary"): "Communication and overlap",
+    ("communication", "skew"): "Cross-rank skew per collective",
+    ("communication", "arrivals"): "Arrivals per collective and rank",
+    ("communication", "stragglers"): "Stragglers",
+    ("communication", "compute_by_rank"): "Compute per rank",
+    ("communication", "compute_imbalance"): "Compute imbalance across ranks",
+    ("kernels", "kernels"): "Kernels by total time",
+    ("kernels", "top_kernels"): "Top kernels per rank and GPU",
+    ("kernels", "kernels_by_step"): "Kernels per step",
+    ("kernels", "categories"): "Kernel categories",
+    ("kernels", "tiny_kernels"): "Tiny kernels",
+    ("synchronization", "calls"): "Synchronising calls",
+    ("synchronization", "sync_summary"): "Synchronize calls per API",
+    ("synchronization", "by_cpu_op"): "Synchronising calls by CPU op",
+    ("synchronization", "copies"): "Blocking and pageable copies",
+    ("synchronization", "by_step"): "Synchronisation per step",
+    ("synchronization", "gpu_sync_events"): "GPU-side sync events",
+}
+
+
+# ------------------------------------------------------------------------------------ conversion
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    try:
+        return bool(pd.isna(value)) if np.isscalar(value) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def plain(value: Any, key: str = "") -> Any:
+    """JSON-able copy of ``value``: numpy scalars to Python, NaN/NA to None, ``*_ns`` to int."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, np.ndarray)):
+        items = sorted(value) if isinstance(value, set) else list(value)
+        return [plain(v, key) for v in items]
+    if _is_missing(value):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        if math.isinf(float(value)):
+            return None
+        if key.endswith("_ns") or key.endswith("_ns_per_step"):
+            return int(round(float(value)))
+        return float(value)
+    if isinstance(value, (str, np.str_)):
+        return str(value)
+    return str(value)
+
+
+def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, sort_by: str | None = None) -> dict[str, Any]:
+    """A table as ``{columns, rows, total_rows, shown_rows, sorted_by}`` (rows are dicts)."""
+    if df is None:
+        df = pd.DataFrame()
+    total = int(len(df))
+    sorted_by = None
+    if total > max_rows and sort_by and sort_by in df.columns:
+        df = df.sort_values(sort_by, ascending=False, kind="stable")
+        sorted_by = sort_by
+    shown = df.head(max_rows)
+    columns = [str(c) for c in shown.columns]
+    rows = [{c: plain(v, c) for c, v in zip(columns, values)} for values in shown.itertuples(index=False, name=None)]
+    return {"columns": columns, "rows": rows, "total_rows": total, "shown_rows": len(rows), "sorted_by": sorted_by}
+
+
+# ------------------------------------------------------------------------------------ environment
+
+_CUDA_INT_KEYS = {"cuda_runtime_version": "cuda_runtime", "cuda_driver_version": "cuda_driver"}
+_HIP_INT_KEYS = {"hip_runtime_version": "hip_runtime", "hip_driver_version": "hip_driver"}
+#: keys (lower-case) anywhere in the metadata that name a version, and what of
+_VERSION_KEYS = {
+    "torch_version": "pytorch",
+    "pytorch_version": "pytorch",
+    "cuda_compiled_version": "pytorch_cuda_build",
+    "cudnn_version": "cudnn",
+    "nccl_version": "nccl",
+    "rccl_version": "rccl",
+    "nvidia_driver_version": "nvidia_driver",
+    "hip_runtime_version": "hip_runtime",
+    "hip_compiled_version": "pytorch_hip_build",
+    "miopen_runtime_version": "miopen",
+    "rocm_version": "rocm",
+    "cupti_version": "cupti",
+    "roctracer_version": "roctracer",
+}
+#: environment variables that name a version
+_ENV_VERSIONS = {
+    "PYTORCH_VERSION": "pytorch",
+    "TORCH_VERSION": "pytorch",
+    "CUDA_VERSION": "cuda_toolkit",
+    "CUDNN_VERSION": "cudnn",
+    "NV_CUDNN_VERSION": "cudnn",
+    "NCCL_VERSION": "nccl",
+    "ROCM_VERSION": "rocm",
+    "HIP_VERSION": "hip_runtime",
+}
+_PIP_VERSIONS = {
+    "torch": "pytorch",
+    "nvidia-cudnn-cu11": "cudnn",
+    "nvidia-cudnn-cu12": "cudnn",
+    "nvidia-cudnn-cu13": "cudnn",
+    "nvidia-nccl-cu11": "nccl",
+    "nvidia-nccl-cu12": "nccl",
+    "nvidia-nccl-cu13": "nccl",
+}
+_ENV_ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:=|:\s)\s*\"?([^\"]*)\"?\s*$")
+_PIP = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*(\S+)\s*$")
+_UNKNOWN = {"", "n/a", "na", "none", "null", "unknown", "<redacted>", "0"}
+#: profiler settings worth showing (Kineto top-level keys)
+_PROFILER_KEYS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+
+
+def _cuda_version(value: Any) -> str | None:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else None
+
+
+def _hip_version(value: Any) -> str | None:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    return f"{v // 10_000_000}.{(v // 100_000) % 100}.{v % 100_000}" if v > 0 else None
+
+
+class _Versions:
+    """Version candidates by name; the lowest priority number (most direct source) wins."""
+
+    def __init__(self) -> None:
+        self.best: dict[str, tuple[int, list[str], str]] = {}
+
+    def offer(self, name: str, value: Any, source: str, priority: int) -> None:
+        if value is None or isinstance(value, (dict, list, bool)):
+            return
+        text = str(value).strip()
+        if text.lower() in _UNKNOWN or len(text) > 80:
+            return
+        current = self.best.get(name)
+        if current is None or priority < current[0]:
+            self.best[name] = (priority, [text], source)
+        elif priority == current[0] and text not in current[1] and source == current[2]:
+            current[1].append(text)
+
+    def walk(self, obj: Any, path: str) -> None:
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                key = str(k)
+                sub = f"{path}.{key}" if path else key
+                if key.lower() in _VERSION_KEYS and not isinstance(v, (dict, list)):
+                    self.offer(_VERSION_KEYS[key.lower()], v, f"metadata {sub}", 2)
+                elif key.upper() in _ENV_VERSIONS and not isinstance(v, (dict, list)):
+                    self.offer(_ENV_VERSIONS[key.upper()], v, f"environment {key}", 3)
+                else:
+                    self.walk(v, sub)
+        elif isinstance(obj, list):
+            for item in obj:
+                if isinstance(item, str):
+                    self._string(item, path)
+                else:
+                    self.walk(item, path)
+
+    def _string(self, text: str, path: str) -> None:
+        m = _PIP.match(text)
+        if m and m.group(1).lower() in _PIP_VERSIONS:
+            self.offer(_PIP_VERSIONS[m.group(1).lower()], m.group(2), f"installed package {m.group(1)}", 2)
+            return
+        m = _ENV_ASSIGN.match(text)
+        if m and m.group(1).upper() in _ENV_VERSIONS:
+            self.offer(_ENV_VERSIONS[m.group(1).upper()], m.group(2), f"environment {m.group(1)}", 3)
+
+    def result(self) -> dict[str, dict[str, str]]:
+        return {name: {"value": " / ".join(values), "source": source}
+                for name, (_, values, source) in sorted(self.best.items())}
+
+
+def environment(trace: Trace, safe_ranks: Mapping[int, Mapping[str, Any]], used: Mapping[int, list[int]]) -> dict[str, Any]:
+    """GPUs, world size, software versions and profiler settings, from scrubbed metadata only."""
+    gpus: dict[tuple, dict[str, Any]] = {}
+    listed = 0
+    versions = _Versions()
+    profiler: dict[str, Any] = {}
+    backends, world_sizes, producers = set(), set(), set()
+    for rank in sorted(safe_ranks):
+        info = safe_ranks[rank]
+        devices = {int(d["id"]): d for d in info.get("devices") or []}
+        listed = max(listed, len(devices))
+        for dev in used.get(rank, []):
+            d = devices.get(int(dev), {"id": dev})
+            key = (d.get("name") or "", d.get("sm_count"), d.get("total_memory_bytes"), d.get("compute_capability"))
+            entry = gpus.setdefault(key, {
+                "model": d.get("name") or None, "sm_count": d.get("sm_count"),
+                "memory_bytes": d.get("total_memory_bytes"), "compute_capability": d.get("compute_capability"),
+                "count": 0, "ranks": [],
+            })
+            entry["count"] += 1
+            if rank not in entry["ranks"]:
+                entry["ranks"].append(rank)
+        raw = info.get("raw_metadata") or {}
+        dist = info.get("distributed_info") or {}
+        if info.get("world_size"):
+            world_sizes.add(int(info["world_size"]))
+        if dist.get("backend"):
+            backends.add(str(dist["backend"]))
+        for key, name in _CUDA_INT_KEYS.items():
+            if key in raw:
+                versions.offer(name, _cuda_version(raw[key]), f"trace {key}", 0)
+        for key, name in _HIP_INT_KEYS.items():
+            if key in raw:
+                versions.offer(name, _hip_version(raw[key]), f"trace {key}", 0)
+        for key in ("cupti_version", "roctracer_version"):
+            if key in raw:
+                versions.offer(_VERSION_KEYS[key], raw[key], f"trace {key}", 0)
+        if dist.get("nccl_version"):
+            versions.offer("nccl", dist["nccl_version"], "distributedInfo.nccl_version", 0)
+        export = raw.get("export")
+        if isinstance(export, Mapping) and export.get("EXPORT_PRODUCT_VERSION"):
+            versions.offer("nsight_systems", export["EXPORT_PRODUCT_VERSION"], "export metadata", 0)
+        for key in _PROFILER_KEYS:
+            if key in raw and not isinstance(raw[key], (dict, list)):
+                profiler[key] = bool(raw[key]) if raw[key] in (0, 1, True, False) else raw[key]
+        versions.walk({k: v for k, v in raw.items() if k not in _CUDA_INT_KEYS and k not in _HIP_INT_KEYS
+                       and k not in ("cupti_version", "roctracer_version")}, "")
+        version = f" ({info['format_version']})" if info.get("format_version") else ""
+        if info.get("source_format") == "kineto":
+            producers.add("PyTorch profiler (Kineto) JSON" + version)
+        elif info.get("source_format") == "nsys":
+            producers.add("Nsight Systems SQLite export" + version)
+    return {
+        "gpus": sorted(gpus.values(), key=lambda g: (-g["count"], str(g["model"]))),
+        "gpus_listed_per_rank": listed,
+        "world_size": max(world_sizes) if world_sizes else None,
+        "backend": ", ".join(sorted(backends)) or None,
+        "versions": versions.result(),
+        "profiler": profiler,
+        "trace_formats": sorted(producers),
+    }
+
+
+# ------------------------------------------------------------------------------------ sections
+
+
+def _table(results: Mapping[str, AnalysisResult], analysis: str, name: str) -> pd.DataFrame | None:
+    result = results.get(analysis)
+    if result is None:
+        return None
+    return result.tables.get(name)
+
+
+def _whole_rows(results: Mapping[str, AnalysisResult]) -> pd.DataFrame:
+    bd = _table(results, "temporal", "breakdown")
+    if bd is None or bd.empty:
+        return pd.DataFrame()
+    return bd[bd["step"].isna()].reset_index(drop=True)
+
+
+def _step_counts(results: Mapping[str, AnalysisResult]) -> dict[int, int]:
+    steps = _table(results, "temporal", "steps")
+    if steps is None or steps.empty:
+        return {}
+    return {int(r): int(n) for r, n in steps.groupby("rank").size().items()}
+
+
+def _per_step(total: int, steps: int) -> int:
+    return int(round(total / steps)) if steps > 0 else int(total)
+
+
+def summary(trace: Trace, results: Mapping[str, AnalysisResult], env: Mapping[str, Any]) -> dict[str, Any]:
+    whole = _whole_rows(results)
+    counts = _step_counts(results)
+    steps = _table(results, "temporal", "steps")
+    notes: dict[str, str] = {}
+    out: dict[str, Any] = {
+        "gpu_models": sorted({g["model"] or "unknown GPU" for g in env["gpus"]}),
+        "gpus": int(len(whole)),
+        "ranks": list(trace.rank_ids),
+        "num_ranks": len(trace.rank_ids),
+        "world_size": env.get("world_size"),
+        "events": int(trace.num_events),
+        "steps": max(counts.values()) if counts else 0,
+        "median_step_time_ns": None,
+    }
+    if steps is not None and not steps.empty:
+        out["median_step_time_ns"] = int(round(float(np.median(steps["end_ns"] - steps["start_ns"]))))
+    else:
+        notes["median_step_time_ns"] = ("no steps found (no ProfilerStep#N or annotation matching the step marker): "
+                                        "no step time, and per-step figures are whole-trace figures")
+    keys = ("window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "exposed_comm_ns")
+    if len(whole):
+        for k in keys:
+            out[k] = int(whole[k].sum())
+        window = out["window_ns"]
+        out["utilization"] = out["busy_ns"] / window if window else None
+        out["idle_share"] = out["idle_ns"] / window if window else None
+        out["exposed_comm_share"] = out["exposed_comm_ns"] / window if window else None
+        idle_ps = [_per_step(int(r["idle_ns"]), counts.get(int(r["rank"]), 0)) for _, r in whole.iterrows()]
+        exp_ps = [_per_step(int(r["exposed_comm_ns"]), counts.get(int(r["rank"]), 0)) for _, r in whole.iterrows()]
+        out["idle_ns_per_step"] = int(round(float(np.mean(idle_ps))))
+        out["exposed_comm_ns_per_step"] = int(round(float(np.mean(exp_ps))))
+    else:
+        for k in keys:
+            out[k] = None
+        out.update(utilization=None, idle_share=None, exposed_comm_share=None, idle_ns_per_step=None,
+                   exposed_comm_ns_per_step=None)
+        notes["utilization"] = "no GPU activity (kernels, memcpy, memset) in the trace: no GPU figures"
+    if len(whole) and out["communication_ns"] == 0:
+        notes["exposed_comm_ns"] = "no communication kernels in the trace"
+    out["notes"] = notes
+    return out
+
+
+def _finding_records(findings: list[Finding]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    nested = nest_findings(findings)
+    records = []
+    n = 0
+    by_severity = {s: 0 for s in SEVERITIES}
+    for parent, children in nested:
+        n += 1
+        pid = f"F{n}"
+        by_severity[parent.severity] += 1
+        records.append({"id": pid, "parent": None, **plain(parent.to_dict())})
+        for j, child in enumerate(children, start=1):
+            records.append({"id": f"{pid}.{j}", "parent": pid, **plain(child.to_dict())})
+    stats = {"total": len(records), "top_level": len(nested), "nested": len(records) - len(nested),
+             "by_severity": by_severity}
+    return records, stats
+
+
+def _warnings(trace: Trace, results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen = set()
+    # the inputs' directories are left out, as in "inputs" (they can name users and machines)
+    dirs = sorted({str(Path(str(info.source_path)).parent) for info in trace.ranks.values()}, key=len, reverse=True)
+    dirs = [d for d in dirs if d not in ("", ".")]
+
+    def add(scope: str, message: str, applies_to: list[str]) -> None:
+        for d in dirs:
+            message = message.replace(d + "/", "").replace(d + "\\", "")
+        if (scope, message) in seen:
+            return
+        seen.add((scope, message))
+        out.append({"scope": scope, "message": message, "applies_to": applies_to})
+
+    for w in trace.warnings:
+        add("trace", w, ["all"])
+    for rank in trace.rank_ids:
+        info = trace.ranks[rank]
+        for w in info.warnings:
+            add(f"rank {rank}", w, [f"rank {rank}"])
+        if info.unmapped:
+            total = sum(info.unmapped.values())
+            cats = ", ".join(f"{k} ({v:,})" for k, v in sorted(info.unmapped.items(), key=lambda kv: -kv[1])[:8])
+            add(f"rank {rank}", f"{total:,} events of categories traceview does not map were kept as kind 'other' and "
+                "are in no figure: " + cats, [f"rank {rank}"])
+    for name, result in results.items():
+        for w in result.warnings:
+            add(name, w, [name])
+    return out
+
+
+def _ranks(trace: Trace, safe: Mapping[int, Mapping[str, Any]], results: Mapping[str, AnalysisResult],
+           summ: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    whole = _whole_rows(results)
+    counts = _step_counts(results)
+    out = []
+    for rank in trace.rank_ids:
+        info = safe[rank]
+        s = summ.get(rank, {})
+        names = {int(d["id"]): d.get("name") or None for d in info.get("devices") or []}
+        mine = whole[whole["rank"] == rank] if len(whole) else whole
+        out.append({
+            "rank": int(rank),
+            "file": Path(str(info.get("source_path") or "")).name,
+            "format": info.get("source_format"),
+            "format_version": info.get("format_version") or None,
+            "rank_source": info.get("rank_source") or None,
+            "world_size": info.get("world_size"),
+            "gpus": [{"device": int(d), "model": names.get(int(d))} for d in s.get("devices", [])],
+            "events": int(s.get("events", 0)),
+            "events_by_kind": dict(s.get("by_kind", {})),
+            "span_ns": int(s.get("span_ns", 0)),
+            "steps": counts.get(rank, 0),
+            "event_counts": dict(info.get("event_counts") or {}),
+            "unmapped": dict(info.get("unmapped") or {}),
+            "warnings": list(info.get("warnings") or []),
+            "breakdown": [
+                {k: plain(r[k], k) for k in ("device", "window_ns", "busy_ns", "idle_ns", "compute_ns",
+                                             "communication_ns", "memory_ns", "overlap_ns", "exposed_comm_ns",
+                                             "utilization", "overlap_pct")}
+                for _, r in mine.iterrows()
+            ],
+        })
+    return out
+
+
+# ------------------------------------------------------------------------------------ charts
+
+
+def _breakdown_chart(results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:
+    rows = []
+    for _, r in _whole_rows(results).iterrows():
+        rec = {k: plain(r[k], k) for k in ("rank", "device", "window_ns", "busy_ns", "idle_ns", "compute_ns",
+                                           "communication_ns", "memory_ns", "overlap_ns", "exposed_comm_ns",
+                                           "utilization", "overlap_pct")}
+        # |U(compute) ∪ U(comm)| = compute + exposed; the rest of busy is memory activity alone
+        rec["memory_only_ns"] = max(0, rec["busy_ns"] - rec["compute_ns"] - rec["exposed_comm_ns"])
+        rows.append(rec)
+    return rows
+
+
+def _gap_histogram(results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
+    from traceview.analyses.idle_gaps import BUCKET_EDGES, BUCKET_LABELS, CAUSES
+
+    gaps = _table(results, "idle_gaps", "gaps")
+    hist: dict[str, Any] = {"buckets": list(BUCKET_LABELS), "causes": list(CAUSES),
+                            "gaps": {c: [0] * len(BUCKET_LABELS) for c in CAUSES},
+                            "idle_ns": {c: [0] * len(BUCKET_LABELS) for c in CAUSES}, "total_gaps": 0}
+    if gaps is None or gaps.empty:
+        return hist
+    bucket = np.searchsorted(BUCKET_EDGES, gaps["dur_ns"].to_numpy(), side="right")
+    frame = pd.DataFrame({"cause": gaps["cause"].astype(str).to_numpy(), "bucket": bucket, "dur": gaps["dur_ns"].to_numpy()})
+    for (cause, b), g in frame.groupby(["cause", "bucket"]):
+        if cause not in hist["gaps"]:
+            hist["causes"].append(cause)
+            hist["gaps"][cause] = [0] * len(BUCKET_LABELS)
+            hist["idle_ns"][cause] = [0] * len(BUCKET_LABELS)
+        hist["gaps"][cause][int(b)] = int(len(g))
+        hist["idle_ns"][cause][int(b)] = int(g["dur"].sum())
+    hist["total_gaps"] = int(len(gaps))
+    return hist
+
+
+def _launch_points(results: Mapping[str, AnalysisResult], limit: int = MAX_LAUNCH_POINTS) -> dict[str, Any]:
+    launches = _table(results, "launch_overhead", "launches")
+    if launches is None or launches.empty:
+        return {"total": 0, "points": []}
+    total = int(len(launches))
+    if total > limit:
+        keep = np.sort(np.random.default_rng(0).choice(total, size=limit, replace=False))
+        launches = launches.iloc[keep]
+    cols = ["rank", "api", "kernel", "kind", "api_dur_ns", "gpu_dur_ns", "launch_delay_ns", "short"]
+    points = [{c: plain(v, c) for c, v in zip(cols, values)}
+              for values in launches[cols].itertuples(index=False, name=None)]
+    return {"total": total, "points": points, "sampled": total > limit}
+
+
+def _skew_chart(results: Mapping[str, AnalysisResult], limit: int = MAX_SKEW_COLUMNS) -> dict[str, Any] | None:
+    arrivals = _table(results, "communication", "arrivals")
+    skew = _table(results, "communication", "skew")
+    strag = _table(results, "communication", "stragglers")
+    if arrivals is None or arrivals.empty or skew is None or skew.empty:
+        return None
+    from traceview.analyses.communication import CLOCK_OFFSET_NS
+
+    # the same clock basis as the straggler finding: corrected (or end-aligned) times when some rank's
+    # clock looks offset, raw start times otherwise
+    aligned = strag is not None and len(strag) and bool((strag["clock_offset_ns"].abs() > CLOCK_OFFSET_NS).any())
+    prefix = ""
+    if aligned:
+        prefix = "corrected_" if "corrected_lateness_ns" in arrivals.columns and "corrected_skew_ns" in skew.columns \
+            else "aligned_"
+    sk = skew.copy()
+    sk["_step"] = sk["step"].astype("Float64").fillna(-1).astype(np.int64)
+    total = int(len(sk))
+    if total > limit:
+        sk = sk.sort_values(f"{prefix}skew_ns", ascending=False, kind="stable").head(limit)
+    sk = sk.sort_values("first_start_ns", kind="stable")
+    ar = arrivals.copy()
+    ar["_step"] = ar["step"].astype("Float64").fillna(-1).astype(np.int64)
+    ranks = sorted(int(r) for r in ar["rank"].unique())
+    lookup = {(str(c), str(pg), int(s), int(o), int(r)): v for c, pg, s, o, r, v in zip(
+        ar["collective"], ar["process_group"], ar["_step"], ar["occurrence"], ar["rank"], ar[f"{prefix}lateness_ns"])}
+    columns, matrix = [], [[] for _ in ranks]
+    for c, pg, s, o in zip(sk["collective"], sk["process_group"], sk["_step"], sk["occurrence"]):
+        label = f"{c}" + (f" (pg {pg})" if pg else "") + (f" · step {s}" if s >= 0 else "") + f" · #{int(o)}"
+        columns.append({"label": label, "collective": str(c), "process_group": str(pg),
+                        "step": None if s < 0 else int(s), "occurrence": int(o)})
+        for i, r in enumerate(ranks):
+            v = lookup.get((str(c), str(pg), int(s), int(o), r))
+            matrix[i].append(None if v is None or _is_missing(v) else int(round(float(v))))
+    return {"basis": {"": "raw", "aligned_": "aligned", "corrected_": "corrected"}[prefix], "ranks": ranks, "columns": columns, "lateness_ns": matrix,
+            "total": total}
+
+
+def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | None:
+    gaps = _table(results, "idle_gaps", "gaps")
+    if gaps is None or gaps.empty:
+        return None
+    worst = gaps.sort_values("dur_ns", ascending=False, kind="stable").iloc[0]
+    rank, device = int(worst["rank"]), int(worst["device"])
+    start, end = int(worst["start_ns"]), int(worst["end_ns"])
+    pad = max(end - start, 100_000)
+    lo, hi = start - pad, end + pad
+    whole = _whole_rows(results)
+    mine = whole[(whole["rank"] == rank) & (whole["device"] == device)] if len(whole) else whole
+    if len(mine):
+        lo = max(lo, int(mine["first_start_ns"].iloc[0]) - pad // 10)
+        hi = min(hi, int(mine["last_end_ns"].iloc[0]) + pad // 10)
+    inside = gaps[(gaps["rank"] == rank) & (gaps["end_ns"] > lo) & (gaps["start_ns"] < hi)]
+    inside = inside.sort_values("dur_ns", ascending=False, kind="stable").head(MAX_TIMELINE_GAPS)
+    cols = ["rank", "device", "step", "start_ns", "end_ns", "dur_ns", "cause", "cpu_context"]
+    return {
+        "rank": rank, "device": device, "start_ns": int(lo), "end_ns": int(hi),
+        "worst_gap": {c: plain(worst[c], c) for c in cols},
+        "gaps": [{c: plain(v, c) for c, v in zip(cols, values)} for values in inside[cols].itertuples(index=False, name=None)],
+    }
+
+
+# ------------------------------------------------------------------------------------ the report
+
+
+def build_report(trace: Trace, results: Mapping[str, AnalysisResult], *, options: Options | None = None,
+                 max_table_rows: int = MAX_TABLE_ROWS) -> dict[str, Any]:
+    """The report model for ``trace`` and ``results`` (from ``run_all(trace, options)``).
+
+    Keys: ``schema_version``, ``generator``, ``inputs``, ``options``, ``summary``, ``environment``,
+    ``findings``, ``findings_summary``, ``warnings``, ``ranks``, ``analyses`` (per analysis: its
+    warnings and its tables as bounded record lists) and ``charts`` (the bounded data the figures
+    draw). See docs/reports.md. Everything is scrubbed of secrets.
+    """
+    from traceview.redact import scrub_metadata
+
+    options = options or Options()
+    safe_ranks = scrub_metadata(trace.ranks)
+    trace_summary = trace.summary()
+    used = {rank: s.get("devices", []) for rank, s in trace_summary.items()}
+    env = environment(trace, safe_ranks, used)
+    findings = [f for r in results.values() for f in r.findings]
+    finding_records, finding_stats = _finding_records(findings)
+    analyses: dict[str, Any] = {}
+    for name, result in results.items():
+        tables = {}
+        for tname, df in result.tables.items():
+            t = table_records(df, max_rows=max_table_rows, sort_by=TABLE_SORT.get((name, tname)))
+            t["title"] = TABLE_TITLES.get((name, tname), tname.replace("_", " "))
+            tables[tname] = t
+        analyses[name] = {"warnings": list(result.warnings), "findings": len(result.findings), "tables": tables}
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": {"name": "traceview", "version": traceview.__version__},
+        "inputs": [
+            {"file": Path(str(safe_ranks[r].get("source_path") or "")).name, "rank": int(r),
+             "format": safe_ranks[r].get("source_format"), "format_version": safe_ranks[r].get("format_version") or None}
+            for r in trace.rank_ids
+        ],
+        "options": {"step_marker": options.step_marker, "top_n": options.top_n, "min_gap_ns": options.min_gap_ns,
+                    "ranks": list(options.ranks) if options.ranks is not None else None},
+        "summary": summary(trace, results, env),
+        "environment": env,
+        "findings": finding_records,
+        "findings_summary": finding_stats,
+        "warnings": _warnings(trace, results),
+        "ranks": _ranks(trace, safe_ranks, results, trace_summary),
+        "analyses": analyses,
+        "charts": {
+            "breakdown": _breakdown_chart(results),
+            "gap_histogram": _gap_histogram(results),
+            "launches": _launch_points(results),
+            "skew": _skew_chart(results),
+            "timeline": _timeline_window(results),
+        },
+    }
+    report["summary"]["findings"] = finding_stats
+    return scrub(plain(report))
+
+
+def report_to_json(report: Mapping[str, Any], *, indent: int | None = 1) -> str:
+    """The report as JSON text (UTF-8, no NaN)."""
+    return json.dumps(report, indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def findings_tree(report: Mapping[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """The report's findings as (top-level finding, nested findings) pairs, in rank order."""
+    out: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    index: dict[str, list[dict[str, Any]]] = {}
+    for f in report.get("findings", []):
+        if f.get("parent") is None:
+            kids: list[dict[str, Any]] = []
+            index[f["id"]] = kids
+            out.append((f, kids))
+        else:
+            index.setdefault(f["parent"], []).append(f)
+    return out
