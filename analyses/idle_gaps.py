@@ -369,6 +369,7 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
             findings.append(
                 Finding(
                     code=f"{cause}_gaps",
+                    part_of="low_utilization",  # these gaps are part of the idle time
                     title=title,
                     severity=severity,
                     analysis=NAME,

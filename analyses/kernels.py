@@ -407,6 +407,7 @@ def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
     return [
         Finding(
             code="many_tiny_kernels",
+            part_of="low_utilization",  # its cost is idle time before tiny kernels
             title=f"{100 * tiny_share:.0f}% of the compute kernels on {where} are shorter than {TINY_NS // 1000} us "
             f"({per:.0f} per step): a fusion opportunity",
             severity="medium" if tiny_share >= TINY_SHARE_MEDIUM or (cost_share or 0) >= 0.1 else "low",

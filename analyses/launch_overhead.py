@@ -276,6 +276,7 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
         findings.append(
             Finding(
                 code="launch_bound",
+                part_of="host_bound_gaps",  # its cost is host-bound idle time
                 title=f"Rank {rank} is launch-bound in {len(bound)} of {len(judged)} "
                 f"{'steps' if n_steps else 'trace windows'}: {100 * bound['short_kernels'].sum() / max(bound['kernels'].sum(), 1):.0f}% "
                 "of kernels run shorter than their launch calls and the GPU waits on the host",

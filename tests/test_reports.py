@@ -519,3 +519,20 @@ def test_cli_formats_and_output_file(tmp_path):
     text_out = tmp_path / "r.txt"
     r = _cli("analyze", sample, "-o", str(text_out), tmp_path=tmp_path)
     assert r.returncode == 0 and "Findings" in text_out.read_text() and str(text_out) in r.stdout
+
+
+def test_findings_nest_under_the_root_of_their_part_of_chain():
+    from traceview.findings import Finding, nest_findings
+
+    util = Finding("low_utilization", "idle", "medium", "temporal", "r", cost_ns_per_step=100, rank=0)
+    sync_gaps = Finding("sync_bound_gaps", "sync gaps", "medium", "idle_gaps", "r", cost_ns_per_step=40, rank=0,
+                        part_of="low_utilization")
+    calls = Finding("sync_calls", "sync calls", "low", "synchronization", "r", cost_ns_per_step=30, rank=0,
+                    part_of="sync_bound_gaps")
+    other_rank = Finding("sync_calls", "sync calls r1", "low", "synchronization", "r", cost_ns_per_step=50, rank=1,
+                         part_of="sync_bound_gaps")
+    nested = nest_findings([calls, other_rank, sync_gaps, util])
+    assert [(p.title, [c.title for c in kids]) for p, kids in nested] == [
+        ("idle", ["sync gaps", "sync calls"]),
+        ("sync calls r1", []),  # no umbrella on rank 1: stands alone, counted once
+    ]

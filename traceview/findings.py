@@ -93,32 +93,46 @@ def finding_ranks(f: Finding) -> set[int] | None:
 def nest_findings(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
     """Ranked top-level findings, each with the findings nested under it.
 
-    A finding with ``part_of = X`` is nested under a finding of code ``X`` that covers one of its
-    ranks (the most costly such one); when no such umbrella is present (it was under its own
-    threshold, or concerns other ranks) the finding stands on its own, so its cost is counted once
-    either way. Top-level findings are most costly first, severity breaking ties, info last; nested
-    ones are in the same order under their umbrella.
+    A finding with ``part_of = X`` belongs under a finding of code ``X`` that covers one of its
+    ranks (the most costly such one). Umbrellas can themselves be part of another (``sync_calls``
+    -> ``sync_bound_gaps`` -> ``low_utilization``): a finding is listed under the root of its
+    chain. When no umbrella is present (it was under its own threshold, or concerns other ranks)
+    the finding stands on its own, so its cost is counted once either way. Top-level findings are
+    most costly first, severity breaking ties, info last; nested ones keep that order under their
+    root.
     """
     ranked = sorted(findings, key=_sort_key)
-    top = [f for f in ranked if f.part_of is None]
-    children: dict[int, list[Finding]] = {id(f): [] for f in top}
+    parent: dict[int, Finding | None] = {}
     for f in ranked:
+        parent[id(f)] = None
         if f.part_of is None:
             continue
         mine = finding_ranks(f)
-        umbrella = None
-        for u in top:
-            if u.code != f.part_of or u is f:
+        for u in ranked:
+            if u is f or u.code != f.part_of:
                 continue
             theirs = finding_ranks(u)
             if mine is None or theirs is None or mine & theirs:
-                umbrella = u
+                parent[id(f)] = u
                 break
-        if umbrella is None:
-            top.append(f)
-            children[id(f)] = []
-        else:
-            children[id(umbrella)].append(f)
+
+    def root(f: Finding) -> Finding:
+        seen = {id(f)}
+        while parent[id(f)] is not None and id(parent[id(f)]) not in seen:
+            f = parent[id(f)]  # type: ignore[assignment]
+            seen.add(id(f))
+        return f
+
+    top = [f for f in ranked if parent[id(f)] is None]
+    children: dict[int, list[Finding]] = {id(f): [] for f in top}
+    for f in ranked:
+        if parent[id(f)] is not None:
+            r = root(f)
+            if id(r) not in children:  # a cycle of part_of: keep it visible on its own
+                top.append(f)
+                children[id(f)] = []
+            else:
+                children[id(r)].append(f)
     top.sort(key=_sort_key)
     return [(f, children[id(f)]) for f in top]
 
