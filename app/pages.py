@@ -1,0 +1,340 @@
+"""The pages. Each takes a :class:`~traceview.app.runs.RunContext` (a run under the current filters)
+and returns Dash components. Figures come from :mod:`traceview.figures` (drawn from the report
+model), tables from the analyses' own tables; nothing here computes a metric.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+from dash import dcc, html
+
+from traceview import figures
+
+from .components import (CARD, fmt_ns, fmt_pct, frame_table, graph, message, section, severity_badge,
+                         stat_cards)
+from .runs import RunContext
+
+#: (path, label) of every page, in navigation order
+PAGES = [
+    ("/overview", "Overview"),
+    ("/timeline", "Timeline"),
+    ("/gaps", "Gaps"),
+    ("/launch", "Launch overhead"),
+    ("/communication", "Communication"),
+    ("/kernels", "Kernels"),
+    ("/compare", "Compare"),
+    ("/findings", "Findings"),
+]
+PAGE_PATHS = [p for p, _ in PAGES]
+#: rows of the largest-gaps table (the largest first)
+GAP_TABLE_ROWS = 500
+
+
+def _whole(df: pd.DataFrame) -> pd.DataFrame:
+    """Whole-trace rows (``step`` is None) of a per-step table."""
+    if df is None or df.empty or "step" not in df.columns:
+        return df
+    return df[df["step"].isna()].reset_index(drop=True)
+
+
+def _warnings_block(ctx: RunContext, analyses: tuple[str, ...] | None = None) -> list[Any]:
+    out = []
+    for name, res in ctx.results.items():
+        if analyses is not None and name not in analyses:
+            continue
+        for w in res.warnings:
+            out.append(message(f"{name}: {w}", "warn"))
+    return out
+
+
+def _finding_rows(report: dict, analysis: str | None = None, limit: int | None = None) -> list[dict]:
+    rows = [f for f in report.get("findings", []) if analysis is None or f.get("analysis") == analysis]
+    return rows[:limit] if limit else rows
+
+
+def finding_card(f: dict, *, compact: bool = False, origin_ns: int = 0) -> html.Div:
+    cost = f.get("cost_ns_per_step") or 0
+    share = f.get("cost_share")
+    head = [severity_badge(f.get("severity", "info")),
+            html.Span(f.get("title", ""), style={"fontWeight": "600"})]
+    meta = []
+    if cost:
+        meta.append(f"costs {fmt_ns(cost)} per step" + (f" ({fmt_pct(share)} of the step)" if share is not None else ""))
+    if f.get("rank") is not None:
+        meta.append(f"rank {f['rank']}")
+    meta.append(f"{f.get('analysis')} · {f.get('code')}" + (f" · part of {f['part_of']}" if f.get("part_of") else ""))
+    children: list[Any] = [html.Div(head), html.Div(" · ".join(meta), style={"color": "#555", "fontSize": "13px",
+                                                                               "margin": "3px 0"})]
+    if not compact:
+        children.append(html.Div(f.get("recommendation", ""), style={"margin": "6px 0"}))
+        evidence = f.get("evidence") or {}
+        if evidence:
+            children.append(html.Details([
+                html.Summary("evidence"),
+                html.Pre(json.dumps(evidence, indent=1, default=str)[:20000],
+                         style={"fontSize": "12px", "background": "#F8F9F9", "padding": "8px", "overflowX": "auto",
+                                "maxHeight": "360px"}),
+            ], open=False))
+        tr = f.get("time_range_ns")
+        if tr and len(tr) == 2 and tr[0] is not None and tr[1] is not None:
+            a, b = int(tr[0]) - origin_ns, int(tr[1]) - origin_ns
+            children.append(dcc.Link("show in the timeline", href=f"/timeline?t0={a}&t1={b}&f0={a}&f1={b}",
+                                     style={"fontSize": "13px"}))
+    indent = {"marginLeft": "28px"} if f.get("parent") and not compact else {}
+    return html.Div(children, className="tv-finding", style={**CARD, **indent})
+
+
+# ------------------------------------------------------------------------------------- overview
+
+
+def overview(ctx: RunContext) -> list[Any]:
+    rep = ctx.report()
+    s = rep.get("summary", {})
+    util = s.get("utilization")
+    cards = stat_cards([
+        ("ranks", str(s.get("num_ranks", "-")), f"world size {s.get('world_size')}" if s.get("world_size") else None),
+        ("GPUs", str(s.get("gpus", 0)), ", ".join(s.get("gpu_models") or [])[:60] or None),
+        ("events", f"{s.get('events', 0):,}", None),
+        ("steps", str(s.get("steps", 0)), f"median {fmt_ns(s.get('median_step_time_ns'))}"
+         if s.get("median_step_time_ns") else "no steps found"),
+        ("GPU utilization", fmt_pct(util), "busy / window, all GPUs"),
+        ("idle per step", fmt_ns(s.get("idle_ns_per_step")), None),
+        ("exposed comm. per step", fmt_ns(s.get("exposed_comm_ns_per_step")), None),
+    ])
+    out: list[Any] = [cards]
+    for note in (s.get("notes") or {}).values():
+        out.append(message(note, "warn"))
+    # breakdown per rank
+    util_rows = pd.DataFrame(rep.get("charts", {}).get("breakdown") or [])
+    if len(util_rows):
+        util_rows = util_rows.assign(utilization_pct=100.0 * pd.to_numeric(util_rows["utilization"], errors="coerce"))
+    out.append(section("Utilization and breakdown per rank",
+                       graph(figures.breakdown_figure(rep), "ov-breakdown"),
+                       frame_table(util_rows, "ov-util",
+                                   columns=["rank", "device", "utilization_pct", "window_ns", "busy_ns", "compute_ns",
+                                            "communication_ns", "memory_ns", "idle_ns", "overlap_pct"],
+                                   rename={"utilization_pct": "utilization %", "overlap_pct": "comm. overlap %"},
+                                   page_size=16, empty="No GPU activity in the trace.")))
+    # step times
+    steps = ctx.table("temporal", "steps")
+    if steps is not None and len(steps):
+        fig = _step_time_figure(steps, ctx.table("temporal", "breakdown"))
+        out.append(section("Step times", graph(fig, "ov-steps"),
+                           note="CPU range of each step (ProfilerStep / step marker) and its GPU window."))
+    else:
+        out.append(section("Step times", message("No steps in this selection (no ProfilerStep#N or step marker).")))
+    # top findings (when the analyses are still running: a placeholder the poll callback replaces)
+    if ctx.partial:
+        out.append(html.Div([
+            section("Top findings, by what they cost per step",
+                    message("Running the other analyses (idle gaps, launches, communication, kernels, "
+                            "synchronisation)… the findings appear here in a moment.")),
+        ], id="ov-findings"))
+        out.append(dcc.Interval(id="ov-poll", interval=400, n_intervals=0, max_intervals=1500))
+    else:
+        out.append(html.Div(overview_findings(rep), id="ov-findings"))
+    return out
+
+
+def overview_findings(rep: dict) -> list[Any]:
+    """The Overview's findings section and trust warnings (from the complete report)."""
+    top = [f for f in rep.get("findings", []) if f.get("parent") is None][:6]
+    body: list[Any] = [finding_card(f, compact=True) for f in top] or [message("No findings.")]
+    body.append(dcc.Link("all findings and the downloadable reports →", href="/findings"))
+    return [section("Top findings, by what they cost per step", *body), *warnings_details(rep)]
+
+
+def warnings_details(rep: dict) -> list[Any]:
+    """The report's trust warnings, folded (they can be many and repetitive)."""
+    warns = rep.get("warnings") or []
+    if not warns:
+        return []
+    items = [html.Li(f"{w.get('scope')}: {w.get('message')}") for w in warns[:200]]
+    return [html.Details([html.Summary(f"{len(warns)} warning(s) about what these figures can be trusted for"),
+                          html.Ul(items, style={"fontSize": "13px"})],
+                         style={**CARD, "background": "#FEF9E7"})]
+
+
+def _step_time_figure(steps: pd.DataFrame, breakdown: pd.DataFrame) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for rank, g in steps.groupby("rank"):
+        g = g.sort_values("step")
+        fig.add_trace(go.Scatter(x=g["step"], y=(g["end_ns"] - g["start_ns"]) / 1e6, mode="lines+markers",
+                                 name=f"rank {rank} step (CPU)",
+                                 hovertemplate="step %{x}<br>%{y:.3f} ms<extra>rank " + str(rank) + "</extra>"))
+    if breakdown is not None and len(breakdown):
+        per = breakdown[breakdown["step"].notna()]
+        for (rank, dev), g in per.groupby(["rank", "device"]):
+            g = g.sort_values("step")
+            fig.add_trace(go.Scatter(x=g["step"].astype(int), y=g["window_ns"] / 1e6, mode="lines+markers",
+                                     line={"dash": "dot"}, name=f"rank {rank} GPU {dev} window",
+                                     hovertemplate="step %{x}<br>GPU window %{y:.3f} ms<extra></extra>"))
+    fig.update_layout(template="plotly_white", height=340, margin=dict(l=60, r=20, t=30, b=50),
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom"), xaxis_title="step",
+                      yaxis_title="time (ms)")
+    fig.update_xaxes(tickformat="d", dtick=1 if steps["step"].nunique() <= 30 else None)
+    return fig
+
+
+# ------------------------------------------------------------------------------------- timeline
+
+
+def timeline(ctx: RunContext, figure: dict, stats_text: str, state: dict) -> list[Any]:
+    btn = {"marginRight": "6px"}
+    controls = html.Div([
+        html.Button("zoom in", id="tl-zoom-in", n_clicks=0, style=btn),
+        html.Button("zoom out", id="tl-zoom-out", n_clicks=0, style=btn),
+        html.Button("◀ pan", id="tl-left", n_clicks=0, style=btn),
+        html.Button("pan ▶", id="tl-right", n_clicks=0, style=btn),
+        html.Button("whole selection", id="tl-reset", n_clicks=0, style=btn),
+        html.Span("Drag on the chart to zoom into a range; click an idle gap to zoom to it.",
+                  style={"color": "#666", "fontSize": "13px", "marginLeft": "8px"}),
+    ], style={"marginBottom": "6px"})
+    return [
+        dcc.Store(id="tl-window", data=state),
+        html.Div([controls, html.Div(stats_text, id="tl-stats", style={"color": "#555", "fontSize": "13px"}),
+                  dcc.Graph(id="tl-graph", figure=figure, config={"displaylogo": False, "scrollZoom": False})],
+                 style=CARD),
+    ]
+
+
+# ------------------------------------------------------------------------------------------ gaps
+
+
+def gaps(ctx: RunContext) -> list[Any]:
+    rep = ctx.report()
+    g = ctx.table("idle_gaps", "gaps")
+    out: list[Any] = _warnings_block(ctx, ("idle_gaps",))
+    out.append(section("Idle gaps by duration and cause", graph(figures.gap_histogram_figure(rep), "gap-hist")))
+    by_cause = _whole(ctx.table("idle_gaps", "by_cause"))
+    if by_cause is not None and len(by_cause):
+        by_cause = by_cause[by_cause["gaps"] > 0]
+    out.append(section("Idle time by cause (whole trace)",
+                       frame_table(by_cause, "gap-causes", columns=["rank", "device", "cause", "gaps", "idle_ns"],
+                                   page_size=12, empty="No idle gaps.")))
+    if g is not None and len(g):
+        largest = g.sort_values("dur_ns", ascending=False, kind="stable").head(GAP_TABLE_ROWS)
+        view = pd.DataFrame({
+            "rank": largest["rank"].to_numpy(), "device": largest["device"].to_numpy(),
+            "step": largest["step"].to_numpy(),
+            "at_ms": (largest["start_ns"].to_numpy() - ctx.origin_ns) / 1e6,
+            "dur_ns": largest["dur_ns"].to_numpy(), "cause": largest["cause"].astype(str).to_numpy(),
+            "cpu_context": largest["cpu_context"].to_numpy(),
+        })
+        table = frame_table(view, "gap-table", rename={"at_ms": "starts at (ms)", "cpu_context": "CPU context"},
+                            row_ids=[int(i) for i in largest.index], page_size=15, filter_=True,
+                            style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#FDEBD0"}],
+                            style_cell={"cursor": "pointer"})
+        note = (f"The {len(view):,} largest of {len(g):,} gaps. Click a row to open the timeline around that gap.")
+        out.append(section("Largest gaps", table, note=note))
+    else:
+        out.append(section("Largest gaps", message("No idle gaps in this selection.")))
+    ctxs = ctx.table("idle_gaps", "cpu_contexts")
+    out.append(section("What the host was doing in host-bound gaps",
+                       frame_table(ctxs, "gap-contexts", page_size=10, empty="No host-bound gaps.")))
+    return out
+
+
+# -------------------------------------------------------------------------------------- launches
+
+
+def launch(ctx: RunContext) -> list[Any]:
+    rep = ctx.report()
+    out: list[Any] = _warnings_block(ctx, ("launch_overhead",))
+    for f in _finding_rows(rep, "launch_overhead"):
+        out.append(finding_card(f, compact=True))
+    out.append(section("Kernel duration vs launch cost", graph(figures.launch_scatter_figure(rep), "launch-scatter"),
+                       note="Left: kernels below the diagonal are shorter than the call that launched them."))
+    out.append(section("Short kernels by the CPU op that launched them",
+                       frame_table(ctx.table("launch_overhead", "tiny_kernel_ops"), "launch-ops", page_size=10,
+                                   filter_=True, empty="No kernel shorter than its launch call.")))
+    steps = ctx.table("launch_overhead", "steps")
+    if steps is not None and len(steps):
+        steps = steps.sort_values(["launch_bound", "host_bound_share"], ascending=[False, False], kind="stable")
+        n_bound = int(steps["launch_bound"].fillna(False).astype(bool).sum())
+        note = f"{n_bound} launch-bound step(s): host-bound gaps dominate idle and most kernels are shorter than their launch."
+    else:
+        note = None
+    out.append(section("Launch-bound steps", frame_table(steps, "launch-steps", page_size=10,
+                                                          empty="No launches in this selection."), note=note))
+    out.append(section("Launch APIs", frame_table(ctx.table("launch_overhead", "by_api"), "launch-apis", page_size=10)))
+    return out
+
+
+# --------------------------------------------------------------------------------- communication
+
+
+def communication(ctx: RunContext) -> list[Any]:
+    rep = ctx.report()
+    out: list[Any] = _warnings_block(ctx, ("communication",))
+    for f in _finding_rows(rep, "communication"):
+        out.append(finding_card(f, compact=True))
+    out.append(section("Overlap of communication with compute, per rank",
+                       graph(figures.overlap_figure(rep), "comm-overlap")))
+    heat = figures.skew_heatmap_figure(rep)
+    if heat is not None:
+        out.append(section("Rank x collective skew", graph(heat, "comm-skew"),
+                           note="How late each rank arrived at each matched collective."))
+    else:
+        out.append(section("Rank x collective skew",
+                           message("Skew needs two or more ranks with matched collectives in the selection.")))
+    out.append(section("Stragglers", frame_table(ctx.table("communication", "stragglers"), "comm-stragglers",
+                                                 page_size=16, empty="No cross-rank matching (fewer than two ranks).")))
+    out.append(section("Collectives (whole trace)",
+                       frame_table(_whole(ctx.table("communication", "collectives")), "comm-collectives",
+                                   page_size=12, filter_=True, empty="No communication kernels.")))
+    out.append(section("Compute imbalance across ranks",
+                       frame_table(ctx.table("communication", "compute_imbalance"), "comm-imbalance", page_size=10,
+                                   empty="Needs two or more ranks.")))
+    return out
+
+
+# --------------------------------------------------------------------------------------- kernels
+
+
+def kernels(ctx: RunContext) -> list[Any]:
+    out: list[Any] = _warnings_block(ctx, ("kernels",))
+    k = ctx.table("kernels", "kernels")
+    cats = _whole(ctx.table("kernels", "categories"))
+    if cats is not None and len(cats):
+        out.append(section("Categories (whole trace)", frame_table(cats, "kern-categories", page_size=10,
+                                                                  columns=["rank", "device", "category", "count",
+                                                                           "total_ns", "share_pct"])))
+    note = ("Sort by clicking a column header; filter by typing in the row under the headers "
+            "(e.g. gemm in category, > 1 in total, nccl in name).")
+    out.append(section("Kernels", frame_table(k, "kern-table", page_size=20, filter_=True,
+                                              columns=["rank", "device", "name", "category", "kind", "count",
+                                                       "total_ns", "mean_ns", "min_ns", "max_ns", "std_ns",
+                                                       "share_pct"],
+                                              empty="No GPU activity in this selection."), note=note))
+    tiny = _whole(ctx.table("kernels", "tiny_kernels"))
+    out.append(section("Tiny kernels (< 10 us)", frame_table(tiny, "kern-tiny", page_size=10, empty="No kernels.")))
+    return out
+
+
+# -------------------------------------------------------------------------------------- findings
+
+
+def findings(ctx: RunContext) -> list[Any]:
+    rep = ctx.report()
+    stats = rep.get("findings_summary", {})
+    by = stats.get("by_severity", {})
+    btn = {"marginRight": "8px"}
+    head = html.Div([
+        html.Div(f"{stats.get('total', 0)} findings: " + ", ".join(f"{n} {s}" for s, n in by.items() if n),
+                 style={"marginBottom": "8px"}),
+        html.Button("Download Markdown report", id="dl-md-btn", n_clicks=0, style=btn),
+        html.Button("Download HTML report", id="dl-html-btn", n_clicks=0, style=btn),
+        html.Button("Download JSON report", id="dl-json-btn", n_clicks=0, style=btn),
+        html.Span(" for a bug report: secrets in the trace metadata are redacted.",
+                  style={"color": "#666", "fontSize": "13px"}),
+    ], style=CARD)
+    cards = [finding_card(f, origin_ns=ctx.origin_ns) for f in rep.get("findings", [])]
+    if not cards:
+        cards = [message("No findings: nothing in this selection crossed a threshold.")]
+    return [head, *cards, *warnings_details(rep)]

@@ -1,0 +1,191 @@
+"""The Dash app: layout, callback wiring, and serving.
+
+``create_app(paths)`` finds the runs under ``paths`` and returns a ``dash.Dash`` app; ``serve``
+runs it. The callbacks are thin wrappers around :class:`~traceview.app.views.AppController`
+methods; the only things they receive from the browser are run ids, ranks, steps, times, row ids
+and clicks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from . import pages
+from .runs import RunStore, discover_runs
+from .views import AppController
+
+#: every filter control, as callback States/Inputs (same order as the controller's arguments)
+FILTER_IDS = (("f-ranks", "value"), ("f-steps", "value"), ("f-t0", "value"), ("f-t1", "value"))
+
+_INDEX = """<!DOCTYPE html>
+<html>
+<head>
+{%metas%}
+<title>{%title%}</title>
+{%favicon%}
+{%css%}
+<style>
+body { font-family: Helvetica, Arial, sans-serif; margin: 0; background: #F7F8FA; color: #222; }
+.tv-header { background: #1F2D3D; color: white; padding: 10px 20px; }
+.tv-header h1 { font-size: 20px; margin: 0 16px 0 0; display: inline-block; }
+.tv-nav { background: white; border-bottom: 1px solid #ddd; padding: 0 20px; }
+.tv-nav a { display: inline-block; padding: 10px 12px; color: #1F2D3D; text-decoration: none; font-size: 14px; }
+.tv-nav a.active, .tv-nav a:hover { border-bottom: 3px solid #4C78A8; padding-bottom: 7px; }
+.tv-filters { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-end; padding: 10px 20px;
+              background: white; border-bottom: 1px solid #e5e5e5; font-size: 13px; }
+.tv-filters label { display: block; color: #555; font-size: 12px; margin-bottom: 2px; }
+.tv-main { padding: 12px 20px 60px 20px; max-width: 1500px; }
+.tv-status { color: #555; font-size: 12px; padding: 6px 20px 0 20px; }
+button { background: white; border: 1px solid #bbb; border-radius: 4px; padding: 4px 10px; cursor: pointer; }
+button:hover { background: #EEF3F9; }
+</style>
+</head>
+<body>
+{%app_entry%}
+<footer>{%config%}{%scripts%}{%renderer%}</footer>
+</body>
+</html>"""
+
+
+def build_layout(store: RunStore) -> html.Div:
+    run_options = [{"label": f"{r.id}: {r.label}", "value": r.id} for r in store.runs]
+    nav = html.Div([dcc.Link(label, href=path, id=f"nav-{path.strip('/')}") for path, label in pages.PAGES],
+                   className="tv-nav")
+    filters = html.Div([
+        html.Div([html.Label("run"), dcc.Dropdown(id="run", options=run_options, value=0, clearable=False,
+                                                   style={"minWidth": "320px"})], style={"flex": "2"}),
+        html.Div([html.Label("ranks"), dcc.Dropdown(id="f-ranks", multi=True, placeholder="all ranks")],
+                 style={"flex": "1", "minWidth": "180px"}),
+        html.Div([html.Label("steps"), dcc.RangeSlider(id="f-steps", min=0, max=1, value=[0, 1], step=1,
+                                                        allowCross=False, tooltip={"placement": "bottom"})],
+                 style={"flex": "2", "minWidth": "240px"}),
+        html.Div([html.Label("from (ms)"), dcc.Input(id="f-t0", type="number", debounce=True, placeholder="start",
+                                                     style={"width": "100px"})]),
+        html.Div([html.Label("to (ms)"), dcc.Input(id="f-t1", type="number", debounce=True, placeholder="end",
+                                                   style={"width": "100px"})]),
+        html.Div([html.Button("clear filters", id="f-clear", n_clicks=0)]),
+    ], className="tv-filters")
+    return html.Div([
+        dcc.Location(id="url", refresh="callback-nav"),
+        html.Div([html.H1("traceview"), html.Span(id="run-info", style={"fontSize": "13px", "color": "#C9D6E3"})],
+                 className="tv-header"),
+        filters,
+        nav,
+        html.Div(id="status", className="tv-status"),
+        html.Div(dcc.Loading(html.Div(id="page"), type="dot", delay_show=400), className="tv-main"),
+        dcc.Download(id="dl-md"), dcc.Download(id="dl-html"), dcc.Download(id="dl-json"),
+    ])
+
+
+def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: RunStore | None = None,
+               use_cache: bool = True, step_marker: str | None = None, warm: bool = True) -> dash.Dash:
+    """The Dash app for the runs found under ``paths`` (or an existing ``store``)."""
+    if store is None:
+        store = RunStore(discover_runs(list(paths or [])), use_cache=use_cache, step_marker=step_marker)
+    if warm and store.runs:
+        store.warm(0)
+    controller = AppController(store)
+    # no assets folder: the app serves no files of its own, only Dash's component bundles
+    empty_assets = Path(__file__).with_name("_no_assets")
+    import flask
+
+    # no static folder either: the only files served are Dash's own component bundles
+    server = flask.Flask("traceview.app", static_folder=None)
+    app = dash.Dash(
+        "traceview.app", server=server, title="traceview", suppress_callback_exceptions=True, update_title=None,
+        assets_folder=str(empty_assets), assets_ignore=".*", serve_locally=True, compress=False,
+    )
+    app.index_string = _INDEX
+    app.layout = build_layout(store)
+    app._traceview = controller  # type: ignore[attr-defined]  (tests and benchmarks reach it here)
+    filter_states = [State(i, p) for i, p in FILTER_IDS]
+    filter_inputs = [Input(i, p) for i, p in FILTER_IDS]
+
+    @app.callback(
+        Output("f-ranks", "options"), Output("f-ranks", "value"),
+        Output("f-steps", "min"), Output("f-steps", "max"), Output("f-steps", "value"), Output("f-steps", "marks"),
+        Output("f-steps", "disabled"), Output("f-t0", "value"), Output("f-t1", "value"), Output("run-info", "children"),
+        Input("run", "value"), Input("f-clear", "n_clicks"),
+    )
+    def _run_changed(run: Any, _clear: Any) -> tuple:
+        return controller.run_changed(run)
+
+    @app.callback(
+        Output("page", "children"), Output("status", "children"),
+        Input("url", "pathname"), Input("url", "search"), Input("run", "value"), *filter_inputs,
+    )
+    def _render_page(pathname: Any, search: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.render_page(pathname, search, run, ranks, steps, t0, t1)
+
+    @app.callback(
+        Output("ov-findings", "children"), Output("ov-poll", "disabled"),
+        Input("ov-poll", "n_intervals"), State("run", "value"), *filter_states,
+        prevent_initial_call=True,
+    )
+    def _overview_poll(n: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.overview_poll(n, run, ranks, steps, t0, t1)
+
+    @app.callback(
+        *[Output(f"nav-{p.strip('/')}", "className") for p in pages.PAGE_PATHS],
+        Input("url", "pathname"),
+    )
+    def _nav(pathname: Any) -> list[str]:
+        current = pathname if pathname in pages.PAGE_PATHS else "/overview"
+        return ["active" if p == current else "" for p in pages.PAGE_PATHS]
+
+    @app.callback(
+        Output("tl-graph", "figure"), Output("tl-window", "data"), Output("tl-stats", "children"),
+        Input("tl-graph", "relayoutData"), Input("tl-graph", "clickData"),
+        Input("tl-zoom-in", "n_clicks"), Input("tl-zoom-out", "n_clicks"), Input("tl-left", "n_clicks"),
+        Input("tl-right", "n_clicks"), Input("tl-reset", "n_clicks"),
+        State("tl-window", "data"), State("run", "value"), *filter_states,
+        prevent_initial_call=True,
+    )
+    def _timeline(relayout: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, state: Any, run: Any,
+                  ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        trig = dash.ctx.triggered[0]["prop_id"] if dash.ctx.triggered else None
+        return controller.timeline_update(trig, relayout, click, state, run, ranks, steps, t0, t1)
+
+    @app.callback(
+        Output("url", "pathname"), Output("url", "search"),
+        Input("gap-table", "active_cell"), State("run", "value"), *filter_states,
+        prevent_initial_call=True,
+    )
+    def _gap_clicked(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.gap_clicked(cell, run, ranks, steps, t0, t1)
+
+    @app.callback(
+        Output("cmp-body", "children"),
+        Input("cmp-base", "value"), Input("cmp-new", "value"), State("run", "value"), *filter_states,
+        prevent_initial_call=True,
+    )
+    def _compare(base: Any, new: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> list:
+        return controller.compare_update(base, new, run, ranks, steps, t0, t1)
+
+    for fmt in ("md", "html", "json"):
+        def _make(fmt: str = fmt) -> None:
+            @app.callback(Output(f"dl-{fmt}", "data"), Input(f"dl-{fmt}-btn", "n_clicks"), State("run", "value"),
+                          *filter_states, prevent_initial_call=True)
+            def _download(n: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> Any:
+                if not n:
+                    return dash.no_update
+                return controller.download(fmt, run, ranks, steps, t0, t1)
+        _make()
+
+    return app
+
+
+def serve(paths: Sequence[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050, use_cache: bool = True,
+          step_marker: str | None = None, debug: bool = False, store: RunStore | None = None) -> None:
+    """Start the app and serve it until interrupted."""
+    # the first run loads and its analyses start once the web framework is imported: starting them
+    # earlier only makes the two fight for the interpreter lock and delays the first page
+    app = create_app(paths, store=store, use_cache=use_cache, step_marker=step_marker)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    app.run(host=host, port=port, debug=debug, use_reloader=False, threaded=True)

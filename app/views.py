@@ -1,0 +1,442 @@
+"""The app's callbacks as plain methods of :class:`AppController` (tests call them directly; the Dash
+app registers thin wrappers around them in :mod:`traceview.app.server`).
+
+Everything that arrives from the browser is a run *id* (an index into the runs found on the command
+line), rank numbers, step numbers, times, row ids and button clicks; never a path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from typing import Any
+from urllib.parse import parse_qs
+
+from dash import dcc, html, no_update
+
+from . import pages
+from .components import CARD, fmt_ns, frame_table, message, section
+from .filters import Filters
+from .runs import RunContext, RunError, RunStore
+from .timeline import clamp_window, render
+
+log = logging.getLogger("traceview.app")
+
+#: the smallest timeline window (ns)
+MIN_WINDOW_NS = 1_000
+
+
+def _int(value: Any) -> int | None:
+    try:
+        if isinstance(value, bool):
+            return None
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_search(search: str | None) -> dict[str, int]:
+    """Integer query parameters (``?t0=..&t1=..&f0=..&f1=..``); anything else is ignored."""
+    out: dict[str, int] = {}
+    if not search:
+        return out
+    for key, values in parse_qs(search.lstrip("?")).items():
+        if key in ("t0", "t1", "f0", "f1") and values:
+            v = _int(values[0])
+            if v is not None:
+                out[key] = v
+    return out
+
+
+class AppController:
+    """State shared by the callbacks: the runs and their cached analysis contexts."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.timings: list[tuple[str, float]] = []
+
+    # ------------------------------------------------------------------ helpers
+    def _context(self, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> RunContext:
+        return self.store.context(run, Filters.from_controls(ranks, steps, t0, t1))
+
+    def _timed(self, name: str, start: float) -> None:
+        self.timings.append((name, time.perf_counter() - start))
+        del self.timings[:-200]
+
+    # ------------------------------------------------------------------ filters
+    def run_changed(self, run: Any) -> tuple:
+        """New run (or "clear filters"): rank options, step slider, time inputs, run description."""
+        try:
+            spec = self.store.spec(run)
+            info = self.store.steps(spec.id)
+        except RunError as exc:
+            empty: list[Any] = []
+            return (empty, None, 0, 1, [0, 1], {}, True, None, None, message(str(exc), "error"))
+        rank_options = [{"label": f"rank {r}", "value": r} for r in info.ranks]
+        if info.steps:
+            lo, hi = info.steps[0], info.steps[-1]
+            n = len(info.steps)
+            every = max(1, n // 8)
+            shown = list(info.steps[::every])
+            if shown[-1] != hi and len(shown) > 1 and info.steps.index(hi) - info.steps.index(shown[-1]) < every / 2:
+                shown.pop()  # too close to the last step's mark: the labels would overlap
+            marks = {int(s): str(s) for s in shown + [hi]}
+            slider = (lo, hi if hi > lo else lo + 1, [lo, hi], marks, False)
+        else:
+            slider = (0, 1, [0, 1], {0: "no steps", 1: ""}, True)
+        files = len(spec.files)
+        desc = (f"{len(info.ranks)} rank(s), {len(info.steps)} step(s), {files} file(s), "
+                f"{info.span_ns / 1e6:,.3f} ms")
+        return (rank_options, None, *slider, None, None, desc)
+
+    # ------------------------------------------------------------------ pages
+    def render_page(self, pathname: str | None, search: str | None, run: Any, ranks: Any = None, steps: Any = None,
+                    t0: Any = None, t1: Any = None) -> tuple[Any, Any]:
+        """The page at ``pathname`` for the run under the filters, and the status line."""
+        start = time.perf_counter()
+        path = pathname if pathname in pages.PAGE_PATHS else "/overview"
+        try:
+            if path == "/overview":  # draws as soon as the temporal breakdown is there
+                ctx = self.store.partial_context(run, Filters.from_controls(ranks, steps, t0, t1))
+            else:
+                ctx = self._context(run, ranks, steps, t0, t1)
+        except RunError as exc:
+            return [message(f"This run cannot be shown: {exc}", "error")], ""
+        if ctx.partial:
+            how = "analyses running: temporal breakdown ready"
+        elif ctx.from_disk:
+            how = "read from the result cache"
+        else:
+            how = f"analyses ran in {ctx.seconds:.2f} s"
+        status = f"{ctx.run.label} · {ctx.filters.describe()} · {ctx.trace.num_events:,} events · {how}"
+        try:
+            if path == "/overview":
+                body = pages.overview(ctx)
+            elif path == "/timeline":
+                body = self._timeline_page(ctx, parse_search(search))
+            elif path == "/gaps":
+                body = pages.gaps(ctx)
+            elif path == "/launch":
+                body = pages.launch(ctx)
+            elif path == "/communication":
+                body = pages.communication(ctx)
+            elif path == "/kernels":
+                body = pages.kernels(ctx)
+            elif path == "/compare":
+                body = self._compare_page(ctx)
+            else:
+                body = pages.findings(ctx)
+        except Exception as exc:  # a bug: say so on the page, log the traceback
+            log.error("page %s failed:\n%s", path, traceback.format_exc())
+            body = [message(f"internal error while drawing this page: {type(exc).__name__}: {exc}", "error")]
+        self._timed("page " + path, start)
+        self.store.first_page_served.set()
+        title = dict(pages.PAGES)[path]
+        return [html.H2(title, style={"margin": "6px 0 10px 0"}), *body], status
+
+    def overview_poll(self, n: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                      t1: Any = None) -> tuple:
+        """While the Overview shows a partial result: the findings once every analysis is done."""
+        filters = Filters.from_controls(ranks, steps, t0, t1)
+        try:
+            if not self.store.ready(run, filters):
+                return no_update, no_update
+            ctx = self.store.context(run, filters)
+            return pages.overview_findings(ctx.report()), True
+        except RunError as exc:
+            return [message(str(exc), "error")], True
+
+    # ------------------------------------------------------------------ timeline
+    def extent(self, ctx: RunContext) -> tuple[int, int]:
+        """Absolute time range the timeline may show for this selection."""
+        tr = ctx.trace
+        if tr.num_events == 0:
+            return ctx.origin_ns, ctx.origin_ns + MIN_WINDOW_NS
+        if tr is ctx.full:
+            return ctx.steps.origin_ns, max(ctx.steps.end_ns, ctx.steps.origin_ns + MIN_WINDOW_NS)
+        start = tr.column("start_ns")
+        end = start + tr.column("dur_ns")
+        return int(start.min()), max(int(end.max()), int(start.min()) + MIN_WINDOW_NS)
+
+    def timeline_figure(self, ctx: RunContext, state: dict) -> tuple[dict, str]:
+        index = self.store.timeline(ctx.run.id)
+        o = ctx.origin_ns
+        focus = None
+        if state.get("f0") is not None and state.get("f1") is not None:
+            focus = (o + int(state["f0"]), o + int(state["f1"]))
+        gaps = ctx.table("idle_gaps", "gaps")
+        fig, stats = render(index, o + int(state["t0"]), o + int(state["t1"]), ranks=ctx.filters.ranks, gaps=gaps,
+                            focus=focus, focus_label=state.get("label") or "")
+        return fig, stats.describe()
+
+    def _initial_window(self, ctx: RunContext, params: dict[str, int]) -> dict:
+        lo, hi = self.extent(ctx)
+        o = ctx.origin_ns
+        state: dict[str, Any] = {}
+        if "t0" in params and "t1" in params:
+            a, b = clamp_window(o + params["t0"], o + params["t1"], lo, hi, MIN_WINDOW_NS)
+        else:
+            a, b = lo, hi
+        state["t0"], state["t1"] = a - o, b - o
+        if "f0" in params and "f1" in params:
+            state["f0"], state["f1"] = params["f0"], params["f1"]
+            state["label"] = self._gap_label(ctx, o + params["f0"], o + params["f1"])
+        return state
+
+    def _gap_label(self, ctx: RunContext, start: int, end: int) -> str:
+        gaps = ctx.table("idle_gaps", "gaps")
+        if gaps is not None and len(gaps):
+            hit = gaps[(gaps["start_ns"] == start) & (gaps["end_ns"] == end)]
+            if len(hit):
+                g = hit.iloc[0]
+                from .timeline import CAUSE_LABELS
+
+                cause = CAUSE_LABELS.get(str(g["cause"]), str(g["cause"]))
+                text = f"{cause} gap, {fmt_ns(int(g['dur_ns']))}, rank {int(g['rank'])} GPU {int(g['device'])}"
+                if g.get("cpu_context"):
+                    text += f" · CPU: {str(g['cpu_context'])[:60]}"
+                return text
+        return f"selected range, {fmt_ns(end - start)}"
+
+    def _timeline_page(self, ctx: RunContext, params: dict[str, int]) -> list[Any]:
+        state = self._initial_window(ctx, params)
+        fig, text = self.timeline_figure(ctx, state)
+        return pages.timeline(ctx, fig, text, state)
+
+    def timeline_update(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
+                        ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> tuple:
+        """Zoom, pan, reset or click on the timeline: the new figure, window state and stats line.
+
+        ``trigger``: the id (and property) that fired: ``tl-graph.relayoutData``,
+        ``tl-graph.clickData``, ``tl-zoom-in``, ``tl-zoom-out``, ``tl-left``, ``tl-right``, ``tl-reset``.
+        """
+        start = time.perf_counter()
+        try:
+            ctx = self._context(run, ranks, steps, t0, t1)
+        except RunError as exc:
+            return no_update, no_update, str(exc)
+        lo, hi = self.extent(ctx)
+        o = ctx.origin_ns
+        state = dict(state) if isinstance(state, dict) else {}
+        cur0 = _int(state.get("t0"))
+        cur1 = _int(state.get("t1"))
+        if cur0 is None or cur1 is None:
+            cur0, cur1 = lo - o, hi - o
+        a, b = o + cur0, o + cur1
+        width = max(b - a, MIN_WINDOW_NS)
+        new_focus = None
+        trig = trigger or ""
+        if trig.startswith("tl-graph.relayoutData"):
+            rel = relayout if isinstance(relayout, dict) else {}
+            r0, r1 = rel.get("xaxis.range[0]"), rel.get("xaxis.range[1]")
+            if r0 is None and isinstance(rel.get("xaxis.range"), (list, tuple)) and len(rel["xaxis.range"]) == 2:
+                r0, r1 = rel["xaxis.range"]
+            if r0 is not None and r1 is not None:
+                try:
+                    a, b = o + int(round(float(r0) * 1e6)), o + int(round(float(r1) * 1e6))
+                except (TypeError, ValueError):
+                    return no_update, no_update, no_update
+            elif rel.get("xaxis.autorange"):
+                a, b = lo, hi
+            else:
+                return no_update, no_update, no_update
+        elif trig.startswith("tl-graph.clickData"):
+            gap = _clicked_gap(click)
+            if gap is None:
+                return no_update, no_update, no_update
+            g0, g1 = o + gap[0], o + gap[1]
+            pad = max(2 * (g1 - g0), 20_000)
+            a, b = g0 - pad, g1 + pad
+            new_focus = (gap[0], gap[1])
+        elif trig.startswith("tl-zoom-in"):
+            c = (a + b) // 2
+            a, b = c - width // 4, c + width // 4
+        elif trig.startswith("tl-zoom-out"):
+            c = (a + b) // 2
+            a, b = c - width, c + width
+        elif trig.startswith("tl-left"):
+            a, b = a - width // 2, b - width // 2
+        elif trig.startswith("tl-right"):
+            a, b = a + width // 2, b + width // 2
+        elif trig.startswith("tl-reset"):
+            a, b = lo, hi
+        a, b = clamp_window(a, b, lo, hi, MIN_WINDOW_NS)
+        state["t0"], state["t1"] = a - o, b - o
+        if new_focus is not None:
+            state["f0"], state["f1"] = new_focus
+            state["label"] = self._gap_label(ctx, o + new_focus[0], o + new_focus[1])
+        fig, text = self.timeline_figure(ctx, state)
+        self._timed("timeline", start)
+        return fig, state, text
+
+    # ------------------------------------------------------------------ gaps
+    def gap_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                    t1: Any = None) -> tuple:
+        """A row of the largest-gaps table was clicked: open the timeline around that gap."""
+        if not isinstance(active_cell, dict):
+            return no_update, no_update
+        row_id = _int(active_cell.get("row_id"))
+        if row_id is None:
+            return no_update, no_update
+        try:
+            ctx = self._context(run, ranks, steps, t0, t1)
+        except RunError:
+            return no_update, no_update
+        gaps = ctx.table("idle_gaps", "gaps")
+        if gaps is None or row_id not in gaps.index:
+            return no_update, no_update
+        g = gaps.loc[row_id]
+        s, e = int(g["start_ns"]) - ctx.origin_ns, int(g["end_ns"]) - ctx.origin_ns
+        return "/timeline", gap_search(s, e)
+
+    # ------------------------------------------------------------------ compare
+    def _compare_page(self, ctx: RunContext) -> list[Any]:
+        runs = self.store.runs
+        options = [{"label": f"{r.id}: {r.label}", "value": r.id} for r in runs]
+        other = runs[(ctx.run.id + 1) % len(runs)].id  # the next run (e.g. base/ -> new/)
+        controls = html.Div([
+            html.Div([html.Label("base"), dcc.Dropdown(id="cmp-base", options=options, value=ctx.run.id,
+                                                       clearable=False)], style={"flex": "1"}),
+            html.Div([html.Label("new"), dcc.Dropdown(id="cmp-new", options=options, value=other,
+                                                      clearable=False)], style={"flex": "1"}),
+        ], style={**CARD, "display": "flex", "gap": "16px"})
+        body = self.compare(ctx.run.id, other, ctx.filters)
+        note = [] if len(runs) > 1 else [message(
+            "Only one run was given on the command line: it is compared with itself. Start the app with "
+            "two runs (e.g. traceview app before/ after/) to compare them.", "warn")]
+        return [controls, *note, html.Div(body, id="cmp-body")]
+
+    def compare_update(self, base: Any, new: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                       t1: Any = None) -> list[Any]:
+        return self.compare(base, new, Filters.from_controls(ranks, steps, t0, t1))
+
+    def compare(self, base: Any, new: Any, filters: Filters) -> list[Any]:
+        from traceview.diff import diff_results
+
+        start = time.perf_counter()
+        try:
+            a = self.store.context(base, filters)
+            b = self.store.context(new, filters)
+        except RunError as exc:
+            return [message(str(exc), "error")]
+        diff = diff_results(a.results, b.results, base_label=a.run.label, new_label=b.run.label)
+        d = diff.to_dict()
+        s = d["summary"]
+        verdict = s["verdict"]
+        color = {"regressed": "#C0392B", "improved": "#1E8449", "changed": "#B9770E"}.get(verdict, "#555")
+        import pandas as pd
+
+        out: list[Any] = [html.Div([
+            html.Span("verdict: ", style={"fontSize": "18px"}),
+            html.Span(verdict, id="cmp-verdict", style={"fontSize": "18px", "fontWeight": "700", "color": color}),
+            html.Div(f"base: {a.run.label} · new: {b.run.label} · filters: {filters.describe()}",
+                     style={"color": "#555", "fontSize": "13px", "marginTop": "4px"}),
+            html.Div(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.items()
+                               if isinstance(v, int) and not isinstance(v, bool) and v),
+                     style={"fontSize": "13px", "marginTop": "4px"}),
+        ], style=CARD)]
+        out.extend(message(n, "warn") for n in d.get("notes", []))
+        metrics = pd.DataFrame(d["metrics"])
+        if len(metrics):
+            out.append(section("Side by side: mean per step", pages_graph(_compare_figure(metrics))))
+            from traceview.diff import METRICS
+
+            m = metrics.copy()
+            m["metric"] = [METRICS.get(x, ("", False, x))[2] for x in m["metric"]]
+            ns = m["unit"] == "ns"
+            for c in ("base", "new", "delta", "threshold"):
+                m[c + "_ms"] = [(v / 1e6 if v is not None and is_ns else v) for v, is_ns in zip(m[c], ns)]
+            out.append(section("Metrics (times in ms, overlap in %)", frame_table(
+                m, "cmp-metrics", columns=["metric", "rank", "device", "base_ms", "new_ms", "delta_ms", "delta_pct",
+                                           "threshold_ms", "status"],
+                rename={"base_ms": "base", "new_ms": "new", "delta_ms": "delta", "threshold_ms": "noise threshold"},
+                page_size=20, filter_=True,
+                style_data_conditional=[
+                    {"if": {"filter_query": '{status} = "worse"'}, "backgroundColor": "#FADBD8"},
+                    {"if": {"filter_query": '{status} = "better"'}, "backgroundColor": "#D5F5E3"}])))
+        kern = pd.DataFrame(d["kernels"])
+        if len(kern):
+            kern = kern.assign(abs_delta=pd.to_numeric(kern["delta"], errors="coerce").abs().fillna(0)).sort_values("abs_delta", ascending=False)
+            out.append(section("Kernels: GPU time per step", frame_table(
+                kern.rename(columns={"base": "base_ns", "new": "new_ns", "delta": "delta_ns"}), "cmp-kernels",
+                columns=["rank", "device", "name", "match", "base_ns", "new_ns", "delta_ns", "delta_pct", "status"],
+                page_size=15, filter_=True)))
+        fnd = pd.DataFrame(d["findings"])
+        if len(fnd):
+            out.append(section("Findings", frame_table(
+                fnd, "cmp-findings", columns=["status", "code", "rank", "title", "base_severity", "new_severity",
+                                              "base_cost_ns", "new_cost_ns"], page_size=15)))
+        self._timed("compare", start)
+        return out
+
+    # ------------------------------------------------------------------ downloads
+    def download(self, fmt: str, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                 t1: Any = None) -> dict:
+        """The report of the run under the filters, as a dcc.Download payload."""
+        try:
+            ctx = self._context(run, ranks, steps, t0, t1)
+        except RunError:
+            return no_update
+        report = ctx.report()
+        if fmt == "md":
+            from traceview.render.markdown import render_markdown
+
+            text, ext = render_markdown(report), "md"
+        elif fmt == "html":
+            from traceview.render.html import render_html
+
+            text, ext = render_html(report, trace=ctx.trace), "html"
+        else:
+            from traceview.render.json import render_json
+
+            text, ext = render_json(report), "json"
+        return dcc.send_string(text, filename=f"traceview-report-run{ctx.run.id}.{ext}")
+
+
+def gap_search(start_rel: int, end_rel: int) -> str:
+    """Query string of a timeline window around a gap (ns since the run's first event)."""
+    pad = max(2 * (end_rel - start_rel), 20_000)
+    return f"?t0={start_rel - pad}&t1={end_rel + pad}&f0={start_rel}&f1={end_rel}"
+
+
+def _clicked_gap(click: Any) -> tuple[int, int] | None:
+    if not isinstance(click, dict):
+        return None
+    points = click.get("points") or []
+    if not points or not isinstance(points[0], dict):
+        return None
+    cd = points[0].get("customdata")
+    if isinstance(cd, (list, tuple)) and len(cd) == 2:
+        a, b = _int(cd[0]), _int(cd[1])
+        if a is not None and b is not None and b > a:
+            return a, b
+    return None
+
+
+def pages_graph(fig: Any) -> Any:
+    from .components import graph
+
+    return graph(fig)
+
+
+def _compare_figure(metrics: Any) -> Any:
+    """Base vs new mean per step for the time metrics of the diff (grouped bars per rank)."""
+    import plotly.graph_objects as go
+
+    from traceview.diff import METRICS
+
+    key = ("step_time_ns", "gpu_window_ns", "busy_ns", "idle_ns", "exposed_comm_ns")
+    m = metrics[metrics["metric"].isin(key)]
+    if not len(m):
+        m = metrics[metrics["unit"] == "ns"]
+    labels = [f"{METRICS.get(r.metric, ('', False, r.metric))[2]} · rank {r.rank}"
+              + ("" if r.device is None or r.device != r.device else f" GPU {int(r.device)}") for r in m.itertuples()]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(name="base", x=labels, y=[None if v is None else v / 1e6 for v in m["base"]],
+                         marker_color="#9DB4CF", hovertemplate="%{x}<br>base %{y:.3f} ms<extra></extra>"))
+    fig.add_trace(go.Bar(name="new", x=labels, y=[None if v is None else v / 1e6 for v in m["new"]],
+                         marker_color="#4C78A8", hovertemplate="%{x}<br>new %{y:.3f} ms<extra></extra>"))
+    fig.update_layout(template="plotly_white", barmode="group", height=380, margin=dict(l=60, r=20, t=30, b=120),
+                      yaxis_title="mean per step (ms)", legend=dict(orientation="h", y=1.02, yanchor="bottom"))
+    return fig

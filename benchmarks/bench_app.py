@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""Web-app benchmark: ``traceview app`` on a ~500 MB Kineto trace that is already in the Arrow cache.
+
+    python benchmarks/bench_app.py                          # benchmarks/out/kineto_500mb.json (made if absent)
+    python benchmarks/bench_app.py --trace FILE             # any trace
+    python benchmarks/bench_app.py --runs 3 --repeat 5
+
+It starts ``traceview app`` as a fresh process (``--runs`` times) and talks to it over HTTP exactly as
+the browser does (``GET /``, ``/_dash-layout``, ``/_dash-dependencies``, then the Overview page's
+callback), and measures:
+
+* **first page ready** (s, target <= 2 s): from starting the process to the Overview page's callback
+  returning its figures. Two cases: *cold* (trace in the Arrow cache, analyses computed at start-up)
+  and *warm* (a restart: the analysis results are in the app's result cache as well);
+* **server time per interaction** (ms, median, target <= 300 ms): page switches, timeline zoom/pan/
+  reset at every zoom level, a gap click and the timeline around it, each repeated ``--repeat`` times;
+  a filter change (which re-runs the analyses on the selection) is reported apart;
+  the first page is "drawn" when the Overview shows the temporal breakdown, "complete" when its
+  findings are there too (the page polls for them while the other analyses finish);
+* **timeline shapes per response** (target <= ~50k): bars + heatmap cells + gap bars + layout shapes
+  in every timeline response, and the response size.
+
+Times are wall-clock on this (shared, noisy) machine; medians are printed next to the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_TRACE = HERE / "out" / "kineto_500mb.json"
+
+TARGET_FIRST_PAGE_S = 2.0
+TARGET_INTERACTION_MS = 300.0
+TARGET_SHAPES = 50_000
+
+PAGE_OUT = "..page.children...status.children.."
+TL_OUT = "..tl-graph.figure...tl-window.data...tl-stats.children.."
+GAP_OUT = "..url.pathname...url.search.."
+FILTERS = [("f-ranks", "value"), ("f-steps", "value"), ("f-t0", "value"), ("f-t1", "value")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(base: str, payload: dict, timeout: float = 120.0) -> tuple[float, dict, int]:
+    data = json.dumps(payload).encode()
+    req = urllib.request.Request(base + "/_dash-update-component", data=data,
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        body = resp.read()
+    dt = time.perf_counter() - t0
+    return dt, (json.loads(body) if body else {}), len(body)
+
+
+def get(base: str, path: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(base + path, timeout=timeout) as resp:
+        return resp.read()
+
+
+def filt(values: dict | None = None) -> list[dict]:
+    values = values or {}
+    return [{"id": i, "property": p, "value": values.get(i)} for i, p in FILTERS]
+
+
+def page_payload(path: str, search: str = "", run: int = 0, filters: dict | None = None) -> dict:
+    return {
+        "output": PAGE_OUT,
+        "outputs": [{"id": "page", "property": "children"}, {"id": "status", "property": "children"}],
+        "inputs": [{"id": "url", "property": "pathname", "value": path},
+                   {"id": "url", "property": "search", "value": search},
+                   {"id": "run", "property": "value", "value": run}, *filt(filters)],
+        "changedPropIds": ["url.pathname"], "state": [],
+    }
+
+
+def timeline_payload(trigger: str, state: dict, relayout: Any = None, click: Any = None, run: int = 0) -> dict:
+    buttons = ["tl-zoom-in", "tl-zoom-out", "tl-left", "tl-right", "tl-reset"]
+    return {
+        "output": TL_OUT,
+        "outputs": [{"id": "tl-graph", "property": "figure"}, {"id": "tl-window", "property": "data"},
+                    {"id": "tl-stats", "property": "children"}],
+        "inputs": [{"id": "tl-graph", "property": "relayoutData", "value": relayout},
+                   {"id": "tl-graph", "property": "clickData", "value": click},
+                   *[{"id": b, "property": "n_clicks", "value": 1} for b in buttons]],
+        "changedPropIds": [trigger],
+        "state": [{"id": "tl-window", "property": "data", "value": state},
+                  {"id": "run", "property": "value", "value": run}, *filt()],
+    }
+
+
+def poll_payload(n: int, run: int = 0) -> dict:
+    return {
+        "output": "..ov-findings.children...ov-poll.disabled..",
+        "outputs": [{"id": "ov-findings", "property": "children"}, {"id": "ov-poll", "property": "disabled"}],
+        "inputs": [{"id": "ov-poll", "property": "n_intervals", "value": n}],
+        "changedPropIds": ["ov-poll.n_intervals"],
+        "state": [{"id": "run", "property": "value", "value": run}, *filt()],
+    }
+
+
+def gap_payload(row_id: int, run: int = 0) -> dict:
+    return {
+        "output": GAP_OUT,
+        "outputs": [{"id": "url", "property": "pathname"}, {"id": "url", "property": "search"}],
+        "inputs": [{"id": "gap-table", "property": "active_cell",
+                    "value": {"row": 0, "column": 0, "column_id": "rank", "row_id": row_id}}],
+        "changedPropIds": ["gap-table.active_cell"],
+        "state": [{"id": "run", "property": "value", "value": run}, *filt()],
+    }
+
+
+def find_component(tree: Any, ident: str) -> dict | None:
+    if isinstance(tree, dict):
+        if tree.get("props", {}).get("id") == ident:
+            return tree
+        for v in tree.values():
+            hit = find_component(v, ident)
+            if hit is not None:
+                return hit
+    elif isinstance(tree, list):
+        for v in tree:
+            hit = find_component(v, ident)
+            if hit is not None:
+                return hit
+    return None
+
+
+def count_shapes(fig: dict) -> int:
+    total = 0
+    for tr in fig.get("data", []):
+        if tr.get("type") == "heatmap":
+            total += sum(len(row) for row in tr.get("z", []))
+        else:
+            total += len(tr.get("x", []) or [])
+    return total + len(fig.get("layout", {}).get("shapes", []) or [])
+
+
+class App:
+    """A ``traceview app`` process."""
+
+    def __init__(self, trace: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.t_start = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "traceview.cli", "app", str(trace), "--port", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=str(REPO))
+
+    def wait_up(self, timeout: float = 120.0) -> float:
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("traceview app exited: " + self.proc.stderr.read().decode()[-2000:])
+            try:
+                get(self.base, "/")
+                return time.perf_counter() - self.t_start
+            except OSError:
+                if time.perf_counter() - self.t_start > timeout:
+                    raise
+                time.sleep(0.02)
+
+    def first_page(self) -> tuple[float, float, float]:
+        """Seconds from start until the server answers, until the Overview page is drawn (with the
+        temporal breakdown at least), and until it is complete (its findings there too)."""
+        up = self.wait_up()
+        get(self.base, "/_dash-layout")
+        get(self.base, "/_dash-dependencies")
+        _, resp, _ = post(self.base, page_payload("/overview"))
+        text = json.dumps(resp)
+        assert "Overview" in text[:2000] and "ov-breakdown" in text, "the overview did not render"
+        first = time.perf_counter() - self.t_start
+        self.status = str(resp.get("response", {}).get("status", {}).get("children", ""))
+        n = 0
+        if "Running the other analyses" in text:  # partial: poll like the page until the findings come
+            while True:
+                time.sleep(0.4)
+                n += 1
+                _, resp, _ = post(self.base, poll_payload(n))
+                if "ov-findings" in (resp.get("response") or {}):
+                    break
+        return up, first, time.perf_counter() - self.t_start
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def ensure_trace(path: Path, env: dict[str, str]) -> None:
+    if not path.exists():
+        print(f"generating {path} (~500 MB) ...", flush=True)
+        subprocess.run([sys.executable, str(HERE / "gen_kineto.py"), str(path), "--size-mb", "500"], check=True)
+    # make sure it is in the Arrow cache (the benchmark measures the app, not the parser)
+    subprocess.run([sys.executable, "-c", f"import traceview; traceview.load({str(path)!r})"], check=True, env=env)
+
+
+def clear_result_cache(env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-c", "from traceview.app.runs import clear_result_cache; clear_result_cache()"],
+                   check=True, env=env)
+
+
+def interactions(app: App, repeat: int) -> dict[str, Any]:
+    base = app.base
+    times: dict[str, list[float]] = {}
+    shapes: list[int] = []
+    sizes: list[int] = []
+
+    def timed(name: str, payload: dict) -> dict:
+        dt, resp, size = post(base, payload)
+        times.setdefault(name, []).append(dt * 1000)
+        if name.startswith("timeline"):
+            fig = resp.get("response", {}).get("tl-graph", {}).get("figure")
+            if fig is None:
+                fig = (find_component(resp, "tl-graph") or {}).get("props", {}).get("figure")
+            if fig:
+                shapes.append(count_shapes(fig))
+                sizes.append(size)
+        return resp
+
+    pages = ["/overview", "/timeline", "/gaps", "/launch", "/communication", "/kernels", "/compare", "/findings"]
+    for _ in range(repeat):
+        for p in pages:
+            resp = timed("page " + p, page_payload(p))
+            if p == "/timeline":
+                fig = (find_component(resp, "tl-graph") or {}).get("props", {}).get("figure")
+                shapes.append(count_shapes(fig))
+            if p == "/gaps":
+                table = find_component(resp, "gap-table")
+                gap_rows = table["props"]["data"] if table else []
+    # the timeline at every zoom level: whole run, then 10x narrower each time
+    resp = timed("page /timeline", page_payload("/timeline"))
+    state = find_component(resp, "tl-window")["props"]["data"]
+    full0, full1 = state["t0"], state["t1"]
+    for _ in range(repeat):
+        width = full1 - full0
+        center = full0 + width * 0.37
+        while width >= 20_000:
+            a, b = (center - width / 2) / 1e6, (center + width / 2) / 1e6
+            r = timed("timeline zoom (drag)", timeline_payload("tl-graph.relayoutData", state,
+                                                               relayout={"xaxis.range[0]": a, "xaxis.range[1]": b}))
+            state = r["response"]["tl-window"]["data"]
+            width /= 10
+        for trig in ("tl-zoom-out.n_clicks", "tl-left.n_clicks", "tl-right.n_clicks", "tl-zoom-in.n_clicks"):
+            r = timed("timeline " + trig.split(".")[0].replace("tl-", ""), timeline_payload(trig, state))
+            state = r["response"]["tl-window"]["data"]
+        r = timed("timeline reset", timeline_payload("tl-reset.n_clicks", state))
+        state = r["response"]["tl-window"]["data"]
+    # gap clicks: the table row -> url, then the timeline page around the gap
+    for row in gap_rows[:repeat * 2]:
+        dt, resp, _ = post(base, gap_payload(int(row["id"])))
+        times.setdefault("gap click (table row)", []).append(dt * 1000)
+        search = resp["response"]["url"]["search"]
+        timed("timeline around the gap (page)", page_payload("/timeline", search))
+    # a filter change: the analyses run again on the selection. The Overview draws once the temporal
+    # breakdown is done; the Gaps page waits for every analysis; after that the selection is cached.
+    sel = {"f-steps": [20, 29]}
+    t0 = time.perf_counter()
+    dt_overview, _, _ = post(base, page_payload("/overview", filters=sel))
+    dt_gaps, _, _ = post(base, page_payload("/gaps", filters=sel))
+    all_done = time.perf_counter() - t0
+    dt_cached, _, _ = post(base, page_payload("/launch", filters=sel))
+    return {"times": times, "shapes": shapes, "sizes": sizes, "filter_overview_ms": dt_overview * 1000,
+            "filter_all_ms": all_done * 1000, "filter_cached_ms": dt_cached * 1000}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--runs", type=int, default=3, help="start-ups measured per case (median)")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions of each interaction")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    env.setdefault("PYTHONPATH", "")
+    ensure_trace(args.trace, env)
+    size_mb = args.trace.stat().st_size / 1e6
+    print(f"trace: {args.trace} ({size_mb:,.0f} MB), Arrow cache warm; machine: {os.cpu_count()} cores", flush=True)
+
+    results: dict[str, Any] = {"trace": str(args.trace), "size_mb": size_mb}
+    for case in ("cold", "warm"):
+        ups, firsts, completes = [], [], []
+        for i in range(args.runs):
+            if case == "cold":
+                clear_result_cache(env)
+            elif i == 0:
+                # one start-up to fill the result cache
+                app = App(args.trace, env)
+                app.first_page()
+                time.sleep(1.0)
+                app.stop()
+            app = App(args.trace, env)
+            try:
+                up, first, complete = app.first_page()
+            finally:
+                if not (case == "warm" and i == args.runs - 1):
+                    app.stop()
+            ups.append(up)
+            firsts.append(first)
+            completes.append(complete)
+            print(f"  {case} start-up {i + 1}: {first:.2f} s, {app.status.split(' · ')[-1]}", flush=True)
+        results[f"first_page_{case}_s"] = statistics.median(firsts)
+        results[f"complete_page_{case}_s"] = statistics.median(completes)
+        results[f"server_up_{case}_s"] = statistics.median(ups)
+        print(f"start-up ({case}): server answers after {statistics.median(ups):.2f} s, first page drawn after "
+              f"{statistics.median(firsts):.2f} s (runs: " + ", ".join(f"{x:.2f}" for x in firsts)
+              + f"), complete with findings after {statistics.median(completes):.2f} s", flush=True)
+    try:
+        time.sleep(1.0)  # let the background warm-up (timeline index) finish
+        inter = interactions(app, args.repeat)
+    finally:
+        app.stop()
+
+    print()
+    print(f"{'interaction':38s} {'n':>3s} {'median ms':>10s} {'max ms':>9s}")
+    all_times = []
+    for name, ts in inter["times"].items():
+        all_times.extend(ts)
+        print(f"{name:38s} {len(ts):3d} {statistics.median(ts):10.1f} {max(ts):9.1f}")
+    med = statistics.median(all_times)
+    p90 = sorted(all_times)[int(0.9 * (len(all_times) - 1))]
+    print(f"{'all interactions':38s} {len(all_times):3d} {med:10.1f}   p90 {p90:.1f}")
+    print(f"filter change to steps 20-29 (the analyses run again): Overview drawn after "
+          f"{inter['filter_overview_ms']:.0f} ms, every analysis done after {inter['filter_all_ms']:.0f} ms, "
+          f"then another page of that selection in {inter['filter_cached_ms']:.0f} ms")
+    max_shapes = max(inter["shapes"]) if inter["shapes"] else 0
+    max_kb = max(inter["sizes"]) / 1024 if inter["sizes"] else 0
+    print()
+    print("figure                                   value      target")
+    for case, what in (("cold", "cold start"), ("warm", "restart")):
+        for key, label in (("first_page", "first page drawn"), ("complete_page", "  ... with findings")):
+            v = results[f"{key}_{case}_s"]
+            print(f"{label + ', ' + what + ' (s)':39s}{v:8.2f}   <= {TARGET_FIRST_PAGE_S:.0f}"
+                  f"  {'ok' if v <= TARGET_FIRST_PAGE_S else 'MISSED'}")
+    print(f"server time per interaction, median (ms) {med:6.1f}   <= {TARGET_INTERACTION_MS:.0f}"
+          f"  {'ok' if med <= TARGET_INTERACTION_MS else 'MISSED'}")
+    print(f"timeline shapes per response, max      {max_shapes:8,d}   <= {TARGET_SHAPES:,}"
+          f"  {'ok' if max_shapes <= TARGET_SHAPES else 'MISSED'} (largest response {max_kb:,.0f} KB)")
+    results.update(interaction_median_ms=med, interaction_p90_ms=p90,
+                   filter_change_overview_ms=inter["filter_overview_ms"], filter_change_all_ms=inter["filter_all_ms"],
+                   timeline_max_shapes=max_shapes, timeline_max_kb=max_kb,
+                   per_interaction={k: statistics.median(v) for k, v in inter["times"].items()})
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

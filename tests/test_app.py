@@ -1,0 +1,569 @@
+"""The web app (``traceview app``): it builds, every callback gives sane output on the bundled
+samples, filters select what they say, the timeline stays under its shape budget on a large trace,
+clicking a gap opens the timeline around it, and nothing from the browser can name a file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import SAMPLE_TRACES, require_shared
+
+dash = pytest.importorskip("dash")
+
+from traceview.app import pages  # noqa: E402
+from traceview.app.filters import Filters  # noqa: E402
+from traceview.app.runs import RunError, RunStore, discover_runs  # noqa: E402
+from traceview.app.server import create_app  # noqa: E402
+from traceview.app.timeline import SHAPE_BUDGET, LaneIndex, count_shapes, render  # noqa: E402
+from traceview.app.views import AppController, gap_search, parse_search  # noqa: E402
+
+SAMPLES = [SAMPLE_TRACES / "synthetic_4rank", SAMPLE_TRACES / "synthetic_nsys.sqlite",
+           SAMPLE_TRACES / "torch_cpu_mlp.json.gz", SAMPLE_TRACES / "regression_pair"]
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def walk(component: Any) -> Iterator[Any]:
+    """Every Dash component in a tree (lists, components and their children)."""
+    if isinstance(component, (list, tuple)):
+        for c in component:
+            yield from walk(c)
+        return
+    if component is None or isinstance(component, (str, int, float)):
+        return
+    yield component
+    yield from walk(getattr(component, "children", None))
+
+
+def by_id(tree: Any, ident: str) -> Any:
+    for c in walk(tree):
+        if getattr(c, "id", None) == ident:
+            return c
+    raise AssertionError(f"no component with id {ident!r}")
+
+
+def graphs(tree: Any) -> list[Any]:
+    return [c for c in walk(tree) if type(c).__name__ == "Graph"]
+
+
+def text_of(tree: Any) -> str:
+    out = []
+    for c in walk(tree):
+        ch = getattr(c, "children", None)
+        if isinstance(ch, str):
+            out.append(ch)
+        elif isinstance(ch, (list, tuple)):
+            out.extend(x for x in ch if isinstance(x, str))
+    return " ".join(out)
+
+
+def figure_points(fig: Any) -> int:
+    fig = fig.to_plotly_json() if hasattr(fig, "to_plotly_json") else fig
+    total = 0
+    for tr in fig.get("data", []):
+        for key in ("x", "z", "y"):
+            v = tr.get(key)
+            if v is not None and len(v):
+                total += len(v)
+                break
+    return total
+
+
+@pytest.fixture(scope="module")
+def app() -> Any:
+    return create_app([str(p) for p in SAMPLES], warm=False)
+
+
+@pytest.fixture(scope="module")
+def ctl(app: Any) -> AppController:
+    return app._traceview
+
+
+def run_id(ctl: AppController, label_start: str) -> int:
+    for r in ctl.store.runs:
+        if r.label.startswith(label_start):
+            return r.id
+    raise AssertionError(f"no run {label_start!r} in {[r.label for r in ctl.store.runs]}")
+
+
+# ------------------------------------------------------------------------------------ runs
+
+
+def test_runs_are_grouped_by_folder_and_rank_number() -> None:
+    runs = discover_runs([str(p) for p in SAMPLES])
+    labels = [r.label for r in runs]
+    assert labels[0] == "synthetic_4rank/rank* (4 ranks)" and len(runs[0].files) == 4
+    assert "synthetic_nsys.sqlite" in labels and "torch_cpu_mlp.json.gz" in labels
+    pair = [r for r in runs if r.label.startswith("regression_pair/")]
+    assert [len(r.files) for r in pair] == [2, 2] and pair[0].label != pair[1].label
+    assert [r.id for r in runs] == list(range(len(runs)))
+
+
+def test_runs_of_the_real_traces_folder() -> None:
+    kineto = require_shared() / "kineto"
+    runs = discover_runs([str(kineto)])
+    by_label = {r.label: r for r in runs}
+    assert len(by_label["kineto/param_dlrm_8ranks_v100/worker* (8 ranks)"].files) == 8
+    assert len(by_label["kineto/hta_trace_filter_2ranks/sampled_rank-* (2 ranks)"].files) == 2
+    # unrelated single files with rank numbers in their names stay separate runs
+    assert "kineto/hta_df_index_resolver_v100_rank1.json.gz" in by_label
+    assert "kineto/tracelens_resnet_actckpt_mi300x_rank0.json.gz" in by_label
+
+
+def test_run_ids_from_the_browser_are_validated(ctl: AppController) -> None:
+    for bad in ("/etc/passwd", "../sample_traces", "0/../../x", "-1", 99, None, True, 1.5, "1e0", [0], {"id": 0}):
+        with pytest.raises(RunError):
+            ctl.store.spec(bad)
+    assert ctl.store.spec("0").id == 0 and ctl.store.spec(0).id == 0
+
+
+# ------------------------------------------------------------------------------------ app
+
+
+def test_app_builds_with_its_callbacks(app: Any) -> None:
+    ids = {getattr(c, "id", None) for c in walk(app.layout)}
+    assert {"url", "run", "f-ranks", "f-steps", "f-t0", "f-t1", "page", "dl-md", "dl-html", "dl-json"} <= ids
+    outputs = " ".join(app.callback_map)
+    for needed in ("page.children", "tl-graph.figure", "url.pathname", "cmp-body.children", "dl-json.data",
+                   "f-ranks.options"):
+        assert needed in outputs
+    client = app.server.test_client()
+    assert client.get("/").status_code == 200
+    assert client.get("/_dash-layout").status_code == 200
+
+
+def test_run_changed_sets_the_filter_controls(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    options, value, smin, smax, svalue, marks, disabled, t0, t1, desc = ctl.run_changed(rid)
+    assert [o["value"] for o in options] == [0, 1, 2, 3] and value is None
+    assert (smin, smax, svalue, disabled) == (2, 4, [2, 4], False) and marks
+    assert t0 is None and t1 is None and "4 rank(s), 3 step(s)" in desc
+    cpu = ctl.run_changed(run_id(ctl, "torch_cpu_mlp"))
+    assert cpu[0] == [{"label": "rank 0", "value": 0}]
+    bad = ctl.run_changed("/etc/passwd")
+    assert bad[0] == [] and "unknown run" in str(bad[-1])
+
+
+@pytest.mark.parametrize("path", pages.PAGE_PATHS)
+def test_every_page_renders_for_every_sample(ctl: AppController, path: str) -> None:
+    for spec in ctl.store.runs:
+        body, status = ctl.render_page(path, "", spec.id)
+        text = text_of(body)
+        assert "internal error" not in text, (spec.label, path, text[:500])
+        assert spec.label in status
+        assert body[0].children == dict(pages.PAGES)[path]
+        for g in graphs(body):
+            fig = g.figure.to_plotly_json() if hasattr(g.figure, "to_plotly_json") else g.figure
+            assert fig.get("data") is not None and fig.get("layout") is not None
+
+
+def test_pages_show_data_for_the_4rank_sample(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    body, _ = ctl.render_page("/overview", "", rid)
+    assert figure_points(by_id(body, "ov-breakdown").figure) >= 4
+    assert figure_points(by_id(body, "ov-steps").figure) >= 12
+    assert len(by_id(body, "ov-util").data) == 4
+    top = ctl.store.context(rid).report()["findings"][0]  # the costliest finding is listed first
+    assert top["title"] in text_of(body)
+    body, _ = ctl.render_page("/gaps", "", rid)
+    assert figure_points(by_id(body, "gap-hist").figure) > 0
+    table = by_id(body, "gap-table")
+    assert len(table.data) == 60 and all("id" in row for row in table.data)
+    durs = [row["dur_ns"] for row in table.data]
+    assert durs == sorted(durs, reverse=True)
+    body, _ = ctl.render_page("/launch", "", rid)
+    assert figure_points(by_id(body, "launch-scatter").figure) > 100
+    assert len(by_id(body, "launch-ops").data) > 0 and len(by_id(body, "launch-steps").data) > 0
+    body, _ = ctl.render_page("/communication", "", rid)
+    assert figure_points(by_id(body, "comm-overlap").figure) >= 4
+    heat = by_id(body, "comm-skew").figure.to_plotly_json()
+    assert len(heat["data"][0]["z"]) == 4
+    assert "Rank 3 is the last" in text_of(body)
+    body, _ = ctl.render_page("/kernels", "", rid)
+    kt = by_id(body, "kern-table")
+    assert kt.sort_action == "native" and kt.filter_action == "native" and len(kt.data) > 20
+    assert {"name", "category", "count", "total_ns", "mean_ns", "share_pct"} <= {c["id"] for c in kt.columns}
+    body, _ = ctl.render_page("/findings", "", rid)
+    assert {"dl-md-btn", "dl-html-btn", "dl-json-btn"} <= {getattr(c, "id", None) for c in walk(body)}
+    report = ctl.store.context(rid).report()
+    assert text_of(body).count("costs ") == sum(1 for f in report["findings"] if f.get("cost_ns_per_step"))
+
+
+def test_unknown_page_falls_back_to_the_overview(ctl: AppController) -> None:
+    body, _ = ctl.render_page("/../../etc/passwd", "?t0=/etc/passwd", 0)
+    assert body[0].children == "Overview"
+
+
+# ---------------------------------------------------------------------------------- filters
+
+
+def test_rank_filter_selects_those_ranks(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    ctx = ctl.store.context(rid, Filters(ranks=(1, 3)))
+    assert ctx.trace.rank_ids == [1, 3]
+    assert set(np.unique(ctx.trace.column("rank"))) == {1, 3}
+    bd = ctx.table("temporal", "breakdown")
+    assert set(bd["rank"]) == {1, 3}
+    body, status = ctl.render_page("/overview", "", rid, [1, 3])
+    assert "ranks 1, 3" in status and len(by_id(body, "ov-util").data) == 2
+    # the same selection is one cache entry: all ranks is "no filter"
+    assert ctl.store.context(rid, Filters(ranks=(0, 1, 2, 3))) is ctl.store.context(rid, Filters())
+
+
+def test_step_filter_keeps_the_per_step_figures(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    whole = ctl.store.context(rid).table("temporal", "breakdown")
+    ctx = ctl.store.context(rid, Filters(steps=(3, 3)))
+    steps = ctx.table("temporal", "steps")
+    assert set(steps["step"]) == {3}
+    bd = ctx.table("temporal", "breakdown")
+    per = bd[bd["step"].notna()]
+    assert set(per["step"].astype(int)) == {3}
+    ref = whole[whole["step"] == 3].sort_values(["rank", "device"]).reset_index(drop=True)
+    got = per.sort_values(["rank", "device"]).reset_index(drop=True)
+    for col in ("window_ns", "busy_ns", "compute_ns", "communication_ns", "idle_ns"):
+        assert got[col].tolist() == ref[col].tolist(), col
+
+
+def test_time_filter_keeps_events_starting_in_the_range(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    info = ctl.store.steps(rid)
+    ctx = ctl.store.context(rid, Filters.from_controls(None, None, 2.0, 6.0))
+    start = ctx.trace.column("start_ns") - info.origin_ns
+    assert start.min() >= 2_000_000 and start.max() < 6_000_000
+    assert 0 < ctx.trace.num_events < ctl.store.trace(rid).num_events
+    # links still point at matching rows (launch call and the kernel it launched share a correlation)
+    api, gpu = ctx.trace.launch_links()
+    corr = ctx.trace.column("correlation")
+    assert len(api) > 0 and np.array_equal(corr[api], corr[gpu])
+    body, status = ctl.render_page("/gaps", "", rid, None, None, 2.0, 6.0)
+    assert "2.000-6.000 ms" in status and "internal error" not in text_of(body)
+
+
+def test_malformed_filter_values_are_ignored() -> None:
+    f = Filters.from_controls(["a", "/etc"], "x", "/tmp", {"x": 1})
+    assert f == Filters()
+    assert Filters.from_controls([2, "1"], [4, 2], "1.5", None) == Filters(ranks=(1, 2), steps=(4, 2),
+                                                                          time_ns=(1_500_000, 2**62))
+
+
+# --------------------------------------------------------------------------------- timeline
+
+
+def _timeline_state(body: Any) -> dict:
+    return by_id(body, "tl-window").data
+
+
+def _xrange(fig: dict) -> tuple[float, float]:
+    return tuple(fig["layout"]["xaxis"]["range"])  # type: ignore[return-value]
+
+
+def test_timeline_page_draws_lanes_events_and_gaps(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    body, _ = ctl.render_page("/timeline", "", rid)
+    fig = by_id(body, "tl-graph").figure
+    names = {t.get("name") for t in fig["data"]}
+    assert {"compute kernel", "communication kernel", "CPU op", "gap: host-bound"} <= names
+    ticks = fig["layout"]["yaxis"]["ticktext"]
+    assert "r0 · GPU 0 · stream 7" in ticks and "r3 · GPU 3 · idle gaps" in ticks
+    assert any(t.startswith("r0 · thread") for t in ticks)
+    gap_trace = next(t for t in fig["data"] if t.get("name") == "gap: host-bound")
+    assert all(len(cd) == 2 for cd in gap_trace["customdata"]) and set(gap_trace["text"]) == {"host-bound"}
+    assert count_shapes(fig) <= SHAPE_BUDGET
+    assert "shapes sent" in by_id(body, "tl-stats").children
+
+
+def test_timeline_zoom_pan_reset(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    body, _ = ctl.render_page("/timeline", "", rid)
+    state = _timeline_state(body)
+    full = state["t1"] - state["t0"]
+    fig, st, text = ctl.timeline_update("tl-graph.relayoutData", {"xaxis.range[0]": 2.0, "xaxis.range[1]": 3.0},
+                                        None, state, rid)
+    assert (st["t0"], st["t1"]) == (2_000_000, 3_000_000) and _xrange(fig) == (2.0, 3.0)
+    fig, st2, _ = ctl.timeline_update("tl-zoom-in.n_clicks", None, None, st, rid)
+    assert st2["t1"] - st2["t0"] == 500_000
+    fig, st3, _ = ctl.timeline_update("tl-right.n_clicks", None, None, st2, rid)
+    assert st3["t0"] == st2["t0"] + 250_000
+    fig, st4, _ = ctl.timeline_update("tl-zoom-out.n_clicks", None, None, st3, rid)
+    assert st4["t1"] - st4["t0"] == 1_000_000
+    fig, st5, _ = ctl.timeline_update("tl-graph.relayoutData", {"xaxis.autorange": True}, None, st4, rid)
+    assert st5["t1"] - st5["t0"] == full
+    fig, st6, _ = ctl.timeline_update("tl-reset.n_clicks", None, None, st4, rid)
+    assert st6["t1"] - st6["t0"] == full
+    # panning past the end stops at the end; a window never leaves the trace
+    fig, st7, _ = ctl.timeline_update("tl-graph.relayoutData", {"xaxis.range": [-50.0, -40.0]}, None, st, rid)
+    assert st7["t0"] == 0 and st7["t1"] == 10_000_000
+    # relayout events that are not a zoom change nothing
+    assert ctl.timeline_update("tl-graph.relayoutData", {"autosize": True}, None, st, rid)[0] is dash.no_update
+    assert ctl.timeline_update("tl-graph.relayoutData", {"xaxis.range[0]": "x", "xaxis.range[1]": 1}, None, st,
+                               rid)[0] is dash.no_update
+
+
+def test_clicking_a_gap_opens_the_timeline_around_it(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    body, _ = ctl.render_page("/gaps", "", rid)
+    row = by_id(body, "gap-table").data[0]  # the largest gap
+    ctx = ctl.store.context(rid)
+    gap = ctx.table("idle_gaps", "gaps").loc[row["id"]]
+    start, end = int(gap["start_ns"]) - ctx.origin_ns, int(gap["end_ns"]) - ctx.origin_ns
+    path, search = ctl.gap_clicked({"row": 0, "column": 0, "column_id": "rank", "row_id": row["id"]}, rid)
+    assert path == "/timeline" and search == gap_search(start, end)
+    params = parse_search(search)
+    assert params["t0"] < start and params["t1"] > end and params["f0"] == start and params["f1"] == end
+    body, _ = ctl.render_page(path, search, rid)
+    fig = by_id(body, "tl-graph").figure
+    x0, x1 = _xrange(fig)
+    assert x0 * 1e6 < start < end < x1 * 1e6
+    assert (x1 - x0) * 1e6 <= 5 * (end - start) + 1  # the gap is a fifth of the window
+    focus = [sh for sh in fig["layout"]["shapes"] if sh["type"] == "rect"]
+    assert len(focus) == 1 and (round(focus[0]["x0"] * 1e6), round(focus[0]["x1"] * 1e6)) == (start, end)
+    from traceview.app.timeline import CAUSE_LABELS
+
+    assert f"highlighted: {CAUSE_LABELS[gap['cause']]} gap" in by_id(body, "tl-stats").children
+    # clicking a gap bar inside the timeline zooms to it too
+    state = _timeline_state(body)
+    click = {"points": [{"customdata": [start, end], "curveNumber": 0, "pointNumber": 0}]}
+    fig2, st2, _ = ctl.timeline_update("tl-graph.clickData", None, click, {"t0": 0, "t1": 12_000_000}, rid)
+    assert (st2["f0"], st2["f1"]) == (start, end) and st2["t0"] < start and st2["t1"] > end
+    # junk clicks are ignored
+    assert ctl.gap_clicked({"row_id": "/etc/passwd"}, rid) == (dash.no_update, dash.no_update)
+    assert ctl.gap_clicked({"row_id": 10**9}, rid) == (dash.no_update, dash.no_update)
+    assert ctl.gap_clicked(None, rid) == (dash.no_update, dash.no_update)
+    assert ctl.timeline_update("tl-graph.clickData", None, {"points": [{"x": 1}]}, state, rid)[0] is dash.no_update
+
+
+def _large_trace(n_kernels: int = 300_000, n_ops: int = 300_000, ranks: int = 2) -> Any:
+    """A big trace built with numpy: per rank two GPU streams of back-to-back kernels and one CPU
+    thread with two levels of nested ops."""
+    from traceview.model import Kind, Trace, empty_links, empty_steps, kind_array, make_events_table, RankInfo
+
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("rank", "kind", "start", "dur", "pid", "tid", "device",
+                                                          "stream", "name")}
+    rng = np.random.default_rng(7)
+    for r in range(ranks):
+        for stream in (7, 20):
+            dur = rng.integers(20_000, 60_000, n_kernels // 2)
+            gap = rng.integers(0, 3_000, n_kernels // 2)
+            start = np.cumsum(dur + gap) - dur
+            cols["rank"].append(np.full(start.size, r)); cols["kind"].append(np.full(start.size, int(Kind.KERNEL)))
+            cols["start"].append(start); cols["dur"].append(dur); cols["pid"].append(np.full(start.size, r))
+            cols["tid"].append(np.full(start.size, stream)); cols["device"].append(np.full(start.size, r))
+            cols["stream"].append(np.full(start.size, stream))
+            cols["name"].append(np.where(stream == 20, 1, 0) + 2 * (np.arange(start.size) % 3 == 0))
+        outer = n_ops // 2
+        o_dur = rng.integers(20_000, 60_000, outer)
+        o_start = np.cumsum(o_dur + 1_000) - o_dur
+        i_start = o_start + 1_000
+        i_dur = o_dur // 2
+        for s, d in ((o_start, o_dur), (i_start, i_dur)):
+            cols["rank"].append(np.full(s.size, r)); cols["kind"].append(np.full(s.size, int(Kind.CPU_OP)))
+            cols["start"].append(s); cols["dur"].append(d); cols["pid"].append(np.full(s.size, 1000 + r))
+            cols["tid"].append(np.full(s.size, 1000 + r)); cols["device"].append(np.full(s.size, -1))
+            cols["stream"].append(np.full(s.size, -1)); cols["name"].append(np.full(s.size, 4))
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    names = np.array(["gemm_kernel", "ncclDevKernel_AllReduce", "elementwise_kernel", "ncclKernel_x", "aten::linear"])
+    n = c["start"].size
+    events = make_events_table({
+        "rank": c["rank"].astype(np.int32), "kind": kind_array(c["kind"].astype(np.int8)),
+        "category": ["kernel"] * n, "name": names[c["name"]].tolist(), "start_ns": c["start"].astype(np.int64),
+        "dur_ns": c["dur"].astype(np.int64), "pid": c["pid"].astype(np.int64), "tid": c["tid"].astype(np.int64),
+        "device": c["device"].astype(np.int32), "stream": c["stream"].astype(np.int64),
+    }, n)
+    ranks_info = {r: RankInfo(rank=r, source_path=f"rank{r}.json", source_format="kineto") for r in range(ranks)}
+    return Trace(events=events, links=empty_links(), ranks=ranks_info, steps=empty_steps())
+
+
+def test_timeline_stays_under_the_shape_budget_on_a_large_trace() -> None:
+    trace = _large_trace()
+    index = LaneIndex.build(trace)
+    assert len(index.lanes) == 2 * (1 + 2 + 1)  # per rank: gap lane, 2 streams, 1 thread
+    # 200k gaps, as a big idle-gap table
+    rng = np.random.default_rng(1)
+    gs = np.sort(rng.integers(index.origin_ns, index.end_ns, 200_000))
+    gaps = pd.DataFrame({"rank": rng.integers(0, 2, gs.size), "device": 0, "start_ns": gs, "end_ns": gs + 500,
+                         "dur_ns": 500, "cause": rng.choice(["host_bound", "sync_bound"], gs.size),
+                         "cpu_context": None})
+    gaps["device"] = gaps["rank"]
+    span = index.span_ns
+    seen_modes = set()
+    for frac in (1.0, 0.3, 0.05, 0.01, 0.001, 0.0001):
+        width = max(int(span * frac), 1_000)
+        t0 = index.origin_ns + int((span - width) * 0.4)
+        fig, stats = render(index, t0, t0 + width, gaps=gaps)
+        shapes = count_shapes(fig)
+        assert shapes == stats.shapes <= SHAPE_BUDGET, (frac, stats)
+        assert len(json.dumps(fig)) < 8_000_000
+        seen_modes.add("aggregated" if stats.aggregated_lanes else "detail")
+        if frac == 1.0:
+            assert stats.aggregated_lanes == 6 and stats.bars == 0 and stats.gap_bars <= 2_000
+            heat = [t for t in fig["data"] if t["type"] == "heatmap"]
+            frac_busy = np.array(heat[0]["z"][0])
+            assert 0.5 < frac_busy.mean() <= 1.0  # the streams are mostly busy
+    assert seen_modes == {"aggregated", "detail"}
+    # zoomed far in, every lane shows its real events
+    t0 = index.origin_ns + span // 2
+    fig, stats = render(index, t0, t0 + 200_000)
+    assert stats.aggregated_lanes == 0 and 0 < stats.bars < 200
+    cpu = next(t for t in fig["data"] if t["name"] == "CPU op")
+    assert len(set(cpu["y"])) >= 2  # nested ops are drawn on sub-levels
+
+
+def test_busy_fraction_matches_the_union(ctl: AppController) -> None:
+    from traceview.analyses import intervals as iv
+
+    rid = run_id(ctl, "synthetic_4rank")
+    index = ctl.store.timeline(rid)
+    lane = next(ln for ln in index.lanes if ln.kind == "cpu")
+    s, e = index.start[lane.lo:lane.hi], index.end[lane.lo:lane.hi]
+    edges = np.linspace(index.origin_ns, index.end_ns, 41).round().astype(np.int64)
+    frac = index.busy_fraction(lane, edges)
+    for i in (0, 7, 20, 39):
+        a, b = edges[i], edges[i + 1]
+        us, ue = iv.union(np.clip(s, a, b), np.clip(e, a, b))
+        assert frac[i] == pytest.approx((ue - us).sum() / (b - a))
+
+
+# ---------------------------------------------------------------------------------- compare
+
+
+def test_compare_uses_the_diff_module(ctl: AppController) -> None:
+    base = run_id(ctl, "regression_pair/base")
+    new = run_id(ctl, "regression_pair/new")
+    body = ctl.compare_update(base, new, base)
+    verdict = by_id(body, "cmp-verdict").children
+    truth = json.loads((SAMPLE_TRACES / "regression_pair" / "truth.json").read_text())
+    assert verdict in ("regressed", "improved", "changed", "no significant change")
+    if "verdict" in truth:
+        assert verdict == truth["verdict"]
+    assert len(by_id(body, "cmp-metrics").data) > 0 and len(by_id(body, "cmp-kernels").data) > 0
+    page, _ = ctl.render_page("/compare", "", base)
+    assert {"cmp-base", "cmp-new", "cmp-body"} <= {getattr(c, "id", None) for c in walk(page)}
+    assert "unknown run" in text_of(ctl.compare_update("/etc/passwd", new, base))
+
+
+# -------------------------------------------------------------------------------- downloads
+
+
+def test_report_downloads_parse(ctl: AppController) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    md = ctl.download("md", rid)
+    top = ctl.store.context(rid).report()["findings"][0]["title"]
+    assert md["filename"].endswith(".md") and top.split(":")[0] in md["content"]
+    page = ctl.download("html", rid)
+    assert page["filename"].endswith(".html") and page["content"].lstrip().lower().startswith("<!doctype html")
+    data = json.loads(ctl.download("json", rid)["content"])
+    assert data["summary"]["num_ranks"] == 4 and data["findings"]
+    filtered = json.loads(ctl.download("json", rid, [0])["content"])
+    assert filtered["summary"]["ranks"] == [0] and filtered["options"]["ranks"] == [0]
+    assert ctl.download("json", "/etc/passwd") is dash.no_update
+
+
+# ----------------------------------------------------------------------------- path isolation
+
+
+def test_no_route_serves_files(app: Any, tmp_path: Path) -> None:
+    rules = {r.rule for r in app.server.url_map.iter_rules()}
+    with_paths = {r for r in rules if "<path:" in r}
+    # Dash's own: its component bundles (checked against a registered list), the empty assets
+    # folder, and the catch-all that serves the app's HTML for client-side page URLs
+    assert with_paths == {"/assets/<path:filename>",
+                          "/_dash-component-suites/<string:package_name>/<path:fingerprinted_path>",
+                          "/<path:path>"}
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    client = app.server.test_client()
+    probes = ["/assets/../../etc/passwd", "/assets/%2e%2e/%2e%2e/etc/passwd", f"/assets/{secret}",
+              f"/{secret}", "/..%2f..%2fetc%2fpasswd", f"/_dash-component-suites/dash/../../../..{secret}",
+              "/_dash-component-suites/dash/..%2f..%2f..%2fetc%2fpasswd"]
+    for url in probes:
+        resp = client.get(url)
+        assert b"TOP-SECRET" not in resp.data and b"root:" not in resp.data, url
+
+
+def test_no_callback_accepts_a_path(app: Any, tmp_path: Path) -> None:
+    """Every callback, through the real HTTP endpoint, with a file path in every input and state:
+    nothing is read from that path."""
+    secret = tmp_path / "trace.json"
+    secret.write_text('{"traceEvents": [], "TOP": "SECRET-IN-FILE"}')
+    client = app.server.test_client()
+    for output, spec in app.callback_map.items():
+        single = not isinstance(spec["output"], (list, tuple))
+        outs = [spec["output"]] if single else list(spec["output"])
+        outputs = [{"id": o.component_id, "property": o.component_property} for o in outs]
+        for value in (str(secret), {"path": str(secret)}, [str(secret)]):
+            payload = {
+                "output": output, "outputs": outputs[0] if single else outputs,
+                "inputs": [{**i, "value": value} for i in spec["inputs"]],
+                "state": [{**s, "value": value} for s in spec["state"]],
+                "changedPropIds": [f"{i['id']}.{i['property']}" for i in spec["inputs"]],
+            }
+            resp = client.post("/_dash-update-component", json=payload)
+            assert b"SECRET-IN-FILE" not in resp.data, output
+            assert resp.status_code in (200, 204), (output, resp.status_code, resp.data[:300])
+
+
+def test_cli_app_command_rejects_bad_paths() -> None:
+    from typer.testing import CliRunner
+
+    from traceview.cli import app as cli
+
+    result = CliRunner().invoke(cli, ["app", "--help"])
+    assert result.exit_code == 0 and "--port" in result.output
+    from traceview.errors import TraceFormatError
+
+    result = CliRunner().invoke(cli, ["app", "/nonexistent/trace.json"])
+    assert isinstance(result.exception, TraceFormatError)
+
+
+# ------------------------------------------------------------------ partial results and caches
+
+
+def test_overview_draws_before_the_slow_analyses_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Overview shows the temporal breakdown while the other analyses run, then its findings."""
+    import threading
+
+    from traceview.analyses import REGISTRY, _import_all
+    from traceview.findings import AnalysisResult
+
+    _import_all()
+    release = threading.Event()
+
+    def slow(trace: Any, options: Any) -> AnalysisResult:
+        release.wait(30)
+        return AnalysisResult("zz_slow")
+
+    monkeypatch.setitem(REGISTRY, "zz_slow", slow)
+    store = RunStore(discover_runs([str(SAMPLE_TRACES / "synthetic_4rank")]), use_cache=False)
+    ctl = AppController(store)
+    body, status = ctl.render_page("/overview", "", 0)
+    assert "analyses running" in status
+    assert figure_points(by_id(body, "ov-breakdown").figure) >= 4
+    assert "Running the other analyses" in text_of(by_id(body, "ov-findings"))
+    assert ctl.overview_poll(1, 0) == (dash.no_update, dash.no_update)
+    release.set()
+    store.context(0)  # waits for the background computation
+    findings, disabled = ctl.overview_poll(2, 0)
+    assert disabled is True and store.context(0).report()["findings"][0]["title"] in text_of(findings)
+    body, status = ctl.render_page("/overview", "", 0)
+    assert "analyses ran in" in status and "Running the other" not in text_of(body)
+
+
+def test_whole_run_results_are_cached_on_disk() -> None:
+    runs = discover_runs([str(SAMPLE_TRACES / "synthetic_4rank")])
+    first = RunStore(runs).context(0)
+    assert not first.from_disk
+    again = RunStore(runs).context(0)  # a restart of the app
+    assert again.from_disk
+    assert [f.title for f in again.findings] == [f.title for f in first.findings]
+    assert again.report()["summary"] == first.report()["summary"]
+    assert not RunStore(runs, use_cache=False).context(0).from_disk
+    # filtered selections are not written to disk
+    assert not RunStore(runs).context(0, Filters(ranks=(1,))).from_disk

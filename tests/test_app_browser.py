@@ -1,0 +1,217 @@
+"""The web app in real headless Chromium (Debian's ``chromium``, driven by Playwright through
+``tests/browser.py``): every page renders with data and no console error, clicking a gap zooms the
+timeline, drag-zoom and the zoom buttons work, switching runs and comparing works, and the report
+downloads parse. Screenshots of every page go to ``test-artifacts/app_*.png``.
+
+Skips with a reason without Chromium; fails in CI (``CI=true``), where it must run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from browser import open_page, require_chromium, screenshot
+from conftest import SAMPLE_TRACES
+
+RUNS = [SAMPLE_TRACES / "synthetic_4rank", SAMPLE_TRACES / "regression_pair",
+        SAMPLE_TRACES / "torch_cpu_mlp.json.gz"]
+
+#: JavaScript: what each plotly graph on the page holds
+_GRAPHS_JS = """() => Array.from(document.querySelectorAll('#page .js-plotly-plot')).map(el => {
+    const g = el.closest('.dash-graph');
+    const data = el._fullData || el.data || [];  // _fullData: typed arrays (bdata) decoded
+    let points = 0;
+    for (const t of data) { const v = t.z || t.x || t.y || []; points += v.length || 0; }
+    return {id: g ? g.id : '', traces: data.length, points: points,
+            height: el.getBoundingClientRect().height};
+})"""
+_XRANGE_JS = "() => { const el = document.querySelector('#tl-graph .js-plotly-plot'); " \
+             "return el && el.layout ? el.layout.xaxis.range : null; }"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    require_chromium()
+    from werkzeug.serving import make_server
+
+    from traceview.app.server import create_app
+
+    app = create_app([str(p) for p in RUNS])
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, name="traceview-app-test", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def page(server: str) -> Iterator[Any]:
+    with open_page(server + "/overview", width=1400, height=1000) as p:
+        p.wait_for_selector("#page h2")
+        p.wait_for_load_state("networkidle")
+        yield p
+
+
+def _open(page: Any, title: str, nav: str | None = None, url: str | None = None) -> None:
+    if url is not None:
+        # leave the current page only when it is idle: a navigation aborts requests in flight, and
+        # Chromium reports those as failed requests
+        page.wait_for_load_state("networkidle")
+        page.wait_for_timeout(300)
+        page.goto(url, wait_until="load")
+    elif nav is not None:
+        page.click(f"#nav-{nav}")
+    page.wait_for_function("t => { const h = document.querySelector('#page h2'); return h && h.textContent === t; }",
+                           arg=title)
+    page.wait_for_load_state("networkidle")
+    page.wait_for_function("() => Array.from(document.querySelectorAll('#page .js-plotly-plot'))"
+                           ".every(el => el.data && el.layout)")
+    page.wait_for_timeout(400)  # let plotly finish drawing before a screenshot
+
+
+def _graphs(page: Any) -> dict[str, dict]:
+    return {g["id"]: g for g in page.evaluate(_GRAPHS_JS)}
+
+
+def _table_rows(page: Any, table_id: str) -> int:
+    return page.locator(f"#{table_id} td.dash-cell").count()
+
+
+def _no_errors(page: Any) -> None:
+    assert page.console_errors == [], page.console_errors
+
+
+PAGES = [  # nav id, title, graphs that must hold data, tables that must have rows
+    ("overview", "Overview", ["ov-breakdown", "ov-steps"], ["ov-util"]),
+    ("timeline", "Timeline", ["tl-graph"], []),
+    ("gaps", "Gaps", ["gap-hist"], ["gap-table", "gap-causes"]),
+    ("launch", "Launch overhead", ["launch-scatter"], ["launch-ops", "launch-steps"]),
+    ("communication", "Communication", ["comm-overlap", "comm-skew"], ["comm-stragglers"]),
+    ("kernels", "Kernels", [], ["kern-table", "kern-categories"]),
+    ("compare", "Compare", [], ["cmp-metrics", "cmp-kernels"]),
+    ("findings", "Findings", [], []),
+]
+
+
+@pytest.mark.parametrize("nav,title,graph_ids,table_ids", PAGES, ids=[p[0] for p in PAGES])
+def test_page_renders_with_data(page: Any, server: str, nav: str, title: str, graph_ids: list[str],
+                                table_ids: list[str]) -> None:
+    if nav == "overview":
+        _open(page, title, url=server + "/overview")
+    else:
+        _open(page, title, nav=nav)
+    graphs = _graphs(page)
+    for gid in graph_ids:
+        assert gid in graphs, (gid, list(graphs))
+        assert graphs[gid]["traces"] > 0 and graphs[gid]["points"] > 0, graphs[gid]
+        assert graphs[gid]["height"] > 200
+    for tid in table_ids:
+        assert _table_rows(page, tid) > 0, tid
+    if nav == "findings":
+        assert page.locator(".tv-finding").count() >= 5
+        assert page.locator("#dl-json-btn").is_visible()
+    if nav == "timeline":
+        stats = page.inner_text("#tl-stats")
+        assert "events drawn" in stats and "shapes sent" in stats
+        lanes = page.evaluate("() => document.querySelector('#tl-graph .js-plotly-plot').layout.yaxis.ticktext")
+        assert "r0 · GPU 0 · stream 7" in lanes
+    if nav == "compare":
+        assert page.inner_text("#cmp-verdict") in ("regressed", "improved", "changed", "no significant change")
+    screenshot(page, f"app_{nav}.png")
+    _no_errors(page)
+
+
+def test_clicking_a_gap_zooms_the_timeline(page: Any, server: str) -> None:
+    _open(page, "Gaps", url=server + "/gaps")
+    cell = lambda col: page.locator(f"#gap-table td[data-dash-column='{col}']").first  # noqa: E731
+    at_ms = float(cell("at_ms").inner_text().replace(",", ""))
+    dur_ms = float(cell("dur_ns").inner_text().replace(",", ""))
+    cause = cell("cause").inner_text().strip()
+    cell("cause").click()
+    page.wait_for_url("**/timeline?**")
+    _open(page, "Timeline")
+    x0, x1 = page.evaluate(_XRANGE_JS)
+    assert x0 < at_ms < at_ms + dur_ms < x1 + 1e-3
+    assert (x1 - x0) <= 5 * dur_ms + 0.01  # zoomed in around the gap (the whole run is 12 ms)
+    shapes = page.evaluate("() => document.querySelector('#tl-graph .js-plotly-plot').layout.shapes"
+                           ".filter(s => s.type === 'rect').length")
+    assert shapes == 1  # the clicked gap, highlighted
+    from traceview.app.timeline import CAUSE_LABELS
+
+    assert f"highlighted: {CAUSE_LABELS.get(cause, cause)} gap" in page.inner_text("#tl-stats")
+    screenshot(page, "app_timeline_gap.png", full_page=False)
+    _no_errors(page)
+
+
+def test_timeline_drag_zoom_and_buttons(page: Any, server: str) -> None:
+    _open(page, "Timeline", url=server + "/timeline")
+    x0, x1 = page.evaluate(_XRANGE_JS)
+    # drag across the middle fifth of the plot area: plotly zooms, the server sends the detail
+    box = page.locator("#tl-graph .nsewdrag").first.bounding_box()
+    y = box["y"] + box["height"] * 0.3
+    page.mouse.move(box["x"] + box["width"] * 0.4, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.5, y, steps=8)
+    page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=8)
+    page.mouse.up()
+    page.wait_for_function("w => document.querySelector('#tl-stats').textContent.indexOf(w) < 0",
+                           arg=f"window {x1 - x0:,.3f} ms")
+    z0, z1 = page.evaluate(_XRANGE_JS)
+    assert x0 < z0 < z1 < x1 and (z1 - z0) < 0.3 * (x1 - x0)
+    stats = page.inner_text("#tl-stats")
+    assert f"window {z1 - z0:,.3f} ms" in stats
+    page.click("#tl-zoom-out")
+    page.wait_for_function("w => document.querySelector('#tl-stats').textContent.indexOf(w) < 0", arg=stats)
+    o0, o1 = page.evaluate(_XRANGE_JS)
+    assert (o1 - o0) == pytest.approx(2 * (z1 - z0), rel=0.01)
+    screenshot(page, "app_timeline_zoomed.png", full_page=False)
+    _no_errors(page)
+
+
+def test_switching_runs_and_filters(page: Any, server: str) -> None:
+    _open(page, "Overview", url=server + "/overview")
+    page.click("#run")
+    page.get_by_role("option", name="1: regression_pair/base/rank* (2 ranks)").click()
+    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('regression_pair/base')")
+    _open(page, "Compare", nav="compare")
+    assert "regression_pair/new" in page.inner_text("#cmp-new")
+    assert _table_rows(page, "cmp-kernels") > 0
+    screenshot(page, "app_compare_pair.png")
+    # rank filter: only rank 1 left in the overview table
+    _open(page, "Overview", nav="overview")
+    page.click("#f-ranks")
+    page.get_by_role("option", name="rank 1").click()
+    page.keyboard.press("Escape")
+    page.wait_for_function("() => document.querySelector('#status').textContent.includes('ranks 1')")
+    _open(page, "Overview")
+    ranks = page.locator("#ov-util td[data-dash-column='rank']").all_inner_texts()
+    assert ranks == ["1"]
+    _no_errors(page)
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json"])
+def test_report_download_parses(page: Any, server: str, fmt: str, tmp_path: Path) -> None:
+    if "/findings" not in page.url:
+        _open(page, "Findings", url=server + "/findings")
+    with page.expect_download() as info:
+        page.click(f"#dl-{fmt}-btn")
+    target = tmp_path / info.value.suggested_filename
+    info.value.save_as(target)
+    text = target.read_text(encoding="utf-8")
+    assert target.suffix == "." + fmt
+    if fmt == "json":
+        data = json.loads(text)
+        assert data["summary"]["num_ranks"] == 4 and data["findings"]
+    elif fmt == "md":
+        assert text.startswith("#") and "## " in text and "|" in text  # headings and tables
+    else:
+        assert text.lstrip().lower().startswith("<!doctype html") and "</html>" in text.lower()
+    _no_errors(page)
