@@ -225,7 +225,9 @@ def test_collective_args_become_typed_columns(tmp_path):
 def test_chunk_boundaries_inside_strings_and_nested_objects(tmp_path, monkeypatch):
     # tiny chunks force cuts everywhere, including inside strings that look like separators
     monkeypatch.setattr(kp, "CHUNK_BYTES", 300)
-    monkeypatch.setattr(kp, "READ_BYTES", 64)
+    from traceview.parsers import jsonstream
+
+    monkeypatch.setattr(jsonstream, "READ_BYTES", 64)
     tricky = 'x"}, {"ph": "X", \\"quoted\\" \\\\'
     events = []
     for i in range(60):

@@ -134,7 +134,6 @@ import shutil
 import socket
 import sqlite3
 import tempfile
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +143,7 @@ import msgspec
 import numpy as np
 
 from traceview.errors import TraceFormatError
+from traceview.parsers.jsonstream import bracket_depths, open_bytes
 
 __all__ = [
     "REDACTED",
@@ -166,7 +166,6 @@ HIGH_ENTROPY_MIN_LENGTH = 32
 HIGH_ENTROPY_MIN_CLASS_CHANGES = 0.45
 
 CHUNK_BYTES = 8 * 1024 * 1024
-READ_BYTES = 1024 * 1024
 
 # ------------------------------------------------------------------------------ key names
 
@@ -842,69 +841,6 @@ _RAW_DICT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
-_BYTE_CLASS = bytearray(256)
-_BYTE_CLASS[ord('"')] = 1
-_BYTE_CLASS[ord("\\")] = 2
-_BYTE_CLASS[ord("{")] = _BYTE_CLASS[ord("[")] = 3
-_BYTE_CLASS[ord("}")] = _BYTE_CLASS[ord("]")] = 4
-_BYTE_TABLE = bytes(_BYTE_CLASS)
-
-
-def _bracket_depths(data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of brackets outside JSON strings in ``data`` and the nesting depth after each
-    (relative to the start, which must be outside any string)."""
-    classes = np.frombuffer(data.translate(_BYTE_TABLE), dtype=np.uint8)
-    where = np.flatnonzero(classes)
-    kinds = classes[where]
-    quotes = where[kinds == 1]
-    if len(quotes) and (kinds == 2).any():
-        arr = np.frombuffer(data, dtype=np.uint8)
-        keep = np.ones(len(quotes), dtype=bool)
-        for i in np.flatnonzero(arr[np.maximum(quotes - 1, 0)] == 0x5C).tolist():
-            q = int(quotes[i])
-            run = 0
-            while q - 1 - run >= 0 and arr[q - 1 - run] == 0x5C:
-                run += 1
-            keep[i] = run % 2 == 0
-        quotes = quotes[keep]
-    is_bracket = kinds >= 3
-    brackets = where[is_bracket]
-    opening = kinds[is_bracket] == 3
-    outside = np.searchsorted(quotes, brackets) % 2 == 0
-    brackets = brackets[outside]
-    depth = np.cumsum(np.where(opening[outside], 1, -1))
-    return brackets, depth
-
-
-def _decompressed_blocks(path: Path, raw: BinaryIO) -> Iterator[bytes]:
-    magic = raw.read(2)
-    raw.seek(0)
-    if magic != b"\x1f\x8b":
-        while block := raw.read(READ_BYTES):
-            yield block
-        return
-    decomp = zlib.decompressobj(wbits=31)
-    try:
-        while True:
-            block = raw.read(READ_BYTES // 4)
-            if not block:
-                tail = decomp.flush()
-                if tail:
-                    yield tail
-                if not decomp.eof:
-                    raise TraceFormatError(path, "gzip stream is truncated", "the file was cut short; copy it again")
-                return
-            out = decomp.decompress(block)
-            while decomp.eof and decomp.unused_data:
-                rest = decomp.unused_data
-                decomp = zlib.decompressobj(wbits=31)
-                out += decomp.decompress(rest)
-            if out:
-                yield out
-    except zlib.error as exc:
-        raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
-
-
 def _wants_gzip(in_path: Path, out_path: Path) -> bool:
     name = out_path.name.lower()
     if name.endswith(".gz"):
@@ -926,8 +862,8 @@ class _KinetoRedactor:
 
     # -- driver --------------------------------------------------------------------
     def run(self) -> None:
-        with open(self.path, "rb") as raw:
-            blocks = _decompressed_blocks(self.path, raw)
+        raw, blocks = open_bytes(self.path)
+        with raw:
             buf = bytearray()
             eof = False
             # 1. the head: everything before the events array
@@ -987,7 +923,7 @@ class _KinetoRedactor:
                 del buf[:cut]
             # 3. the rest: last events, the closing bracket, metadata after the events
             data = bytes(buf)
-            brackets, depth = _bracket_depths(data)
+            brackets, depth = bracket_depths(data)
             closing = np.flatnonzero(depth == -1)
             if len(closing) == 0:
                 raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
@@ -1013,7 +949,7 @@ class _KinetoRedactor:
     def _find_events_key(self, buf: bytearray) -> int:
         for match in _TRACE_EVENTS_KEY.finditer(buf):
             before = bytes(buf[: match.start()])
-            brackets, depth = _bracket_depths(before)
+            brackets, depth = bracket_depths(before)
             quotes = before.count(b'"') - before.count(b'\\"')
             if len(depth) and depth[-1] == 1 and quotes % 2 == 0:
                 return match.end()
@@ -1023,7 +959,7 @@ class _KinetoRedactor:
     def _last_event_end(buf: bytearray) -> int | None:
         """End (exclusive) of the last complete event in ``buf`` (which starts between events)."""
         window = bytes(buf)
-        brackets, depth = _bracket_depths(window)
+        brackets, depth = bracket_depths(window)
         ends = np.flatnonzero(depth == 0)
         if len(ends) == 0:
             return None
