@@ -388,7 +388,7 @@ def _straggler_of(arr: pd.DataFrame, col: str) -> pd.DataFrame:
     return out
 
 
-def align_clocks(arrivals: pd.DataFrame) -> pd.DataFrame:
+def align_clocks(arrivals: pd.DataFrame, copy: bool = True) -> pd.DataFrame:
     """Per-rank clock offsets from collective ends, and the arrivals on corrected clocks.
 
     Every participant leaves a collective at (nearly) the same instant, so the end of the k-th
@@ -397,8 +397,9 @@ def align_clocks(arrivals: pd.DataFrame) -> pd.DataFrame:
     how far its clock runs ahead of the job's median clock. ``corrected_rel`` /
     ``corrected_end_rel`` are ``start_rel`` / ``end_rel`` minus that offset (int64, relative to the
     occurrence), ``corrected_lateness_ns`` the corrected start minus the first corrected start.
+    ``copy=False`` adds the columns to ``arrivals`` itself.
     """
-    out = arrivals.copy()
+    out = arrivals.copy() if copy else arrivals
     if out.empty:
         for c in ("clock_offset_ns", "corrected_rel", "corrected_end_rel", "corrected_lateness_ns"):
             out[c] = pd.Series(dtype=np.int64)
@@ -683,8 +684,13 @@ class CrossRankInputs:
                 return frames[0]
             return pd.concat(nonempty, ignore_index=True) if len(nonempty) > 1 else nonempty[0]
 
+        kernels = cat([p.kernels for p in parts])
+        for c in _KERNEL_TEXT:  # categorical parts concatenate to object: keep them categorical
+            if c in kernels and kernels[c].dtype == object and any(
+                    isinstance(p.kernels[c].dtype, pd.CategoricalDtype) for p in parts if c in p.kernels):
+                kernels[c] = kernels[c].astype("category")
         return cls(
-            kernels=cat([p.kernels for p in parts]),
+            kernels=kernels,
             collectives=cat([p.collectives for p in parts]),
             compute=cat([p.compute for p in parts]),
             windows=cat([p.windows for p in parts]),
@@ -693,10 +699,29 @@ class CrossRankInputs:
             active_ranks=np.unique(np.concatenate([np.asarray(p.active_ranks, dtype=np.int64) for p in parts])),
         )
 
+    def compact(self) -> "CrossRankInputs":
+        """The same inputs in less memory, for sending to a driver that holds thousands of ranks: the
+        text columns of ``kernels`` categorical, small integers int32. :func:`cross_rank` restores
+        the dtypes :func:`comm_kernels` gives, so the figures do not change."""
+        k = self.kernels
+        if k.empty:
+            return self
+        k = k.copy()
+        for c in _KERNEL_TEXT:
+            k[c] = k[c].astype("category")
+        for c in ("rank", "device", "group_size"):
+            k[c] = k[c].to_numpy().astype(np.int32)
+        return CrossRankInputs(k, self.collectives, self.compute, self.windows, self.whole_windows, self.steps,
+                               self.active_ranks)
+
     def nbytes(self) -> int:
         """Memory held by the tables (deep, strings included)."""
         frames = (self.kernels, self.collectives, self.compute, self.windows, self.whole_windows, self.steps)
         return int(sum(f.memory_usage(deep=True).sum() for f in frames)) + int(self.active_ranks.nbytes)
+
+
+_KERNEL_INTS = ("row", "rank", "device", "step", "start", "end", "bytes", "group_size")
+_KERNEL_TEXT = ("collective", "process_group")
 
 
 def _int_frame(columns: tuple[str, ...]) -> pd.DataFrame:
@@ -755,8 +780,17 @@ def _canonical(inputs: CrossRankInputs) -> CrossRankInputs:
     windows = inputs.windows
     if len(windows):
         windows = by(windows, ["rank", "device", "step"])
+    kernels = inputs.kernels
+    if len(kernels):
+        # the dtypes comm_kernels gives (int64; text as pandas infers it from Python strings),
+        # whatever compact() or concatenation made of them
+        kernels = kernels.assign(
+            **{c: kernels[c].to_numpy().astype(np.int64) for c in _KERNEL_INTS if c in kernels},
+            **{c: pd.Series(kernels[c].astype(object).to_numpy(), index=kernels.index)
+               for c in _KERNEL_TEXT if c in kernels},
+        )
     return CrossRankInputs(
-        kernels=by(inputs.kernels, ["rank", "row"]),
+        kernels=by(kernels, ["rank", "row"]),
         collectives=coll,
         compute=inputs.compute,
         windows=windows,
@@ -766,9 +800,12 @@ def _canonical(inputs: CrossRankInputs) -> CrossRankInputs:
     )
 
 
-def cross_rank(inputs: CrossRankInputs) -> CrossRank:
+def cross_rank(inputs: CrossRankInputs, arrivals_table: bool = True) -> CrossRank:
     """Skew, stragglers, clock alignment, compute imbalance and the communication findings, from the
-    per-rank inputs alone (of one multi-rank trace, or gathered rank by rank)."""
+    per-rank inputs alone (of one multi-rank trace, or gathered rank by rank).
+
+    ``arrivals_table=False`` leaves out the ``arrivals`` table (one row per matched collective and
+    rank: the largest output, millions of rows for thousands of ranks); nothing else changes."""
     inputs = _canonical(inputs)
     out = CrossRank()
     tables = out.tables
@@ -777,10 +814,11 @@ def cross_rank(inputs: CrossRankInputs) -> CrossRank:
     out.warnings.extend(warnings)
     multi = comm["rank"].nunique() >= 2 if not comm.empty else False
     if multi:
-        arrivals = align_clocks(arrivals)
+        arrivals = align_clocks(arrivals, copy=False)
         skew, strag = skew_tables(arrivals, int(comm["rank"].nunique()))
         tables["skew"] = skew
-        tables["arrivals"] = _arrivals_out(arrivals)
+        if arrivals_table:
+            tables["arrivals"] = _arrivals_out(arrivals)
         tables["stragglers"] = strag
         tables["alignment"] = alignment_table(arrivals)
     by_rank, imbalance = compute_balance_from(inputs.compute, inputs.active_ranks)
@@ -841,6 +879,9 @@ def _exposed_findings(
     whole = coll[coll["step"].isna()]
     if whole.empty:
         return []
+    # each rank's mean per-step window, computed once (not by filtering the table for every row)
+    rank_windows = {int(r): float(g["window_ns"].mean()) for r, g in windows.groupby("rank", sort=False)} \
+        if len(windows) else {}
     findings = []
     for (kind, pg), rows in whole.groupby(["collective", "process_group"]):
         per_rank = []
@@ -848,7 +889,7 @@ def _exposed_findings(
             rank, device = int(row["rank"]), int(row["device"])
             n_steps = step_counts.get(rank, 0)
             exposed = per_step(int(row["exposed_ns"]), n_steps)
-            window = _mean_window(windows, rank) if n_steps else whole_windows.get((rank, device))
+            window = rank_windows.get(rank) if n_steps else whole_windows.get((rank, device))
             per_rank.append(
                 {
                     "rank": rank,

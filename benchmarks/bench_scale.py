@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Whole-job benchmark: ``traceview.scale.analyze_job`` on a generated job larger than half of RAM.
+
+    python benchmarks/bench_scale.py                              # 64 ranks x 210 MB (> 12 GiB of JSON)
+    python benchmarks/bench_scale.py --ranks 8 --size-mb 20       # quick check
+    python benchmarks/bench_scale.py --job DIR                    # an existing job (gen_job.py output)
+
+It generates the job with ``gen_job.py`` into ``benchmarks/out/`` (unless ``--job``), checks the
+free disk first, then runs ``analyze_job`` in a fresh driver process per configuration:
+
+1. ``--workers`` 1, then 2 (``--workers-list``), each with an empty ``TRACEVIEW_CACHE_DIR``: a
+   first analysis (parse, write the Arrow cache, analyse, reduce);
+2. the last worker count again on the warm cache (what a second look at the same job costs);
+3. the driver's reduce alone at ``--reduce-ranks`` ranks (default 1,024 and 4,096): rank 0's
+   result (with ``--reduce-tables``, default "whole") is replicated (each replica renumbered, with its own clock offset and arrival jitter)
+   and ``reduce_job`` runs on all of them in a fresh process: its time and peak RSS, and the RSS
+   of the driver just holding the results, are what a job of that many ranks costs the driver.
+
+Per run: wall time, ranks per second, uncompressed MB per second, peak RSS of the driver (its own
+``VmHWM``) and of every worker process (each task reads its process's ``VmHWM`` when it ends: the
+high-water mark of that worker over all the ranks it analysed), the size of each rank's pickled
+result (what travels to the driver), and whether the planted straggler, heavy rank and clock
+offsets were found. ``--json FILE`` writes all figures. Caches are deleted after each run and the
+generated job at the end (``--keep`` keeps it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _measure import machine_line, mb, run_child, table  # noqa: E402
+
+CHILD = """
+import os, json
+os.environ["TRACEVIEW_CACHE_DIR"] = {cache!r}
+from traceview.scale import analyze_job
+with _Timer() as t:
+    job = analyze_job({job!r}, workers={workers}, use_cache=True)
+truth = json.load(open(os.path.join({job!r}, "truth.json")))
+strag = [f.rank for f in job.findings if f.code == "straggler_rank"]
+heavy = [f.rank for f in job.findings if f.code == "compute_imbalance"]
+planted = {{int(r): v for r, v in truth["clock"]["offset_ns"].items()}}
+est = dict(zip(job.alignment["rank"].tolist(), job.alignment["clock_offset_ns"].tolist()))
+diffs = [est[r] - planted[r] for r in est]
+diffs.sort()
+med = diffs[len(diffs) // 2] if diffs else 0
+sizes = [int(v) for v in job.rank_table["result_bytes"]]
+_report(t, ranks=len(job.ranks), missing=len(job.missing), execution=job.execution,
+        straggler_found=strag, straggler_planted=truth["straggler"]["rank"], heavy_found=heavy,
+        heavy_planted=truth["heavy_rank"]["rank"], offset_error_max_ns=max(abs(d - med) for d in diffs) if diffs else None,
+        result_bytes=sizes, events=int(job.rank_table["events"].sum()),
+        matched=int(len(job.results["communication"].tables.get("skew", []))))
+"""
+
+
+SAMPLE_CHILD = """
+import pickle
+from traceview.findings import Options
+from traceview.scale import analyze_file
+with _Timer() as t:
+    res = analyze_file({path!r}, 0, Options(), False, None, True, None, {tables!r})
+open({out!r}, "wb").write(pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL))
+rr = res.ranks[0]
+tables, comm = rr.unpack()
+# uncompressed pickled sizes of the parts (the payload travels zlib-compressed)
+parts = {{"comm_inputs": len(pickle.dumps(comm)), "findings": len(pickle.dumps(rr.findings)),
+          "info": len(pickle.dumps(rr.info)), "warnings": len(pickle.dumps(rr.warnings)),
+          "summary": len(pickle.dumps(rr.summary)), "packed_payload": len(rr.payload)}}
+for name, ts in tables.items():
+    parts["tables." + name] = len(pickle.dumps(ts))
+_report(t, result_bytes=res.stats["result_bytes"], parts=parts, kernels=len(comm.kernels))
+"""
+
+REDUCE_CHILD = """
+import pickle, numpy as np
+from traceview.scale import reduce_job
+blob = open({sample!r}, "rb").read()
+rng = np.random.default_rng(0)
+n = {ranks}
+results, files = [], []
+for i in range(n):
+    fr = pickle.loads(blob)
+    fr.index, fr.file = i, "rank%d.json" % i
+    rr = fr.ranks[0]
+    rr.rank, rr.file, rr.file_index, rr.info.rank = i, fr.file, i, i
+    rr.tables, rr.comm = rr.unpack()
+    rr.payload = b""
+    for ts in rr.tables.values():
+        for name, frame in ts.items():
+            if "rank" in frame and len(frame):
+                frame["rank"] = np.full(len(frame), i, dtype=frame["rank"].dtype)
+    c = rr.comm.renumber({{0: i}})
+    k = c.kernels
+    # each replica: its own clock offset, arrival jitter and end jitter
+    off = int(rng.integers(-2_000_000, 2_000_000))
+    k["start"] = k["start"].to_numpy() + off + rng.integers(0, 300_000, len(k))
+    k["end"] = k["end"].to_numpy() + off + rng.integers(-150, 150, len(k))
+    rr.comm = c
+    rr.pack()  # as it arrives from a worker
+    results.append(fr)
+    files.append(fr.file)
+del blob
+import gc; gc.collect()
+held = _status_bytes("VmRSS")
+with _Timer() as t:
+    job = reduce_job(results, files, tables={tables!r})
+skew = job.results["communication"].tables.get("skew")
+arr = job.results["communication"].tables.get("arrivals")
+_report(t, ranks=n, rss_holding_results=held, matched=int(len(skew)) if skew is not None else 0,
+        arrivals=int(len(arr)) if arr is not None else 0)
+"""
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def generate(out: Path, ranks: int, size_mb: float, layers: int, bucket_layers: int, workers: int) -> dict:
+    import gen_job
+
+    meta = out / "truth.json"
+    want = {"ranks": ranks, "size_mb": size_mb, "layers": layers, "bucket_layers": bucket_layers}
+    if meta.exists():
+        truth = json.loads(meta.read_text())
+        if truth.get("bench_args") == want and all(Path(f["path"]).exists() for f in truth["files"]):
+            print(f"reusing {out} ({truth['total_bytes'] / 1e9:.2f} GB)")
+            return truth
+    if out.exists():
+        shutil.rmtree(out)
+    print(f"generating {ranks} ranks x {size_mb} MB into {out} with {workers} processes ...", flush=True)
+    t0 = time.perf_counter()
+    truth = gen_job.generate(out, ranks=ranks, size_mb=size_mb, layers=layers, bucket_layers=bucket_layers,
+                             workers=workers, quiet=False)
+    truth["bench_args"] = want
+    meta.write_text(json.dumps(truth, indent=1, sort_keys=True))
+    print(f"generated {truth['total_bytes'] / 1e9:.2f} GB in {time.perf_counter() - t0:.0f} s", flush=True)
+    return truth
+
+
+def run(job: Path, workers: int, cache: Path, python: str) -> dict:
+    code = CHILD.format(cache=str(cache), job=str(job), workers=workers)
+    return run_child(python, code, timeout=6 * 3600)
+
+
+def main(argv: list | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--size-mb", type=float, default=210.0, help="uncompressed MB per rank (default 210: 64 "
+                    "ranks make 13.4 GB = 12.5 GiB, more than half of a 24 GiB machine)")
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--bucket-layers", type=int, default=4)
+    ap.add_argument("--workers-list", default="1,2", help="worker counts to measure (default 1,2)")
+    ap.add_argument("--job", type=Path, help="an existing job directory (with truth.json) instead")
+    ap.add_argument("--out", type=Path, default=HERE / "out", help="where the job is generated")
+    ap.add_argument("--gen-workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--no-warm", action="store_true", help="skip the run on the warm cache")
+    ap.add_argument("--keep", action="store_true", help="keep the generated job")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--json", type=Path, default=HERE / "out" / "bench_scale.json")
+    ap.add_argument("--reduce-ranks", default="1024,4096", help="after the runs, replicate rank 0's result "
+                    "into this many ranks (comma-separated list) and time the driver's reduce alone, with "
+                    "its peak RSS (default 1024,4096; 0: skip)")
+    ap.add_argument("--reduce-only", action="store_true", help="only the reduce measurement (needs --job)")
+    ap.add_argument("--reduce-tables", default="whole", choices=("all", "whole"),
+                    help="per-rank tables in the replicated result (default whole: what a job of thousands of "
+                         "ranks keeps; see traceview.scale.bound_tables)")
+    a = ap.parse_args(argv)
+
+    print(machine_line())
+    if a.job is None:
+        job = a.out / f"job_{a.ranks}x{a.size_mb:g}mb"
+        need = a.ranks * a.size_mb * 1e6 * 1.5  # the JSON + one Arrow cache (~40% of it) + margin
+        have = shutil.disk_usage(a.out if a.out.exists() else a.out.parent).free
+        if not (job / "truth.json").exists() and have < need:
+            print(f"not enough disk: {have / 1e9:.1f} GB free, {need / 1e9:.1f} GB needed", file=sys.stderr)
+            return 2
+        a.out.mkdir(parents=True, exist_ok=True)
+        truth = generate(job, a.ranks, a.size_mb, a.layers, a.bucket_layers, a.gen_workers)
+    else:
+        job = a.job
+        truth = json.loads((job / "truth.json").read_text())
+    total = sum(f["bytes"] for f in truth["files"])
+    print(f"job: {len(truth['files'])} ranks, {total / 1e9:.2f} GB JSON ({total / 2**30:.2f} GiB), "
+          f"{truth['straggler']['collectives']} collectives per rank, {truth['job']['steps']} steps per rank")
+
+    runs = []
+    counts = [int(x) for x in a.workers_list.split(",") if x.strip()]
+    plan = [(w, "cold") for w in counts] + ([] if a.no_warm else [(counts[-1], "warm")])
+    if a.reduce_only:
+        plan = []
+    cache = Path(tempfile.mkdtemp(prefix="bench-scale-cache-", dir=str(a.out)))
+    try:
+        for workers, kind in plan:
+            if kind == "cold":
+                shutil.rmtree(cache, ignore_errors=True)
+                cache.mkdir(parents=True)
+            print(f"analysing with {workers} worker(s), {kind} cache ...", flush=True)
+            res = run(job, workers, cache, a.python)
+            res.update(workers=workers, cache=kind, cache_bytes=dir_bytes(cache))
+            ex = res["execution"]
+            print(f"  {res['seconds']:.1f} s, {res['ranks'] / res['seconds']:.2f} ranks/s, driver peak "
+                  f"{mb(res['peak_rss']):.0f} MB, worker peak {mb(ex['max_worker_peak_rss']):.0f} MB, "
+                  f"straggler {res['straggler_found']} (planted {res['straggler_planted']})", flush=True)
+            runs.append(res)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    reduce_runs, sample = [], None
+    sizes = [int(x) for x in str(a.reduce_ranks).split(",") if x.strip() and int(x) > 0]
+    if sizes:
+        sample_path = a.out / "bench-scale-sample.pkl"
+        first = sorted(truth["files"], key=lambda f: f["rank"])[0]["path"]
+        print(f"one rank's result, in parts ({Path(first).name}) ...", flush=True)
+        sample = run_child(a.python, SAMPLE_CHILD.format(path=str(first), out=str(sample_path),
+                                                          tables=a.reduce_tables), timeout=3600)
+        sample["tables"] = a.reduce_tables
+        try:
+            for n in sizes:
+                print(f"reduce of {n} ranks (replicas of rank 0's result) ...", flush=True)
+                res = run_child(a.python, REDUCE_CHILD.format(sample=str(sample_path), ranks=n,
+                                                              tables=a.reduce_tables), timeout=6 * 3600)
+                print(f"  {res['seconds']:.1f} s, driver holding the results {mb(res['rss_holding_results']):.0f} MB, "
+                      f"peak {mb(res['peak_rss']):.0f} MB, {res['arrivals']:,} arrivals", flush=True)
+                reduce_runs.append(res)
+        finally:
+            sample_path.unlink(missing_ok=True)
+
+    rows = []
+    for r in runs:
+        ex = r["execution"]
+        peaks = sorted(ex["worker_peak_rss"].values())
+        sizes = r["result_bytes"]
+        rows.append([
+            f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}, {r['cache']} cache",
+            f"{r['seconds']:.1f}", f"{r['ranks'] / r['seconds']:.2f}", f"{total / 1e6 / r['seconds']:.0f}",
+            f"{mb(r['peak_rss']):.0f}",
+            " / ".join(f"{mb(p):.0f}" for p in peaks),
+            f"{statistics.mean(sizes) / 1e3:.0f} / {max(sizes) / 1e3:.0f}",
+            f"{r['missing']}",
+        ])
+    if rows:
+        print()
+        print(table(["run", "wall s", "ranks/s", "MB/s", "driver peak MB", "worker peak MB (each)",
+                     "result kB/rank (mean / max)", "failed"], rows))
+        last = runs[-1]
+        print(f"\nfound: straggler {last['straggler_found']} (planted {last['straggler_planted']}), compute-heavy "
+              f"{last['heavy_found']} (planted {last['heavy_planted']}), clock offsets within "
+              f"{last['offset_error_max_ns']} ns of the planted ones; {last['matched']} matched collectives, "
+              f"{last['events']:,} events")
+    if sample:
+        print(f"\none rank's result (tables={sample['tables']}): {sample['result_bytes']:,} B pickled "
+              f"({sample['kernels']} collective kernels); "
+              "parts: " + ", ".join(f"{k} {v:,}" for k, v in sorted(sample["parts"].items(), key=lambda kv: -kv[1])))
+    if reduce_runs:
+        print(table(["reduce of", "seconds", "driver RSS holding results MB", "driver peak MB", "arrivals rows"],
+                    [[f"{r['ranks']} ranks", f"{r['seconds']:.1f}", f"{mb(r['rss_holding_results']):.0f}",
+                      f"{mb(r['peak_rss']):.0f}", f"{r['arrivals']:,}"] for r in reduce_runs]))
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({"machine": machine_line(), "job": str(job), "ranks": len(truth["files"]),
+                                      "json_bytes": total, "runs": runs, "rank_result": sample,
+                                      "reduce": reduce_runs}, indent=1, default=str))
+        print(f"wrote {a.json}")
+    if a.job is None and not a.keep:
+        shutil.rmtree(job, ignore_errors=True)
+        print(f"removed {job}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
