@@ -567,3 +567,24 @@ def test_whole_run_results_are_cached_on_disk() -> None:
     assert not RunStore(runs, use_cache=False).context(0).from_disk
     # filtered selections are not written to disk
     assert not RunStore(runs).context(0, Filters(ranks=(1,))).from_disk
+
+
+def test_every_page_renders_for_every_shared_trace() -> None:
+    """The issue's bar: all pages work on every shared trace (Kineto and Nsight)."""
+    shared = require_shared()
+    shared_app = create_app([str(shared / "kineto"), str(shared / "nsys")], warm=False)
+    ctl = shared_app._traceview
+    assert len(ctl.store.runs) >= 20
+    failures = []
+    for spec in ctl.store.runs:
+        for path in pages.PAGE_PATHS:
+            body, status = ctl.render_page(path, "", spec.id)
+            text = text_of(body)
+            if "internal error" in text or "Traceback" in text:
+                failures.append(f"{spec.label} {path}: {text[:300]}")
+                continue
+            for g in graphs(body):
+                fig = g.figure.to_plotly_json() if hasattr(g.figure, "to_plotly_json") else g.figure
+                if fig.get("data") is None or fig.get("layout") is None:
+                    failures.append(f"{spec.label} {path}: a figure without data/layout")
+    assert not failures, "\n".join(failures)
