@@ -68,7 +68,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Generator, Iterator, Optional
+from typing import IO, Generator, Optional
 
 # ----------------------------------------------------------------------------- constants
 

@@ -40,7 +40,7 @@ import traceback
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -520,9 +520,10 @@ def _failed(task: tuple, reason: str) -> FileResult:
 
 
 def make_executor(workers: int | None = None, scheduler: Any = None, inline: bool = False) -> Any:
-    """The executor for these settings: Dask when a scheduler is given (or ``$TRACEVIEW_SCHEDULER``),
-    else local processes (``workers``, default: the number of cores)."""
-    if scheduler is None:
+    """The executor for these settings: Dask when a scheduler is given (or, when neither ``workers``
+    nor ``inline`` is, ``$TRACEVIEW_SCHEDULER``), else local processes (``workers``, default: the
+    number of cores)."""
+    if scheduler is None and workers is None and not inline:
         scheduler = os.environ.get(SCHEDULER_ENV) or None
     if scheduler is not None:
         return _Dask(scheduler)
@@ -576,7 +577,7 @@ def analyze_job(
     executor.run(tasks, done)
     # ranks the files did not state (or Nsight processes of several files) are numbered as
     # traceview.load numbers them; those files are analysed again under their final numbers
-    maps, conflicts, rank_warnings = plan_ranks([results[i] for i in sorted(results)], several)
+    maps, conflicts, _ = plan_ranks([results[i] for i in sorted(results)], several)
     for index, reason in conflicts.items():
         results[index] = FileResult(file=results[index].file, index=index, error=reason,
                                     stats=results[index].stats)
@@ -586,7 +587,7 @@ def analyze_job(
         rerun.run(again, lambda t, res: results.__setitem__(res.index, res))
     wall = time.perf_counter() - started
     job = reduce_job([results[i] for i in sorted(results)], [str(f) for f in files], options, tables)
-    # (rank_warnings repeat what each renumbered rank's own warnings say)
+    # (plan_ranks' warnings repeat what each renumbered rank's own warnings say)
     job.warnings[:0] = [f"{p}: skipped, not a trace" for p in skipped]
     job.execution.update(executor=executor.name, workers=executor.workers, seconds=wall,
                          seconds_with_reduce=time.perf_counter() - started,
@@ -650,7 +651,7 @@ def reduce_job(file_results: list[FileResult], files: list[str], options: Option
                tables: str = "all") -> JobResult:
     """The reduce step: job-level tables, cross-rank figures and findings from the per-file results
     (``tables="whole"`` also leaves out the cross-rank ``arrivals`` table, ranks x collectives rows)."""
-    from traceview.analyses import ANALYSIS_MODULES, _import_all, REGISTRY
+    from traceview.analyses import REGISTRY, _import_all
     from traceview.analyses import communication as comm_mod
 
     _import_all()
@@ -930,8 +931,6 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
 def render_job(job: JobResult, console: Any, top_n: int = 10, summary_only: bool = False) -> None:
     """The job in the terminal: ranks, missing ranks, clock alignment, cross-rank figures, memory,
     then the analyses' headline tables and the ranked job-level findings."""
-    from rich.table import Table
-
     from traceview.render.terminal import fmt_ns, render_results, render_table
 
     ex = job.execution
