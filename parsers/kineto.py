@@ -158,12 +158,6 @@ _ANY_DECODER = msgspec.json.Decoder()
 # ---------------------------------------------------------------------- public API
 
 
-def looks_like_kineto(head: bytes) -> bool:
-    """True when the first bytes (decompressed) look like a Chrome-trace JSON document."""
-    text = head.lstrip()
-    return text[:1] in (b"{", b"[") and (b'"traceEvents"' in head or b'"ph"' in head or b'"schemaVersion"' in head)
-
-
 def rank_from_filename(path: str | os.PathLike[str]) -> int | None:
     match = _RANK_IN_NAME.search(Path(path).name)
     return int(match.group(1)) if match else None
@@ -451,9 +445,10 @@ class _KinetoFile:
                 raise TraceFormatError(self.path, "JSON is truncated", "the file was cut short") from None
             raise TraceFormatError(self.path, f"is not valid JSON ({msg})",
                                    "expected a PyTorch profiler trace (.json or .json.gz)") from None
-        raise TraceFormatError(self.path, "is JSON but has no traceEvents array",
-                               "expected a PyTorch profiler / Chrome trace") if isinstance(value, dict) else \
-            TraceFormatError(self.path, "is JSON but not a trace")
+        if isinstance(value, dict):
+            raise TraceFormatError(self.path, "is JSON but has no traceEvents array",
+                                   "expected a PyTorch profiler / Chrome trace")
+        raise TraceFormatError(self.path, "is JSON but not a trace")
 
     # -- columns --------------------------------------------------------------------------
     def _ingest(self, events: list[_Event], piece: Callable[[], bytes]) -> None:
