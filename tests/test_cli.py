@@ -129,6 +129,9 @@ def test_bundled_sample_analyzes():
     assert result.returncode == 0, result.stderr
     for rank in range(4):
         assert f"rank{rank}.json.gz" in result.stdout
+    # a problem every rank has is listed once for the job, not once per rank
+    assert "On all ranks" in result.stdout
+    assert "straggler_rank" in result.stdout
 
 
 def test_every_shared_trace_analyzes_without_error():

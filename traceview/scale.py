@@ -47,7 +47,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceview.errors import TraceviewError
-from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, rank_findings
+from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings, rank_findings
 from traceview.loading import _renumber, find_trace_files, load_file
 from traceview.model import RankInfo, Trace
 
@@ -782,56 +782,6 @@ def _merge_messages(per_rank: list[tuple[int, str]], n_ranks: int) -> list[str]:
             out.append(f"{msg} (all ranks)")
         else:
             out.append(f"{msg} (rank{'s' if len(set(ranks)) > 1 else ''} {_compact(ranks)})")
-    return out
-
-
-def merge_findings(per_rank: list[tuple[int, Finding]], n_ranks: int) -> list[Finding]:
-    """Findings of the same code from several ranks become one job-level finding.
-
-    Severity = the worst; ``cost_ns_per_step`` = the mean over the affected ranks of each rank's
-    cost (a rank with several findings of that code, e.g. one per GPU, counts its largest);
-    ``cost_share`` likewise; ``rank`` = the rank when only one is affected. The evidence lists every
-    affected rank (``per_rank``), the worst rank and that rank's own evidence. A code raised by one
-    rank only is kept as it is. Findings that name a subject (``evidence["category"]``, e.g. the
-    dominant kernel category) are merged per code and subject.
-    """
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    groups: dict[tuple, list[tuple[int, Finding]]] = {}
-    for rank, f in per_rank:
-        ev = f.evidence if isinstance(f.evidence, dict) else {}
-        # findings that name what they are about (a kernel category) are merged per subject
-        groups.setdefault((f.code, str(ev.get("category", "")), str(ev.get("collective", ""))), []).append((rank, f))
-    out = []
-    for (code, _, _), items in groups.items():
-        if len(items) == 1:
-            out.append(items[0][1])
-            continue
-        best: dict[int, Finding] = {}
-        for rank, f in items:
-            cur = best.get(rank)
-            if cur is None or (f.cost_ns_per_step or 0) > (cur.cost_ns_per_step or 0):
-                best[rank] = f
-        worst_rank, worst = min(best.items(), key=lambda kv: (order[kv[1].severity], -(kv[1].cost_ns_per_step or 0)))
-        costs = [f.cost_ns_per_step or 0 for f in best.values()]
-        shares = [f.cost_share for f in best.values() if f.cost_share is not None]
-        ranks = sorted(best)
-        where = "all" if len(ranks) == n_ranks else f"{len(ranks)} of {n_ranks}"
-        title = worst.title if len(ranks) == 1 else f"On {where} ranks (worst: rank {worst_rank}): {worst.title}"
-        kwargs: dict[str, Any] = dict(
-            code=code, title=title, severity=worst.severity, analysis=worst.analysis,
-            recommendation=worst.recommendation, cost_ns_per_step=int(round(float(np.mean(costs)))),
-            cost_share=float(np.mean(shares)) if shares else None,
-            rank=ranks[0] if len(ranks) == 1 else None, step=worst.step if len(ranks) == 1 else None,
-            evidence={
-                "ranks": len(ranks), "of_ranks": n_ranks, "findings": len(items), "worst_rank": worst_rank,
-                "per_rank": [{"rank": r, "severity": f.severity, "cost_ns_per_step": f.cost_ns_per_step,
-                              "cost_share": f.cost_share} for r, f in sorted(best.items())],
-                "worst": worst.evidence,
-            },
-        )
-        if getattr(worst, "part_of", None) is not None:  # umbrella findings (traceview.findings.nest_findings)
-            kwargs["part_of"] = worst.part_of
-        out.append(Finding(**kwargs))
     return out
 
 

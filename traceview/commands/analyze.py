@@ -63,7 +63,7 @@ def command(
     from traceview.analyses import run_all
 
     results = run_all(trace, Options(step_marker=step_marker, top_n=max(top, 20)))
-    render_results(results, console, top_n=top)
+    render_results(results, console, top_n=top, n_ranks=len(trace.ranks))
 
 
 def _report(paths, *, no_cache, step_marker, top, fmt, output, console) -> None:
@@ -84,7 +84,7 @@ def _report(paths, *, no_cache, step_marker, top, fmt, output, console) -> None:
         buffer = io.StringIO()
         file_console = Console(file=buffer, width=140, force_terminal=False, color_system=None)
         render_summary(trace, file_console)
-        render_results(results, file_console, top_n=top)
+        render_results(results, file_console, top_n=top, n_ranks=len(trace.ranks))
         text = buffer.getvalue()
     else:
         report = build_report(trace, results, options=options)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from traceview.findings import AnalysisResult, nest_findings
+from traceview.findings import merge_findings, AnalysisResult, nest_findings
 from traceview.model import Trace
 
 
@@ -227,14 +227,19 @@ def _cell(col: str, value: Any) -> str:
     return str(value)
 
 
-def render_results(results: dict[str, AnalysisResult], console: Console, top_n: int = 10) -> None:
+def render_results(results: dict[str, AnalysisResult], console: Console, top_n: int = 10,
+                   n_ranks: int = 1) -> None:
     for name, result in results.items():
         headline = result.tables.get("summary")
         if headline is not None and not headline.empty:
             render_table(headline, f"{name}", console)
         for w in result.warnings:
             console.print(f"[yellow]warning ({name}):[/yellow] {escape(safe(w))}", highlight=False)
-    nested = nest_findings([f for r in results.values() for f in r.findings])
+    findings = [f for r in results.values() for f in r.findings]
+    if n_ranks > 1:  # one line per problem, not one per rank: "On 3 of 4 ranks (worst: rank 2): ..."
+        per_rank = [(f.rank, f) for f in findings if f.rank is not None]
+        findings = [f for f in findings if f.rank is None] + merge_findings(per_rank, n_ranks)
+    nested = nest_findings(findings)
     console.print()
     if not nested:
         console.print("[green]No findings: nothing here costs a noticeable share of the step time.[/green]")
