@@ -16,7 +16,6 @@ launch-overhead analyses all need (it is cached on the trace object, by identity
 from __future__ import annotations
 
 import dataclasses
-import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,16 +23,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from traceview.findings import Options
-from traceview.model import Kind, Trace, steps_from_annotations
+from traceview.model import Trace
 
 from . import classify
 from . import intervals as iv
 
 NO_STEP = -1
-PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
 @dataclass
@@ -63,8 +60,6 @@ class StepTable:
 def step_table(trace: Trace, options: Options) -> StepTable:
     """The steps (``Options.step_marker`` or the parser's), limited to ``Options.ranks``."""
     table = trace.find_steps(options.step_marker)
-    if table.num_rows == 0 and options.step_marker is None:
-        table = _profiler_steps_from_ops(trace)
     rank = table.column("rank").to_numpy().astype(np.int64)
     step = table.column("step").to_numpy().astype(np.int64)
     name = np.asarray(table.column("name").to_pylist(), dtype=object)
@@ -74,25 +69,6 @@ def step_table(trace: Trace, options: Options) -> StepTable:
     sel = np.flatnonzero(keep)
     sel = sel[np.lexsort((start[sel], rank[sel]))]
     return StepTable(rank[sel], step[sel], name[sel], start[sel], end[sel])
-
-
-def _profiler_steps_from_ops(trace: Trace) -> Any:
-    """Fallback for old Kineto files (2021) whose ``ProfilerStep#N`` ranges are CPU ops
-    (category ``Operator``) rather than user annotations, so the parser's step table misses them."""
-    from traceview.model import empty_steps
-
-    kinds = trace.kind_codes()
-    mask = (kinds == int(Kind.CPU_OP)) & classify.name_matches(trace, PROFILER_STEP)
-    if not mask.any():
-        return empty_steps()
-    rows = np.flatnonzero(mask)
-    events = trace.events.take(rows)
-    kind_col = events.column("kind").combine_chunks()
-    relabelled = pa.DictionaryArray.from_arrays(
-        pa.array(np.full(rows.size, int(Kind.ANNOTATION), dtype=np.int8)), kind_col.dictionary
-    )
-    events = events.set_column(events.schema.get_field_index("kind"), "kind", relabelled)
-    return steps_from_annotations(events, PROFILER_STEP.pattern)
 
 
 def assign_to_steps(steps: StepTable, rank: np.ndarray, t: np.ndarray) -> np.ndarray:

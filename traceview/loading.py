@@ -35,26 +35,32 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
 ProgressFn = Callable[[int, int], None]
 
 
+def read_head(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of a file, decompressed when it is gzip (raises OSError,
+    zlib.error): enough to tell the format by content."""
+    with open(path, "rb") as f:
+        head = f.read(size)
+    if head[:2] == b"\x1f\x8b":
+        head = zlib.decompressobj(wbits=31).decompress(head, size)
+    return head
+
+
 def detect_format(path: Path) -> str:
     """"kineto", "nsys" or "nsys-rep", decided by content (the extension is only a hint)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
+        head = read_head(path, 4096)
     except FileNotFoundError:
         raise TraceFormatError(path, "no such file") from None
     except IsADirectoryError:
         raise TraceFormatError(path, "is a directory") from None
     except OSError as exc:
         raise TraceFormatError(path, f"cannot be read: {exc.strerror}") from None
+    except zlib.error as exc:
+        raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
     if not head:
         raise TraceFormatError(path, "is empty")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
-    if head[:2] == b"\x1f\x8b":
-        try:
-            head = zlib.decompressobj(wbits=31).decompress(head, 4096)
-        except zlib.error as exc:
-            raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"["):
         return "kineto"
@@ -101,14 +107,11 @@ def find_trace_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path
 def _looks_like_trace(path: Path) -> bool:
     """Cheap content sniff for directory scans (the parser does the real validation)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-        if head.startswith(SQLITE_MAGIC):
-            return True
-        if head[:2] == b"\x1f\x8b":
-            head = zlib.decompressobj(wbits=31).decompress(head, 1 << 16)
+        head = read_head(path, 1 << 16)
     except (OSError, zlib.error):
         return True  # let the parser report what is wrong with it
+    if head.startswith(SQLITE_MAGIC):
+        return True
     if path.name.endswith(".nsys-rep"):
         return True
     return b'"traceEvents"' in head or b'"ph"' in head
