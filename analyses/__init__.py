@@ -1,58 +1,53 @@
 """Analyses: one module each, a pure function ``Trace + Options -> AnalysisResult``.
 
-Modules register themselves with :func:`register`; :func:`run_all` runs every registered analysis
-(the CLI, reports and web app all go through it). Importing this package imports every analysis
-module so the registry is complete.
+Every module of this package that declares ``SPEC`` (a :class:`traceview.registry.AnalysisSpec`) is
+an analysis: importing the package imports them all and registers their specs, so adding an analysis
+is adding one module. :func:`run_all` runs them on one trace in memory; the report pipeline
+(:mod:`traceview.pipeline`) runs them rank by rank and reduces, which gives the same figures.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+import pkgutil
 
 from traceview.findings import AnalysisResult, Options
 from traceview.model import Trace
+from traceview.registry import AnalysisSpec, analysis_specs, register_analysis
 
-AnalysisFn = Callable[[Trace, Options], AnalysisResult]
-
-#: name -> function, in the order they run (and are shown)
-REGISTRY: dict[str, AnalysisFn] = {}
-
-#: modules holding analyses, in display order
-ANALYSIS_MODULES = (
-    "temporal",
-    "idle_gaps",
-    "launch_overhead",
-    "communication",
-    "kernels",
-    "synchronization",
-)
+__all__ = ["run_all", "run_analysis", "specs"]
 
 
-def register(name: str) -> Callable[[AnalysisFn], AnalysisFn]:
-    def decorator(fn: AnalysisFn) -> AnalysisFn:
-        REGISTRY[name] = fn
-        return fn
+def _register_modules() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        mod = importlib.import_module(f"{__name__}.{module.name}")
+        spec = getattr(mod, "SPEC", None)
+        if isinstance(spec, AnalysisSpec):
+            register_analysis(spec)
 
-    return decorator
+
+def specs() -> list[AnalysisSpec]:
+    """Every analysis, in run and display order."""
+    return analysis_specs()
 
 
-def _import_all() -> None:
-    for module in ANALYSIS_MODULES:
-        try:
-            importlib.import_module(f"{__name__}.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{module}":
-                raise
+def run_analysis(spec: AnalysisSpec, trace: Trace, options: Options) -> AnalysisResult:
+    """One analysis on a whole trace: its per-rank function, then (when it has one) its cross-rank
+    reduction over the trace's own inputs."""
+    result = spec.run(trace, options)
+    if spec.reduce is not None and spec.gather is not None:
+        cross = spec.reduce([spec.gather(trace, options)], options)
+        result.tables.update(cross.tables)
+        result.findings.extend(cross.findings)
+        result.warnings.extend(cross.warnings)
+    return result
 
 
 def run_all(trace: Trace, options: Options | None = None, only: list[str] | None = None) -> dict[str, AnalysisResult]:
-    """Run every registered analysis (or ``only`` those) and return results by name."""
-    _import_all()
+    """Run every analysis (or ``only`` those) on ``trace`` in memory and return results by name."""
     options = options or Options()
-    results: dict[str, AnalysisResult] = {}
-    for name, fn in REGISTRY.items():
-        if only is not None and name not in only:
-            continue
-        results[name] = fn(trace, options)
-    return results
+    return {spec.name: run_analysis(spec, trace, options) for spec in specs()
+            if only is None or spec.name in only}
+
+
+_register_modules()

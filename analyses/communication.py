@@ -70,11 +70,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import classify, register
-from . import intervals as iv
+from . import classify
+from traceview import intervals as iv
 from .steps import NO_STEP, Activity, activity, cached, per_step
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
+from traceview.registry import AnalysisSpec, TableSpec
 
 NAME = "communication"
 
@@ -644,12 +645,16 @@ class CrossRankInputs:
     steps: pd.DataFrame
     active_ranks: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
-    def shift_rows(self, offset: int) -> "CrossRankInputs":
-        """The same inputs with ``kernels.row`` moved by ``offset`` (rows of a concatenated trace)."""
-        if not offset or self.kernels.empty:
+    def remap_rows(self, rows: np.ndarray | None, offset: int = 0) -> "CrossRankInputs":
+        """The same inputs with ``kernels.row`` moved to the rows of a larger trace: ``rows[row]`` (a
+        one-rank trace cut from a file) and then ``+ offset`` (files concatenated)."""
+        if (rows is None and not offset) or self.kernels.empty:
             return self
         kernels = self.kernels.copy()
-        kernels["row"] = kernels["row"].to_numpy() + np.int64(offset)
+        row = kernels["row"].to_numpy()
+        if rows is not None:
+            row = rows[row]
+        kernels["row"] = row + np.int64(offset)
         return CrossRankInputs(kernels, self.collectives, self.compute, self.windows, self.whole_windows,
                                self.steps, self.active_ranks)
 
@@ -841,18 +846,35 @@ def cross_rank(inputs: CrossRankInputs, arrivals_table: bool = True) -> CrossRan
     return out
 
 
-@register(NAME)
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    act = activity(trace, options)
-    inputs = cross_rank_inputs(trace, options)
-    result = AnalysisResult(name=NAME)
-    result.tables["collectives"] = inputs.collectives
-    result.tables["summary"] = summary_table(act)
-    # the cross-rank part works on the per-rank inputs only, exactly as traceview.scale does
-    cross = cross_rank(inputs)
+    """Communication figures of ``trace``: the per-rank tables, then the cross-rank ones from the
+    per-rank inputs (:func:`reduce_ranks`), exactly as when the ranks are analysed one by one."""
+    result = analyze_rank(trace, options)
+    cross = reduce_ranks([cross_rank_inputs(trace, options)], options)
     result.tables.update(cross.tables)
     result.findings.extend(cross.findings)
     result.warnings.extend(cross.warnings)
+    return result
+
+
+def analyze_rank(trace: Trace, options: Options) -> AnalysisResult:
+    """The per-rank part: the communication summary (overlap, exposed time) of each rank and GPU."""
+    result = AnalysisResult(name=NAME)
+    result.tables["summary"] = summary_table(activity(trace, options))
+    return result
+
+
+def reduce_ranks(parts: list[CrossRankInputs], options: Options) -> AnalysisResult:
+    """The cross-rank part, from every rank's :func:`cross_rank_inputs`: collectives per rank, skew,
+    stragglers, clock alignment, compute imbalance and the communication findings.
+    ``options.whole_only`` (jobs of thousands of ranks) leaves out the ``arrivals`` table."""
+    inputs = CrossRankInputs.concat(parts)
+    cross = cross_rank(inputs, arrivals_table=not options.whole_only)
+    collectives = inputs.collectives
+    if options.whole_only and len(collectives):
+        collectives = collectives[collectives["step"].isna()].reset_index(drop=True)
+    result = AnalysisResult(name=NAME, tables={"collectives": collectives, **cross.tables},
+                            findings=list(cross.findings), warnings=list(cross.warnings))
     return result
 
 
@@ -1065,3 +1087,26 @@ def _imbalance_findings(
             },
         )
     ]
+
+
+SPEC = AnalysisSpec(
+    name=NAME,
+    title="Communication",
+    run=analyze_rank,
+    order=40,
+    tables=(
+        TableSpec("collectives", "Collectives per kind", cross_rank=True),
+        TableSpec("summary", "Communication and overlap"),
+        TableSpec("skew", "Cross-rank skew per collective", sort_by="skew_ns", cross_rank=True),
+        TableSpec("arrivals", "Arrivals per collective and rank", sort_by="lateness_ns", cross_rank=True),
+        TableSpec("stragglers", "Stragglers", cross_rank=True),
+        TableSpec("alignment", "Clock alignment per rank", cross_rank=True),
+        TableSpec("compute_by_rank", "Compute per rank", cross_rank=True),
+        TableSpec("compute_imbalance", "Compute imbalance across ranks", cross_rank=True),
+    ),
+    finding_codes=("exposed_collective", "straggler_rank", "compute_imbalance"),
+    page=("/communication", "Communication"),
+    gather=cross_rank_inputs,
+    reduce=reduce_ranks,
+    headline_table="summary",
+)

@@ -41,9 +41,10 @@ import pandas as pd
 
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
+from traceview.registry import AnalysisSpec, TableSpec
 
-from . import classify, register
-from . import intervals as iv
+from . import classify
+from traceview import intervals as iv
 from .steps import NO_STEP, Activity, activity, cached, per_step
 
 NAME = "idle_gaps"
@@ -235,6 +236,7 @@ def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
         "step_gaps": step_gaps,
         "by_cause": by_cause,
         "histogram": _histogram(gaps),
+        "histogram_by_cause": _histogram_by_cause(gaps),
         "largest": _largest(gaps, options),
         "cpu_contexts": _contexts(gaps),
     }
@@ -279,6 +281,19 @@ def _histogram(gaps: pd.DataFrame) -> pd.DataFrame:
     return out[["rank", "device", "bucket", "label", "gaps", "idle_ns"]].sort_values(["rank", "device", "bucket"]).reset_index(drop=True)
 
 
+def _histogram_by_cause(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Gaps and idle time per rank, device, cause and duration bucket (only the cells that hold gaps)."""
+    bucket = np.searchsorted(BUCKET_EDGES, gaps["dur_ns"].to_numpy(), side="right")
+    frame = pd.DataFrame({"rank": gaps["rank"].to_numpy(), "device": gaps["device"].to_numpy(),
+                          "cause": gaps["cause"].astype(str).to_numpy(), "bucket": bucket,
+                          "dur_ns": gaps["dur_ns"].to_numpy()})
+    agg = frame.groupby(["rank", "device", "cause", "bucket"], sort=True).agg(
+        gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")).reset_index()
+    agg["gaps"] = agg["gaps"].astype(np.int64)
+    agg["idle_ns"] = agg["idle_ns"].astype(np.int64)
+    return agg
+
+
 def _largest(gaps: pd.DataFrame, options: Options) -> pd.DataFrame:
     big = gaps[gaps["dur_ns"] >= options.min_gap_ns]
     return big.sort_values(["dur_ns", "start_ns"], ascending=[False, True], kind="stable").head(options.top_n).reset_index(drop=True)
@@ -313,7 +328,6 @@ _TITLES = {
 }
 
 
-@register(NAME)
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     tables = compute(trace, options)
     act = activity(trace, options)
@@ -390,3 +404,25 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
                 )
             )
     return findings
+
+
+SPEC = AnalysisSpec(
+    name=NAME,
+    title="Idle gaps",
+    run=analyze,
+    order=20,
+    tables=(
+        # the timeline window of the reports lists a rank's 500 largest gaps: a job keeps them per rank
+        TableSpec("gaps", "Idle gaps (whole trace)", sort_by="dur_ns", keep_rows=500, per_event=True),
+        TableSpec("step_gaps", "Idle gaps inside step windows", sort_by="dur_ns", per_event=True),
+        TableSpec("by_cause", "Idle time by cause"),
+        TableSpec("histogram", "Idle gaps by duration"),
+        TableSpec("histogram_by_cause", "Idle gaps by duration and cause"),
+        TableSpec("largest", "Largest idle gaps", sort_by="dur_ns",
+                  top_overall=(("dur_ns", False), ("start_ns", True))),
+        TableSpec("cpu_contexts", "What the host was doing in host-bound gaps", sort_by="idle_ns"),
+    ),
+    finding_codes=tuple(f"{cause}_gaps" for cause in CAUSES),
+    page=("/gaps", "Gaps"),
+    headline_table="by_cause",
+)

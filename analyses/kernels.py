@@ -54,11 +54,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import classify, register
-from . import intervals as iv
+from . import classify
+from traceview import intervals as iv
 from .steps import NO_STEP, Activity, activity, per_step
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
+from traceview.registry import AnalysisSpec, TableSpec
 
 NAME = "kernels"
 
@@ -278,7 +279,6 @@ def _empty_frame(columns: list[str]) -> pd.DataFrame:
     )
 
 
-@register(NAME)
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
     tables = kernel_tables(trace, act, options.top_n)
@@ -424,3 +424,21 @@ def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
             },
         )
     ]
+
+
+SPEC = AnalysisSpec(
+    name=NAME,
+    title="Kernels",
+    run=analyze,
+    order=50,
+    tables=(
+        TableSpec("kernels", "Kernels by total time", sort_by="total_ns", per_event=True),
+        TableSpec("top_kernels", "Top kernels per rank and GPU", sort_by="total_ns"),
+        TableSpec("kernels_by_step", "Kernels per step", sort_by="total_ns", per_event=True),
+        TableSpec("categories", "Kernel categories"),
+        TableSpec("tiny_kernels", "Tiny kernels"),
+    ),
+    finding_codes=("dominant_kernels", "many_tiny_kernels"),
+    page=("/kernels", "Kernels"),
+    headline_table="categories",
+)

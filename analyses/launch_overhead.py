@@ -22,9 +22,10 @@ import pandas as pd
 
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
+from traceview.registry import AnalysisSpec, TableSpec
 
-from . import classify, register
-from . import intervals as iv
+from . import classify
+from traceview import intervals as iv
 from .idle_gaps import HOST_BOUND
 from .idle_gaps import compute as idle_gap_tables
 from .steps import NO_STEP, Activity, activity, cached, per_step
@@ -222,7 +223,6 @@ def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
     }
 
 
-@register(NAME)
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
     tables = compute(trace, options)
@@ -327,3 +327,21 @@ def _recommend(kernels: pd.DataFrame, tiny_ops: pd.DataFrame, rank: int) -> tupl
                 "(torch.compile mode='reduce-overhead' or torch.cuda.CUDAGraph) so it replays with one launch, "
                 "compile it (torch.compile) to fuse kernels, or use larger batches so each kernel does more work.")
     return text, evidence
+
+
+SPEC = AnalysisSpec(
+    name=NAME,
+    title="Launch overhead",
+    run=analyze,
+    order=30,
+    tables=(
+        TableSpec("launches", "Launches (host call -> GPU activity)", sort_by="launch_delay_ns",
+                  sample_by="gpu_row", sample_rows=2000, per_event=True),
+        TableSpec("by_api", "Launch APIs"),
+        TableSpec("tiny_kernel_ops", "CPU ops launching the most short kernels", sort_by="short_kernels"),
+        TableSpec("steps", "Launch-bound steps"),
+    ),
+    finding_codes=("launch_bound",),
+    page=("/launch", "Launch overhead"),
+    headline_table="by_api",
+)

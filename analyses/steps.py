@@ -28,7 +28,7 @@ from traceview.findings import Options
 from traceview.model import Trace
 
 from . import classify
-from . import intervals as iv
+from traceview import intervals as iv
 
 NO_STEP = -1
 

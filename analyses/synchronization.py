@@ -56,12 +56,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import classify, register
-from . import intervals as iv
+from . import classify
+from traceview import intervals as iv
 from .idle_gaps import BLOCKING_COPY
 from .steps import NO_STEP, Activity, activity, assign_to_steps, per_step
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
+from traceview.registry import AnalysisSpec, TableSpec
 
 NAME = "synchronization"
 
@@ -456,7 +457,6 @@ def gpu_sync_events(trace: Trace, act: Activity) -> pd.DataFrame:
     return g[cols]
 
 
-@register(NAME)
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
     calls = call_table(trace, act)
@@ -574,3 +574,21 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
             )
         )
     return findings
+
+
+SPEC = AnalysisSpec(
+    name=NAME,
+    title="Synchronisation",
+    run=analyze,
+    order=60,
+    tables=(
+        TableSpec("calls", "Synchronising calls", sort_by="cost_ns", per_event=True),
+        TableSpec("sync_summary", "Synchronize calls per API"),
+        TableSpec("by_cpu_op", "Synchronising calls by CPU op", sort_by="cost_ns"),
+        TableSpec("copies", "Blocking and pageable copies"),
+        TableSpec("by_step", "Synchronisation per step"),
+        TableSpec("gpu_sync_events", "GPU-side sync events"),
+    ),
+    finding_codes=("sync_calls", "blocking_copy", "pageable_copy"),
+    headline_table="sync_summary",
+)

@@ -24,9 +24,10 @@ import pandas as pd
 
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
+from traceview.registry import AnalysisSpec, TableSpec
 
-from . import classify, register
-from . import intervals as iv
+from . import classify
+from traceview import intervals as iv
 from .steps import NO_STEP, Activity, activity, cached, per_step
 
 NAME = "temporal"
@@ -144,7 +145,6 @@ def breakdown(trace: Trace, options: Options) -> pd.DataFrame:
     return cached(trace, "temporal.breakdown", options, lambda: breakdown_table(activity(trace, options)))
 
 
-@register(NAME)
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
     table = breakdown(trace, options)
@@ -236,3 +236,18 @@ def _findings(table: pd.DataFrame, act: Activity) -> list[Finding]:
                 )
             )
     return findings
+
+
+SPEC = AnalysisSpec(
+    name=NAME,
+    title="Temporal breakdown",
+    run=analyze,
+    order=10,
+    tables=(
+        TableSpec("breakdown", "GPU time per rank, device and step (step empty = whole trace)"),
+        TableSpec("steps", "Steps (CPU ranges)"),
+    ),
+    finding_codes=("low_utilization", "exposed_communication"),
+    page=("/overview", "Overview"),
+    headline_table="breakdown",
+)

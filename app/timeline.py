@@ -3,7 +3,7 @@
 Large traces stay responsive because nothing here scans the whole trace per request:
 
 * :meth:`LaneIndex.build` sorts every drawable event once per run by (lane, start), computes the
-  nesting depth of CPU events (``traceview.analyses.intervals.nesting_depth``) and, per lane, the
+  nesting depth of CPU events (``traceview.intervals.nesting_depth``) and, per lane, the
   union of its intervals with a running total, so the busy time of any lane in any time range is
   two binary searches;
 * :func:`render` then only binary-searches each lane for the window: lanes with few events in the
@@ -120,7 +120,7 @@ class LaneIndex:
     @classmethod
     def build(cls, trace: Trace) -> "LaneIndex":
         from traceview.analyses import classify
-        from traceview.analyses import intervals as iv
+        from traceview import intervals as iv
 
         n = trace.num_events
         empty = np.zeros(0, dtype=np.int64)

@@ -28,11 +28,9 @@ doubles there); larger fractional values are re-read from the JSON text of that 
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import re
-import zlib
 from decimal import Decimal
 from itertools import compress, repeat
 from operator import attrgetter
@@ -46,8 +44,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError
-from traceview.analyses.intervals import NestedIndex
-from traceview.parsers.jsonstream import READ_BYTES, bracket_depths as _structure, open_bytes as _open_bytes
+from traceview.registry import InputFormat, register_input_format
+from traceview.intervals import NestedIndex
+from traceview.parsers.jsonstream import bracket_depths as _structure, open_bytes as _open_bytes
 from traceview.model import (
     _hash_keys,
     Kind,
@@ -408,7 +407,7 @@ class _KinetoFile:
         while position < events_end:
             consumed = self._decode_events(buf, position, events_end)
             if consumed <= position:
-                raise TraceFormatError(self.path, f"malformed JSON in traceEvents near the end of the file")
+                raise TraceFormatError(self.path, "malformed JSON in traceEvents near the end of the file")
             position = consumed
         if not array_document:
             tail = bytes(buf[array_end + 1:]).strip()
@@ -963,3 +962,22 @@ def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
     for i in np.flatnonzero(exponent).tolist():
         out[i] = abs(int((Decimal(texts[i].decode()) * 1000).to_integral_value()))
     return np.where(negative, -out, out)
+
+
+def _claims(path: Path, head: bytes) -> bool:
+    """A JSON document: Kineto's (the parser says clearly when it is JSON of another kind)."""
+    return head.lstrip()[:1] in (b"{", b"[")
+
+
+def _in_directory(path: Path, head: bytes) -> bool:
+    """In a directory scan, only JSON that looks like a trace (not a config or truth file beside it)."""
+    return _claims(path, head) and (b'"traceEvents"' in head or b'"ph"' in head)
+
+
+def _parse(path: Path, *, progress: ProgressFn | None = None, step_marker: str | None = None) -> Trace:
+    return parse_kineto(path, progress=progress)  # Kineto marks steps itself (ProfilerStep#N)
+
+
+FORMAT = register_input_format(InputFormat(
+    name="kineto", description="PyTorch profiler (Kineto) Chrome-trace JSON (.json, .json.gz)",
+    sniff=_claims, scan=_in_directory, parse=_parse, suffixes=(".json", ".json.gz", ".gz"), order=20))

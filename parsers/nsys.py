@@ -101,6 +101,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError
+from traceview.registry import InputFormat, register_input_format
 from traceview.model import (
     DEFAULT_STEP_MARKER,
     EVENT_SCHEMA,
@@ -1071,3 +1072,28 @@ class _Parser:
             codes = np.where(is_kernel, code_of[idx], -1).astype(np.int32)
             columns[column] = pa.DictionaryArray.from_arrays(
                 pa.array(np.maximum(codes, 0), pa.int32(), mask=codes < 0), pa.array(values, pa.string()))
+
+
+def _is_sqlite(path: Path, head: bytes) -> bool:
+    return head.startswith(SQLITE_MAGIC)
+
+
+def _is_report(path: Path, head: bytes) -> bool:
+    return path.name.endswith(".nsys-rep") or head[:4] == b"NSYS" or b"QdstrmV" in head[:64]
+
+
+def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None) -> Trace:
+    return parse_nsys(path, step_marker=step_marker)
+
+
+def _parse_report(path: Path, *, progress: Callable[[int, int], None] | None = None,
+                  step_marker: str | None = None) -> Trace:
+    return parse_nsys(export_nsys_rep(path), step_marker=step_marker)
+
+
+FORMAT = register_input_format(InputFormat(
+    name="nsys", description="Nsight Systems SQLite export (nsys export --type sqlite)",
+    sniff=_is_sqlite, parse=_parse, suffixes=(".sqlite",), order=10))
+REPORT_FORMAT = register_input_format(InputFormat(
+    name="nsys-rep", description="Nsight Systems report (.nsys-rep; exported to SQLite with nsys)",
+    sniff=_is_report, parse=_parse_report, suffixes=(".nsys-rep",), cacheable=False, order=30))

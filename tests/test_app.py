@@ -417,7 +417,7 @@ def test_timeline_stays_under_the_shape_budget_on_a_large_trace() -> None:
 
 
 def test_busy_fraction_matches_the_union(ctl: AppController) -> None:
-    from traceview.analyses import intervals as iv
+    from traceview import intervals as iv
 
     rid = run_id(ctl, "synthetic_4rank")
     index = ctl.store.timeline(rid)

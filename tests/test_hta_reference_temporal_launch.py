@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from traceview.analyses import intervals as iv
+from traceview import intervals as iv
 from traceview.analyses import launch_overhead
 
 import traceview

@@ -1,4 +1,4 @@
-"""Interval algebra (traceview.analyses.intervals): known answers and properties against brute force."""
+"""Interval algebra (traceview.intervals): known answers and properties against brute force."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from traceview.analyses import intervals as iv
+from traceview import intervals as iv
 
 SPAN = 60  # brute force works on a small integer line
 

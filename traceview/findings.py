@@ -28,6 +28,9 @@ class Options:
     min_gap_ns: int = 0
     #: ranks to analyse (None: all)
     ranks: tuple[int, ...] | None = None
+    #: keep only the whole-trace rows of per-rank tables, and no per-event tables (jobs of
+    #: thousands of ranks: per-step figures then exist only in the cross-rank tables)
+    whole_only: bool = False
 
 
 @dataclass

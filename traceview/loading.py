@@ -6,7 +6,6 @@ ranks, and concatenate into one :class:`Trace`.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 import zlib
@@ -18,6 +17,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from traceview.errors import DuplicateRankError, TraceFormatError
+from traceview.registry import INPUT_FORMATS, InputFormat, input_formats
 from traceview.model import (
     RankInfo,
     Trace,
@@ -29,8 +29,6 @@ from traceview.model import (
 
 #: Bump when parser output changes, so stale cache entries are never read.
 CACHE_VERSION = "1"
-SQLITE_MAGIC = b"SQLite format 3\x00"
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
 
 ProgressFn = Callable[[int, int], None]
 
@@ -46,7 +44,8 @@ def read_head(path: Path, size: int) -> bytes:
 
 
 def detect_format(path: Path) -> str:
-    """"kineto", "nsys" or "nsys-rep", decided by content (the extension is only a hint)."""
+    """The name of the registered input format that claims the file ("kineto", "nsys", "nsys-rep"),
+    decided by content (the extension is only a hint)."""
     try:
         head = read_head(path, 4096)
     except FileNotFoundError:
@@ -59,20 +58,22 @@ def detect_format(path: Path) -> str:
         raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
     if not head:
         raise TraceFormatError(path, "is empty")
-    if head.startswith(SQLITE_MAGIC):
-        return "nsys"
-    stripped = head.lstrip()
-    if stripped[:1] in (b"{", b"["):
-        return "kineto"
-    if path.suffix == ".nsys-rep" or head[:4] in (b"NSYS",) or b"QdstrmV" in head[:64]:
-        return "nsys-rep"
-    if path.name.endswith(".nsys-rep"):
-        return "nsys-rep"
+    for fmt in registered_formats():
+        if fmt.sniff(path, head):
+            return fmt.name
     raise TraceFormatError(
         path,
         "is not a trace traceview can read",
-        "expected PyTorch profiler JSON (.json/.json.gz) or an Nsight Systems SQLite export (.sqlite)",
+        "expected " + " or ".join(f.description for f in registered_formats()),
     )
+
+
+def registered_formats() -> list[InputFormat]:
+    """The input formats, with every parser module imported (so each has registered itself)."""
+    from traceview.parsers import register_all
+
+    register_all()
+    return input_formats()
 
 
 def find_trace_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path] | None = None) -> list[Path]:
@@ -83,12 +84,13 @@ def find_trace_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path
     a file named explicitly is always kept, so a bad one gets a clear error.
     """
     found: list[Path] = []
+    suffixes = tuple(s for fmt in registered_formats() for s in fmt.suffixes)
     for p in paths:
         path = Path(p)
         if path.is_dir():
             inside = sorted(
                 q for q in path.rglob("*")
-                if q.is_file() and q.name.endswith(TRACE_SUFFIXES) and not q.name.startswith(".")
+                if q.is_file() and q.name.endswith(suffixes) and not q.name.startswith(".")
             )
             traces = [q for q in inside if _looks_like_trace(q)]
             if skipped is not None:
@@ -110,11 +112,7 @@ def _looks_like_trace(path: Path) -> bool:
         head = read_head(path, 1 << 16)
     except (OSError, zlib.error):
         return True  # let the parser report what is wrong with it
-    if head.startswith(SQLITE_MAGIC):
-        return True
-    if path.name.endswith(".nsys-rep"):
-        return True
-    return b'"traceEvents"' in head or b'"ph"' in head
+    return any(fmt.in_directory(path, head) for fmt in registered_formats())
 
 
 # ------------------------------------------------------------------------------- cache
@@ -186,7 +184,7 @@ def load_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress:
     path = Path(path)
     fmt = detect_format(path)
     key_path = None
-    if use_cache and fmt in ("kineto", "nsys") and step_marker is None:
+    if use_cache and INPUT_FORMATS[fmt].cacheable and step_marker is None:
         try:
             key_path = cache_dir() / f"{cache_key(path)}.arrow"
             cached = _read_cache(key_path)
@@ -196,18 +194,7 @@ def load_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress:
                 return cached
         except OSError:
             key_path = None
-    if fmt == "kineto":
-        from traceview.parsers.kineto import parse_kineto
-
-        trace = parse_kineto(path, progress=progress)
-    elif fmt == "nsys":
-        from traceview.parsers.nsys import parse_nsys
-
-        trace = parse_nsys(path, step_marker=step_marker)
-    else:  # nsys-rep
-        from traceview.parsers.nsys import export_nsys_rep, parse_nsys
-
-        trace = parse_nsys(export_nsys_rep(path), step_marker=step_marker)
+    trace = INPUT_FORMATS[fmt].parse(path, progress=progress, step_marker=step_marker)
     if key_path is not None:
         try:
             _write_cache(trace, key_path)

@@ -9,7 +9,7 @@ there (a major bump removes or changes the meaning of a key, a minor bump adds k
 Conventions: every time is an int in ns (keys and table columns ending in ``_ns``; float means from
 the analyses are rounded); shares are fractions in [0, 1], ``*_pct`` are percentages; a figure that
 does not exist is ``null``. Everything that comes from the trace passes through
-:func:`traceview.redact.scrub` before it is stored, so no renderer can echo a secret; input files
+:func:`traceview.secrets.scrub` before it is stored, so no renderer can echo a secret; input files
 are named without their directories.
 """
 
@@ -19,77 +19,31 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
 
 import traceview
-from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, nest_findings
-from traceview.model import Trace
-from traceview.redact import scrub
+from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings, nest_findings
+from traceview.model import RankInfo, Trace
+from traceview.registry import ANALYSES
+from traceview.secrets import scrub, scrub_metadata
+from traceview.tables import sample_mask, top_order
 
 #: the report format version (see docs/reports.md for the rule)
 SCHEMA_VERSION = "1.0"
-#: rows kept per table (the largest first for the tables in TABLE_SORT); the total is stated
-MAX_TABLE_ROWS = 50
+#: rows kept per table (the largest first for tables with a sort key: see
+#: ``traceview.registry.TableSpec``); the total is stated
+REPORT_TABLE_ROWS = 50
+MAX_TABLE_ROWS = REPORT_TABLE_ROWS
 #: points in the launch-overhead scatter (sampled beyond, the count stated)
 MAX_LAUNCH_POINTS = 2000
 #: collectives (columns) in the skew heatmap (the most skewed beyond)
 MAX_SKEW_COLUMNS = 200
 #: gaps listed in the timeline window
 MAX_TIMELINE_GAPS = 500
-
-#: how a table is ordered before it is cut to MAX_TABLE_ROWS (largest first): (analysis, table) -> column
-TABLE_SORT = {
-    ("idle_gaps", "gaps"): "dur_ns",
-    ("idle_gaps", "step_gaps"): "dur_ns",
-    ("idle_gaps", "largest"): "dur_ns",
-    ("idle_gaps", "cpu_contexts"): "idle_ns",
-    ("launch_overhead", "launches"): "launch_delay_ns",
-    ("launch_overhead", "tiny_kernel_ops"): "short_kernels",
-    ("communication", "skew"): "skew_ns",
-    ("communication", "arrivals"): "lateness_ns",
-    ("kernels", "kernels"): "total_ns",
-    ("kernels", "top_kernels"): "total_ns",
-    ("kernels", "kernels_by_step"): "total_ns",
-    ("synchronization", "calls"): "cost_ns",
-    ("synchronization", "by_cpu_op"): "cost_ns",
-}
-#: one-line description of each table (shown by the renderers)
-TABLE_TITLES = {
-    ("temporal", "breakdown"): "GPU time per rank, device and step (step empty = whole trace)",
-    ("temporal", "steps"): "Steps (CPU ranges)",
-    ("idle_gaps", "gaps"): "Idle gaps (whole trace)",
-    ("idle_gaps", "step_gaps"): "Idle gaps inside step windows",
-    ("idle_gaps", "by_cause"): "Idle time by cause",
-    ("idle_gaps", "histogram"): "Idle gaps by duration",
-    ("idle_gaps", "largest"): "Largest idle gaps",
-    ("idle_gaps", "cpu_contexts"): "What the host was doing in host-bound gaps",
-    ("launch_overhead", "launches"): "Launches (host call -> GPU activity)",
-    ("launch_overhead", "by_api"): "Launch APIs",
-    ("launch_overhead", "tiny_kernel_ops"): "CPU ops launching the most short kernels",
-    ("launch_overhead", "steps"): "Launch-bound steps",
-    ("communication", "collectives"): "Collectives per kind",
-    ("communication", "summary"): "Communication and overlap",
-    ("communication", "skew"): "Cross-rank skew per collective",
-    ("communication", "arrivals"): "Arrivals per collective and rank",
-    ("communication", "stragglers"): "Stragglers",
-    ("communication", "compute_by_rank"): "Compute per rank",
-    ("communication", "compute_imbalance"): "Compute imbalance across ranks",
-    ("kernels", "kernels"): "Kernels by total time",
-    ("kernels", "top_kernels"): "Top kernels per rank and GPU",
-    ("kernels", "kernels_by_step"): "Kernels per step",
-    ("kernels", "categories"): "Kernel categories",
-    ("kernels", "tiny_kernels"): "Tiny kernels",
-    ("synchronization", "calls"): "Synchronising calls",
-    ("synchronization", "sync_summary"): "Synchronize calls per API",
-    ("synchronization", "by_cpu_op"): "Synchronising calls by CPU op",
-    ("synchronization", "copies"): "Blocking and pageable copies",
-    ("synchronization", "by_step"): "Synchronisation per step",
-    ("synchronization", "gpu_sync_events"): "GPU-side sync events",
-}
-
 
 # ------------------------------------------------------------------------------------ conversion
 
@@ -129,14 +83,15 @@ def plain(value: Any, key: str = "") -> Any:
     return str(value)
 
 
-def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, sort_by: str | None = None) -> dict[str, Any]:
+def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, sort_by: str | None = None,
+                  total_rows: int | None = None) -> dict[str, Any]:
     """A table as ``{columns, rows, total_rows, shown_rows, sorted_by}`` (rows are dicts)."""
     if df is None:
         df = pd.DataFrame()
-    total = int(len(df))
+    total = int(len(df)) if total_rows is None else int(total_rows)
     sorted_by = None
-    if total > max_rows and sort_by and sort_by in df.columns:
-        df = df.sort_values(sort_by, ascending=False, kind="stable")
+    if len(df) > max_rows and sort_by and sort_by in df.columns:
+        df = df.iloc[top_order(df, sort_by)]
         sorted_by = sort_by
     shown = df.head(max_rows)
     columns = [str(c) for c in shown.columns]
@@ -257,7 +212,7 @@ class _Versions:
                 for name, (_, values, source) in sorted(self.best.items())}
 
 
-def environment(trace: Trace, safe_ranks: Mapping[int, Mapping[str, Any]], used: Mapping[int, list[int]]) -> dict[str, Any]:
+def environment(trace: "TraceOverview", safe_ranks: Mapping[int, Mapping[str, Any]], used: Mapping[int, list[int]]) -> dict[str, Any]:
     """GPUs, world size, software versions and profiler settings, from scrubbed metadata only."""
     gpus: dict[tuple, dict[str, Any]] = {}
     listed = 0
@@ -348,7 +303,7 @@ def _per_step(total: int, steps: int) -> int:
     return int(round(total / steps)) if steps > 0 else int(total)
 
 
-def summary(trace: Trace, results: Mapping[str, AnalysisResult], env: Mapping[str, Any]) -> dict[str, Any]:
+def summary(trace: "TraceOverview", results: Mapping[str, AnalysisResult], env: Mapping[str, Any]) -> dict[str, Any]:
     whole = _whole_rows(results)
     counts = _step_counts(results)
     steps = _table(results, "temporal", "steps")
@@ -363,8 +318,11 @@ def summary(trace: Trace, results: Mapping[str, AnalysisResult], env: Mapping[st
         "steps": max(counts.values()) if counts else 0,
         "median_step_time_ns": None,
     }
+    out["p90_step_time_ns"] = None
     if steps is not None and not steps.empty:
-        out["median_step_time_ns"] = int(round(float(np.median(steps["end_ns"] - steps["start_ns"]))))
+        durations = (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype=np.float64)
+        out["median_step_time_ns"] = int(round(float(np.median(durations))))
+        out["p90_step_time_ns"] = int(round(float(np.percentile(durations, 90))))
     else:
         notes["median_step_time_ns"] = ("no steps found (no ProfilerStep#N or annotation matching the step marker): "
                                         "no step time, and per-step figures are whole-trace figures")
@@ -376,6 +334,11 @@ def summary(trace: Trace, results: Mapping[str, AnalysisResult], env: Mapping[st
         out["utilization"] = out["busy_ns"] / window if window else None
         out["idle_share"] = out["idle_ns"] / window if window else None
         out["exposed_comm_share"] = out["exposed_comm_ns"] / window if window else None
+        # busy = |U(compute) u U(comm) u U(memory)| = compute + exposed communication + memory alone,
+        # so these four shares of the GPU window add up to 1
+        out["memory_only_ns"] = max(0, out["busy_ns"] - out["compute_ns"] - out["exposed_comm_ns"])
+        out["compute_share"] = out["compute_ns"] / window if window else None
+        out["memory_only_share"] = out["memory_only_ns"] / window if window else None
         idle_ps = [_per_step(int(r["idle_ns"]), counts.get(int(r["rank"]), 0)) for _, r in whole.iterrows()]
         exp_ps = [_per_step(int(r["exposed_comm_ns"]), counts.get(int(r["rank"]), 0)) for _, r in whole.iterrows()]
         out["idle_ns_per_step"] = int(round(float(np.mean(idle_ps))))
@@ -384,12 +347,22 @@ def summary(trace: Trace, results: Mapping[str, AnalysisResult], env: Mapping[st
         for k in keys:
             out[k] = None
         out.update(utilization=None, idle_share=None, exposed_comm_share=None, idle_ns_per_step=None,
-                   exposed_comm_ns_per_step=None)
+                   exposed_comm_ns_per_step=None, memory_only_ns=None, compute_share=None, memory_only_share=None)
         notes["utilization"] = "no GPU activity (kernels, memcpy, memset) in the trace: no GPU figures"
     if len(whole) and out["communication_ns"] == 0:
         notes["exposed_comm_ns"] = "no communication kernels in the trace"
     out["notes"] = notes
     return out
+
+
+def job_findings(findings: list[Finding], n_ranks: int) -> list[Finding]:
+    """The findings of a job: a problem several ranks have is one finding listing its ranks and its
+    worst rank (per-rank detail in its evidence, see :func:`traceview.findings.merge_findings`);
+    findings about the job as a whole (no rank) are kept as they are."""
+    if n_ranks <= 1:
+        return list(findings)
+    per_rank = [(int(f.rank), f) for f in findings if f.rank is not None]
+    return [f for f in findings if f.rank is None] + merge_findings(per_rank, n_ranks)
 
 
 def _finding_records(findings: list[Finding]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -409,7 +382,7 @@ def _finding_records(findings: list[Finding]) -> tuple[list[dict[str, Any]], dic
     return records, stats
 
 
-def _warnings(trace: Trace, results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:
+def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     seen = set()
     # the inputs' directories are left out, as in "inputs" (they can name users and machines)
@@ -441,7 +414,7 @@ def _warnings(trace: Trace, results: Mapping[str, AnalysisResult]) -> list[dict[
     return out
 
 
-def _ranks(trace: Trace, safe: Mapping[int, Mapping[str, Any]], results: Mapping[str, AnalysisResult],
+def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], results: Mapping[str, AnalysisResult],
            summ: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
     whole = _whole_rows(results)
     counts = _step_counts(results)
@@ -492,39 +465,42 @@ def _breakdown_chart(results: Mapping[str, AnalysisResult]) -> list[dict[str, An
 
 
 def _gap_histogram(results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
-    from traceview.analyses.idle_gaps import BUCKET_EDGES, BUCKET_LABELS, CAUSES
+    from traceview.analyses.idle_gaps import BUCKET_LABELS, CAUSES
 
-    gaps = _table(results, "idle_gaps", "gaps")
+    by_cause = _table(results, "idle_gaps", "histogram_by_cause")
     hist: dict[str, Any] = {"buckets": list(BUCKET_LABELS), "causes": list(CAUSES),
                             "gaps": {c: [0] * len(BUCKET_LABELS) for c in CAUSES},
                             "idle_ns": {c: [0] * len(BUCKET_LABELS) for c in CAUSES}, "total_gaps": 0}
-    if gaps is None or gaps.empty:
+    if by_cause is None or by_cause.empty:
         return hist
-    bucket = np.searchsorted(BUCKET_EDGES, gaps["dur_ns"].to_numpy(), side="right")
-    frame = pd.DataFrame({"cause": gaps["cause"].astype(str).to_numpy(), "bucket": bucket, "dur": gaps["dur_ns"].to_numpy()})
-    for (cause, b), g in frame.groupby(["cause", "bucket"]):
+    sums = by_cause.groupby(["cause", "bucket"], sort=True)[["gaps", "idle_ns"]].sum()
+    for (cause, bucket), row in sums.iterrows():  # at most causes x buckets rows
         if cause not in hist["gaps"]:
             hist["causes"].append(cause)
             hist["gaps"][cause] = [0] * len(BUCKET_LABELS)
             hist["idle_ns"][cause] = [0] * len(BUCKET_LABELS)
-        hist["gaps"][cause][int(b)] = int(len(g))
-        hist["idle_ns"][cause][int(b)] = int(g["dur"].sum())
-    hist["total_gaps"] = int(len(gaps))
+        hist["gaps"][cause][int(bucket)] = int(row["gaps"])
+        hist["idle_ns"][cause][int(bucket)] = int(row["idle_ns"])
+    hist["total_gaps"] = int(by_cause["gaps"].sum())
     return hist
 
 
-def _launch_points(results: Mapping[str, AnalysisResult], limit: int = MAX_LAUNCH_POINTS) -> dict[str, Any]:
+def _launch_points(results: Mapping[str, AnalysisResult], total: int, limit: int = MAX_LAUNCH_POINTS) -> dict[str, Any]:
+    """Up to ``limit`` launches for the scatter chart: the whole table when it is small, else the
+    rows of the table's declared sample (the same rows in memory and in a job)."""
     launches = _table(results, "launch_overhead", "launches")
     if launches is None or launches.empty:
         return {"total": 0, "points": []}
-    total = int(len(launches))
-    if total > limit:
-        keep = np.sort(np.random.default_rng(0).choice(total, size=limit, replace=False))
-        launches = launches.iloc[keep]
+    spec = ANALYSES["launch_overhead"].table("launches") if "launch_overhead" in ANALYSES else None
+    sampled = total > limit
+    if sampled and spec is not None and spec.sample_by:
+        launches = launches[sample_mask(launches, spec.sample_by, min(limit, spec.sample_rows))]
+    else:
+        launches = launches.head(limit)
     cols = ["rank", "api", "kernel", "kind", "api_dur_ns", "gpu_dur_ns", "launch_delay_ns", "short"]
     points = [{c: plain(v, c) for c, v in zip(cols, values)}
               for values in launches[cols].itertuples(index=False, name=None)]
-    return {"total": total, "points": points, "sampled": total > limit}
+    return {"total": total, "points": points, "sampled": sampled}
 
 
 def _skew_chart(results: Mapping[str, AnalysisResult], limit: int = MAX_SKEW_COLUMNS) -> dict[str, Any] | None:
@@ -566,10 +542,12 @@ def _skew_chart(results: Mapping[str, AnalysisResult], limit: int = MAX_SKEW_COL
 
 
 def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | None:
+    """The worst idle gap with the time around it, and the largest gaps of its rank
+    (at most ``MAX_TIMELINE_GAPS`` of that rank's largest) that fall in that window."""
     gaps = _table(results, "idle_gaps", "gaps")
     if gaps is None or gaps.empty:
         return None
-    worst = gaps.sort_values("dur_ns", ascending=False, kind="stable").iloc[0]
+    worst = gaps.iloc[int(top_order(gaps, "dur_ns")[0])]
     rank, device = int(worst["rank"]), int(worst["device"])
     start, end = int(worst["start_ns"]), int(worst["end_ns"])
     pad = max(end - start, 100_000)
@@ -579,8 +557,9 @@ def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | 
     if len(mine):
         lo = max(lo, int(mine["first_start_ns"].iloc[0]) - pad // 10)
         hi = min(hi, int(mine["last_end_ns"].iloc[0]) + pad // 10)
-    inside = gaps[(gaps["rank"] == rank) & (gaps["end_ns"] > lo) & (gaps["start_ns"] < hi)]
-    inside = inside.sort_values("dur_ns", ascending=False, kind="stable").head(MAX_TIMELINE_GAPS)
+    of_rank = gaps[gaps["rank"] == rank].reset_index(drop=True)
+    largest = of_rank.iloc[top_order(of_rank, "dur_ns")[:MAX_TIMELINE_GAPS]]
+    inside = largest[(largest["end_ns"] > lo) & (largest["start_ns"] < hi)]
     cols = ["rank", "device", "step", "start_ns", "end_ns", "dur_ns", "cause", "cpu_context"]
     return {
         "rank": rank, "device": device, "start_ns": int(lo), "end_ns": int(hi),
@@ -592,63 +571,169 @@ def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | 
 # ------------------------------------------------------------------------------------ the report
 
 
-def build_report(trace: Trace, results: Mapping[str, AnalysisResult], *, options: Options | None = None,
-                 max_table_rows: int = MAX_TABLE_ROWS) -> dict[str, Any]:
-    """The report model for ``trace`` and ``results`` (from ``run_all(trace, options)``).
+@dataclass
+class TraceOverview:
+    """What the report says about its inputs: each rank's metadata and summary (``Trace.summary()``
+    of that rank) and the warnings of loading. Built from a loaded trace, or by a job from its
+    per-rank results (no events needed)."""
 
-    Keys: ``schema_version``, ``generator``, ``inputs``, ``options``, ``summary``, ``environment``,
-    ``findings``, ``findings_summary``, ``warnings``, ``ranks``, ``analyses`` (per analysis: its
-    warnings and its tables as bounded record lists) and ``charts`` (the bounded data the figures
-    draw). See docs/reports.md. Everything is scrubbed of secrets.
+    ranks: dict[int, RankInfo]
+    summaries: dict[int, dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def rank_ids(self) -> list[int]:
+        return sorted(self.ranks)
+
+    @property
+    def num_events(self) -> int:
+        return int(sum(int(s.get("events", 0)) for s in self.summaries.values()))
+
+    def summary(self) -> dict[int, dict[str, Any]]:
+        return self.summaries
+
+
+class Report(Mapping[str, Any]):
+    """The one answer every front end shows: the JSON-able report model (``report["summary"]``,
+    ``report["findings"]``, ...: docs/reports.md) with the analyses' tables as DataFrames.
+
+    In a notebook: ``report.findings`` (a DataFrame, one row per finding, in rank order, ``id`` as
+    everywhere else), ``report.table("kernels", "kernels")``, ``report.tables("idle_gaps")``,
+    ``report.to_json()``. ``report.trace`` is the analysed trace when it was analysed in this process.
+    Tables are whole in memory and cut to the rows any figure needs when computed by a job.
     """
-    from traceview.redact import scrub_metadata
 
+    def __init__(self, data: dict[str, Any], results: Mapping[str, AnalysisResult], trace: Trace | None = None) -> None:
+        self.data = data
+        self.results = dict(results)
+        self.trace = trace
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        s = self.data.get("summary", {})
+        return (f"<Report {s.get('num_ranks', 0)} rank(s), {s.get('gpus', 0)} GPU(s), {s.get('steps', 0)} step(s), "
+                f"{len(self.data.get('findings', []))} finding(s)>")
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.data["summary"]
+
+    @property
+    def findings(self) -> pd.DataFrame:
+        """One row per finding (top-level and nested), in rank order, numbered as in every format."""
+        rows = self.data.get("findings", [])
+        columns = ["id", "parent", "severity", "code", "title", "analysis", "cost_ns_per_step", "cost_share", "rank",
+                   "step", "part_of", "recommendation", "evidence"]
+        frame = pd.DataFrame(rows)
+        return frame.reindex(columns=columns + [c for c in frame.columns if c not in columns])
+
+    def table(self, analysis: str, name: str) -> pd.DataFrame:
+        """One of an analysis's tables (an empty DataFrame when it has none of that name)."""
+        result = self.results.get(analysis)
+        if result is None or name not in result.tables:
+            return pd.DataFrame()
+        return result.tables[name]
+
+    def tables(self, analysis: str) -> dict[str, pd.DataFrame]:
+        result = self.results.get(analysis)
+        return dict(result.tables) if result is not None else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+    def to_json(self, *, indent: int | None = 1) -> str:
+        return report_to_json(self.data, indent=indent)
+
+
+def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult], *, options: Options | None = None,
+                 max_table_rows: int = MAX_TABLE_ROWS, table_rows: Mapping[tuple[str, str], int] | None = None,
+                 execution: Mapping[str, Any] | None = None, trace: Trace | None = None) -> Report:
+    """The report for ``results`` (from :func:`traceview.pipeline.reduce_ranks`) of the inputs
+    ``overview``. ``table_rows``: each table's true row count when the tables were cut (a job);
+    ``execution``: how the analyses ran (executor, workers, timings).
+
+    Keys: ``schema_version``, ``generator``, ``inputs``, ``options``, ``execution``, ``summary``,
+    ``environment``, ``findings``, ``findings_summary``, ``warnings``, ``ranks``, ``analyses`` (per
+    analysis: its title, warnings, and its tables as bounded record lists) and ``charts`` (the bounded
+    data the figures draw). See docs/reports.md. Everything is scrubbed of secrets.
+    """
     options = options or Options()
-    safe_ranks = scrub_metadata(trace.ranks)
-    trace_summary = trace.summary()
-    used = {rank: s.get("devices", []) for rank, s in trace_summary.items()}
-    env = environment(trace, safe_ranks, used)
-    findings = [f for r in results.values() for f in r.findings]
+    table_rows = table_rows or {}
+    safe_ranks = scrub_metadata(overview.ranks)
+    used = {rank: s.get("devices", []) for rank, s in overview.summaries.items()}
+    env = environment(overview, safe_ranks, used)
+    findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks))
     finding_records, finding_stats = _finding_records(findings)
-    analyses: dict[str, Any] = {}
-    for name, result in results.items():
-        tables = {}
-        for tname, df in result.tables.items():
-            t = table_records(df, max_rows=max_table_rows, sort_by=TABLE_SORT.get((name, tname)))
-            t["title"] = TABLE_TITLES.get((name, tname), tname.replace("_", " "))
-            tables[tname] = t
-        analyses[name] = {"warnings": list(result.warnings), "findings": len(result.findings), "tables": tables}
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": {"name": "traceview", "version": traceview.__version__},
         "inputs": [
             {"file": Path(str(safe_ranks[r].get("source_path") or "")).name, "rank": int(r),
              "format": safe_ranks[r].get("source_format"), "format_version": safe_ranks[r].get("format_version") or None}
-            for r in trace.rank_ids
+            for r in overview.rank_ids
         ],
         "options": {"step_marker": options.step_marker, "top_n": options.top_n, "min_gap_ns": options.min_gap_ns,
                     "ranks": list(options.ranks) if options.ranks is not None else None},
-        "summary": summary(trace, results, env),
+        "execution": dict(execution or {}),
+        "summary": summary(overview, results, env),
         "environment": env,
         "findings": finding_records,
         "findings_summary": finding_stats,
-        "warnings": _warnings(trace, results),
-        "ranks": _ranks(trace, safe_ranks, results, trace_summary),
-        "analyses": analyses,
+        "warnings": _warnings(overview, results),
+        "ranks": _ranks(overview, safe_ranks, results, overview.summaries),
+        "analyses": _analysis_sections(results, findings, table_rows, max_table_rows),
         "charts": {
             "breakdown": _breakdown_chart(results),
             "gap_histogram": _gap_histogram(results),
-            "launches": _launch_points(results),
+            "launches": _launch_points(results, _rows(results, table_rows, "launch_overhead", "launches")),
             "skew": _skew_chart(results),
             "timeline": _timeline_window(results),
         },
     }
     report["summary"]["findings"] = finding_stats
-    return scrub(plain(report))
+    return Report(scrub(plain(report)), results, trace)
+
+
+def _rows(results: Mapping[str, AnalysisResult], table_rows: Mapping[tuple[str, str], int], analysis: str,
+          name: str) -> int:
+    """A table's true row count: as counted before a job cut it, else its length."""
+    if (analysis, name) in table_rows:
+        return int(table_rows[(analysis, name)])
+    table = _table(results, analysis, name)
+    return 0 if table is None else int(len(table))
+
+
+def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Finding],
+                       table_rows: Mapping[tuple[str, str], int], max_rows: int) -> dict[str, Any]:
+    """Per analysis: its title, warnings, number of (job-level) findings, and its tables cut to
+    ``max_rows`` rows (the largest by the table's declared sort key) with their titles."""
+    out: dict[str, Any] = {}
+    for name, result in results.items():
+        spec = ANALYSES.get(name)
+        tables = {}
+        for tname, df in result.tables.items():
+            tspec = spec.table(tname) if spec is not None else None
+            t = table_records(df, max_rows=max_rows, sort_by=tspec.sort_by if tspec else None,
+                              total_rows=table_rows.get((name, tname)))
+            t["title"] = tspec.title if tspec else tname.replace("_", " ")
+            tables[tname] = t
+        out[name] = {"title": spec.title if spec else name, "warnings": list(result.warnings),
+                     "findings": sum(1 for f in findings if f.analysis == name), "tables": tables}
+    return out
 
 
 def report_to_json(report: Mapping[str, Any], *, indent: int | None = 1) -> str:
     """The report as JSON text (UTF-8, no NaN)."""
+    if isinstance(report, Report):
+        report = report.data
     return json.dumps(report, indent=indent, ensure_ascii=False, allow_nan=False)
 
 

@@ -1,0 +1,388 @@
+"""The one pipeline: traces in, one :class:`~traceview.report.Report` out, for every front end.
+
+    source (paths or a Trace) -> per rank: analyses (map) -> reduce across ranks -> Report
+
+Every analysis runs on one rank at a time (:func:`analyze_rank`), and :func:`reduce_ranks` joins the
+ranks: per-rank tables are concatenated in rank order, cross-rank figures come from each analysis's
+declared ``gather``/``reduce`` (:class:`traceview.registry.AnalysisSpec`), per-rank warnings are
+merged. The in-memory path (:func:`analyze` on a Trace or on paths) maps the ranks inline and keeps
+whole tables; the job path (``traceview.jobs``: local processes or a Dask cluster) maps files in
+workers, which send bounded tables (:func:`bound_rank_tables`: every row any report figure needs), and
+hands the per-rank results to the same :func:`reduce_ranks` and :func:`traceview.report.build_report`.
+So both give the same report, figure for figure.
+
+Rows: a ``row`` (or ``*_row``) column refers to a row of ``trace.events`` (of all files concatenated
+in file order, as ``traceview.load`` builds it), whichever path computed it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from traceview.findings import AnalysisResult, Finding, Options
+from traceview.loading import find_trace_files, load
+from traceview.model import RankInfo, Trace
+from traceview.registry import AnalysisSpec, TableSpec
+from traceview.report import REPORT_TABLE_ROWS, Report, TraceOverview, build_report
+from traceview.tables import concat_tables, drop_unused_categories, sample_mask, top_order
+
+#: rows of a table without a sort key that a rank keeps in a job (the report shows the first ones)
+MAX_RANK_TABLE_ROWS = 5000
+#: ranks unpacked and concatenated at a time by the reduce step (bounds its transient memory)
+REDUCE_BATCH = 256
+
+Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | Trace
+
+
+# ------------------------------------------------------------------------------------ per rank
+
+
+@dataclass
+class RankResult:
+    """What the analyses produced for one rank: its tables (whole, or bounded in a job), the number of
+    rows each table had before any cut, its findings and warnings per analysis, and the inputs of the
+    cross-rank steps. ``pack()`` pickles and compresses the tables (one bytes object travels and waits
+    in a driver holding thousands of ranks); ``unpack()`` gives them back."""
+
+    rank: int
+    info: RankInfo
+    summary: dict[str, Any]
+    tables: dict[str, dict[str, pd.DataFrame]]
+    table_rows: dict[tuple[str, str], int]
+    findings: dict[str, list[Finding]]
+    warnings: dict[str, list[str]]
+    gathered: dict[str, Any]
+    #: warnings of the file the rank came from (parser warnings)
+    trace_warnings: list[str] = field(default_factory=list)
+    payload: bytes = b""
+
+    def pack(self) -> "RankResult":
+        if not self.payload:
+            self.payload = zlib.compress(pickle.dumps((self.tables, self.gathered), protocol=pickle.HIGHEST_PROTOCOL), 1)
+            self.tables, self.gathered = {}, {}
+        return self
+
+    def unpack(self) -> tuple[dict[str, dict[str, pd.DataFrame]], dict[str, Any]]:
+        """(tables, gathered cross-rank inputs), whether packed or not."""
+        if self.payload:
+            tables, gathered = pickle.loads(zlib.decompress(self.payload))
+            return tables, gathered
+        return self.tables, self.gathered
+
+    def remap_rows(self, rows: np.ndarray | None, offset: int) -> "RankResult":
+        """Row columns moved to the rows of a larger trace (see :func:`map_rows`)."""
+        if rows is None and not offset:
+            return self
+        tables, gathered = self.unpack()
+        self.tables = {a: {t: map_rows(f, rows, offset) for t, f in ts.items()} for a, ts in tables.items()}
+        self.gathered = {a: g.remap_rows(rows, offset) for a, g in gathered.items()}
+        self.payload = b""
+        return self
+
+
+def select_rank(trace: Trace, rank: int) -> tuple[Trace, np.ndarray | None]:
+    """The events, links and steps of one rank as a trace of their own, and for each of its rows the
+    row in ``trace`` (None when the trace holds that rank only)."""
+    if len(trace.ranks) == 1:
+        return trace, None
+    rows = np.flatnonzero(trace.column("rank") == rank).astype(np.int64)
+    events = trace.events.take(pa.array(rows))
+    new_row = np.full(trace.num_events, -1, dtype=np.int64)
+    new_row[rows] = np.arange(rows.size, dtype=np.int64)
+    links = trace.links
+    if links.num_rows:
+        links = links.filter(pa.array(links.column("rank").to_numpy() == rank))
+        for name in ("src_row", "dst_row"):
+            i = links.schema.get_field_index(name)
+            links = links.set_column(i, links.schema.field(name), pa.array(new_row[links.column(name).to_numpy()]))
+    steps = trace.steps
+    if steps.num_rows:
+        steps = steps.filter(pa.array(steps.column("rank").to_numpy() == rank))
+    sub = Trace(events=events, links=links, ranks={rank: trace.ranks[rank]}, steps=steps,
+                warnings=list(trace.warnings))
+    return sub, rows
+
+
+def row_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns of ``frame`` that hold event row numbers (``row``, ``*_row``)."""
+    return [c for c in frame.columns if (c == "row" or str(c).endswith("_row"))
+            and pd.api.types.is_integer_dtype(frame[c].dtype)]
+
+
+def map_rows(frame: pd.DataFrame, rows: np.ndarray | None, offset: int = 0) -> pd.DataFrame:
+    """Row columns: rank-local rows -> rows of the trace they were cut from (``rows[row]``) -> rows
+    across files (``+ offset``). Missing rows (negative or NA) stay missing."""
+    cols = row_columns(frame)
+    if not cols or (rows is None and not offset) or frame.empty:
+        return frame
+    frame = frame.copy()
+    for c in cols:
+        nullable = pd.api.types.is_extension_array_dtype(frame[c].dtype)
+        mask = frame[c].isna().to_numpy() if nullable else np.zeros(len(frame), dtype=bool)
+        vals = frame[c].fillna(-1).to_numpy(dtype=np.int64) if nullable else frame[c].to_numpy().astype(np.int64)
+        ok = (vals >= 0) & ~mask
+        new = vals.copy()
+        if rows is not None:
+            new[ok] = rows[vals[ok]]
+        new[ok] += offset
+        if nullable:
+            frame[c] = pd.array(np.where(mask, None, new).tolist(), dtype=frame[c].dtype)
+        else:
+            frame[c] = new.astype(frame[c].dtype)
+    return frame
+
+
+def analyze_rank(trace: Trace, rank: int, rows: np.ndarray | None, options: Options, *,
+                 bounded: bool = False) -> RankResult:
+    """Run every analysis on ``trace`` (one rank's events: see :func:`select_rank`) and gather the
+    cross-rank inputs. ``rows`` maps its rows to the trace it was cut from. ``bounded``: cut each table
+    to the rows a report can need (:func:`bound_rank_tables`), for a job's workers."""
+    from traceview.analyses import specs
+    from traceview.analyses.steps import clear_cache
+
+    try:
+        tables: dict[str, dict[str, pd.DataFrame]] = {}
+        findings: dict[str, list[Finding]] = {}
+        warnings: dict[str, list[str]] = {}
+        gathered: dict[str, Any] = {}
+        for spec in specs():
+            result = spec.run(trace, options)
+            tables[spec.name] = dict(result.tables)
+            findings[spec.name] = list(result.findings)
+            if result.warnings:
+                warnings[spec.name] = list(result.warnings)
+            if spec.gather is not None:
+                gathered[spec.name] = spec.gather(trace, options).remap_rows(rows, 0).compact()
+        table_rows = {(a, t): int(len(f)) for a, ts in tables.items() for t, f in ts.items()}
+        if bounded:
+            tables = {a: bound_rank_tables(_spec(a), ts, options) for a, ts in tables.items()}
+        tables = {a: {t: map_rows(f, rows) for t, f in ts.items()} for a, ts in tables.items()}
+        return RankResult(rank=rank, info=trace.ranks[rank], summary=trace.summary().get(rank, {}), tables=tables,
+                          table_rows=table_rows, findings=findings, warnings=warnings, gathered=gathered,
+                          trace_warnings=list(trace.warnings))
+    finally:
+        clear_cache()
+
+
+def _spec(name: str) -> AnalysisSpec:
+    from traceview.registry import ANALYSES
+
+    return ANALYSES[name]
+
+
+# ------------------------------------------------------------------------------------ bounding
+
+
+def bound_table(frame: pd.DataFrame, table: TableSpec, rows: int) -> pd.DataFrame:
+    """``frame`` cut to what any report figure can need of it, rows kept in their order: its top
+    ``rows`` by the table's sort key (and its sample rows), or its first rows when it has no key."""
+    if table.sort_by is None or table.sort_by not in frame:
+        return frame if len(frame) <= MAX_RANK_TABLE_ROWS else frame.iloc[:MAX_RANK_TABLE_ROWS].reset_index(drop=True)
+    if len(frame) <= rows:
+        return frame
+    keep = np.zeros(len(frame), dtype=bool)
+    keep[top_order(frame, table.sort_by)[:rows]] = True
+    if table.sample_by:
+        keep |= sample_mask(frame, table.sample_by, table.sample_rows)
+    return frame.iloc[np.flatnonzero(keep)].reset_index(drop=True)
+
+
+def bound_rank_tables(spec: AnalysisSpec, tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
+    """One rank's tables of one analysis, cut for a job (see :func:`bound_table`). With
+    ``options.whole_only`` the per-event tables are left out and the others keep their whole-trace
+    rows only."""
+    out: dict[str, pd.DataFrame] = {}
+    for name, frame in tables.items():
+        table = spec.table(name)
+        if options.whole_only:
+            if table.per_event:
+                continue
+            if "step" in frame and not table.top_overall:
+                frame = frame[frame["step"].isna()].reset_index(drop=True)
+        rows = max(REPORT_TABLE_ROWS, table.keep_rows, options.top_n)
+        out[name] = drop_unused_categories(bound_table(frame, table, rows))
+    return out
+
+
+# ------------------------------------------------------------------------------------ reduce
+
+
+def compact_ranks(ranks: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    ordered = sorted({int(r) for r in ranks})
+    parts = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def merge_messages(per_rank: list[tuple[int, str]], n_ranks: int) -> list[str]:
+    """Each distinct message once, saying which ranks gave it (nothing added for a one-rank job)."""
+    seen: dict[str, list[int]] = {}
+    for rank, msg in per_rank:
+        seen.setdefault(msg, []).append(rank)
+    out = []
+    for msg, ranks in seen.items():
+        distinct = set(ranks)
+        if n_ranks <= 1:
+            out.append(msg)
+        elif len(distinct) == n_ranks:
+            out.append(f"{msg} (all ranks)")
+        else:
+            out.append(f"{msg} (rank{'s' if len(distinct) > 1 else ''} {compact_ranks(ranks)})")
+    return out
+
+
+@dataclass
+class Reduced:
+    """The reduce step's output: results per analysis and the true row count of every table."""
+
+    results: dict[str, AnalysisResult]
+    table_rows: dict[tuple[str, str], int]
+
+
+def reduce_ranks(ranks: list[RankResult], options: Options) -> Reduced:
+    """Join per-rank results (in rank order): tables concatenated (``top_overall`` tables cut again),
+    findings kept per rank (the report merges them across ranks), warnings merged, and each
+    analysis's cross-rank step run on every rank's gathered inputs."""
+    from traceview.analyses import specs
+
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    pieces: dict[tuple[str, str], list[pd.DataFrame]] = {}
+    gathered: dict[str, list[Any]] = {}
+    table_rows: dict[tuple[str, str], int] = {}
+    for start in range(0, len(ranks), REDUCE_BATCH):
+        batch: dict[tuple[str, str], list[pd.DataFrame]] = {}
+        for rr in ranks[start:start + REDUCE_BATCH]:
+            tables, parts = rr.unpack()
+            for name, ts in tables.items():
+                for tname, frame in ts.items():
+                    batch.setdefault((name, tname), []).append(frame)
+            for name, part in parts.items():
+                gathered.setdefault(name, []).append(part)
+            for key, n in rr.table_rows.items():
+                table_rows[key] = table_rows.get(key, 0) + n
+        for key, frames in batch.items():
+            pieces.setdefault(key, []).append(concat_tables(frames))
+    results: dict[str, AnalysisResult] = {}
+    for spec in specs():
+        results[spec.name] = _reduce_analysis(spec, ranks, pieces, gathered.get(spec.name), table_rows, options)
+    return Reduced(results=results, table_rows=table_rows)
+
+
+def _reduce_analysis(spec: AnalysisSpec, ranks: list[RankResult], pieces: dict[tuple[str, str], list[pd.DataFrame]],
+                     gathered: list[Any] | None, table_rows: dict[tuple[str, str], int],
+                     options: Options) -> AnalysisResult:
+    result = AnalysisResult(name=spec.name)
+    for (name, tname), frames in pieces.items():
+        if name != spec.name or spec.table(tname).cross_rank:
+            continue
+        table = concat_tables(frames)
+        top = spec.table(tname).top_overall
+        if top and len(table):
+            cols, asc = [c for c, _ in top], [a for _, a in top]
+            table = table.sort_values(cols, ascending=asc, kind="stable").head(options.top_n).reset_index(drop=True)
+            table_rows[(name, tname)] = len(table)
+        result.tables[tname] = table
+    n_ranks = len(ranks)
+    result.findings = [f for rr in ranks for f in rr.findings.get(spec.name, [])]
+    result.warnings = merge_messages([(rr.rank, w) for rr in ranks for w in rr.warnings.get(spec.name, [])], n_ranks)
+    if spec.reduce is not None and gathered:
+        cross = spec.reduce(gathered, options)
+        for tname, frame in cross.tables.items():
+            result.tables[tname] = frame
+            table_rows[(spec.name, tname)] = len(frame)
+        result.findings.extend(cross.findings)
+        result.warnings.extend(cross.warnings)
+    declared = [t.name for t in spec.tables]
+    order = sorted(result.tables, key=lambda t: declared.index(t) if t in declared else len(declared))
+    result.tables = {t: result.tables[t] for t in order}
+    return result
+
+
+# ------------------------------------------------------------------------------------ the pipeline
+
+
+def overview_of(trace: Trace, summaries: dict[int, dict[str, Any]] | None = None) -> TraceOverview:
+    """What the report says about the inputs of an in-memory trace."""
+    return TraceOverview(ranks=dict(trace.ranks), summaries=summaries if summaries is not None else trace.summary(),
+                         warnings=list(trace.warnings))
+
+
+class Executor(Protocol):
+    """Runs the map step somewhere else (``traceview.jobs``: local processes, a Dask cluster): analyzes
+    every rank of ``files`` and returns the per-rank results with what the report says of the inputs
+    and of the execution."""
+
+    def analyze_files(self, files: list[Path], options: Options, *, use_cache: bool,
+                      skipped: list[Path]) -> "Mapped": ...
+
+
+@dataclass
+class Mapped:
+    """An executor's answer: per-rank results (packed or not), the inputs' overview, and how it ran."""
+
+    ranks: list[RankResult]
+    overview: TraceOverview
+    execution: dict[str, Any] = field(default_factory=dict)
+
+
+def map_trace(trace: Trace, options: Options) -> list[RankResult]:
+    """The map step in this process: every rank of ``trace`` analysed on its own, tables whole."""
+    out = []
+    for rank in trace.rank_ids:
+        if options.ranks is not None and rank not in options.ranks:
+            continue
+        sub, rows = select_rank(trace, rank)
+        out.append(analyze_rank(sub, rank, rows, options))
+    return out
+
+
+def analyze(source: Source, options: Options | None = None, *, use_cache: bool = True,
+            executor: Executor | None = None, progress: Callable[[Path, int, int], None] | None = None,
+            step_marker: str | None = None) -> Report:
+    """Analyze traces and return the :class:`~traceview.report.Report` every front end renders.
+
+    ``source``: a :class:`Trace`, or trace files and directories (any registered input format).
+    ``executor``: run the map step elsewhere (``traceview.jobs.LocalProcesses(n)``,
+    ``traceview.jobs.DaskCluster(address)``); the report is the same as in memory.
+    """
+    options = options or Options()
+    if step_marker is not None:
+        options = Options(**{**options.__dict__, "step_marker": step_marker})
+    if executor is not None:
+        if isinstance(source, Trace):
+            raise TypeError("an executor analyzes files: pass paths, not a loaded Trace")
+        skipped: list[Path] = []
+        files = find_trace_files(_paths(source), skipped)
+        mapped = executor.analyze_files(files, options, use_cache=use_cache, skipped=skipped)
+        reduced = reduce_ranks(mapped.ranks, options)
+        return build_report(mapped.overview, reduced.results, options=options, table_rows=reduced.table_rows,
+                            execution=mapped.execution)
+    trace = source if isinstance(source, Trace) else load(_paths(source), use_cache=use_cache, progress=progress,
+                                                          step_marker=options.step_marker)
+    ranks = map_trace(trace, options)
+    reduced = reduce_ranks(ranks, options)
+    overview = overview_of(trace, {rr.rank: rr.summary for rr in ranks})
+    return build_report(overview, reduced.results, options=options, table_rows=reduced.table_rows,
+                        execution={"executor": "in-process"}, trace=trace)
+
+
+def _paths(source: Any) -> list[str | os.PathLike[str]]:
+    if isinstance(source, (str, os.PathLike)):
+        return [source]
+    return list(source)

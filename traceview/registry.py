@@ -1,0 +1,190 @@
+"""The three extension points of traceview, declared where each extension lives.
+
+* :class:`AnalysisSpec`: each module of :mod:`traceview.analyses` declares one as ``SPEC`` (its name,
+  title, function, tables with their titles, sort keys and row limits, the finding codes it raises,
+  how its per-rank results reduce across ranks, and its app page). Titles, sort orders and top-table
+  choices live there and nowhere else. ``traceview.analyses`` finds the modules by itself: adding an
+  analysis is adding one module.
+* :class:`InputFormat`: each parser declares its name, a sniff of a file's first bytes and a parse
+  function; :mod:`traceview.loading` tries them in order.
+* :class:`Renderer`: each output format (terminal, Markdown, HTML, JSON) declares its name and file
+  extension and turns one :class:`traceview.report.Report` into text or bytes.
+
+The registries are plain dicts filled at import (``traceview.analyses``, ``traceview.parsers`` and
+``traceview.render`` import their modules); this module imports nothing of traceview's but the model
+and the findings, so every layer can depend on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+
+from traceview.findings import AnalysisResult, Options
+from traceview.model import Trace
+
+if TYPE_CHECKING:  # only for annotations: the report model imports this module
+    from traceview.report import Report
+
+# ------------------------------------------------------------------------------------ analyses
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table an analysis produces.
+
+    ``sort_by``: the column its largest rows are chosen by (per-event tables: gaps, launches, calls,
+    kernels); the report shows the top ``report_rows`` of them and a job keeps, per rank, the rows any
+    report figure can need. ``keep_rows``: rows per rank that a chart needs beyond the report's
+    (e.g. the timeline's largest gaps). ``sample_by``/``sample_rows``: a uniform sample of the table
+    (for scatter charts), drawn as the rows with the smallest hash of that row-id column: the same
+    rows whether the ranks were analysed together or one by one. ``per_event``: one row per event
+    (left out of jobs that keep only whole-trace rows). ``top_overall``: a table of the top
+    ``Options.top_n`` rows over all ranks, by these (column, ascending) keys: the per-rank tables are
+    concatenated and cut again. ``cross_rank``: computed by the analysis's reduce step from every
+    rank's inputs, never concatenated from per-rank tables.
+    """
+
+    name: str
+    title: str
+    sort_by: str | None = None
+    keep_rows: int = 0
+    sample_by: str | None = None
+    sample_rows: int = 0
+    per_event: bool = False
+    top_overall: tuple[tuple[str, bool], ...] = ()
+    cross_rank: bool = False
+
+
+class RankInputs(Protocol):
+    """What an analysis gathers from each rank for its cross-rank step (see ``AnalysisSpec.gather``)."""
+
+    def remap_rows(self, rows: Any, offset: int) -> "RankInputs": ...
+
+    def compact(self) -> "RankInputs": ...
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    """An analysis, as its module declares it (``SPEC = AnalysisSpec(...)``).
+
+    ``run(trace, options)`` is the analysis itself: a pure function of one rank's (or several ranks')
+    trace. ``gather(trace, options)`` (optional) returns what the cross-rank step needs of one rank,
+    and ``reduce(parts, options)`` turns the gathered parts of every rank into the cross-rank tables,
+    findings and warnings (an :class:`AnalysisResult`). ``page``: (URL path, label) of the analysis's
+    page in the web app; analyses without a page of their own get a generic one listing their tables.
+    ``order``: where the analysis runs and is shown (ascending).
+    """
+
+    name: str
+    title: str
+    run: Callable[[Trace, Options], AnalysisResult]
+    tables: tuple[TableSpec, ...] = ()
+    finding_codes: tuple[str, ...] = ()
+    order: int = 100
+    page: tuple[str, str] | None = None
+    gather: Callable[[Trace, Options], Any] | None = None
+    reduce: Callable[[list[Any], Options], AnalysisResult] | None = None
+    #: the table shown first for this analysis by renderers that show one table per analysis
+    headline_table: str | None = None
+
+    def table(self, name: str) -> TableSpec:
+        """The spec of table ``name`` (an undeclared table gets a default one: its name as title)."""
+        for t in self.tables:
+            if t.name == name:
+                return t
+        return TableSpec(name=name, title=name.replace("_", " ").capitalize())
+
+
+#: name -> spec, filled when ``traceview.analyses`` is imported
+ANALYSES: dict[str, AnalysisSpec] = {}
+
+
+def register_analysis(spec: AnalysisSpec) -> AnalysisSpec:
+    """Add an analysis (``traceview.analyses`` calls this for every module's ``SPEC``)."""
+    if spec.name in ANALYSES and ANALYSES[spec.name] is not spec:
+        raise ValueError(f"two analyses are named {spec.name!r}")
+    ANALYSES[spec.name] = spec
+    return spec
+
+
+def analysis_specs() -> list[AnalysisSpec]:
+    """Every registered analysis, in run and display order."""
+    return sorted(ANALYSES.values(), key=lambda s: (s.order, s.name))
+
+
+# ------------------------------------------------------------------------------------ input formats
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """A trace format: ``sniff(path, head)`` says whether a file's first bytes (decompressed when the
+    file is gzip) are this format; ``parse(path, progress=, step_marker=)`` reads it into a
+    :class:`Trace`.
+
+    ``cacheable``: parsed traces of this format go to the Arrow cache. ``suffixes``: file name endings
+    a directory scan picks up for this format.
+    """
+
+    name: str
+    description: str
+    sniff: Callable[[Path, bytes], bool]
+    parse: Callable[..., Trace]
+    suffixes: tuple[str, ...] = ()
+    cacheable: bool = True
+    order: int = 100
+    #: a stricter check for files found by scanning a directory (default: ``sniff``), so that files
+    #: beside the traces (configs, truth files) are skipped; a file named explicitly is always parsed
+    scan: Callable[[Path, bytes], bool] | None = None
+
+    def in_directory(self, path: Path, head: bytes) -> bool:
+        return (self.scan or self.sniff)(path, head)
+
+
+INPUT_FORMATS: dict[str, InputFormat] = {}
+
+
+def register_input_format(fmt: InputFormat) -> InputFormat:
+    INPUT_FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def input_formats() -> list[InputFormat]:
+    """Every registered input format, in the order files are sniffed."""
+    return sorted(INPUT_FORMATS.values(), key=lambda f: (f.order, f.name))
+
+
+# ------------------------------------------------------------------------------------ renderers
+
+
+class Renderer:
+    """An output format: subclasses set ``name``, ``output_file_extension`` and ``description`` and
+    implement :meth:`render`. A renderer formats the one :class:`~traceview.report.Report` it is
+    given; it never recomputes a figure or re-ranks a finding.
+
+    ``binary``: :meth:`render` returns bytes. Options a renderer takes (``details``, ``width``) are
+    keyword arguments of its constructor.
+    """
+
+    name: ClassVar[str] = ""
+    output_file_extension: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    binary: ClassVar[bool] = False
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+
+    def render(self, report: "Report") -> str | bytes:
+        raise NotImplementedError
+
+
+RENDERERS: dict[str, type[Renderer]] = {}
+
+
+def register_renderer(cls: type[Renderer]) -> type[Renderer]:
+    """Class decorator: make a renderer available under its ``name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    RENDERERS[cls.name] = cls
+    return cls

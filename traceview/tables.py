@@ -1,0 +1,68 @@
+"""Table helpers shared by the report model and the pipeline: ordering, sampling, concatenation.
+
+The report shows the top rows of a table by its sort key and draws scatter charts from a sample of
+it; a job keeps, per rank, exactly the rows those need. Both sides use these functions, so the rows
+are the same whether the ranks were analysed together or one by one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def row_hash(values: np.ndarray) -> np.ndarray:
+    """A fixed pseudo-random uint64 per value (splitmix64): the sample key of a row id."""
+    with np.errstate(over="ignore"):
+        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def sample_mask(frame: pd.DataFrame, column: str, rows: int) -> np.ndarray:
+    """The ``rows`` rows of ``frame`` with the smallest hash of ``column`` (a uniform sample that is the
+    same whether taken over all ranks at once or over each rank's own sample)."""
+    mask = np.zeros(len(frame), dtype=bool)
+    if rows <= 0 or column not in frame or frame.empty:
+        return mask
+    if len(frame) <= rows:
+        mask[:] = True
+        return mask
+    keys = row_hash(frame[column].fillna(-1).to_numpy(dtype=np.int64))
+    mask[np.argsort(keys, kind="stable")[:rows]] = True
+    return mask
+
+
+def top_order(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """Row positions, largest ``column`` first (missing values last; ties keep their order)."""
+    values = pd.to_numeric(frame[column], errors="coerce").astype("float64").fillna(-np.inf).to_numpy()
+    return np.argsort(-values, kind="stable")
+
+
+def drop_unused_categories(frame: pd.DataFrame) -> pd.DataFrame:
+    """Categorical columns keep only the categories they use (else each carries the trace's whole name
+    dictionary, which can be most of a rank's result)."""
+    cats = [c for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)]
+    if not cats:
+        return frame
+    frame = frame.copy()
+    for c in cats:
+        frame[c] = frame[c].cat.remove_unused_categories()
+    return frame
+
+
+def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate per-rank tables; categorical columns stay categorical (the union of categories)."""
+    nonempty = [f for f in frames if len(f)]
+    if not nonempty:
+        return frames[0].reset_index(drop=True)
+    if len(nonempty) == 1:
+        return nonempty[0].reset_index(drop=True)
+    cats = [c for c in nonempty[0].columns if isinstance(nonempty[0][c].dtype, pd.CategoricalDtype)]
+    if cats:
+        nonempty = [f.astype({c: object for c in cats if c in f}) for f in nonempty]
+    table = pd.concat(nonempty, ignore_index=True)
+    for c in cats:
+        table[c] = table[c].astype("category")
+    return table
