@@ -83,7 +83,7 @@ def names_categorical(trace: Trace, rows: np.ndarray, column: str = "name", miss
     col = trace.events.column(column)
     col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     dictionary = np.asarray(col.dictionary.to_pylist() + [missing], dtype=object)
-    dictionary[np.equal(dictionary, None)] = missing
+    dictionary[pd.isna(dictionary)] = missing
     codes_all = col.indices.fill_null(len(dictionary) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
     codes = np.full(rows.size, len(dictionary) - 1, dtype=np.int64)
     ok = rows >= 0

@@ -65,14 +65,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
 
 from . import classify
 from traceview import intervals as iv
-from .steps import NO_STEP, Activity, activity, cached, per_step
+from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
 from traceview.registry import AnalysisSpec, TableSpec
@@ -174,16 +174,12 @@ def comm_kernels(trace: Trace, act: Activity) -> pd.DataFrame:
     )
 
 
-def _step_values(steps: np.ndarray) -> pd.arrays.IntegerArray:
-    return pd.array([None if s == NO_STEP else int(s) for s in steps], dtype="Int64")
-
-
 def _finish(frame: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
     """Sort (whole-trace rows first), label steps, order columns."""
     frame = frame.copy()
     frame["_step_sort"] = frame["step"].to_numpy()
     frame = frame.sort_values([k if k != "step" else "_step_sort" for k in keys]).reset_index(drop=True)
-    frame["step"] = _step_values(frame["step"].to_numpy())
+    frame["step"] = step_column(frame["step"].to_numpy())
     return frame[columns]
 
 
@@ -467,7 +463,7 @@ def _signed_us(ns: float) -> str:
     return ("-" if ns < 0 else "+") + _us(abs(float(ns)))
 
 
-def skew_tables(arrivals: pd.DataFrame, n_ranks_with_comm: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def skew_tables(arrivals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     skew_cols = ["collective", "process_group", "step", "occurrence", "ranks", "first_start_ns", "last_start_ns",
                  "skew_ns", "straggler", "late_by_ns", "wait_caused_ns", "end_spread_ns", "aligned_skew_ns",
                  "aligned_straggler", "aligned_late_by_ns", "aligned_wait_caused_ns", "corrected_skew_ns",
@@ -511,7 +507,7 @@ def skew_tables(arrivals: pd.DataFrame, n_ranks_with_comm: int) -> tuple[pd.Data
         skew[c] = pd.array([int(v) if v >= 0 else None for v in skew[c]], dtype="Int64")
     for c in ("wait_caused_ns", "aligned_wait_caused_ns", "corrected_wait_caused_ns"):
         skew[c] = np.round(skew[c].to_numpy()).astype(np.int64)
-    skew["step"] = _step_values(skew["step"].to_numpy())
+    skew["step"] = step_column(skew["step"].to_numpy())
     skew = skew[skew_cols].reset_index(drop=True)
 
     ranks = np.sort(arrivals["rank"].unique())
@@ -623,7 +619,7 @@ def _whole_windows(frame: pd.DataFrame) -> dict[tuple[int, int], int]:
 class CrossRankInputs:
     """What the cross-rank figures need from each rank: small tables, concatenable across ranks.
 
-    ``traceview.scale`` computes these rank by rank (one trace at a time) and concatenates them;
+    A job (``traceview.jobs``) computes these rank by rank (one trace at a time) and concatenates them;
     :func:`analyze` computes them on a whole multi-rank trace. :func:`cross_rank` gives the same
     figures either way (it puts the rows into a canonical order first).
 
@@ -820,7 +816,7 @@ def cross_rank(inputs: CrossRankInputs, arrivals_table: bool = True) -> CrossRan
     multi = comm["rank"].nunique() >= 2 if not comm.empty else False
     if multi:
         arrivals = align_clocks(arrivals, copy=False)
-        skew, strag = skew_tables(arrivals, int(comm["rank"].nunique()))
+        skew, strag = skew_tables(arrivals)
         tables["skew"] = skew
         if arrivals_table:
             tables["arrivals"] = _arrivals_out(arrivals)
@@ -886,13 +882,27 @@ def _arrivals_out(arrivals: pd.DataFrame) -> pd.DataFrame:
     out = arrivals.rename(columns={"start": "start_ns", "end": "end_ns", "dur": "dur_ns"}).copy()
     out["end_offset_ns"] = np.round(out["end_offset_ns"].to_numpy()).astype(np.int64)
     out = out.sort_values(["start_ns", "rank"])
-    out["step"] = _step_values(out["step"].to_numpy())
+    out["step"] = step_column(out["step"].to_numpy())
     return out[cols].reset_index(drop=True)
 
 
 def _mean_window(windows: pd.DataFrame, rank: int | None = None) -> float | None:
     w = windows if rank is None else windows[windows["rank"] == rank]
     return float(w["window_ns"].mean()) if len(w) else None
+
+
+class _ExposedRank(TypedDict):
+    """Evidence of an exposed_collective finding, per rank."""
+
+    rank: int
+    device: int
+    count: int
+    communication_ns: int
+    exposed_ns: int
+    exposed_ns_per_step: int
+    overlap_pct: float | None
+    window_ns: float | None
+    share: float | None
 
 
 def _exposed_findings(
@@ -906,7 +916,7 @@ def _exposed_findings(
         if len(windows) else {}
     findings = []
     for (kind, pg), rows in whole.groupby(["collective", "process_group"]):
-        per_rank = []
+        per_rank: list[_ExposedRank] = []
         for _, row in rows.iterrows():
             rank, device = int(row["rank"]), int(row["device"])
             n_steps = step_counts.get(rank, 0)
@@ -931,7 +941,7 @@ def _exposed_findings(
         share = float(np.mean(shares))
         if share < EXPOSED_SHARE:
             continue
-        cost = int(round(np.mean([p["exposed_ns_per_step"] for p in per_rank])))
+        cost = int(round(float(np.mean([p["exposed_ns_per_step"] for p in per_rank]))))
         worst = max(per_rank, key=lambda p: p["exposed_ns_per_step"])
         ranks = sorted(p["rank"] for p in per_rank)
         overlap = [p["overlap_pct"] for p in per_rank if p["overlap_pct"] is not None]

@@ -271,14 +271,19 @@ def _by_cause(act: Activity, gaps: pd.DataFrame, step_gaps: pd.DataFrame) -> pd.
 def _histogram(gaps: pd.DataFrame) -> pd.DataFrame:
     bucket = np.searchsorted(BUCKET_EDGES, gaps["dur_ns"].to_numpy(), side="right")
     frame = pd.DataFrame({"rank": gaps["rank"], "device": gaps["device"], "bucket": bucket, "dur_ns": gaps["dur_ns"]})
-    agg = frame.groupby(["rank", "device", "bucket"]).agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")).reset_index()
+    agg = (
+        frame.groupby(["rank", "device", "bucket"])
+        .agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum"))
+        .reset_index()
+    )
     keys = gaps[["rank", "device"]].drop_duplicates()
     full = keys.merge(pd.DataFrame({"bucket": np.arange(len(BUCKET_LABELS))}), how="cross")
     out = full.merge(agg, on=["rank", "device", "bucket"], how="left").fillna({"gaps": 0, "idle_ns": 0})
     out["label"] = [BUCKET_LABELS[b] for b in out["bucket"]]
     out["gaps"] = out["gaps"].astype(np.int64)
     out["idle_ns"] = out["idle_ns"].astype(np.int64)
-    return out[["rank", "device", "bucket", "label", "gaps", "idle_ns"]].sort_values(["rank", "device", "bucket"]).reset_index(drop=True)
+    out = out[["rank", "device", "bucket", "label", "gaps", "idle_ns"]]
+    return out.sort_values(["rank", "device", "bucket"]).reset_index(drop=True)
 
 
 def _histogram_by_cause(gaps: pd.DataFrame) -> pd.DataFrame:
@@ -296,14 +301,19 @@ def _histogram_by_cause(gaps: pd.DataFrame) -> pd.DataFrame:
 
 def _largest(gaps: pd.DataFrame, options: Options) -> pd.DataFrame:
     big = gaps[gaps["dur_ns"] >= options.min_gap_ns]
-    return big.sort_values(["dur_ns", "start_ns"], ascending=[False, True], kind="stable").head(options.top_n).reset_index(drop=True)
+    longest_first = big.sort_values(["dur_ns", "start_ns"], ascending=[False, True], kind="stable")
+    return longest_first.head(options.top_n).reset_index(drop=True)
 
 
 def _contexts(gaps: pd.DataFrame) -> pd.DataFrame:
     host = gaps[gaps["cause"] == HOST_BOUND]
     ctx = host["cpu_context"].astype(str).replace("", "(no CPU op)")
     frame = pd.DataFrame({"rank": host["rank"], "device": host["device"], "cpu_context": ctx, "dur_ns": host["dur_ns"]})
-    out = frame.groupby(["rank", "device", "cpu_context"]).agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")).reset_index()
+    out = (
+        frame.groupby(["rank", "device", "cpu_context"])
+        .agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum"))
+        .reset_index()
+    )
     return out.sort_values(["rank", "device", "idle_ns"], ascending=[True, True, False]).reset_index(drop=True)
 
 
@@ -391,7 +401,9 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
                     cost_ns_per_step=per_step(cause_idle, n_steps),
                     cost_share=share,
                     rank=int(rank),
-                    time_range_ns=(int(largest["start_ns"].iloc[0]), int(largest["end_ns"].iloc[0])) if len(largest) else None,
+                    time_range_ns=(
+                        (int(largest["start_ns"].iloc[0]), int(largest["end_ns"].iloc[0])) if len(largest) else None
+                    ),
                     evidence={
                         "device": int(device),
                         "gaps": len(mine),

@@ -50,13 +50,14 @@ compute kernels are tiny and there are at least 100 per step; cost = ``tiny_gap_
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
 
 from . import classify
 from traceview import intervals as iv
-from .steps import NO_STEP, Activity, activity, per_step
+from .steps import NO_STEP, Activity, activity, per_step, step_column
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
@@ -148,10 +149,6 @@ def _stats(keys: list[np.ndarray], dur: np.ndarray) -> pd.DataFrame:
     return out
 
 
-def _step_col(steps: np.ndarray) -> pd.arrays.IntegerArray:
-    return pd.array([None if s == NO_STEP else int(s) for s in steps], dtype="Int64")
-
-
 def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataFrame]:
     """The ``kernels``, ``top_kernels``, ``kernels_by_step`` and ``categories`` tables."""
     cat, codes, dictionary = categories_of(trace, act)
@@ -173,7 +170,7 @@ def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataF
         stats["share_pct"] = np.where(denom > 0, 100.0 * stats["total_ns"].to_numpy() / np.maximum(denom, 1), 0.0)
         stats = stats.sort_values(group + ["total_ns", "name"], ascending=[True] * len(group) + [False, True])
         if with_step:
-            stats["step"] = _step_col(stats["step"].to_numpy())
+            stats["step"] = step_column(stats["step"].to_numpy())
         return stats[group + ["name", "category", "kind"] + STAT_COLUMNS].reset_index(drop=True)
 
     empty = len(act) == 0
@@ -197,7 +194,9 @@ def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataF
             if not sel.any():
                 continue
             st = np.where(with_step, step, NO_STEP)[sel]
-            c = pd.DataFrame({"rank": rank[sel], "device": device[sel], "step": st, "category": cat[sel], "dur": dur[sel]})
+            c = pd.DataFrame(
+                {"rank": rank[sel], "device": device[sel], "step": st, "category": cat[sel], "dur": dur[sel]}
+            )
             g = c.groupby(["rank", "device", "step", "category"]).agg(count=("dur", "size"), total_ns=("dur", "sum"))
             g = g.reset_index()
             denom = g.groupby(["rank", "device", "step"])["total_ns"].transform("sum").to_numpy()
@@ -209,7 +208,7 @@ def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataF
         categories = categories.sort_values(
             ["rank", "device", "step_sort", "total_ns"], ascending=[True, True, True, False]
         )
-        categories["step"] = _step_col(categories["step"].to_numpy())
+        categories["step"] = step_column(categories["step"].to_numpy())
         categories["category"] = [CATEGORIES[c] for c in categories["category"].to_numpy()]
         categories["count"] = categories["count"].astype(np.int64)
         categories["total_ns"] = categories["total_ns"].astype(np.int64)
@@ -265,7 +264,7 @@ def tiny_table(act: Activity) -> pd.DataFrame:
         return _empty_frame(cols)
     out = pd.concat(frames, ignore_index=True).sort_values(["rank", "device", "step"]).reset_index(drop=True)
     out["tiny_share"] = out["tiny_kernels"] / out["compute_kernels"]
-    out["step"] = _step_col(out["step"].to_numpy())
+    out["step"] = step_column(out["step"].to_numpy())
     for c in ("compute_kernels", "tiny_kernels", "tiny_total_ns", "tiny_gap_ns"):
         out[c] = out[c].astype(np.int64)
     return out[cols]
@@ -303,6 +302,33 @@ def _step_windows(act: Activity) -> dict[tuple[int, int], float]:
     return {(int(a), int(b)): float(w) for (a, b), w in frame.groupby(["rank", "device"])["window"].mean().items()}
 
 
+class _DominantRank(TypedDict):
+    """Evidence of a dominant_kernels finding, per rank/device."""
+
+    rank: int
+    device: int
+    share_pct: float
+    total_ns: int
+    top_kernel: str | None
+    top_kernel_share_pct: float | None
+
+
+class _TinyGpu(TypedDict):
+    """Evidence of a many_tiny_kernels finding, per rank/device."""
+
+    rank: int
+    device: int
+    steps: int
+    compute_kernels: int
+    tiny_kernels: int
+    tiny_share: float
+    tiny_per_step: float
+    tiny_total_ns: int
+    tiny_gap_ns: int
+    cost_ns_per_step: int
+    cost_share: float | None
+
+
 def _dominant_findings(categories: pd.DataFrame, kernels: pd.DataFrame) -> list[Finding]:
     whole = categories[categories["step"].isna()]
     if whole.empty:
@@ -313,7 +339,7 @@ def _dominant_findings(categories: pd.DataFrame, kernels: pd.DataFrame) -> list[
     findings = []
     for category, rows in top.groupby("category"):
         ranks = sorted({int(r) for r in rows["rank"]})
-        per_rank = []
+        per_rank: list[_DominantRank] = []
         for _, row in rows.iterrows():
             tk = top_kernel[(top_kernel["rank"] == row["rank"]) & (top_kernel["device"] == row["device"])]
             per_rank.append(
@@ -330,10 +356,13 @@ def _dominant_findings(categories: pd.DataFrame, kernels: pd.DataFrame) -> list[
         hi = max(p["share_pct"] for p in per_rank)
         share_text = f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}%"
         where = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks"
-        single = [p for p in per_rank if (p["top_kernel_share_pct"] or 0) >= 100 * DOMINANT_KERNEL_SHARE]
+        single_kernel_pcts = [
+            pct for pct in (p["top_kernel_share_pct"] for p in per_rank)
+            if pct is not None and pct >= 100 * DOMINANT_KERNEL_SHARE
+        ]
         title = f"{category} kernels take {share_text} of GPU time ({where})"
-        if single:
-            title += f"; one kernel alone takes {max(p['top_kernel_share_pct'] for p in single):.0f}%"
+        if single_kernel_pcts:
+            title += f"; one kernel alone takes {max(single_kernel_pcts):.0f}%"
         findings.append(
             Finding(
                 code="dominant_kernels",
@@ -369,7 +398,7 @@ def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
     """One finding over every rank/device where tiny kernels qualify (see module docstring)."""
     step_counts = act.steps.counts()
     windows = _step_windows(act)
-    per_gpu = []
+    per_gpu: list[_TinyGpu] = []
     for _, row in tiny[tiny["step"].isna()].iterrows():
         rank, device = int(row["rank"]), int(row["device"])
         n_steps = step_counts.get(rank, 0)
@@ -397,7 +426,7 @@ def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
         )
     if not per_gpu:
         return []
-    cost = int(round(np.mean([p["cost_ns_per_step"] for p in per_gpu])))
+    cost = int(round(float(np.mean([p["cost_ns_per_step"] for p in per_gpu]))))
     shares = [p["cost_share"] for p in per_gpu if p["cost_share"] is not None]
     cost_share = float(np.mean(shares)) if shares else None
     tiny_share = float(np.mean([p["tiny_share"] for p in per_gpu]))

@@ -28,7 +28,7 @@ from . import classify
 from traceview import intervals as iv
 from .idle_gaps import HOST_BOUND
 from .idle_gaps import compute as idle_gap_tables
-from .steps import NO_STEP, Activity, activity, cached, per_step
+from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
 
 NAME = "launch_overhead"
 
@@ -118,7 +118,7 @@ def launch_table(trace: Trace, options: Options, act: Activity) -> pd.DataFrame:
         {
             "rank": act.rank[sel],
             "device": act.device[sel],
-            "step": pd.array(np.where(act.step[sel] == NO_STEP, None, act.step[sel]), dtype="Int64"),
+            "step": step_column(act.step[sel]),
             "api": classify.names_categorical(trace, api),
             "kernel": classify.names_categorical(trace, gpu),
             "kind": pd.Categorical.from_codes(
@@ -178,7 +178,7 @@ def _tiny_kernel_ops(launches: pd.DataFrame, options: Options) -> pd.DataFrame:
     return out.groupby("rank", sort=True).head(options.top_n).reset_index(drop=True)
 
 
-def _steps(launches: pd.DataFrame, by_cause: pd.DataFrame, act: Activity) -> pd.DataFrame:
+def _steps(launches: pd.DataFrame, by_cause: pd.DataFrame) -> pd.DataFrame:
     """Per rank and step (and whole trace, step None): the launch-bound verdict and its inputs."""
     kernels = launches.loc[launches["kind"] == "kernel", ["rank", "step", "short"]]
     ksteps = kernels["step"].fillna(NO_STEP).astype(np.int64)
@@ -201,7 +201,7 @@ def _steps(launches: pd.DataFrame, by_cause: pd.DataFrame, act: Activity) -> pd.
             out["idle_ns"] > 0, out["host_bound_idle_ns"] / out["idle_ns"].clip(lower=1), 0.0
         )
     out["launch_bound"] = (out["host_bound_share"] > HOST_BOUND_SHARE) & (out["short_share"] > SHORT_SHARE)
-    out["step"] = pd.array(np.where(out["step_key"] == NO_STEP, None, out["step_key"]), dtype="Int64")
+    out["step"] = step_column(out["step_key"])
     out = out.sort_values(["rank", "step_key"]).drop(columns="step_key").reset_index(drop=True)
     return out[["rank", "step", "kernels", "short_kernels", "short_share", "idle_ns", "host_bound_idle_ns",
                 "host_bound_share", "launch_bound"]]
@@ -219,7 +219,7 @@ def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
         "launches": launches,
         "by_api": _by_api(launches),
         "tiny_kernel_ops": _tiny_kernel_ops(launches, options),
-        "steps": _steps(launches, gaps["by_cause"], act),
+        "steps": _steps(launches, gaps["by_cause"]),
     }
 
 
@@ -273,12 +273,13 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
         ]
         recommendation, evidence = _recommend(mine, tables["tiny_kernel_ops"], rank)
         n_steps = len(per_step_rows)
+        short_pct = 100 * bound["short_kernels"].sum() / max(bound["kernels"].sum(), 1)
         findings.append(
             Finding(
                 code="launch_bound",
                 part_of="host_bound_gaps",  # its cost is host-bound idle time
                 title=f"Rank {rank} is launch-bound in {len(bound)} of {len(judged)} "
-                f"{'steps' if n_steps else 'trace windows'}: {100 * bound['short_kernels'].sum() / max(bound['kernels'].sum(), 1):.0f}% "
+                f"{'steps' if n_steps else 'trace windows'}: {short_pct:.0f}% "
                 "of kernels run shorter than their launch calls and the GPU waits on the host",
                 severity="high" if share >= HIGH_SHARE else "medium",
                 analysis=NAME,
@@ -336,7 +337,7 @@ SPEC = AnalysisSpec(
     order=30,
     tables=(
         TableSpec("launches", "Launches (host call -> GPU activity)", sort_by="launch_delay_ns",
-                  sample_by="gpu_row", sample_rows=2000, per_event=True),
+                  sample_by="gpu_start_ns", sample_rows=2000, per_event=True),
         TableSpec("by_api", "Launch APIs"),
         TableSpec("tiny_kernel_ops", "CPU ops launching the most short kernels", sort_by="short_kernels"),
         TableSpec("steps", "Launch-bound steps"),

@@ -195,9 +195,10 @@ def per_step(total: int, steps: int) -> int:
     return int(round(total / steps)) if steps > 0 else int(total)
 
 
-def step_label(step: np.ndarray) -> list[Any]:
-    """Step numbers for output tables: ``None`` for the whole-trace rows."""
-    return [None if s == NO_STEP else int(s) for s in step]
+def step_column(steps: np.ndarray | pd.Series) -> pd.arrays.IntegerArray:
+    """Step numbers for output tables: nullable Int64, missing (``<NA>``) for the whole-trace rows."""
+    values = np.array(steps, dtype=np.int64)  # a copy: the result must not share memory with the input
+    return pd.arrays.IntegerArray(values, values == NO_STEP)
 
 
 __all__ = [
@@ -209,6 +210,6 @@ __all__ = [
     "cached",
     "clear_cache",
     "per_step",
-    "step_label",
+    "step_column",
     "step_table",
 ]

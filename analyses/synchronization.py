@@ -52,6 +52,8 @@ counted as blocking; advice: ``pin_memory=True``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -59,7 +61,7 @@ import pandas as pd
 from . import classify
 from traceview import intervals as iv
 from .idle_gaps import BLOCKING_COPY
-from .steps import NO_STEP, Activity, activity, assign_to_steps, per_step
+from .steps import NO_STEP, Activity, activity, assign_to_steps, per_step, step_column
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
@@ -92,7 +94,7 @@ def _sync_type(name: str) -> str | None:
     return "device_sync"
 
 
-def _per_name(trace: Trace, fn) -> np.ndarray:
+def _per_name(trace: Trace, fn: Callable[[str], object]) -> np.ndarray:
     """``fn(name)`` for every event (evaluated once per distinct name)."""
     col = trace.events.column("name")
     col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
@@ -161,27 +163,51 @@ def _rank_gaps(act: Activity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
     """The ``calls`` table: synchronize calls and the launch calls of blocking/pageable copies."""
-    kinds = trace.kind_codes()
     rank_all = trace.column("rank").astype(np.int64)
-    runtime = kinds == int(Kind.RUNTIME)
+    runtime = trace.kind_codes() == int(Kind.RUNTIME)
     # ranks of the activity context (Options.ranks); every rank when there is no GPU activity
     in_ranks = np.isin(rank_all, np.unique(act.rank)) if len(act) else np.ones(rank_all.size, dtype=bool)
     sync_type = _per_name(trace, _sync_type)
-    is_sync = runtime & in_ranks & pd.notna(sync_type)
-    blocking_api = _per_name(trace, lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
-    start = trace.column("start_ns")
-    dur = np.maximum(trace.column("dur_ns"), 0)
-    tid = trace.column("tid")
-    pid = trace.column("pid")
-
+    names = trace.names()
     # copies and their launch calls
     api_rows, gpu_rows = trace.launch_links()
     memcpy = trace.mask(Kind.MEMCPY)
     sel = memcpy[gpu_rows] & runtime[api_rows] & in_ranks[api_rows] if api_rows.size else np.zeros(0, bool)
-    copy_api, copy_gpu = api_rows[sel], gpu_rows[sel]
-    names = trace.names()
-    # the next runtime call on the same thread, for every runtime call
-    rt = np.flatnonzero(runtime & in_ranks)
+    next_of = _next_runtime_call(trace, runtime & in_ranks, rank_all)
+    copies = _copy_calls(trace, api_rows[sel], gpu_rows[sel], next_of, sync_type, names)
+    syncs = _sync_calls(np.flatnonzero(runtime & in_ranks & pd.notna(sync_type)), sync_type, copies)
+    calls = pd.concat([copies, syncs], ignore_index=True) if len(copies) else syncs
+    if calls.empty:
+        return _empty(CALL_COLUMNS)
+    for c in ("copy_kind", "memory"):
+        if c not in calls:
+            calls[c] = None
+    if "bytes" not in calls:
+        calls["bytes"] = -1
+    rows = calls["row"].to_numpy().astype(np.int64)
+    start = trace.column("start_ns")
+    calls["rank"] = rank_all[rows]
+    calls["api"] = names[rows]
+    calls["tid"] = trace.column("tid")[rows]
+    calls["start_ns"] = start[rows]
+    calls["dur_ns"] = np.maximum(trace.column("dur_ns"), 0)[rows]
+    calls["step"] = assign_to_steps(act.steps, rank_all[rows], start[rows]) if len(act.steps) else NO_STEP
+    cpu_op, top_op = _cpu_ops(trace, rows)
+    calls["cpu_op"] = cpu_op
+    calls["top_cpu_op"] = top_op
+    calls["bytes"] = pd.array([int(b) if pd.notna(b) and b >= 0 else None for b in calls["bytes"]], dtype="Int64")
+    calls = calls.sort_values(["rank", "start_ns", "row"]).reset_index(drop=True)
+    _gpu_idle(calls, act)
+    calls["step"] = step_column(calls["step"])
+    calls["gpu_row"] = calls["gpu_row"].astype(np.int64)
+    return calls[CALL_COLUMNS]
+
+
+def _next_runtime_call(trace: Trace, is_call: np.ndarray, rank_all: np.ndarray) -> np.ndarray:
+    """For every runtime call (``is_call``), the row of the next runtime call on the same thread;
+    -1 for the last call of a thread and for every other row."""
+    start, tid, pid = trace.column("start_ns"), trace.column("tid"), trace.column("pid")
+    rt = np.flatnonzero(is_call)
     order = np.lexsort((start[rt], tid[rt], pid[rt], rank_all[rt]))
     rt_sorted = rt[order]
     same_next = np.zeros(rt_sorted.size, dtype=bool)
@@ -193,86 +219,70 @@ def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
         )
     next_of = np.full(trace.num_events, -1, dtype=np.int64)
     next_of[rt_sorted[:-1][same_next[:-1]]] = rt_sorted[1:][same_next[:-1]]
+    return next_of
 
-    frames = []
-    # copies: one row per (launch call, copy); sync_api / async_then_sync / pageable
-    if copy_api.size:
-        nxt = next_of[copy_api]
-        nxt_is_sync = (nxt >= 0) & np.isin(sync_type[np.maximum(nxt, 0)], ["device_sync", "stream_sync", "event_sync"])
-        how = np.where(blocking_api[copy_api], "sync_api", np.where(nxt_is_sync, "async_then_sync", ""))
-        gname = names[copy_gpu]
-        pageable = np.array([bool(PAGEABLE.search(n or "")) for n in gname])
-        keep = (how != "") | pageable
-        copy_api, copy_gpu, how, pageable, nxt = copy_api[keep], copy_gpu[keep], how[keep], pageable[keep], nxt[keep]
-        direction = []
-        memory = []
-        for n in names[copy_gpu].tolist():
-            m = _DIRECTION.search(n or "")
-            direction.append(m.group(1) if m else None)
-            mm = _MEMORY.search(n or "")
-            memory.append(f"{mm.group(1)} -> {mm.group(2)}" if mm else None)
-        nbytes = trace.events.column("bytes").fill_null(-1).to_numpy()
-        call_type = np.where(how == "sync_api", "blocking_copy", np.where(how == "async_then_sync", "copy_then_sync",
-                                                                           "pageable_copy"))
-        frames.append(
-            pd.DataFrame(
-                {
-                    "row": copy_api,
-                    "call_type": call_type,
-                    "gpu_row": copy_gpu,
-                    "copy_kind": np.array(direction, dtype=object),
-                    "memory": np.array(memory, dtype=object),
-                    "bytes": nbytes[copy_gpu],
-                    "pair_sync": np.where(how == "async_then_sync", nxt, -1),
-                }
-            )
-        )
-    copies = frames[0] if frames else pd.DataFrame(columns=["row", "call_type", "gpu_row", "pair_sync"])
+
+def _copy_calls(trace: Trace, copy_api: np.ndarray, copy_gpu: np.ndarray, next_of: np.ndarray,
+                sync_type: np.ndarray, names: np.ndarray) -> pd.DataFrame:
+    """One row per (launch call, copy) that blocks the host: a blocking copy API
+    (``blocking_copy``), an async copy followed by a synchronize call on its thread
+    (``copy_then_sync``) or a copy from/to pageable memory (``pageable_copy``)."""
+    if not copy_api.size:
+        return pd.DataFrame(columns=["row", "call_type", "gpu_row", "pair_sync"])
+    blocking_api = _per_name(trace, lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
+    nxt = next_of[copy_api]
+    nxt_is_sync = (nxt >= 0) & np.isin(sync_type[np.maximum(nxt, 0)], ["device_sync", "stream_sync", "event_sync"])
+    how = np.where(blocking_api[copy_api], "sync_api", np.where(nxt_is_sync, "async_then_sync", ""))
+    gname = names[copy_gpu]
+    pageable = np.array([bool(PAGEABLE.search(n or "")) for n in gname])
+    keep = (how != "") | pageable
+    copy_api, copy_gpu, how, pageable, nxt = copy_api[keep], copy_gpu[keep], how[keep], pageable[keep], nxt[keep]
+    direction = []
+    memory = []
+    for n in names[copy_gpu].tolist():
+        m = _DIRECTION.search(n or "")
+        direction.append(m.group(1) if m else None)
+        mm = _MEMORY.search(n or "")
+        memory.append(f"{mm.group(1)} -> {mm.group(2)}" if mm else None)
+    nbytes = trace.events.column("bytes").fill_null(-1).to_numpy()
+    call_type = np.where(how == "sync_api", "blocking_copy",
+                         np.where(how == "async_then_sync", "copy_then_sync", "pageable_copy"))
+    return pd.DataFrame(
+        {
+            "row": copy_api,
+            "call_type": call_type,
+            "gpu_row": copy_gpu,
+            "copy_kind": np.array(direction, dtype=object),
+            "memory": np.array(memory, dtype=object),
+            "bytes": nbytes[copy_gpu],
+            "pair_sync": np.where(how == "async_then_sync", nxt, -1),
+        }
+    )
+
+
+def _sync_calls(sync_rows: np.ndarray, sync_type: np.ndarray, copies: pd.DataFrame) -> pd.DataFrame:
+    """One row per synchronize call; the sync call of a copy_then_sync pair carries the copy's details."""
     paired = set(copies.loc[copies["pair_sync"] >= 0, "pair_sync"].tolist()) if len(copies) else set()
-    sync_rows = np.flatnonzero(is_sync)
     syncs = pd.DataFrame(
         {
             "row": sync_rows,
             "call_type": [
-                "copy_then_sync" if r in paired else t for r, t in zip(sync_rows.tolist(), sync_type[sync_rows].tolist())
+                "copy_then_sync" if r in paired else t
+                for r, t in zip(sync_rows.tolist(), sync_type[sync_rows].tolist())
             ],
             "gpu_row": -1,
             "pair_sync": -1,
         }
     )
     if len(copies):
-        # the sync call of a pair carries the copy's details
         pair = copies[copies["pair_sync"] >= 0].drop_duplicates("pair_sync").set_index("pair_sync")
         for c in ("gpu_row", "copy_kind", "memory", "bytes"):
             syncs[c] = syncs["row"].map(pair[c]) if c in pair else None
         syncs["gpu_row"] = syncs["gpu_row"].fillna(-1).astype(np.int64)
-    calls = pd.concat([copies, syncs], ignore_index=True) if len(copies) else syncs
-    if calls.empty:
-        return _empty(CALL_COLUMNS)
-    for c in ("copy_kind", "memory"):
-        if c not in calls:
-            calls[c] = None
-    if "bytes" not in calls:
-        calls["bytes"] = -1
-    rows = calls["row"].to_numpy().astype(np.int64)
-    calls["rank"] = rank_all[rows]
-    calls["api"] = names[rows]
-    calls["tid"] = tid[rows]
-    calls["start_ns"] = start[rows]
-    calls["dur_ns"] = dur[rows]
-    calls["step"] = assign_to_steps(act.steps, rank_all[rows], start[rows]) if len(act.steps) else NO_STEP
-    cpu_op, top_op = _cpu_ops(trace, rows)
-    calls["cpu_op"] = cpu_op
-    calls["top_cpu_op"] = top_op
-    calls["bytes"] = pd.array([int(b) if pd.notna(b) and b >= 0 else None for b in calls["bytes"]], dtype="Int64")
-    calls = calls.sort_values(["rank", "start_ns", "row"]).reset_index(drop=True)
-    _gpu_idle(calls, act, trace, next_of)
-    calls["step"] = pd.array([None if s == NO_STEP else int(s) for s in calls["step"]], dtype="Int64")
-    calls["gpu_row"] = calls["gpu_row"].astype(np.int64)
-    return calls[CALL_COLUMNS]
+    return syncs
 
 
-def _gpu_idle(calls: pd.DataFrame, act: Activity, trace: Trace, next_of: np.ndarray) -> None:
+def _gpu_idle(calls: pd.DataFrame, act: Activity) -> None:
     """Fill gpu_idle_during_ns / gpu_idle_after_ns / cost_ns (see module docstring)."""
     n = len(calls)
     during = np.zeros(n, dtype=np.int64)
@@ -312,7 +322,9 @@ def _gpu_idle(calls: pd.DataFrame, act: Activity, trace: Trace, next_of: np.ndar
     calls["cost_ns"] = cost
 
 
-def _covered(gk: np.ndarray, gs: np.ndarray, ge: np.ndarray, qk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _covered(
+    gk: np.ndarray, gs: np.ndarray, ge: np.ndarray, qk: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
     """|gaps of rank qk ∩ [lo, hi)| per query (gaps sorted by rank then start, disjoint)."""
     out = np.zeros(qk.size, dtype=np.int64)
     if gs.size == 0 or qk.size == 0:
@@ -437,7 +449,7 @@ def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
         ).reset_index()
         frames.append(f)
     st = pd.concat(frames, ignore_index=True).sort_values(["rank", "step_key"])
-    st["step"] = pd.array([None if s == NO_STEP else int(s) for s in st["step_key"]], dtype="Int64")
+    st["step"] = step_column(st["step_key"])
     for col in step_cols[2:]:
         st[col] = st[col].astype(np.int64)
     out["by_step"] = st[step_cols].reset_index(drop=True)
@@ -496,6 +508,26 @@ _ADVICE = {
 }
 
 
+class _SyncRank(TypedDict):
+    """Evidence of a synchronisation finding, per rank."""
+
+    rank: int
+    steps: int
+    calls: int
+    calls_per_step: float
+    blocked_ns: int
+    cost_ns: int
+    cost_ns_per_step: int
+    share: float
+    apis: list[str]
+    copy_kinds: list[str]
+    top_cpu_ops: list[dict[str, Any]]
+
+
+_WHAT = {"blocking_copy": "blocking copies", "sync_calls": "synchronize calls",
+         "pageable_copy": "pageable-memory copies"}
+
+
 def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
     """One finding per kind of problem, over the ranks where it costs at least COST_LOW."""
     findings = []
@@ -505,8 +537,6 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
         "sync_calls": calls["call_type"].isin(["device_sync", "stream_sync", "event_sync"]),
         "pageable_copy": calls["call_type"] == "pageable_copy",
     }
-    what = {"blocking_copy": "blocking copies", "sync_calls": "synchronize calls",
-            "pageable_copy": "pageable-memory copies"}
     for code, sel in groups.items():
         per_rank = []
         for rank in sorted(calls["rank"].unique().tolist()):
@@ -517,63 +547,69 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
             c = calls[mine]
             if c.empty:
                 continue
-            window = _step_window(act, int(rank))
-            cost = per_step(int(c["cost_ns"].sum()), n_steps)
-            share = cost / window if window else None
-            if share is None or share < COST_LOW:
-                continue
-            # a copy is one event even when two calls (copy + sync) are listed for it
-            n_calls = int(c.loc[c["gpu_row"] >= 0, "gpu_row"].nunique()) if code != "sync_calls" else len(c)
-            op = [_text(t) or _text(u) or "(no CPU op)" for t, u in zip(c["top_cpu_op"].tolist(), c["cpu_op"].tolist())]
-            ops = (
-                c.assign(op=op, one=np.where(c["gpu_row"] >= 0, c["gpu_row"], -c["row"] - 1))
-                .groupby("op").agg(calls=("one", "nunique"), cost_ns=("cost_ns", "sum"))
-                .sort_values("cost_ns", ascending=False)
-            )
-            per_rank.append(
-                {
-                    "rank": int(rank),
-                    "steps": n_steps,
-                    "calls": n_calls,
-                    "calls_per_step": n_calls / n_steps if n_steps else float(n_calls),
-                    "blocked_ns": int(c["dur_ns"].sum()),
-                    "cost_ns": int(c["cost_ns"].sum()),
-                    "cost_ns_per_step": cost,
-                    "share": share,
-                    "apis": sorted(set(c["api"].tolist())),
-                    "copy_kinds": sorted({k for k in c["copy_kind"].tolist() if isinstance(k, str)}),
-                    "top_cpu_ops": [
-                        {"cpu_op": str(k), "calls": int(v["calls"]), "cost_ns": int(v["cost_ns"])}
-                        for k, v in ops.head(5).iterrows()
-                    ],
-                }
-            )
-        if not per_rank:
-            continue
-        cost = int(round(np.mean([p["cost_ns_per_step"] for p in per_rank])))
-        share = float(np.mean([p["share"] for p in per_rank]))
-        worst = max(per_rank, key=lambda p: p["share"])
-        per = float(np.mean([p["calls_per_step"] for p in per_rank]))
-        top = worst["top_cpu_ops"][0]["cpu_op"] if worst["top_cpu_ops"] else "(no CPU op)"
-        lead = f" (mostly from {top})" if top != "(no CPU op)" else ""
-        where = f"Rank {per_rank[0]['rank']}" if len(per_rank) == 1 else f"{len(per_rank)} ranks"
-        findings.append(
-            Finding(
-                code=code,
-                title=f"{where}: {per:.0f} {what[code]} per step{lead} leave the GPU idle {cost / 1000:.1f} us per "
-                f"step ({100 * share:.1f}%)",
-                severity="high" if worst["share"] >= COST_HIGH else "medium" if worst["share"] >= COST_MEDIUM else "low",
-                analysis=NAME,
-                recommendation=_ADVICE[code],
-                cost_ns_per_step=cost,
-                cost_share=share,
-                rank=per_rank[0]["rank"] if len(per_rank) == 1 else None,
-                evidence={"worst_rank": worst["rank"], "top_cpu_ops": worst["top_cpu_ops"], "per_rank": per_rank},
-                # the idle-gap analysis's sync_bound gaps are the idle during these calls
-                part_of=_PART_OF.get(code),
-            )
-        )
+            evidence = _rank_evidence(code, c, int(rank), n_steps, _step_window(act, int(rank)))
+            if evidence is not None:
+                per_rank.append(evidence)
+        if per_rank:
+            findings.append(_finding(code, per_rank))
     return findings
+
+
+def _rank_evidence(code: str, c: pd.DataFrame, rank: int, n_steps: int, window: float | None) -> _SyncRank | None:
+    """The evidence of one rank's calls ``c`` of one kind, or None when they cost less than COST_LOW."""
+    cost = per_step(int(c["cost_ns"].sum()), n_steps)
+    share = cost / window if window else None
+    if share is None or share < COST_LOW:
+        return None
+    # a copy is one event even when two calls (copy + sync) are listed for it
+    n_calls = int(c.loc[c["gpu_row"] >= 0, "gpu_row"].nunique()) if code != "sync_calls" else len(c)
+    op = [_text(t) or _text(u) or "(no CPU op)" for t, u in zip(c["top_cpu_op"].tolist(), c["cpu_op"].tolist())]
+    ops = (
+        c.assign(op=op, one=np.where(c["gpu_row"] >= 0, c["gpu_row"], -c["row"] - 1))
+        .groupby("op").agg(calls=("one", "nunique"), cost_ns=("cost_ns", "sum"))
+        .sort_values("cost_ns", ascending=False)
+    )
+    return {
+        "rank": rank,
+        "steps": n_steps,
+        "calls": n_calls,
+        "calls_per_step": n_calls / n_steps if n_steps else float(n_calls),
+        "blocked_ns": int(c["dur_ns"].sum()),
+        "cost_ns": int(c["cost_ns"].sum()),
+        "cost_ns_per_step": cost,
+        "share": share,
+        "apis": sorted(set(c["api"].tolist())),
+        "copy_kinds": sorted({k for k in c["copy_kind"].tolist() if isinstance(k, str)}),
+        "top_cpu_ops": [
+            {"cpu_op": str(k), "calls": int(v["calls"]), "cost_ns": int(v["cost_ns"])}
+            for k, v in ops.head(5).iterrows()
+        ],
+    }
+
+
+def _finding(code: str, per_rank: list[_SyncRank]) -> Finding:
+    """One finding of kind ``code`` over the ranks where it costs enough."""
+    cost = int(round(float(np.mean([p["cost_ns_per_step"] for p in per_rank]))))
+    share = float(np.mean([p["share"] for p in per_rank]))
+    worst = max(per_rank, key=lambda p: p["share"])
+    per = float(np.mean([p["calls_per_step"] for p in per_rank]))
+    top = worst["top_cpu_ops"][0]["cpu_op"] if worst["top_cpu_ops"] else "(no CPU op)"
+    lead = f" (mostly from {top})" if top != "(no CPU op)" else ""
+    where = f"Rank {per_rank[0]['rank']}" if len(per_rank) == 1 else f"{len(per_rank)} ranks"
+    return Finding(
+        code=code,
+        title=f"{where}: {per:.0f} {_WHAT[code]} per step{lead} leave the GPU idle {cost / 1000:.1f} us per "
+        f"step ({100 * share:.1f}%)",
+        severity="high" if worst["share"] >= COST_HIGH else "medium" if worst["share"] >= COST_MEDIUM else "low",
+        analysis=NAME,
+        recommendation=_ADVICE[code],
+        cost_ns_per_step=cost,
+        cost_share=share,
+        rank=per_rank[0]["rank"] if len(per_rank) == 1 else None,
+        evidence={"worst_rank": worst["rank"], "top_cpu_ops": worst["top_cpu_ops"], "per_rank": per_rank},
+        # the idle-gap analysis's sync_bound gaps are the idle during these calls
+        part_of=_PART_OF.get(code),
+    )
 
 
 SPEC = AnalysisSpec(

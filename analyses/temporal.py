@@ -28,7 +28,7 @@ from traceview.registry import AnalysisSpec, TableSpec
 
 from . import classify
 from traceview import intervals as iv
-from .steps import NO_STEP, Activity, activity, cached, per_step
+from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
 
 NAME = "temporal"
 
@@ -125,7 +125,7 @@ def _frame(f: dict[str, np.ndarray], ranks: np.ndarray, devices: np.ndarray, ste
     with np.errstate(divide="ignore", invalid="ignore"):
         overlap_pct = np.where(comm > 0, 100.0 * f["overlap_ns"] / np.where(comm > 0, comm, 1), np.nan)
         utilization = np.where(window > 0, f["busy_ns"] / np.where(window > 0, window, 1), np.nan)
-    step = pd.array([None if s == NO_STEP else int(s) for s in steps], dtype="Int64")
+    step = step_column(steps)
     data = {
         "rank": ranks.astype(np.int64),
         "device": devices.astype(np.int64),

@@ -1,12 +1,14 @@
-"""Small building blocks of the pages: formatted tables, cards, graphs, messages."""
+"""Small building blocks of the pages: formatted tables, cards, graphs, messages. Times, sizes and
+shares are formatted by :mod:`traceview.units`, as in every other front end."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
 from dash import dash_table, dcc, html
+
+from traceview.units import is_missing
 
 #: columns in ns are shown in these units (table cells stay numeric so sorting works)
 _NS_UNITS = (("ms", 1e6), ("us", 1e3))
@@ -14,24 +16,6 @@ _NS_UNITS = (("ms", 1e6), ("us", 1e3))
 CARD = {"border": "1px solid #e3e3e3", "borderRadius": "6px", "padding": "10px 14px", "background": "white",
         "marginBottom": "12px"}
 SEVERITY_COLORS = {"high": "#C0392B", "medium": "#D68910", "low": "#2E86C1", "info": "#7F8C8D"}
-
-
-def fmt_ns(ns: Any, unit: str | None = None) -> str:
-    """A duration for people: ``1.234 ms``, ``56.7 us`` (``-`` when missing)."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "-"
-    ns = float(ns)
-    if unit == "ms" or (unit is None and abs(ns) >= 1e6):
-        return f"{ns / 1e6:,.3f} ms"
-    if unit == "us" or (unit is None and abs(ns) >= 1e3):
-        return f"{ns / 1e3:,.1f} us"
-    return f"{ns:,.0f} ns"
-
-
-def fmt_pct(value: Any, fraction: bool = True) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{100 * float(value) if fraction else float(value):.1f}%"
 
 
 def message(text: str, kind: str = "info") -> html.Div:
@@ -128,7 +112,7 @@ def frame_table(df: pd.DataFrame | None, table_id: str, *, columns: Sequence[str
                 prec = 1 if (c.endswith("_pct") or c.endswith("pct")) else 3
                 spec["format"] = dash_table.Format.Format(precision=prec, scheme=dash_table.Format.Scheme.fixed)
         else:
-            out[c] = s.map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+            out[c] = s.map(lambda v: None if is_missing(v) else str(v))
             spec["type"] = "text"
         cols.append(spec)
     records = out.astype(object).where(pd.notna(out), None).to_dict("records")

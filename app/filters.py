@@ -81,7 +81,7 @@ class Filters:
     def active(self) -> bool:
         return self.ranks is not None or self.steps is not None or self.time_ns is not None
 
-    def normalized(self, trace: Trace, info: StepInfo) -> "Filters":
+    def normalized(self, info: StepInfo) -> "Filters":
         """Clamped to what the run has; a filter that selects everything becomes ``None`` (so equal
         selections share one cache entry)."""
         ranks = None

@@ -1,36 +1,78 @@
 """The pages. Each takes a :class:`~traceview.app.runs.RunContext` (a run under the current filters)
-and returns Dash components. Figures come from :mod:`traceview.figures` (drawn from the report
-model), tables from the analyses' own tables; nothing here computes a metric.
+and returns Dash components. Everything shown comes from the context's one
+:class:`~traceview.report.Report`: figures from :mod:`traceview.figures` (drawn from the report),
+tables from the report's analysis tables, findings from ``report["findings"]`` in their order and
+with their ids; nothing here computes a metric or ranks a finding.
+
+Which pages exist comes from the analyses' specs (``traceview.registry.ANALYSES``): an analysis with
+a ``page`` is shown at that path under that label, by its hand-made view below when it has one;
+every other analysis gets the generic page (its tables with their titles, and its findings), so an
+analysis added as one module appears in the app without any change here. Timeline, Compare and
+Findings are the app's own pages.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import pandas as pd
 from dash import dcc, html
 
-from traceview import figures
+import traceview.analyses  # noqa: F401  (fills the registry of analyses)
+from traceview.pipeline import row_columns
+from traceview.registry import ANALYSES, analysis_specs
+from traceview.tables import top_order
+from traceview.units import fmt_ns, fmt_share
 
-from .components import (CARD, fmt_ns, fmt_pct, frame_table, graph, message, section, severity_badge,
-                         stat_cards)
-from .runs import RunContext
+from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards
+from .features import figures
+from .runs import EARLY_ANALYSIS, RunContext
 
-#: (path, label) of every page, in navigation order
-PAGES = [
-    ("/overview", "Overview"),
-    ("/timeline", "Timeline"),
-    ("/gaps", "Gaps"),
-    ("/launch", "Launch overhead"),
-    ("/communication", "Communication"),
-    ("/kernels", "Kernels"),
-    ("/compare", "Compare"),
-    ("/findings", "Findings"),
-]
-PAGE_PATHS = [p for p, _ in PAGES]
+#: the page shown for an unknown path (the temporal analysis's page)
+DEFAULT_PATH = "/overview"
+#: the app's own pages: the timeline (shown after the first page) and compare/findings (shown last)
+TIMELINE_PAGE = ("/timeline", "Timeline")
+COMPARE_PAGE = ("/compare", "Compare")
+FINDINGS_PAGE = ("/findings", "Findings")
+END_PAGES = (COMPARE_PAGE, FINDINGS_PAGE)
 #: rows of the largest-gaps table (the largest first)
 GAP_TABLE_ROWS = 500
+#: rows of a table on the generic page (the largest first when the table has a sort key)
+GENERIC_TABLE_ROWS = 5000
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of the navigation: its path, its label, and the analysis it shows (None for the
+    app's own pages)."""
+
+    path: str
+    label: str
+    analysis: str | None = None
+
+
+def generic_path(analysis: str) -> str:
+    """The path of the generic page of an analysis that declares no page of its own."""
+    return f"/analysis/{analysis}"
+
+
+def page_list() -> list[Page]:
+    """Every page, in navigation order: the analyses' pages in their declared order (the Timeline
+    after the first of them), then Compare and Findings."""
+    out = []
+    for spec in analysis_specs():
+        path, label = spec.page or (generic_path(spec.name), spec.title)
+        out.append(Page(path, label, spec.name))
+    out.insert(min(1, len(out)), Page(*TIMELINE_PAGE))
+    out.extend(Page(path, label) for path, label in END_PAGES)
+    return out
+
+
+def nav_id(path: str) -> str:
+    """The id of a page's navigation link (no slashes: it is also a CSS selector)."""
+    return "nav-" + path.strip("/").replace("/", "-")
 
 
 def _whole(df: pd.DataFrame) -> pd.DataFrame:
@@ -40,58 +82,69 @@ def _whole(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["step"].isna()].reset_index(drop=True)
 
 
-def _warnings_block(ctx: RunContext, analyses: tuple[str, ...] | None = None) -> list[Any]:
+def _warnings_block(ctx: RunContext, analyses: tuple[str, ...]) -> list[Any]:
+    """The report's warnings of these analyses (merged across ranks by the pipeline)."""
     out = []
-    for name, res in ctx.results.items():
-        if analyses is not None and name not in analyses:
-            continue
-        for w in res.warnings:
+    sections = ctx.report["analyses"]
+    for name in analyses:
+        for w in sections.get(name, {}).get("warnings", []):
             out.append(message(f"{name}: {w}", "warn"))
     return out
 
 
-def _finding_rows(report: dict, analysis: str | None = None, limit: int | None = None) -> list[dict]:
-    rows = [f for f in report.get("findings", []) if analysis is None or f.get("analysis") == analysis]
+def _finding_rows(report: Any, analysis: str | None = None, limit: int | None = None) -> list[dict]:
+    """The report's findings (of one analysis), in the report's order."""
+    rows = [f for f in report["findings"] if analysis is None or f.get("analysis") == analysis]
     return rows[:limit] if limit else rows
 
 
 def finding_card(f: dict, *, compact: bool = False, origin_ns: int = 0) -> html.Div:
+    """A finding as the report numbers it (``F1``, ``F1.1``): id, severity, title, cost, where."""
     cost = f.get("cost_ns_per_step") or 0
     share = f.get("cost_share")
-    head = [severity_badge(f.get("severity", "info")),
-            html.Span(f.get("title", ""), style={"fontWeight": "600"})]
+    head = [html.Span(f.get("id", ""), className="tv-fid", style={"fontWeight": "700", "marginRight": "8px"}),
+            severity_badge(f.get("severity", "info")),
+            html.Span(f.get("title", ""), className="tv-ftitle", style={"fontWeight": "600"})]
     meta = []
     if cost:
-        meta.append(f"costs {fmt_ns(cost)} per step" + (f" ({fmt_pct(share)} of the step)" if share is not None else ""))
+        of_step = f" ({fmt_share(share)} of the step)" if share is not None else ""
+        meta.append(f"costs {fmt_ns(cost)} per step{of_step}")
     if f.get("rank") is not None:
         meta.append(f"rank {f['rank']}")
     meta.append(f"{f.get('analysis')} · {f.get('code')}" + (f" · part of {f['part_of']}" if f.get("part_of") else ""))
     children: list[Any] = [html.Div(head), html.Div(" · ".join(meta), style={"color": "#555", "fontSize": "13px",
                                                                                "margin": "3px 0"})]
     if not compact:
-        children.append(html.Div(f.get("recommendation", ""), style={"margin": "6px 0"}))
-        evidence = f.get("evidence") or {}
-        if evidence:
-            children.append(html.Details([
-                html.Summary("evidence"),
-                html.Pre(json.dumps(evidence, indent=1, default=str)[:20000],
-                         style={"fontSize": "12px", "background": "#F8F9F9", "padding": "8px", "overflowX": "auto",
-                                "maxHeight": "360px"}),
-            ], open=False))
-        tr = f.get("time_range_ns")
-        if tr and len(tr) == 2 and tr[0] is not None and tr[1] is not None:
-            a, b = int(tr[0]) - origin_ns, int(tr[1]) - origin_ns
-            children.append(dcc.Link("show in the timeline", href=f"/timeline?t0={a}&t1={b}&f0={a}&f1={b}",
-                                     style={"fontSize": "13px"}))
+        children.extend(_finding_details(f, origin_ns))
     indent = {"marginLeft": "28px"} if f.get("parent") and not compact else {}
-    return html.Div(children, className="tv-finding", style={**CARD, **indent})
+    return html.Div(children, className="tv-finding", style={**CARD, **indent},
+                    **{"data-finding": f.get("id", "")})
+
+
+def _finding_details(f: dict, origin_ns: int) -> list[Any]:
+    """Recommendation, evidence and a link to the finding's time range in the timeline."""
+    out: list[Any] = [html.Div(f.get("recommendation", ""), style={"margin": "6px 0"})]
+    evidence = f.get("evidence") or {}
+    if evidence:
+        out.append(html.Details([
+            html.Summary("evidence"),
+            html.Pre(json.dumps(evidence, indent=1, default=str)[:20000],
+                     style={"fontSize": "12px", "background": "#F8F9F9", "padding": "8px", "overflowX": "auto",
+                            "maxHeight": "360px"}),
+        ], open=False))
+    tr = f.get("time_range_ns")
+    if tr and len(tr) == 2 and tr[0] is not None and tr[1] is not None:
+        a, b = int(tr[0]) - origin_ns, int(tr[1]) - origin_ns
+        out.append(dcc.Link("show in the timeline", href=f"/timeline?t0={a}&t1={b}&f0={a}&f1={b}",
+                            style={"fontSize": "13px"}))
+    return out
 
 
 # ------------------------------------------------------------------------------------- overview
 
 
 def overview(ctx: RunContext) -> list[Any]:
-    rep = ctx.report()
+    rep = ctx.report
     s = rep.get("summary", {})
     util = s.get("utilization")
     cards = stat_cards([
@@ -100,7 +153,7 @@ def overview(ctx: RunContext) -> list[Any]:
         ("events", f"{s.get('events', 0):,}", None),
         ("steps", str(s.get("steps", 0)), f"median {fmt_ns(s.get('median_step_time_ns'))}"
          if s.get("median_step_time_ns") else "no steps found"),
-        ("GPU utilization", fmt_pct(util), "busy / window, all GPUs"),
+        ("GPU utilization", fmt_share(util), "busy / window, all GPUs"),
         ("idle per step", fmt_ns(s.get("idle_ns_per_step")), None),
         ("exposed comm. per step", fmt_ns(s.get("exposed_comm_ns_per_step")), None),
     ])
@@ -130,8 +183,8 @@ def overview(ctx: RunContext) -> list[Any]:
     if ctx.partial:
         out.append(html.Div([
             section("Top findings, by what they cost per step",
-                    message("Running the other analyses (idle gaps, launches, communication, kernels, "
-                            "synchronisation)… the findings appear here in a moment.")),
+                    message(f"Running the other analyses ({_other_analyses()})… the findings appear here "
+                            "in a moment.")),
         ], id="ov-findings"))
         out.append(dcc.Interval(id="ov-poll", interval=400, n_intervals=0, max_intervals=1500))
     else:
@@ -139,15 +192,20 @@ def overview(ctx: RunContext) -> list[Any]:
     return out
 
 
-def overview_findings(rep: dict) -> list[Any]:
+def _other_analyses() -> str:
+    """The titles of the analyses a partial Overview is waiting for."""
+    return ", ".join(spec.title.lower() for spec in analysis_specs() if spec.name != EARLY_ANALYSIS)
+
+
+def overview_findings(rep: Any) -> list[Any]:
     """The Overview's findings section and trust warnings (from the complete report)."""
-    top = [f for f in rep.get("findings", []) if f.get("parent") is None][:6]
+    top = [f for f in rep["findings"] if f.get("parent") is None][:6]
     body: list[Any] = [finding_card(f, compact=True) for f in top] or [message("No findings.")]
     body.append(dcc.Link("all findings and the downloadable reports →", href="/findings"))
     return [section("Top findings, by what they cost per step", *body), *warnings_details(rep)]
 
 
-def warnings_details(rep: dict) -> list[Any]:
+def warnings_details(rep: Any) -> list[Any]:
     """The report's trust warnings, folded (they can be many and repetitive)."""
     warns = rep.get("warnings") or []
     if not warns:
@@ -184,7 +242,7 @@ def _step_time_figure(steps: pd.DataFrame, breakdown: pd.DataFrame) -> Any:
 # ------------------------------------------------------------------------------------- timeline
 
 
-def timeline(ctx: RunContext, figure: dict, stats_text: str, state: dict) -> list[Any]:
+def timeline(figure: dict, stats_text: str, state: dict) -> list[Any]:
     btn = {"marginRight": "6px"}
     controls = html.Div([
         html.Button("zoom in", id="tl-zoom-in", n_clicks=0, style=btn),
@@ -207,7 +265,7 @@ def timeline(ctx: RunContext, figure: dict, stats_text: str, state: dict) -> lis
 
 
 def gaps(ctx: RunContext) -> list[Any]:
-    rep = ctx.report()
+    rep = ctx.report
     g = ctx.table("idle_gaps", "gaps")
     out: list[Any] = _warnings_block(ctx, ("idle_gaps",))
     out.append(section("Idle gaps by duration and cause", graph(figures.gap_histogram_figure(rep), "gap-hist")))
@@ -244,7 +302,7 @@ def gaps(ctx: RunContext) -> list[Any]:
 
 
 def launch(ctx: RunContext) -> list[Any]:
-    rep = ctx.report()
+    rep = ctx.report
     out: list[Any] = _warnings_block(ctx, ("launch_overhead",))
     for f in _finding_rows(rep, "launch_overhead"):
         out.append(finding_card(f, compact=True))
@@ -257,7 +315,8 @@ def launch(ctx: RunContext) -> list[Any]:
     if steps is not None and len(steps):
         steps = steps.sort_values(["launch_bound", "host_bound_share"], ascending=[False, False], kind="stable")
         n_bound = int(steps["launch_bound"].fillna(False).astype(bool).sum())
-        note = f"{n_bound} launch-bound step(s): host-bound gaps dominate idle and most kernels are shorter than their launch."
+        note = (f"{n_bound} launch-bound step(s): host-bound gaps dominate idle and most kernels are shorter than "
+                "their launch.")
     else:
         note = None
     out.append(section("Launch-bound steps", frame_table(steps, "launch-steps", page_size=10,
@@ -270,7 +329,7 @@ def launch(ctx: RunContext) -> list[Any]:
 
 
 def communication(ctx: RunContext) -> list[Any]:
-    rep = ctx.report()
+    rep = ctx.report
     out: list[Any] = _warnings_block(ctx, ("communication",))
     for f in _finding_rows(rep, "communication"):
         out.append(finding_card(f, compact=True))
@@ -320,21 +379,103 @@ def kernels(ctx: RunContext) -> list[Any]:
 # -------------------------------------------------------------------------------------- findings
 
 
-def findings(ctx: RunContext) -> list[Any]:
-    rep = ctx.report()
-    stats = rep.get("findings_summary", {})
+def findings_headline(stats: dict[str, Any]) -> str:
+    """"N findings: x high, y medium, ..." from ``report["findings_summary"]`` (the severities count
+    the top-level findings, so they add up to N; nested findings are counted apart)."""
     by = stats.get("by_severity", {})
+    text = f"{stats.get('top_level', 0)} findings: " + (", ".join(f"{n} {s}" for s, n in by.items() if n) or "none")
+    if stats.get("nested"):
+        text += f" ({stats['nested']} more nested under them; {stats.get('total', 0)} in all)"
+    return text
+
+
+def findings(ctx: RunContext) -> list[Any]:
+    """Every finding of the report, in its order and with its ids, and the report downloads."""
+    rep = ctx.report
     btn = {"marginRight": "8px"}
     head = html.Div([
-        html.Div(f"{stats.get('total', 0)} findings: " + ", ".join(f"{n} {s}" for s, n in by.items() if n),
-                 style={"marginBottom": "8px"}),
+        html.Div(findings_headline(rep["findings_summary"]), id="fnd-headline", style={"marginBottom": "8px"}),
         html.Button("Download Markdown report", id="dl-md-btn", n_clicks=0, style=btn),
         html.Button("Download HTML report", id="dl-html-btn", n_clicks=0, style=btn),
         html.Button("Download JSON report", id="dl-json-btn", n_clicks=0, style=btn),
         html.Span(" for a bug report: secrets in the trace metadata are redacted.",
                   style={"color": "#666", "fontSize": "13px"}),
     ], style=CARD)
-    cards = [finding_card(f, origin_ns=ctx.origin_ns) for f in rep.get("findings", [])]
+    cards = [finding_card(f, origin_ns=ctx.origin_ns) for f in rep["findings"]]
     if not cards:
         cards = [message("No findings: nothing in this selection crossed a threshold.")]
     return [head, *cards, *warnings_details(rep)]
+
+
+# -------------------------------------------------------------------------- any other analysis
+
+
+def _relative_times(frame: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
+    """Instants (``*start_ns``, ``*end_ns`` columns) as ns since the run's first event, as on the
+    timeline (epoch nanoseconds are unreadable); durations are left as they are."""
+    instants = [c for c in frame.columns if str(c).endswith(("start_ns", "end_ns"))
+                and pd.api.types.is_numeric_dtype(frame[c])]
+    if not instants:
+        return frame
+    return frame.assign(**{c: frame[c] - origin_ns for c in instants})
+
+
+def _generic_table(ctx: RunContext, analysis: str, table: str, meta: dict[str, Any]) -> html.Div:
+    """One table of an analysis, whole (the largest rows first when it declares a sort key)."""
+    frame = ctx.table(analysis, table)
+    spec = ANALYSES.get(analysis)
+    sort_by = spec.table(table).sort_by if spec is not None else None
+    note = None
+    total = len(frame)
+    if total:
+        if sort_by is not None and sort_by in frame.columns:
+            frame = frame.iloc[top_order(frame, sort_by)[:GENERIC_TABLE_ROWS]]
+            note = f"{total:,} row(s), the largest {sort_by.replace('_', ' ')} first"
+        else:
+            frame = frame.head(GENERIC_TABLE_ROWS)
+            note = f"{total:,} row(s)"
+        if total > GENERIC_TABLE_ROWS:
+            note += f"; the first {GENERIC_TABLE_ROWS:,} are shown"
+        if any(str(c).endswith(("start_ns", "end_ns")) for c in frame.columns):
+            note += "; start and end times are since the run's first event"
+        frame = _relative_times(frame.drop(columns=row_columns(frame)), ctx.origin_ns)  # row numbers: no use
+    return section(meta.get("title") or table, frame_table(frame, f"gen-{analysis}-{table}", page_size=15,
+                                                           filter_=True, max_rows=GENERIC_TABLE_ROWS,
+                                                           empty="No rows in this selection."), note=note)
+
+
+def generic(ctx: RunContext, analysis: str) -> list[Any]:
+    """The page of an analysis without a hand-made view: its warnings, its findings (as the report
+    ranks and numbers them) and every table it produced, titled as its spec declares."""
+    sections = ctx.report["analyses"]
+    if analysis not in sections:
+        return [message(f"The analysis {analysis!r} gave no results for this selection.")]
+    about = sections[analysis]
+    out: list[Any] = _warnings_block(ctx, (analysis,))
+    cards = [finding_card(f, compact=True) for f in _finding_rows(ctx.report, analysis)]
+    out.append(section(f"Findings of {about['title']}", *(cards or [message("No findings.")])))
+    spec = ANALYSES.get(analysis)
+    names = list(about["tables"])
+    if spec is not None and spec.headline_table in names:  # the headline table first
+        names.remove(spec.headline_table)
+        names.insert(0, spec.headline_table)
+    out.extend(_generic_table(ctx, analysis, name, about["tables"][name]) for name in names)
+    if not names:
+        out.append(message("This analysis produced no tables."))
+    return out
+
+
+#: the hand-made views of analyses, by analysis name; any other analysis is shown by :func:`generic`
+ANALYSIS_VIEWS: dict[str, Callable[[RunContext], list[Any]]] = {
+    "temporal": overview,
+    "idle_gaps": gaps,
+    "launch_overhead": launch,
+    "communication": communication,
+    "kernels": kernels,
+}
+
+
+def analysis_page(ctx: RunContext, analysis: str) -> list[Any]:
+    """The page of one analysis: its hand-made view, or the generic one."""
+    view = ANALYSIS_VIEWS.get(analysis)
+    return view(ctx) if view is not None else generic(ctx, analysis)

@@ -17,19 +17,25 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import pandas as pd
+
 from traceview.errors import TraceviewError
-from traceview.findings import AnalysisResult, Options
+from traceview.findings import Options
 from traceview.loading import find_trace_files
 from traceview.model import Trace
+from traceview.pipeline import analyze
+from traceview.report import Report, build_report
 
 from .filters import Filters, StepInfo, step_info, subset_trace
 
 #: a rank number in a file name: what distinguishes the files of one multi-rank run
 _RANK_TOKEN = re.compile(r"(?:^|(?<=[^a-z]))(rank|worker)([-_]?)(\d+)", re.IGNORECASE)
+#: the analysis run first, on its own, so the Overview draws before the whole pipeline is done
+EARLY_ANALYSIS = "temporal"
 
 
 @dataclass(frozen=True)
@@ -103,14 +109,17 @@ def _rank_number(path: Path) -> tuple[int, str]:
 
 # --------------------------------------------------------------------------------- result cache
 #
-# The analyses of a whole run (no filter) are also kept on disk next to traceview's Arrow cache, so a
-# restart of the app on the same traces shows its first page without running them again. The key
-# covers the input files (traceview's own cache key: path, size, mtime, both ends of the file), the
-# step marker, and the code that computes the results (size and mtime of the analysis, model,
-# findings and report modules), so editing an analysis never serves stale figures.
+# The report of a whole run (no filter) is also kept on disk next to traceview's Arrow cache, so a
+# restart of the app on the same traces shows its first page without running the analyses again. The
+# key covers the input files (traceview's own cache key: path, size, mtime, both ends of the file), the
+# step marker, and the code that computes the report (size and mtime of the core modules, the
+# analyses and the parsers), so editing an analysis never serves stale figures.
 
-RESULT_CACHE_VERSION = "1"
+RESULT_CACHE_VERSION = "2"
 RESULT_CACHE_KEEP = 16
+#: the core modules a report depends on (besides every module of the analyses and parsers packages)
+CORE_MODULES = ("model.py", "loading.py", "errors.py", "findings.py", "registry.py", "pipeline.py", "report.py",
+                "environment.py", "tables.py", "units.py", "secrets.py", "intervals.py")
 _FINGERPRINT: str | None = None
 
 
@@ -121,7 +130,7 @@ def result_cache_dir() -> Path:
 
 
 def clear_result_cache() -> None:
-    """Forget every cached analysis result of the app (the Arrow cache of traces is kept)."""
+    """Forget every cached report of the app (the Arrow cache of traces is kept)."""
     folder = result_cache_dir()
     if folder.is_dir():
         for f in folder.glob("*.pkl"):
@@ -131,29 +140,32 @@ def clear_result_cache() -> None:
                 pass
 
 
-def _code_fingerprint() -> str:
+def code_fingerprint() -> str:
+    """A digest of the code a report depends on (file names, sizes and mtimes)."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
         import hashlib
 
         import traceview
         import traceview.analyses as analyses
+        import traceview.parsers as parsers
 
-        files = sorted(Path(analyses.__file__).parent.glob("*.py"))
+        files = sorted(Path(analyses.__file__).parent.glob("*.py")) + sorted(Path(parsers.__file__).parent.glob("*.py"))
         root = Path(traceview.__file__).parent
-        files += [root / n for n in ("model.py", "findings.py", "report.py", "redact.py", "loading.py")]
+        files += [root / name for name in CORE_MODULES]
         digest = hashlib.sha256(traceview.__version__.encode())
         for f in files:
             try:
                 st = f.stat()
             except OSError:
                 continue
-            digest.update(f"{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
+            digest.update(f"{f.parent.name}/{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
         _FINGERPRINT = digest.hexdigest()[:16]
     return _FINGERPRINT
 
 
-def _result_key(spec: "RunSpec", step_marker: str | None) -> str | None:
+def result_key(spec: "RunSpec", step_marker: str | None) -> str | None:
+    """The result cache's key for the whole run ``spec`` (None when a file cannot be read)."""
     import hashlib
 
     from traceview.loading import cache_key
@@ -162,26 +174,29 @@ def _result_key(spec: "RunSpec", step_marker: str | None) -> str | None:
         parts = [cache_key(Path(f)) for f in spec.files]
     except OSError:
         return None
-    text = "|".join([RESULT_CACHE_VERSION, _code_fingerprint(), repr(step_marker), *parts])
+    text = "|".join([RESULT_CACHE_VERSION, code_fingerprint(), repr(step_marker), *parts])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _read_results(key: str) -> tuple[dict, Any] | None:
+def read_report(key: str, trace: Trace) -> Report | None:
+    """The cached report of ``key`` (its data and its analyses' results), attached to ``trace``;
+    None when absent, damaged or from another version."""
     import pickle
 
     path = result_cache_dir() / f"{key}.pkl"
     try:
         with open(path, "rb") as fh:
-            data = pickle.load(fh)
-        if data.get("version") != RESULT_CACHE_VERSION:
+            stored = pickle.load(fh)
+        if stored.get("version") != RESULT_CACHE_VERSION:
             return None
         os.utime(path)  # recently used: pruned last
-        return data["results"], data.get("report")
+        return Report(stored["data"], stored["results"], trace)
     except Exception:  # missing, damaged or from another version: compute again
         return None
 
 
-def _write_results(key: str, results: dict, report: Any) -> None:
+def write_report(key: str, report: Report) -> None:
+    """Store a report (its JSON-able data and its analyses' results; not the trace) under ``key``."""
     import pickle
 
     folder = result_cache_dir()
@@ -189,7 +204,8 @@ def _write_results(key: str, results: dict, report: Any) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{key}.{os.getpid()}.tmp"
         with open(tmp, "wb") as fh:
-            pickle.dump({"version": RESULT_CACHE_VERSION, "results": results, "report": report}, fh, protocol=5)
+            pickle.dump({"version": RESULT_CACHE_VERSION, "data": report.data, "results": report.results}, fh,
+                        protocol=5)
         os.replace(tmp, folder / f"{key}.pkl")
         entries = sorted(folder.glob("*.pkl"), key=lambda f: f.stat().st_mtime, reverse=True)
         for old in entries[RESULT_CACHE_KEEP:]:
@@ -206,56 +222,41 @@ class RunContext:
     """Everything the pages show for one run under one set of filters (cached).
 
     ``trace`` is the filtered trace the analyses ran on; ``full`` the whole run (the timeline draws
-    from it, limited to the selected ranks and window).
+    from it, limited to the selected ranks and window). ``report`` is the one
+    :class:`~traceview.report.Report` of ``traceview.pipeline.analyze(trace)``: every figure, table
+    and finding the pages show comes from it. While ``partial`` is set, the report holds only the
+    temporal breakdown (the other analyses are still running) and has no findings worth showing.
     """
 
     run: RunSpec
     filters: Filters
     full: Trace
     trace: Trace
-    results: dict[str, AnalysisResult]
+    report: Report
     options: Options
     origin_ns: int
     steps: StepInfo
     seconds: float = 0.0
-    from_disk: bool = False  # results read from the app's result cache
-    partial: bool = False  # only the first analysis (temporal) is done; the others are running
-    _report: Any = None
-    _report_lock: threading.Lock = field(default_factory=threading.Lock)
+    from_disk: bool = False  # report read from the app's result cache
+    partial: bool = False  # only the temporal breakdown is done; the other analyses are running
 
-    def table(self, analysis: str, name: str) -> Any:
-        """A result table (empty DataFrame when the analysis or table is absent)."""
-        import pandas as pd
-
-        res = self.results.get(analysis)
-        if res is None or name not in res.tables:
-            return pd.DataFrame()
-        return res.tables[name]
+    def table(self, analysis: str, name: str) -> pd.DataFrame:
+        """A whole table of the report (an empty DataFrame when the analysis or table is absent)."""
+        return self.report.table(analysis, name)
 
     @property
-    def findings(self) -> list[Any]:
-        from traceview.findings import rank_findings
+    def findings(self) -> list[dict[str, Any]]:
+        """The report's findings, merged across ranks, ranked and numbered (F1, F1.1, ...) once."""
+        return list(self.report["findings"])
 
-        out = []
-        for res in self.results.values():
-            out.extend(res.findings)
-        return rank_findings(out)
 
-    @property
-    def warnings(self) -> list[str]:
-        out = list(self.trace.warnings)
-        for res in self.results.values():
-            out.extend(res.warnings)
-        return list(dict.fromkeys(out))
+def early_report(trace: Trace, options: Options) -> Report:
+    """A report of the temporal breakdown only: what the Overview draws while the pipeline runs."""
+    from traceview.analyses import run_all
+    from traceview.pipeline import overview_of
 
-    def report(self) -> Any:
-        """The report model (``traceview.report.build_report``), built once on first use."""
-        with self._report_lock:
-            if self._report is None:
-                from traceview.report import build_report
-
-                self._report = build_report(self.trace, self.results, options=self.options)
-            return self._report
+    results = run_all(trace, options, only=[EARLY_ANALYSIS])
+    return build_report(overview_of(trace), results, options=options, trace=trace)
 
 
 class RunError(TraceviewError):
@@ -345,7 +346,7 @@ class RunStore:
         spec = self.spec(run_id)
         full = self.trace(spec.id)
         info = self.steps(spec.id)
-        filters = (filters or Filters()).normalized(full, info)
+        filters = (filters or Filters()).normalized(info)
         return spec, full, info, filters, (spec.id, filters)
 
     def ready(self, run_id: Any, filters: Filters | None = None) -> bool:
@@ -386,47 +387,32 @@ class RunStore:
             return evt
 
     def _compute(self, spec: RunSpec, full: Trace, info: StepInfo, filters: Filters, key: tuple) -> RunContext:
-        """Run the analyses (or read them from the result cache). The temporal breakdown comes
-        first and is published as a partial context, so the Overview can draw while the other
-        analyses run."""
-        from traceview.analyses import REGISTRY, _import_all
-
+        """The report of the selection: read from the result cache, or from the one pipeline
+        (``traceview.pipeline.analyze``). Before the pipeline runs, the temporal breakdown alone is
+        published as a partial context, so the Overview can draw while the analyses run."""
         t0 = time.perf_counter()
-        sub = subset_trace(full, filters, info)
+        sub = subset_trace(full, filters, info, self.step_marker)
         options = Options(step_marker=self.step_marker, ranks=filters.ranks)
-        disk_key = _result_key(spec, self.step_marker) if self.use_cache and not filters.active else None
-        cached = _read_results(disk_key) if disk_key else None
-        report = None
-        if cached is not None:
-            results, report = cached
-        else:
-            _import_all()
-            done: dict[str, Any] = {}
-            # what run_all does, with the temporal breakdown first and published as soon as it is done
-            order = sorted(REGISTRY, key=lambda name: name != "temporal")
-            for name in order:
-                done[name] = REGISTRY[name](sub, options)
-                if name == "temporal":
-                    partial = RunContext(run=spec, filters=filters, full=full, trace=sub, results=dict(done),
-                                         options=options, origin_ns=info.origin_ns, steps=info,
-                                         seconds=time.perf_counter() - t0, partial=True)
-                    with self._lock:
-                        self._partials[key] = partial
-                    self._partial_event(key).set()
-            results = {name: done[name] for name in REGISTRY if name in done}  # registry (display) order
-        ctx = RunContext(run=spec, filters=filters, full=full, trace=sub, results=results, options=options,
-                         origin_ns=info.origin_ns, steps=info, seconds=time.perf_counter() - t0,
-                         from_disk=cached is not None)
-        if report is not None:
-            ctx._report = report
-        elif disk_key:
-            _write_results(disk_key, results, ctx.report())
-        return ctx
+        disk_key = result_key(spec, self.step_marker) if self.use_cache and not filters.active else None
+        report = read_report(disk_key, sub) if disk_key else None
+        from_disk = report is not None
+        if report is None:
+            early = RunContext(run=spec, filters=filters, full=full, trace=sub, report=early_report(sub, options),
+                               options=options, origin_ns=info.origin_ns, steps=info,
+                               seconds=time.perf_counter() - t0, partial=True)
+            with self._lock:
+                self._partials[key] = early
+            self._partial_event(key).set()
+            report = analyze(sub, options)
+            if disk_key:
+                write_report(disk_key, report)
+        return RunContext(run=spec, filters=filters, full=full, trace=sub, report=report, options=options,
+                          origin_ns=info.origin_ns, steps=info, seconds=time.perf_counter() - t0, from_disk=from_disk)
 
     def partial_context(self, run_id: Any, filters: Filters | None = None, wait: float = 30.0) -> RunContext:
         """The full context when it is in memory; else start computing it (in the background) and
-        return as soon as the first analysis (the temporal breakdown) is done: a context with
-        ``partial`` set, whose results hold only that analysis."""
+        return as soon as the temporal breakdown is done: a context with ``partial`` set, whose
+        report holds only that analysis."""
         spec, full, info, filters, key = self._key(run_id, filters)
         with self._lock:
             hit = self._contexts.get(key) or self._partials.get(key)

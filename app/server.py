@@ -53,10 +53,9 @@ button:hover { background: #EEF3F9; }
 </html>"""
 
 
-def build_layout(store: RunStore) -> html.Div:
+def build_layout(store: RunStore, page_list: Sequence[pages.Page]) -> html.Div:
     run_options = [{"label": f"{r.id}: {r.label}", "value": r.id} for r in store.runs]
-    nav = html.Div([dcc.Link(label, href=path, id=f"nav-{path.strip('/')}") for path, label in pages.PAGES],
-                   className="tv-nav")
+    nav = html.Div([dcc.Link(p.label, href=p.path, id=pages.nav_id(p.path)) for p in page_list], className="tv-nav")
     filters = html.Div([
         html.Div([html.Label("run"), dcc.Dropdown(id="run", options=run_options, value=0, clearable=False,
                                                    style={"minWidth": "320px"})], style={"flex": "2"}),
@@ -102,7 +101,7 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
         assets_folder=str(empty_assets), assets_ignore=".*", serve_locally=True, compress=False,
     )
     app.index_string = _INDEX
-    app.layout = build_layout(store)
+    app.layout = build_layout(store, controller.pages)
     app._traceview = controller  # type: ignore[attr-defined]  (tests and benchmarks reach it here)
     filter_states = [State(i, p) for i, p in FILTER_IDS]
     filter_inputs = [Input(i, p) for i, p in FILTER_IDS]
@@ -132,12 +131,12 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
         return controller.overview_poll(n, run, ranks, steps, t0, t1)
 
     @app.callback(
-        *[Output(f"nav-{p.strip('/')}", "className") for p in pages.PAGE_PATHS],
+        *[Output(pages.nav_id(p.path), "className") for p in controller.pages],
         Input("url", "pathname"),
     )
     def _nav(pathname: Any) -> list[str]:
-        current = pathname if pathname in pages.PAGE_PATHS else "/overview"
-        return ["active" if p == current else "" for p in pages.PAGE_PATHS]
+        current = controller.page(pathname).path
+        return ["active" if p.path == current else "" for p in controller.pages]
 
     @app.callback(
         Output("tl-graph", "figure"), Output("tl-window", "data"), Output("tl-stats", "children"),

@@ -25,15 +25,13 @@ import numpy as np
 
 from traceview.model import Kind, Trace
 
-try:  # shared palette of the reports (same class, same colour everywhere)
-    from traceview.figures import CAUSE_LABELS, COLORS
-except Exception:  # pragma: no cover - figures.py is always there in a release
-    COLORS = {"compute": "#4C78A8", "communication": "#F58518", "memory": "#54A24B", "memset": "#88D27A",
-              "cpu_op": "#72B7B2", "python_function": "#9ECAE9", "annotation": "#D4D4D4", "runtime": "#FF9DA6",
-              "host_bound": "#E45756", "sync_bound": "#B279A2", "launch_latency": "#EECA3B",
-              "unattributed": "#9D755D", "other": "#C7C7C7"}
-    CAUSE_LABELS = {"host_bound": "host-bound", "sync_bound": "sync-bound", "launch_latency": "launch latency",
-                    "unattributed": "unattributed"}
+from traceview.units import fmt_ns
+
+from .features import figures
+
+# the shared palette and labels of the reports (same class, same colour everywhere)
+COLORS = figures.COLORS
+CAUSE_LABELS = figures.CAUSE_LABELS
 
 #: most bars + heatmap cells + gap bars in one timeline response
 SHAPE_BUDGET = 50_000
@@ -313,7 +311,7 @@ class RenderStats:
 
     def describe(self) -> str:
         t0, t1 = self.window_ns
-        parts = [f"window {(t1 - t0) / 1e6:,.3f} ms"]
+        parts = [f"window {fmt_ns(t1 - t0, 'ms')}"]
         if self.focus_label:
             parts.append(f"highlighted: {self.focus_label}")
         if self.bars:
@@ -343,68 +341,78 @@ def clamp_window(t0: int, t1: int, lo: int, hi: int, min_width: int = 1_000) -> 
     return t0, t0 + width
 
 
-def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = None, gaps: Any = None,
-           focus: tuple[int, int] | None = None, focus_label: str = "", detail_budget: int = DETAIL_BUDGET,
-           shape_budget: int = SHAPE_BUDGET, gap_budget: int = GAP_BUDGET, title: str = "") -> tuple[dict, RenderStats]:
-    """The timeline of ``[t0, t1)`` (absolute ns) as a plotly figure dict, and what it holds.
+@dataclass(frozen=True)
+class _Window:
+    """The drawn time window ``[t0, t1)`` (absolute ns) and how times map onto the x axis."""
 
-    ``gaps``: the idle-gap table (``rank, device, start_ns, end_ns, dur_ns, cause, cpu_context,
-    step``); ``focus``: an absolute range to highlight (a clicked gap).
-    """
-    t0, t1 = int(t0), max(int(t1), int(t0) + 1)
-    origin = index.origin_ns
-    lanes = index.lanes_for(ranks)
-    def ms(ns: Any) -> np.ndarray:  # absolute ns -> ms since the origin (subtract in int64: exact)
+    t0: int
+    t1: int
+    origin_ns: int
+
+    @property
+    def width_ns(self) -> int:
+        return self.t1 - self.t0
+
+    @property
+    def min_draw_ns(self) -> int:
+        return max(1, self.width_ns // 1500)  # ~1 px at 1500 px: short events stay visible
+
+    def ms(self, ns: Any) -> np.ndarray:
+        """Absolute ns -> ms since the origin (subtracted in int64: exact)."""
         arr = np.asarray(ns)
         if arr.dtype.kind in "iu":
-            return (arr.astype(np.int64) - origin) / 1e6
-        return (arr - float(origin)) / 1e6
-    width_ns = t1 - t0
-    min_draw = max(1, width_ns // 1500)  # ~1 px at 1500 px: short events stay visible
+            return (arr.astype(np.int64) - self.origin_ns) / 1e6
+        return (arr - float(self.origin_ns)) / 1e6
 
-    # --- gaps in the window (largest first, up to the budget)
-    gap_rows: dict[str, np.ndarray] = {}
-    gaps_in_window = 0
-    if gaps is not None and len(gaps):
-        gs = gaps["start_ns"].to_numpy(np.int64)
-        ge = gaps["end_ns"].to_numpy(np.int64)
-        sel = (gs < t1) & (ge > t0)
-        if ranks is not None:
-            sel &= np.isin(gaps["rank"].to_numpy(), np.asarray(list(ranks)))
-        idx = np.flatnonzero(sel)
-        gaps_in_window = int(idx.size)
-        if idx.size > gap_budget:
-            dur = (ge - gs)[idx]
-            idx = idx[np.argsort(-dur, kind="stable")[:gap_budget]]
-        gap_rows = {"idx": idx}
-    n_gap_bars = int(gap_rows["idx"].size) if gap_rows else 0
+    def clipped(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bar bases (ms) and lengths (ms, at least one pixel) of intervals, clipped near the window
+        (a bar far outside it would only make the browser's numbers large)."""
+        ss, ee = np.maximum(start, self.t0 - self.width_ns), np.minimum(end, self.t1 + self.width_ns)
+        return self.ms(ss), np.maximum(ee - ss, self.min_draw_ns) / 1e6
 
-    # --- choose lanes drawn in detail (fewest events first) and aggregated ones
+
+def _window_gaps(gaps: Any, win: _Window, ranks: Sequence[int] | None, budget: int) -> tuple[np.ndarray, int]:
+    """Rows of the gaps in the window (the ``budget`` largest), and how many are in the window."""
+    if gaps is None or not len(gaps):
+        return np.zeros(0, dtype=np.int64), 0
+    gs = gaps["start_ns"].to_numpy(np.int64)
+    ge = gaps["end_ns"].to_numpy(np.int64)
+    sel = (gs < win.t1) & (ge > win.t0)
+    if ranks is not None:
+        sel &= np.isin(gaps["rank"].to_numpy(), np.asarray(list(ranks)))
+    idx = np.flatnonzero(sel)
+    in_window = int(idx.size)
+    if idx.size > budget:
+        idx = idx[np.argsort(-(ge - gs)[idx], kind="stable")[:budget]]
+    return idx, in_window
+
+
+def _choose_lanes(index: LaneIndex, lanes: list[Lane], win: _Window,
+                  budget: int) -> tuple[dict[int, np.ndarray], list[Lane]]:
+    """Lanes drawn in detail (fewest events first, up to ``budget`` events: their visible rows by
+    lane id) and lanes with events in the window that are aggregated instead."""
     event_lanes = [ln for ln in lanes if ln.kind != GAP_LANE]
-    counts = {id(ln): index.count_upper(ln, t0, t1) for ln in event_lanes}
+    counts = {id(ln): index.count_upper(ln, win.t0, win.t1) for ln in event_lanes}
     detail: dict[int, np.ndarray] = {}
     used = 0
     for ln in sorted(event_lanes, key=lambda ln: counts[id(ln)]):
         if counts[id(ln)] == 0:
             continue
-        if used + counts[id(ln)] > detail_budget:
-            # the upper bound may overestimate: try the exact count once
-            vis = index.visible(ln, t0, t1)
-            if used + vis.size > detail_budget:
-                continue
-        else:
-            vis = index.visible(ln, t0, t1)
+        # the upper bound may overestimate: the exact count decides when it is over the budget
+        vis = index.visible(ln, win.t0, win.t1)
+        if used + vis.size > budget:
+            continue
         if vis.size:
             detail[id(ln)] = vis
             used += int(vis.size)
     aggregated = [ln for ln in event_lanes if id(ln) not in detail and counts[id(ln)] > 0
-                  and (counts[id(ln)] > detail_budget or index.visible(ln, t0, t1).size)]
-    room = max(0, shape_budget - used - n_gap_bars - len(lanes) - 1)
-    bins = int(min(MAX_BINS, room // max(1, len(aggregated)))) if aggregated else 0
-    if aggregated and bins < 10:  # cannot happen with the default budgets; stay under budget regardless
-        aggregated, bins = [], 0
+                  and (counts[id(ln)] > budget or index.visible(ln, win.t0, win.t1).size)]
+    return detail, aggregated
 
-    # lanes top to bottom: centre and half-height of each (y grows downwards: the axis is reversed)
+
+def _lane_positions(lanes: list[Lane]) -> tuple[dict[int, float], dict[int, float], float]:
+    """Centre and half-height of each lane (by lane id), top to bottom, and the total height (y
+    grows downwards: the axis is reversed)."""
     ypos: dict[int, float] = {}
     yhalf: dict[int, float] = {}
     top = 0.0
@@ -412,72 +420,77 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
         ypos[id(ln)] = top + ln.height / 2
         yhalf[id(ln)] = ln.height / 2
         top += ln.height
-    y_total = top
+    return ypos, yhalf, top
+
+
+def _heatmap_traces(index: LaneIndex, aggregated: list[Lane], bins: int, win: _Window, ypos: dict[int, float],
+                    yhalf: dict[int, float]) -> list[dict]:
+    """One heatmap row per aggregated lane: the busy fraction of each of ``bins`` bins."""
     data: list[dict] = []
+    edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
+    rel = edges - win.origin_ns
+    centers = (rel[:-1] + rel[1:]) / 2.0 / 1e6
+    first_gpu = True
+    for ln in aggregated:
+        frac = index.busy_fraction(ln, edges)
+        starts = index.starts_per_bin(ln, edges)
+        gpu = ln.kind == GPU_LANE
+        color = SERIES[0][2] if gpu else COLORS.get("cpu_op", "#72B7B2")
+        y, half = ypos[id(ln)], 0.42 * 2 * yhalf[id(ln)]
+        trace = {
+            "type": "heatmap", "x": centers.round(6).tolist(), "y": [round(y - half, 4), round(y + half, 4)],
+            "z": [frac.round(3).tolist()], "customdata": [starts.tolist()],
+            "zmin": 0, "zmax": 1,
+            "colorscale": [[0, "rgba(255,255,255,0)"], [0.001, "#eef3f9" if gpu else "#eef7f6"], [1, color]],
+            "showscale": bool(gpu and first_gpu), "hoverongaps": False, "name": ln.label,
+            "hovertemplate": esc(ln.label) + "<br>%{x:.3f} ms<br>busy %{z:.0%} · %{customdata:,} events start here"
+                             "<extra>aggregated</extra>",
+        }
+        if gpu and first_gpu:
+            trace["colorbar"] = {"title": {"text": "busy"}, "tickformat": ".0%", "len": 0.5, "y": 1,
+                                 "yanchor": "top", "thickness": 12}
+            first_gpu = False
+        data.append(trace)
+    return data
 
-    # --- aggregated lanes: one heatmap row each
-    cells = 0
-    if aggregated:
-        edges = np.linspace(t0, t1, bins + 1).round().astype(np.int64)
-        rel = edges - origin
-        centers = (rel[:-1] + rel[1:]) / 2.0 / 1e6
-        first_gpu = True
-        for ln in aggregated:
-            frac = index.busy_fraction(ln, edges)
-            starts = index.starts_per_bin(ln, edges)
-            gpu = ln.kind == GPU_LANE
-            color = SERIES[0][2] if gpu else COLORS.get("cpu_op", "#72B7B2")
-            trace = {
-                "type": "heatmap", "x": centers.round(6).tolist(),
-                "y": [round(ypos[id(ln)] - 0.42 * 2 * yhalf[id(ln)], 4), round(ypos[id(ln)] + 0.42 * 2 * yhalf[id(ln)], 4)],
-                "z": [frac.round(3).tolist()], "customdata": [starts.tolist()],
-                "zmin": 0, "zmax": 1, "colorscale": [[0, "rgba(255,255,255,0)"], [0.001, "#eef3f9" if gpu else "#eef7f6"],
-                                                     [1, color]],
-                "showscale": bool(gpu and first_gpu), "hoverongaps": False, "name": ln.label,
-                "hovertemplate": esc(ln.label) + "<br>%{x:.3f} ms<br>busy %{z:.0%} · %{customdata:,} events start here"
-                                 "<extra>aggregated</extra>",
-            }
-            if gpu and first_gpu:
-                trace["colorbar"] = {"title": {"text": "busy"}, "tickformat": ".0%", "len": 0.5, "y": 1,
-                                     "yanchor": "top", "thickness": 12}
-                first_gpu = False
-            data.append(trace)
-            cells += bins
 
-    # --- detailed lanes: one bar trace per series
+def _lane_bars(index: LaneIndex, ln: Lane, vis: np.ndarray, win: _Window, y0: float, half: float,
+               per_series: dict[int, dict[str, list]]) -> None:
+    """Add the visible events ``vis`` of one detailed lane to the bars of their series (CPU events
+    on the sub-level of their nesting depth)."""
+    s, e, ser = index.start[vis], index.end[vis], index.series[vis]
+    if ln.kind == CPU_LANE:
+        d = np.minimum(index.depth[vis].astype(np.int64), MAX_DEPTH - 1)
+        span = 2 * half * 0.88
+        h = span / max(ln.levels, 1)
+        y = y0 - span / 2 + h * (d + 0.5)
+        w = np.full(vis.size, h * 0.9)
+    else:
+        y = np.full(vis.size, float(y0))
+        w = np.full(vis.size, 0.7 * 2 * half)
+    uniq, inv = np.unique(index.name_code[vis], return_inverse=True)
+    labels = [esc(index.names[c]) for c in uniq.tolist()]
+    dur_us = (e - s) / 1e3
+    for si in np.unique(ser).tolist():
+        m = ser == si
+        acc = per_series.setdefault(si, {"base": [], "x": [], "y": [], "width": [], "text": []})
+        base, length = win.clipped(s[m], e[m])
+        acc["base"].append(base)
+        acc["x"].append(length)
+        acc["y"].append(y[m])
+        acc["width"].append(w[m])
+        acc["text"].extend(f"{labels[k]}<br>{dv:,.2f} us" for k, dv in zip(inv[m].tolist(), dur_us[m].tolist()))
+
+
+def _bar_traces(index: LaneIndex, lanes: list[Lane], detail: dict[int, np.ndarray], win: _Window,
+                ypos: dict[int, float], yhalf: dict[int, float]) -> tuple[list[dict], int]:
+    """The detailed lanes' events: one bar trace per series; and the number of bars."""
     per_series: dict[int, dict[str, list]] = {}
     for ln in lanes:
         vis = detail.get(id(ln))
-        if vis is None or vis.size == 0:
-            continue
-        y0 = ypos[id(ln)]
-        s = index.start[vis]
-        e = index.end[vis]
-        ser = index.series[vis]
-        if ln.kind == CPU_LANE:
-            d = np.minimum(index.depth[vis].astype(np.int64), MAX_DEPTH - 1)
-            span = 2 * yhalf[id(ln)] * 0.88
-            h = span / max(ln.levels, 1)
-            y = y0 - span / 2 + h * (d + 0.5)
-            w = np.full(vis.size, h * 0.9)
-        else:
-            y = np.full(vis.size, float(y0))
-            w = np.full(vis.size, 0.7 * 2 * yhalf[id(ln)])
-        codes = index.name_code[vis]
-        uniq, inv = np.unique(codes, return_inverse=True)
-        labels = [esc(index.names[c]) for c in uniq.tolist()]
-        dur_us = (e - s) / 1e3
-        for si in np.unique(ser).tolist():
-            m = ser == si
-            acc = per_series.setdefault(si, {"base": [], "x": [], "y": [], "width": [], "text": []})
-            ss, ee = np.maximum(s[m], t0 - width_ns), np.minimum(e[m], t1 + width_ns)
-            acc["base"].append(ms(ss))
-            acc["x"].append(np.maximum(ee - ss, min_draw) / 1e6)
-            acc["y"].append(y[m])
-            acc["width"].append(w[m])
-            du = dur_us[m]
-            acc["text"].extend(f"{labels[k]}<br>{dv:,.2f} us" for k, dv in zip(inv[m].tolist(), du.tolist()))
-    bars = 0
+        if vis is not None and vis.size:
+            _lane_bars(index, ln, vis, win, ypos[id(ln)], yhalf[id(ln)], per_series)
+    data, bars = [], 0
     for si in sorted(per_series):
         acc = per_series[si]
         key, name, color = SERIES[si]
@@ -490,40 +503,47 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
             "hovertext": acc["text"], "hovertemplate": "%{hovertext}<extra>" + name + "</extra>",
             "marker": {"color": color, "line": {"width": 0}},
         })
+    return data, bars
 
-    # --- gaps, one bar trace per cause, labelled when wide enough
-    if n_gap_bars:
-        idx = gap_rows["idx"]
-        g = gaps.iloc[idx]
-        g_rank = g["rank"].to_numpy()
-        g_dev = g["device"].to_numpy() if "device" in g else np.zeros(idx.size, dtype=np.int64)
-        gap_lane_y = {(ln.rank, ln.device): ypos[id(ln)] for ln in lanes if ln.kind == GAP_LANE}
-        g_y = np.array([gap_lane_y.get((int(r), int(d)), -1.0) for r, d in zip(g_rank.tolist(), g_dev.tolist())],
-                       dtype=np.float64)
-        gs = g["start_ns"].to_numpy(np.int64)
-        ge = g["end_ns"].to_numpy(np.int64)
-        causes = g["cause"].astype(str).to_numpy()
-        ctx = g["cpu_context"].to_numpy() if "cpu_context" in g else np.full(idx.size, None)
-        for cause in list(CAUSES) + sorted(set(causes.tolist()) - set(CAUSES)):
-            m = (causes == cause) & (g_y >= 0)
-            if not m.any():
-                continue
-            label = CAUSE_LABELS.get(cause, cause)
-            ss, ee = np.maximum(gs[m], t0 - width_ns), np.minimum(ge[m], t1 + width_ns)
-            text = [f"{label} gap · {(b - a) / 1e3:,.1f} us" + (f"<br>CPU: {esc(c)}" if c else "")
-                    for a, b, c in zip(gs[m].tolist(), ge[m].tolist(), ctx[m].tolist())]
-            data.append({
-                "type": "bar", "orientation": "h", "name": f"gap: {label}", "legendgroup": "gap-" + cause,
-                "base": ms(ss).round(6).tolist(), "x": (np.maximum(ee - ss, min_draw) / 1e6).round(6).tolist(),
-                "y": g_y[m].astype(float).tolist(), "width": [0.85 * 0.7] * int(m.sum()),
-                "text": [label] * int(m.sum()), "textposition": "inside", "insidetextanchor": "middle",
-                "textfont": {"color": "white", "size": 11}, "hovertext": text,
-                "customdata": np.stack([gs[m] - origin, ge[m] - origin], axis=1).tolist(),
-                "hovertemplate": "%{hovertext}<br>click to zoom<extra></extra>",
-                "marker": {"color": COLORS.get(cause, COLORS.get("other", "#C7C7C7")), "line": {"width": 0}},
-            })
 
-    n_lanes = len(lanes)
+def _gap_traces(gaps: Any, idx: np.ndarray, lanes: list[Lane], win: _Window, ypos: dict[int, float]) -> list[dict]:
+    """The gaps ``idx`` of the gap table on their gap lanes: one bar trace per cause, labelled when
+    wide enough; each bar carries its range (ns since the origin) for a click to zoom to."""
+    data: list[dict] = []
+    g = gaps.iloc[idx]
+    g_dev = g["device"].to_numpy() if "device" in g else np.zeros(idx.size, dtype=np.int64)
+    gap_lane_y = {(ln.rank, ln.device): ypos[id(ln)] for ln in lanes if ln.kind == GAP_LANE}
+    g_y = np.array([gap_lane_y.get((int(r), int(d)), -1.0) for r, d in zip(g["rank"].to_numpy().tolist(),
+                                                                          g_dev.tolist())], dtype=np.float64)
+    gs = g["start_ns"].to_numpy(np.int64)
+    ge = g["end_ns"].to_numpy(np.int64)
+    causes = g["cause"].astype(str).to_numpy()
+    cpu = g["cpu_context"].to_numpy() if "cpu_context" in g else np.full(idx.size, None)
+    for cause in list(CAUSES) + sorted(set(causes.tolist()) - set(CAUSES)):
+        m = (causes == cause) & (g_y >= 0)
+        if not m.any():
+            continue
+        label = CAUSE_LABELS.get(cause, cause)
+        base, length = win.clipped(gs[m], ge[m])
+        text = [f"{label} gap · {(b - a) / 1e3:,.1f} us" + (f"<br>CPU: {esc(c)}" if c else "")
+                for a, b, c in zip(gs[m].tolist(), ge[m].tolist(), cpu[m].tolist())]
+        n = int(m.sum())
+        data.append({
+            "type": "bar", "orientation": "h", "name": f"gap: {label}", "legendgroup": "gap-" + cause,
+            "base": base.round(6).tolist(), "x": length.round(6).tolist(),
+            "y": g_y[m].astype(float).tolist(), "width": [0.85 * 0.7] * n,
+            "text": [label] * n, "textposition": "inside", "insidetextanchor": "middle",
+            "textfont": {"color": "white", "size": 11}, "hovertext": text,
+            "customdata": np.stack([gs[m] - win.origin_ns, ge[m] - win.origin_ns], axis=1).tolist(),
+            "hovertemplate": "%{hovertext}<br>click to zoom<extra></extra>",
+            "marker": {"color": COLORS.get(cause, COLORS.get("other", "#C7C7C7")), "line": {"width": 0}},
+        })
+    return data
+
+
+def _layout(lanes: list[Lane], win: _Window, ypos: dict[int, float], y_total: float,
+            focus: tuple[int, int] | None, title: str) -> dict:
+    """Axes (lane labels on y), lane separators (darker between ranks) and the highlighted range."""
     shapes, annotations = [], []
     edge = 0.0
     for ln, nxt in zip(lanes[:-1], lanes[1:]):
@@ -532,35 +552,65 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
                        "line": {"color": "#999" if ln.rank != nxt.rank else "#e3e3e3", "width": 1},
                        "layer": "below"})
     if focus is not None:
-        fa, fb = ms(focus[0]).item(), ms(focus[1]).item()
+        fa, fb = win.ms(focus[0]).item(), win.ms(focus[1]).item()
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": fa, "x1": fb, "y0": 0, "y1": 1,
                        "fillcolor": "rgba(228,87,86,0.12)", "line": {"color": "#E45756", "width": 1, "dash": "dot"},
                        "layer": "below"})
-    if not n_lanes:
+    if not lanes:
         annotations.append({"text": "Nothing to draw for the selected ranks.", "xref": "paper", "yref": "paper",
                             "x": 0.5, "y": 0.5, "showarrow": False})
     layout = {
-        "title": {"text": esc(title, 160), "x": 0.01, "xanchor": "left"} if title else None,
         "barmode": "overlay", "hovermode": "closest", "dragmode": "zoom",
         "height": int(max(380, 150 + 30 * y_total)),
         "margin": {"l": 250, "r": 30, "t": 70 if title else 40, "b": 50},
         "paper_bgcolor": "white", "plot_bgcolor": "white",
         "font": {"family": "Helvetica, Arial, sans-serif", "size": 12},
-        "xaxis": {"range": [ms(t0).item(), ms(t1).item()], "title": {"text": "time since the run's first event (ms)"},
+        "xaxis": {"range": [win.ms(win.t0).item(), win.ms(win.t1).item()],
+                  "title": {"text": "time since the run's first event (ms)"},
                   "showgrid": True, "gridcolor": "#eee", "zeroline": False, "showline": True, "linecolor": "#999"},
         "yaxis": {"tickmode": "array", "tickvals": [round(ypos[id(ln)], 4) for ln in lanes],
                   "ticktext": [esc(ln.label, 48) for ln in lanes],
-                  "range": [y_total, 0] if n_lanes else [1, 0], "fixedrange": True, "showgrid": False,
+                  "range": [y_total, 0] if lanes else [1, 0], "fixedrange": True, "showgrid": False,
                   "zeroline": False},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
         "uniformtext": {"minsize": 9, "mode": "hide"},
         "shapes": shapes, "annotations": annotations,
     }
-    if layout["title"] is None:
-        del layout["title"]
-    stats = RenderStats(window_ns=(t0, t1), lanes=n_lanes, detail_lanes=len(detail), aggregated_lanes=len(aggregated),
-                        bars=bars, cells=cells, gap_bars=n_gap_bars, gaps_in_window=gaps_in_window, bins=bins,
-                        layout_shapes=len(shapes), focus_label=focus_label if focus is not None else "")
+    if title:
+        layout["title"] = {"text": esc(title, 160), "x": 0.01, "xanchor": "left"}
+    return layout
+
+
+def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = None, gaps: Any = None,
+           focus: tuple[int, int] | None = None, focus_label: str = "", detail_budget: int = DETAIL_BUDGET,
+           shape_budget: int = SHAPE_BUDGET, gap_budget: int = GAP_BUDGET, title: str = "") -> tuple[dict, RenderStats]:
+    """The timeline of ``[t0, t1)`` (absolute ns) as a plotly figure dict, and what it holds.
+
+    ``gaps``: the idle-gap table (``rank, device, start_ns, end_ns, dur_ns, cause, cpu_context,
+    step``); ``focus``: an absolute range to highlight (a clicked gap). Lanes with few events in the
+    window are drawn in detail (up to ``detail_budget`` events), the others as busy fractions in as
+    many bins as the rest of ``shape_budget`` allows.
+    """
+    win = _Window(int(t0), max(int(t1), int(t0) + 1), index.origin_ns)
+    lanes = index.lanes_for(ranks)
+    gap_idx, gaps_in_window = _window_gaps(gaps, win, ranks, gap_budget)
+    detail, aggregated = _choose_lanes(index, lanes, win, detail_budget)
+    used = sum(int(v.size) for v in detail.values())
+    room = max(0, shape_budget - used - int(gap_idx.size) - len(lanes) - 1)
+    bins = int(min(MAX_BINS, room // max(1, len(aggregated)))) if aggregated else 0
+    if aggregated and bins < 10:  # cannot happen with the default budgets; stay under budget regardless
+        aggregated, bins = [], 0
+    ypos, yhalf, y_total = _lane_positions(lanes)
+    data = _heatmap_traces(index, aggregated, bins, win, ypos, yhalf) if aggregated else []
+    bar_data, bars = _bar_traces(index, lanes, detail, win, ypos, yhalf)
+    data.extend(bar_data)
+    if gap_idx.size:
+        data.extend(_gap_traces(gaps, gap_idx, lanes, win, ypos))
+    layout = _layout(lanes, win, ypos, y_total, focus, title)
+    stats = RenderStats(window_ns=(win.t0, win.t1), lanes=len(lanes), detail_lanes=len(detail),
+                        aggregated_lanes=len(aggregated), bars=bars, cells=bins * len(aggregated),
+                        gap_bars=int(gap_idx.size), gaps_in_window=gaps_in_window, bins=bins,
+                        layout_shapes=len(layout["shapes"]), focus_label=focus_label if focus is not None else "")
     return {"data": data, "layout": layout}, stats
 
 

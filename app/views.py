@@ -13,10 +13,14 @@ import traceback
 from typing import Any
 from urllib.parse import parse_qs
 
+import pandas as pd
 from dash import dcc, html, no_update
 
 from . import pages
-from .components import CARD, fmt_ns, frame_table, message, section
+from traceview.units import fmt_ns
+
+from .components import CARD, frame_table, graph, message, section
+from .features import DOWNLOADS, diff_reports, metric_label, render_report
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .timeline import clamp_window, render
@@ -55,6 +59,14 @@ class AppController:
     def __init__(self, store: RunStore) -> None:
         self.store = store
         self.timings: list[tuple[str, float]] = []
+        #: the pages, in navigation order (from the analyses' specs, when the app is built)
+        self.pages = pages.page_list()
+        self._by_path = {p.path: p for p in self.pages}
+
+    def page(self, pathname: Any) -> pages.Page:
+        """The page at ``pathname`` (the Overview for any other path)."""
+        default = self._by_path.get(pages.DEFAULT_PATH, self.pages[0])
+        return self._by_path.get(pathname, default) if isinstance(pathname, str) else default
 
     # ------------------------------------------------------------------ helpers
     def _context(self, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> RunContext:
@@ -95,9 +107,9 @@ class AppController:
                     t0: Any = None, t1: Any = None) -> tuple[Any, Any]:
         """The page at ``pathname`` for the run under the filters, and the status line."""
         start = time.perf_counter()
-        path = pathname if pathname in pages.PAGE_PATHS else "/overview"
+        page = self.page(pathname)
         try:
-            if path == "/overview":  # draws as soon as the temporal breakdown is there
+            if page.path == pages.DEFAULT_PATH:  # draws as soon as the temporal breakdown is there
                 ctx = self.store.partial_context(run, Filters.from_controls(ranks, steps, t0, t1))
             else:
                 ctx = self._context(run, ranks, steps, t0, t1)
@@ -111,31 +123,24 @@ class AppController:
             how = f"analyses ran in {ctx.seconds:.2f} s"
         status = f"{ctx.run.label} · {ctx.filters.describe()} · {ctx.trace.num_events:,} events · {how}"
         try:
-            if path == "/overview":
-                body = pages.overview(ctx)
-            elif path == "/timeline":
-                body = self._timeline_page(ctx, parse_search(search))
-            elif path == "/gaps":
-                body = pages.gaps(ctx)
-            elif path == "/launch":
-                body = pages.launch(ctx)
-            elif path == "/communication":
-                body = pages.communication(ctx)
-            elif path == "/kernels":
-                body = pages.kernels(ctx)
-            elif path == "/compare":
-                body = self._compare_page(ctx)
-            else:
-                body = pages.findings(ctx)
+            body = self._page_body(page, ctx, search)
         except Exception as exc:  # a bug: say so on the page, log the traceback
-            log.error("page %s failed:\n%s", path, traceback.format_exc())
+            log.error("page %s failed:\n%s", page.path, traceback.format_exc())
             body = [message(f"internal error while drawing this page: {type(exc).__name__}: {exc}", "error")]
-        self._timed("page " + path, start)
+        self._timed("page " + page.path, start)
         self.store.first_page_served.set()
-        title = dict(pages.PAGES)[path]
-        return [html.H2(title, style={"margin": "6px 0 10px 0"}), *body], status
+        return [html.H2(page.label, style={"margin": "6px 0 10px 0"}), *body], status
 
-    def overview_poll(self, n: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+    def _page_body(self, page: pages.Page, ctx: RunContext, search: str | None) -> list[Any]:
+        if page.analysis is not None:
+            return pages.analysis_page(ctx, page.analysis)
+        if page.path == pages.TIMELINE_PAGE[0]:
+            return self._timeline_page(ctx, parse_search(search))
+        if page.path == pages.COMPARE_PAGE[0]:
+            return self._compare_page(ctx)
+        return pages.findings(ctx)
+
+    def overview_poll(self, _n_intervals: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                       t1: Any = None) -> tuple:
         """While the Overview shows a partial result: the findings once every analysis is done."""
         filters = Filters.from_controls(ranks, steps, t0, t1)
@@ -143,7 +148,7 @@ class AppController:
             if not self.store.ready(run, filters):
                 return no_update, no_update
             ctx = self.store.context(run, filters)
-            return pages.overview_findings(ctx.report()), True
+            return pages.overview_findings(ctx.report), True
         except RunError as exc:
             return [message(str(exc), "error")], True
 
@@ -202,7 +207,7 @@ class AppController:
     def _timeline_page(self, ctx: RunContext, params: dict[str, int]) -> list[Any]:
         state = self._initial_window(ctx, params)
         fig, text = self.timeline_figure(ctx, state)
-        return pages.timeline(ctx, fig, text, state)
+        return pages.timeline(fig, text, state)
 
     def timeline_update(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> tuple:
@@ -224,23 +229,13 @@ class AppController:
         if cur0 is None or cur1 is None:
             cur0, cur1 = lo - o, hi - o
         a, b = o + cur0, o + cur1
-        width = max(b - a, MIN_WINDOW_NS)
         new_focus = None
         trig = trigger or ""
         if trig.startswith("tl-graph.relayoutData"):
-            rel = relayout if isinstance(relayout, dict) else {}
-            r0, r1 = rel.get("xaxis.range[0]"), rel.get("xaxis.range[1]")
-            if r0 is None and isinstance(rel.get("xaxis.range"), (list, tuple)) and len(rel["xaxis.range"]) == 2:
-                r0, r1 = rel["xaxis.range"]
-            if r0 is not None and r1 is not None:
-                try:
-                    a, b = o + int(round(float(r0) * 1e6)), o + int(round(float(r1) * 1e6))
-                except (TypeError, ValueError):
-                    return no_update, no_update, no_update
-            elif rel.get("xaxis.autorange"):
-                a, b = lo, hi
-            else:
+            window = _relayout_window(relayout, o, (lo, hi))
+            if window is None:  # not a zoom (autosize, a legend click) or junk
                 return no_update, no_update, no_update
+            a, b = window
         elif trig.startswith("tl-graph.clickData"):
             gap = _clicked_gap(click)
             if gap is None:
@@ -249,18 +244,8 @@ class AppController:
             pad = max(2 * (g1 - g0), 20_000)
             a, b = g0 - pad, g1 + pad
             new_focus = (gap[0], gap[1])
-        elif trig.startswith("tl-zoom-in"):
-            c = (a + b) // 2
-            a, b = c - width // 4, c + width // 4
-        elif trig.startswith("tl-zoom-out"):
-            c = (a + b) // 2
-            a, b = c - width, c + width
-        elif trig.startswith("tl-left"):
-            a, b = a - width // 2, b - width // 2
-        elif trig.startswith("tl-right"):
-            a, b = a + width // 2, b + width // 2
-        elif trig.startswith("tl-reset"):
-            a, b = lo, hi
+        else:
+            a, b = _button_window(trig, a, b, (lo, hi))
         a, b = clamp_window(a, b, lo, hi, MIN_WINDOW_NS)
         state["t0"], state["t1"] = a - o, b - o
         if new_focus is not None:
@@ -307,26 +292,22 @@ class AppController:
             "two runs (e.g. traceview app before/ after/) to compare them.", "warn")]
         return [controls, *note, html.Div(body, id="cmp-body")]
 
-    def compare_update(self, base: Any, new: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+    def compare_update(self, base: Any, new: Any, _run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                        t1: Any = None) -> list[Any]:
         return self.compare(base, new, Filters.from_controls(ranks, steps, t0, t1))
 
     def compare(self, base: Any, new: Any, filters: Filters) -> list[Any]:
-        from traceview.diff import diff_results
-
+        """The Compare page's body: the diff of two runs' reports under the same filters."""
         start = time.perf_counter()
         try:
             a = self.store.context(base, filters)
             b = self.store.context(new, filters)
         except RunError as exc:
             return [message(str(exc), "error")]
-        diff = diff_results(a.results, b.results, base_label=a.run.label, new_label=b.run.label)
-        d = diff.to_dict()
+        d = diff_reports(a.report, b.report, base_label=a.run.label, new_label=b.run.label)
         s = d["summary"]
         verdict = s["verdict"]
         color = {"regressed": "#C0392B", "improved": "#1E8449", "changed": "#B9770E"}.get(verdict, "#555")
-        import pandas as pd
-
         out: list[Any] = [html.Div([
             html.Span("verdict: ", style={"fontSize": "18px"}),
             html.Span(verdict, id="cmp-verdict", style={"fontSize": "18px", "fontWeight": "700", "color": color}),
@@ -337,60 +318,22 @@ class AppController:
                      style={"fontSize": "13px", "marginTop": "4px"}),
         ], style=CARD)]
         out.extend(message(n, "warn") for n in d.get("notes", []))
-        metrics = pd.DataFrame(d["metrics"])
-        if len(metrics):
-            out.append(section("Side by side: mean per step", pages_graph(_compare_figure(metrics))))
-            from traceview.diff import METRICS
-
-            m = metrics.copy()
-            m["metric"] = [METRICS.get(x, ("", False, x))[2] for x in m["metric"]]
-            ns = m["unit"] == "ns"
-            for c in ("base", "new", "delta", "threshold"):
-                m[c + "_ms"] = [(v / 1e6 if v is not None and is_ns else v) for v, is_ns in zip(m[c], ns)]
-            out.append(section("Metrics (times in ms, overlap in %)", frame_table(
-                m, "cmp-metrics", columns=["metric", "rank", "device", "base_ms", "new_ms", "delta_ms", "delta_pct",
-                                           "threshold_ms", "status"],
-                rename={"base_ms": "base", "new_ms": "new", "delta_ms": "delta", "threshold_ms": "noise threshold"},
-                page_size=20, filter_=True,
-                style_data_conditional=[
-                    {"if": {"filter_query": '{status} = "worse"'}, "backgroundColor": "#FADBD8"},
-                    {"if": {"filter_query": '{status} = "better"'}, "backgroundColor": "#D5F5E3"}])))
-        kern = pd.DataFrame(d["kernels"])
-        if len(kern):
-            kern = kern.assign(abs_delta=pd.to_numeric(kern["delta"], errors="coerce").abs().fillna(0)).sort_values("abs_delta", ascending=False)
-            out.append(section("Kernels: GPU time per step", frame_table(
-                kern.rename(columns={"base": "base_ns", "new": "new_ns", "delta": "delta_ns"}), "cmp-kernels",
-                columns=["rank", "device", "name", "match", "base_ns", "new_ns", "delta_ns", "delta_pct", "status"],
-                page_size=15, filter_=True)))
-        fnd = pd.DataFrame(d["findings"])
-        if len(fnd):
-            out.append(section("Findings", frame_table(
-                fnd, "cmp-findings", columns=["status", "code", "rank", "title", "base_severity", "new_severity",
-                                              "base_cost_ns", "new_cost_ns"], page_size=15)))
+        out.extend(_compare_sections(d))
         self._timed("compare", start)
         return out
 
     # ------------------------------------------------------------------ downloads
     def download(self, fmt: str, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
-                 t1: Any = None) -> dict:
-        """The report of the run under the filters, as a dcc.Download payload."""
+                 t1: Any = None) -> Any:
+        """The report of the run under the filters, as a dcc.Download payload (``no_update`` for
+        an unknown run or format)."""
         try:
             ctx = self._context(run, ranks, steps, t0, t1)
         except RunError:
             return no_update
-        report = ctx.report()
-        if fmt == "md":
-            from traceview.render.markdown import render_markdown
-
-            text, ext = render_markdown(report), "md"
-        elif fmt == "html":
-            from traceview.render.html import render_html
-
-            text, ext = render_html(report, trace=ctx.trace), "html"
-        else:
-            from traceview.render.json import render_json
-
-            text, ext = render_json(report), "json"
+        if fmt not in DOWNLOADS:
+            return no_update
+        text, ext = render_report(fmt, ctx.report)
         return dcc.send_string(text, filename=f"traceview-report-run{ctx.run.id}.{ext}")
 
 
@@ -398,6 +341,40 @@ def gap_search(start_rel: int, end_rel: int) -> str:
     """Query string of a timeline window around a gap (ns since the run's first event)."""
     pad = max(2 * (end_rel - start_rel), 20_000)
     return f"?t0={start_rel - pad}&t1={end_rel + pad}&f0={start_rel}&f1={end_rel}"
+
+
+def _relayout_window(relayout: Any, origin_ns: int, extent: tuple[int, int]) -> tuple[int, int] | None:
+    """The absolute window of a plotly zoom (x range in ms since the origin) or autorange (the whole
+    ``extent``); None for any other relayout event."""
+    rel = relayout if isinstance(relayout, dict) else {}
+    r0, r1 = rel.get("xaxis.range[0]"), rel.get("xaxis.range[1]")
+    if r0 is None and isinstance(rel.get("xaxis.range"), (list, tuple)) and len(rel["xaxis.range"]) == 2:
+        r0, r1 = rel["xaxis.range"]
+    if r0 is not None and r1 is not None:
+        try:
+            return origin_ns + int(round(float(r0) * 1e6)), origin_ns + int(round(float(r1) * 1e6))
+        except (TypeError, ValueError):
+            return None
+    if rel.get("xaxis.autorange"):
+        return extent
+    return None
+
+
+def _button_window(trigger: str, a: int, b: int, extent: tuple[int, int]) -> tuple[int, int]:
+    """The window ``[a, b)`` after a zoom, pan or reset button (unchanged for anything else)."""
+    width = max(b - a, MIN_WINDOW_NS)
+    c = (a + b) // 2
+    if trigger.startswith("tl-zoom-in"):
+        return c - width // 4, c + width // 4
+    if trigger.startswith("tl-zoom-out"):
+        return c - width, c + width
+    if trigger.startswith("tl-left"):
+        return a - width // 2, b - width // 2
+    if trigger.startswith("tl-right"):
+        return a + width // 2, b + width // 2
+    if trigger.startswith("tl-reset"):
+        return extent
+    return a, b
 
 
 def _clicked_gap(click: Any) -> tuple[int, int] | None:
@@ -414,23 +391,50 @@ def _clicked_gap(click: Any) -> tuple[int, int] | None:
     return None
 
 
-def pages_graph(fig: Any) -> Any:
-    from .components import graph
-
-    return graph(fig)
+def _compare_sections(d: dict[str, Any]) -> list[Any]:
+    """The diff's metrics (a chart and a table), kernels and findings, as page sections."""
+    out: list[Any] = []
+    metrics = pd.DataFrame(d["metrics"])
+    if len(metrics):
+        out.append(section("Side by side: mean per step", graph(_compare_figure(metrics))))
+        m = metrics.copy()
+        m["metric"] = [metric_label(x) for x in m["metric"]]
+        ns = m["unit"] == "ns"
+        for c in ("base", "new", "delta", "threshold"):
+            m[c + "_ms"] = [(v / 1e6 if v is not None and is_ns else v) for v, is_ns in zip(m[c], ns)]
+        out.append(section("Metrics (times in ms, overlap in %)", frame_table(
+            m, "cmp-metrics", columns=["metric", "rank", "device", "base_ms", "new_ms", "delta_ms", "delta_pct",
+                                       "threshold_ms", "status"],
+            rename={"base_ms": "base", "new_ms": "new", "delta_ms": "delta", "threshold_ms": "noise threshold"},
+            page_size=20, filter_=True,
+            style_data_conditional=[
+                {"if": {"filter_query": '{status} = "worse"'}, "backgroundColor": "#FADBD8"},
+                {"if": {"filter_query": '{status} = "better"'}, "backgroundColor": "#D5F5E3"}])))
+    kern = pd.DataFrame(d["kernels"])
+    if len(kern):
+        abs_delta = pd.to_numeric(kern["delta"], errors="coerce").abs().fillna(0)
+        kern = kern.assign(abs_delta=abs_delta).sort_values("abs_delta", ascending=False)
+        out.append(section("Kernels: GPU time per step", frame_table(
+            kern.rename(columns={"base": "base_ns", "new": "new_ns", "delta": "delta_ns"}), "cmp-kernels",
+            columns=["rank", "device", "name", "match", "base_ns", "new_ns", "delta_ns", "delta_pct", "status"],
+            page_size=15, filter_=True)))
+    fnd = pd.DataFrame(d["findings"])
+    if len(fnd):
+        out.append(section("Findings", frame_table(
+            fnd, "cmp-findings", columns=["status", "code", "rank", "title", "base_severity", "new_severity",
+                                          "base_cost_ns", "new_cost_ns"], page_size=15)))
+    return out
 
 
 def _compare_figure(metrics: Any) -> Any:
     """Base vs new mean per step for the time metrics of the diff (grouped bars per rank)."""
     import plotly.graph_objects as go
 
-    from traceview.diff import METRICS
-
     key = ("step_time_ns", "gpu_window_ns", "busy_ns", "idle_ns", "exposed_comm_ns")
     m = metrics[metrics["metric"].isin(key)]
     if not len(m):
         m = metrics[metrics["unit"] == "ns"]
-    labels = [f"{METRICS.get(r.metric, ('', False, r.metric))[2]} · rank {r.rank}"
+    labels = [f"{metric_label(r.metric)} · rank {r.rank}"
               + ("" if r.device is None or r.device != r.device else f" GPU {int(r.device)}") for r in m.itertuples()]
     fig = go.Figure()
     fig.add_trace(go.Bar(name="base", x=labels, y=[None if v is None else v / 1e6 for v in m["base"]],

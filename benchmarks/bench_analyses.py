@@ -25,14 +25,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-
-from traceview.analyses import REGISTRY, _import_all, run_all
-from traceview.analyses.steps import clear_cache
-
 import traceview
+from traceview.analyses import run_all, specs
+from traceview.analyses.steps import clear_cache
 from traceview.findings import Options
 from traceview.model import (
     Kind,
@@ -44,6 +39,7 @@ from traceview.model import (
     steps_from_annotations,
 )
 
+HERE = Path(__file__).resolve().parent
 TARGET_S = 3.0
 DEFAULT_EVENTS = 2_000_000
 
@@ -55,6 +51,8 @@ TRACE_EVENTS_PER_ROW = 1.35
 
 def kineto_trace(rows: int) -> Path:
     """A gen_kineto.py trace with about ``rows`` model rows (generated once, then reused)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
     import gen_kineto  # the other benchmark's generator
 
     events = int(rows * TRACE_EVENTS_PER_ROW)
@@ -147,9 +145,8 @@ def synthetic_trace(events: int, seed: int = 7) -> Trace:
 
 
 def time_run_all(trace: Trace, repeat: int) -> tuple[list[float], dict[str, list[float]]]:
-    _import_all()
     totals: list[float] = []
-    per: dict[str, list[float]] = {name: [] for name in REGISTRY}
+    per: dict[str, list[float]] = {spec.name: [] for spec in specs()}
     options = Options()
     for _ in range(repeat):
         clear_cache()
@@ -158,7 +155,7 @@ def time_run_all(trace: Trace, repeat: int) -> tuple[list[float], dict[str, list
         totals.append(time.perf_counter() - t0)
     # per analysis, each measured cold (caches cleared), in registry order
     for _ in range(repeat):
-        for name in REGISTRY:
+        for name in per:
             clear_cache()
             t0 = time.perf_counter()
             run_all(trace, options, only=[name])
@@ -194,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {trace.num_events:,} rows < {args.events:,} requested")
     totals, per = time_run_all(trace, args.repeat)
     median = statistics.median(totals)
-    print(f"run_all ({len(REGISTRY)} analyses: {', '.join(REGISTRY)}):")
+    print(f"run_all ({len(per)} analyses: {', '.join(per)}):")
     print(f"  runs: {', '.join(f'{t:.2f}' for t in totals)} s; median {median:.2f} s; target <= {TARGET_S:.1f} s: "
           f"{'OK' if median <= TARGET_S else 'MISSED'}")
     for name, times in per.items():

@@ -11,7 +11,7 @@ callback), and measures:
 
 * **first page ready** (s, target <= 2 s): from starting the process to the Overview page's callback
   returning its figures. Two cases: *cold* (trace in the Arrow cache, analyses computed at start-up)
-  and *warm* (a restart: the analysis results are in the app's result cache as well);
+  and *warm* (a restart: the run's report is in the app's result cache as well);
 * **server time per interaction** (ms, median, target <= 300 ms): page switches, timeline zoom/pan/
   reset at every zoom level, a gap click and the timeline around it, each repeated ``--repeat`` times;
   a filter change (which re-runs the analyses on the selection) is reported apart;
@@ -234,7 +234,9 @@ def interactions(app: App, repeat: int) -> dict[str, Any]:
                 sizes.append(size)
         return resp
 
-    pages = ["/overview", "/timeline", "/gaps", "/launch", "/communication", "/kernels", "/compare", "/findings"]
+    from traceview.app.pages import page_list
+
+    pages = [p.path for p in page_list()]  # every page of the navigation, generic analysis pages too
     for _ in range(repeat):
         for p in pages:
             resp = timed("page " + p, page_payload(p))

@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""Whole-job benchmark: ``traceview.scale.analyze_job`` on a generated job larger than half of RAM.
+"""Whole-job benchmark: a job (``traceview.jobs``) on a generated job larger than half of RAM.
 
     python benchmarks/bench_scale.py                              # 64 ranks x 210 MB (> 12 GiB of JSON)
     python benchmarks/bench_scale.py --ranks 8 --size-mb 20       # quick check
     python benchmarks/bench_scale.py --job DIR                    # an existing job (gen_job.py output)
 
 It generates the job with ``gen_job.py`` into ``benchmarks/out/`` (unless ``--job``), checks the
-free disk first, then runs ``analyze_job`` in a fresh driver process per configuration:
+free disk first, then runs ``traceview.pipeline.analyze(job, executor=LocalProcesses(n))`` in a fresh
+driver process per configuration:
 
 1. ``--workers`` 1, then 2 (``--workers-list``), each with an empty ``TRACEVIEW_CACHE_DIR``: a
    first analysis (parse, write the Arrow cache, analyse, reduce);
 2. the last worker count again on the warm cache (what a second look at the same job costs);
 3. the driver's reduce alone at ``--reduce-ranks`` ranks (default 1,024 and 4,096): rank 0's
-   result (with ``--reduce-tables``, default "whole") is replicated (each replica renumbered, with its own clock offset and arrival jitter)
-   and ``reduce_job`` runs on all of them in a fresh process: its time and peak RSS, and the RSS
-   of the driver just holding the results, are what a job of that many ranks costs the driver.
+   result (with ``--reduce-tables``, default "whole": ``Options(whole_only=True)``) is replicated
+   (each replica renumbered, with its own clock offset and arrival jitter), and the core's
+   ``reduce_ranks`` and ``build_report`` run on all of them in a fresh process: their time and peak
+   RSS, and the RSS of the driver just holding the results, are what a job of that many ranks costs
+   the driver.
 
 Per run: wall time, ranks per second, uncompressed MB per second, peak RSS of the driver (its own
 ``VmHWM``) and of every worker process (each task reads its process's ``VmHWM`` when it ends: the
@@ -30,7 +33,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -44,81 +46,89 @@ from _measure import machine_line, mb, run_child, table  # noqa: E402
 CHILD = """
 import os, json
 os.environ["TRACEVIEW_CACHE_DIR"] = {cache!r}
-from traceview.scale import analyze_job
+from traceview.jobs import LocalProcesses
+from traceview.pipeline import analyze
 with _Timer() as t:
-    job = analyze_job({job!r}, workers={workers}, use_cache=True)
+    report = analyze({job!r}, use_cache=True, executor=LocalProcesses({workers}))
 truth = json.load(open(os.path.join({job!r}, "truth.json")))
-strag = [f.rank for f in job.findings if f.code == "straggler_rank"]
-heavy = [f.rank for f in job.findings if f.code == "compute_imbalance"]
+strag = [f["rank"] for f in report["findings"] if f["code"] == "straggler_rank"]
+heavy = [f["rank"] for f in report["findings"] if f["code"] == "compute_imbalance"]
 planted = {{int(r): v for r, v in truth["clock"]["offset_ns"].items()}}
-est = dict(zip(job.alignment["rank"].tolist(), job.alignment["clock_offset_ns"].tolist()))
-diffs = [est[r] - planted[r] for r in est]
-diffs.sort()
+alignment = report.table("communication", "alignment")
+est = dict(zip(alignment["rank"].tolist(), alignment["clock_offset_ns"].tolist()))
+diffs = sorted(est[r] - planted[r] for r in est)
 med = diffs[len(diffs) // 2] if diffs else 0
-sizes = [int(v) for v in job.rank_table["result_bytes"]]
-_report(t, ranks=len(job.ranks), missing=len(job.missing), execution=job.execution,
+ex = report["execution"]
+_report(t, ranks=ex["ranks"], missing=len(ex["missing"]), execution=ex,
         straggler_found=strag, straggler_planted=truth["straggler"]["rank"], heavy_found=heavy,
-        heavy_planted=truth["heavy_rank"]["rank"], offset_error_max_ns=max(abs(d - med) for d in diffs) if diffs else None,
-        result_bytes=sizes, events=int(job.rank_table["events"].sum()),
-        matched=int(len(job.results["communication"].tables.get("skew", []))))
+        heavy_planted=truth["heavy_rank"]["rank"],
+        offset_error_max_ns=max(abs(d - med) for d in diffs) if diffs else None,
+        result_bytes=ex["result_bytes_per_rank"], events=report["summary"]["events"],
+        matched=int(len(report.table("communication", "skew"))))
 """
 
 
 SAMPLE_CHILD = """
 import pickle
 from traceview.findings import Options
-from traceview.scale import analyze_file
+from traceview.jobs import FileTask, analyze_file
 with _Timer() as t:
-    res = analyze_file({path!r}, 0, Options(), False, None, True, None, {tables!r})
+    res = analyze_file(FileTask({path!r}, 0, Options(whole_only={whole_only!r}), use_cache=False))
 open({out!r}, "wb").write(pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL))
 rr = res.ranks[0]
-tables, comm = rr.unpack()
+tables, gathered = rr.unpack()
 # uncompressed pickled sizes of the parts (the payload travels zlib-compressed)
-parts = {{"comm_inputs": len(pickle.dumps(comm)), "findings": len(pickle.dumps(rr.findings)),
-          "info": len(pickle.dumps(rr.info)), "warnings": len(pickle.dumps(rr.warnings)),
-          "summary": len(pickle.dumps(rr.summary)), "packed_payload": len(rr.payload)}}
+parts = {{"findings": len(pickle.dumps(rr.findings)), "info": len(pickle.dumps(rr.info)),
+          "warnings": len(pickle.dumps(rr.warnings)), "summary": len(pickle.dumps(rr.summary)),
+          "packed_payload": len(rr.payload)}}
+for name, part in gathered.items():
+    parts["cross_rank_inputs." + name] = len(pickle.dumps(part))
 for name, ts in tables.items():
     parts["tables." + name] = len(pickle.dumps(ts))
-_report(t, result_bytes=res.stats["result_bytes"], parts=parts, kernels=len(comm.kernels))
+_report(t, result_bytes=res.stats["result_bytes"], parts=parts, kernels=len(gathered["communication"].kernels))
 """
 
 REDUCE_CHILD = """
 import pickle, numpy as np
-from traceview.scale import reduce_job
+from traceview.findings import Options
+from traceview.pipeline import reduce_ranks
+from traceview.report import TraceOverview, build_report
 blob = open({sample!r}, "rb").read()
 rng = np.random.default_rng(0)
 n = {ranks}
-results, files = [], []
+ranks, infos, summaries = [], {{}}, {{}}
 for i in range(n):
-    fr = pickle.loads(blob)
-    fr.index, fr.file = i, "rank%d.json" % i
-    rr = fr.ranks[0]
-    rr.rank, rr.file, rr.file_index, rr.info.rank = i, fr.file, i, i
-    rr.tables, rr.comm = rr.unpack()
-    rr.payload = b""
-    for ts in rr.tables.values():
-        for name, frame in ts.items():
+    rr = pickle.loads(blob).ranks[0]
+    rr.rank = rr.info.rank = i
+    tables, gathered = rr.unpack()
+    for ts in tables.values():
+        for frame in ts.values():
             if "rank" in frame and len(frame):
                 frame["rank"] = np.full(len(frame), i, dtype=frame["rank"].dtype)
-    c = rr.comm.renumber({{0: i}})
+    for found in rr.findings.values():
+        for f in found:
+            f.rank = i if f.rank is not None else None
+    c = gathered["communication"].renumber({{0: i}})
     k = c.kernels
     # each replica: its own clock offset, arrival jitter and end jitter
     off = int(rng.integers(-2_000_000, 2_000_000))
     k["start"] = k["start"].to_numpy() + off + rng.integers(0, 300_000, len(k))
     k["end"] = k["end"].to_numpy() + off + rng.integers(-150, 150, len(k))
-    rr.comm = c
+    gathered["communication"] = c
+    rr.tables, rr.gathered, rr.payload = tables, gathered, b""
     rr.pack()  # as it arrives from a worker
-    results.append(fr)
-    files.append(fr.file)
+    ranks.append(rr)
+    infos[i], summaries[i] = rr.info, rr.summary
 del blob
 import gc; gc.collect()
 held = _status_bytes("VmRSS")
+options = Options(whole_only={whole_only!r})
 with _Timer() as t:
-    job = reduce_job(results, files, tables={tables!r})
-skew = job.results["communication"].tables.get("skew")
-arr = job.results["communication"].tables.get("arrivals")
-_report(t, ranks=n, rss_holding_results=held, matched=int(len(skew)) if skew is not None else 0,
-        arrivals=int(len(arr)) if arr is not None else 0)
+    reduced = reduce_ranks(ranks, options)
+    report = build_report(TraceOverview(infos, summaries), reduced.results, options=options,
+                          table_rows=reduced.table_rows)
+_report(t, ranks=n, rss_holding_results=held, matched=int(len(report.table("communication", "skew"))),
+        arrivals=int(len(report.table("communication", "arrivals"))))
 """
 
 
@@ -175,7 +185,7 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--reduce-only", action="store_true", help="only the reduce measurement (needs --job)")
     ap.add_argument("--reduce-tables", default="whole", choices=("all", "whole"),
                     help="per-rank tables in the replicated result (default whole: what a job of thousands of "
-                         "ranks keeps; see traceview.scale.bound_tables)")
+                         "ranks keeps: Options(whole_only=True), see traceview.pipeline.bound_rank_tables)")
     a = ap.parse_args(argv)
 
     print(machine_line())
@@ -223,14 +233,15 @@ def main(argv: list | None = None) -> int:
         sample_path = a.out / "bench-scale-sample.pkl"
         first = sorted(truth["files"], key=lambda f: f["rank"])[0]["path"]
         print(f"one rank's result, in parts ({Path(first).name}) ...", flush=True)
+        whole_only = a.reduce_tables == "whole"
         sample = run_child(a.python, SAMPLE_CHILD.format(path=str(first), out=str(sample_path),
-                                                          tables=a.reduce_tables), timeout=3600)
+                                                          whole_only=whole_only), timeout=3600)
         sample["tables"] = a.reduce_tables
         try:
             for n in sizes:
                 print(f"reduce of {n} ranks (replicas of rank 0's result) ...", flush=True)
                 res = run_child(a.python, REDUCE_CHILD.format(sample=str(sample_path), ranks=n,
-                                                              tables=a.reduce_tables), timeout=6 * 3600)
+                                                              whole_only=whole_only), timeout=6 * 3600)
                 print(f"  {res['seconds']:.1f} s, driver holding the results {mb(res['rss_holding_results']):.0f} MB, "
                       f"peak {mb(res['peak_rss']):.0f} MB, {res['arrivals']:,} arrivals", flush=True)
                 reduce_runs.append(res)
@@ -247,7 +258,7 @@ def main(argv: list | None = None) -> int:
             f"{r['seconds']:.1f}", f"{r['ranks'] / r['seconds']:.2f}", f"{total / 1e6 / r['seconds']:.0f}",
             f"{mb(r['peak_rss']):.0f}",
             " / ".join(f"{mb(p):.0f}" for p in peaks),
-            f"{statistics.mean(sizes) / 1e3:.0f} / {max(sizes) / 1e3:.0f}",
+            f"{sizes['mean'] / 1e3:.0f} / {sizes['max'] / 1e3:.0f}" if sizes else "-",
             f"{r['missing']}",
         ])
     if rows:

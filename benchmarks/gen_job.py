@@ -88,9 +88,12 @@ BUS_BYTES_PER_NS = 100.0  # 100 GB/s of NCCL bus bandwidth
 NCCL_LATENCY_NS = 15_000
 DATALOADER_NS = 900_000
 
-GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
-GEMM_DGRAD = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
-GEMM_WGRAD = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize256x128x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
+GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1"
+        "_execute_segment_k_off_kernel__5x_cublas")
+GEMM_DGRAD = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1"
+              "_execute_segment_k_off_kernel__5x_cublas")
+GEMM_WGRAD = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize256x128x64_warpgroupsize2x1x1"
+              "_execute_segment_k_off_kernel__5x_cublas")
 LN = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, "
       "c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)")
 LN_BWD = ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float>"
@@ -288,7 +291,8 @@ class Rank:
     def _flow(self, ph: str, corr: int, pid: int, tid: int, t: int) -> None:
         out = self.out
         bp = ', "bp": "e"' if ph == "f" else ""
-        out.parts.append(f'  {{\n    "ph": "{ph}", "id": {corr}, "pid": {pid}, "tid": {tid}, "ts": {us(t + out.shift)},\n'
+        out.parts.append(f'  {{\n    "ph": "{ph}", "id": {corr}, "pid": {pid}, "tid": {tid}, '
+                         f'"ts": {us(t + out.shift)},\n'
                          f'    "cat": "ac2g", "name": "ac2g"{bp}\n  }},\n')
         out.events += 1
 
@@ -592,7 +596,8 @@ def write_rank(job: Job, rank: int, ends: list[int], out_dir: str, gz: bool, gz_
     tmp = path.with_name(path.name + ".tmp")
     shift = TS0_NS + job.offsets_ns[rank] - (job.base_times_ns[rank] - BASE_TIME_NS)
     raw = open(tmp, "wb")
-    handle: IO[bytes] = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gz_level, mtime=0) if gz else raw
+    handle: IO[bytes] = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gz_level, mtime=0)
+                         if gz else raw)
     try:
         out = Out(handle, shift)
         header = _header(job, rank).encode()

@@ -384,7 +384,8 @@ class Generator:
         self.events += 1
 
     # ---- GPU activity ------------------------------------------------------------------
-    def _runtime(self, th: Thread, api: str, lo: int, hi: int, ext: Optional[int]) -> tuple[int, int, int]:
+    def _runtime(self, th: Thread, lo: int, hi: int) -> tuple[int, int, int]:
+        """Advance the thread over one CUDA runtime call: (start, duration, correlation id)."""
         self.gap(th, 300, 1500)
         start = th.t
         th.t += self.rng.randint(lo, hi)
@@ -412,7 +413,7 @@ class Generator:
     def launch(self, th: Thread, kernel: str, dur_ns: int, grid: tuple, api: str = "cudaLaunchKernel",
                stream: int = COMPUTE_STREAM, extra: str = "") -> tuple[int, int]:
         ext = th.stack[-1].ext if th.stack else None
-        start, rt_dur, corr = self._runtime(th, api, 2500, 9000, ext)
+        start, rt_dur, corr = self._runtime(th, 2500, 9000)
         regs, smem, block = KERNEL_INFO[kernel]
         k_start = self._gpu_slot(stream, start + self.rng.randint(3000, 7000), dur_ns)
         blocks = grid[0] * grid[1] * grid[2]
@@ -436,7 +437,7 @@ class Generator:
 
     def memory_op(self, th: Thread, api: str, name: str, cat: str, nbytes: int, gbps: float) -> None:
         ext = th.stack[-1].ext if th.stack else None
-        start, rt_dur, corr = self._runtime(th, api, 3000, 12000, ext)
+        start, rt_dur, corr = self._runtime(th, 3000, 12000)
         dur = max(700, int(nbytes / gbps) + self.rng.randint(300, 1500))  # bytes / (GB/s) = ns
         k_start = self._gpu_slot(COMPUTE_STREAM, start + self.rng.randint(2000, 5000), dur)
         ext_arg = f'"External id": {ext},      ' if ext is not None else ""
@@ -452,7 +453,7 @@ class Generator:
 
     def runtime_only(self, th: Thread, api: str, lo: int = 1500, hi: int = 6000) -> None:
         ext = th.stack[-1].ext if th.stack else None
-        start, dur, corr = self._runtime(th, api, lo, hi, ext)
+        start, dur, corr = self._runtime(th, lo, hi)
         self._runtime_text(th, api, start, dur, corr, ext, False)
 
     def sync(self, th: Thread, stream: int = COMPUTE_STREAM) -> None:
@@ -563,7 +564,7 @@ class Generator:
         self.launch(th, kernel, self.mem_ns(n_elems * 2 * (n_inputs + 1)), self.grid_for(n_elems, 512))
         self.op_end(th)
 
-    def attention(self, th: Thread, idx: int, saved: list, acts: list) -> None:
+    def attention(self, th: Thread, saved: list, acts: list) -> None:
         qkv = [BATCH, SEQ, 3 * HIDDEN]
         self.fwd_op(th, "aten::view", shapes([qkv, []], [BF16, ""], ["", f"[{BATCH}, {SEQ}, 3, {HEADS}, "
                                                                           f"{HEAD_DIM}]"]), saved)
@@ -633,7 +634,7 @@ class Generator:
         self.layer_norm(th, 2 * layer, saved, acts)
         self.module_enter(th, "CausalSelfAttention", layer, "model.py(71): forward")
         self.linear(th, 4 * layer, HIDDEN, 3 * HIDDEN, saved, acts)
-        self.attention(th, layer, saved, acts)
+        self.attention(th, saved, acts)
         self.linear(th, 4 * layer + 1, HIDDEN, HIDDEN, saved, acts)
         self.module_exit(th)
         self.elementwise(th, "aten::add", ADD, TOKENS * HIDDEN, saved, acts)

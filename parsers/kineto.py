@@ -31,11 +31,12 @@ from __future__ import annotations
 import io
 import os
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from itertools import compress, repeat
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Sequence, Union
 
 import msgspec
 import numpy as np
@@ -48,7 +49,7 @@ from traceview.registry import InputFormat, register_input_format
 from traceview.intervals import NestedIndex
 from traceview.parsers.jsonstream import bracket_depths as _structure, open_bytes as _open_bytes
 from traceview.model import (
-    _hash_keys,
+    hash_keys,
     Kind,
     RankInfo,
     DeviceInfo,
@@ -173,6 +174,19 @@ def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = 
 # ---------------------------------------------------------------------- streaming
 
 
+@dataclass
+class _Chunk:
+    """One decoded chunk of events and the per-event columns read from all of them."""
+
+    events: list[_Event]
+    piece: Callable[[], bytes]  # the chunk's JSON text (slow paths only)
+    kind: np.ndarray  # int8 Kind codes, from the category
+    category: np.ndarray  # codes in the category memo
+    pid: np.ndarray
+    tid: np.ndarray
+    start_ns: np.ndarray
+
+
 class _KinetoFile:
     def __init__(self, path: Path, progress: ProgressFn | None) -> None:
         self.path = path
@@ -213,25 +227,7 @@ class _KinetoFile:
     def _read(self, raw: io.BufferedReader, chunks: Iterator[bytes]) -> None:
         buf = bytearray()
         # 1. the head: everything up to the opening bracket of traceEvents
-        events_start = -1
-        array_document = False
-        for block in chunks:
-            buf += block
-            stripped = buf.lstrip()
-            if not stripped:
-                continue
-            if stripped[:1] == b"[":
-                array_document = True
-                events_start = len(buf) - len(stripped) + 1
-                break
-            if stripped[:1] != b"{":
-                raise TraceFormatError(self.path, "is not a JSON trace (does not start with '{' or '[')",
-                                       "expected PyTorch profiler JSON or an Nsight Systems .sqlite export")
-            events_start = self._find_events_key(buf)
-            if events_start >= 0:
-                break
-            if len(buf) > 256 * 1024 * 1024:
-                break
+        events_start, array_document = self._read_head(buf, chunks)
         if events_start < 0:
             if not buf.strip():
                 raise TraceFormatError(self.path, "is empty")
@@ -242,6 +238,34 @@ class _KinetoFile:
         # keep the array's "[" at position 0: chunks decode in place as buf[0:cut] + "]"
         del buf[: events_start - 1]
         # 2. the events, chunk by chunk
+        self._read_events(raw, chunks, buf, array_document)
+
+    def _read_head(self, buf: bytearray, chunks: Iterator[bytes]) -> tuple[int, bool]:
+        """Read blocks into ``buf`` up to the opening bracket of the events array.
+
+        Returns (position just after that bracket, or -1 when there is none; whether the document
+        is a bare array of events rather than an object with ``traceEvents``).
+        """
+        for block in chunks:
+            buf += block
+            stripped = buf.lstrip()
+            if not stripped:
+                continue
+            if stripped[:1] == b"[":
+                return len(buf) - len(stripped) + 1, True
+            if stripped[:1] != b"{":
+                raise TraceFormatError(self.path, "is not a JSON trace (does not start with '{' or '[')",
+                                       "expected PyTorch profiler JSON or an Nsight Systems .sqlite export")
+            events_start = self._find_events_key(buf)
+            if events_start >= 0:
+                return events_start, False
+            if len(buf) > 256 * 1024 * 1024:
+                break
+        return -1, False
+
+    def _read_events(self, raw: io.BufferedReader, chunks: Iterator[bytes], buf: bytearray,
+                     array_document: bool) -> None:
+        """Decode the events array chunk by chunk (``buf`` starts with its ``[``)."""
         at_eof = False
         while True:
             if not at_eof and (len(buf) < CHUNK_BYTES or self._need_more):
@@ -343,53 +367,7 @@ class _KinetoFile:
             items = _ANY_DECODER.decode(piece)
         except msgspec.DecodeError as exc:
             raise TraceFormatError(self.path, f"malformed JSON in traceEvents ({exc})") from None
-        fixed = 0
-        for item in items:
-            if not isinstance(item, dict):
-                continue
-            for key in ("ph", "cat", "name", "bp"):
-                if key in item and not isinstance(item[key], str):
-                    item[key] = "" if item[key] is None else str(item[key])
-                    fixed += 1
-            for key in ("pid", "tid", "id"):
-                if key in item and not isinstance(item[key], (int, str)) or (key in item and isinstance(item[key], bool)):
-                    item[key] = str(item[key])
-                    fixed += 1
-            for key in ("ts", "dur"):
-                if key in item and (not isinstance(item[key], (int, float)) or isinstance(item[key], bool)):
-                    try:
-                        item[key] = float(item[key])
-                    except (TypeError, ValueError):
-                        item.pop(key)
-                    fixed += 1
-            args = item.get("args")
-            if isinstance(args, dict):
-                for fld in _Args.__struct_fields__:
-                    encoded = _Args.__struct_encode_fields__[_Args.__struct_fields__.index(fld)]
-                    if encoded not in args:
-                        continue
-                    value = args[encoded]
-                    default = getattr(_NO_ARGS, fld)
-                    if isinstance(default, int) and not isinstance(value, int) or isinstance(value, bool):
-                        try:
-                            args[encoded] = int(value)
-                        except (TypeError, ValueError, OverflowError):
-                            args.pop(encoded)
-                        fixed += 1
-                    elif isinstance(default, str) and not isinstance(value, str):
-                        args[encoded] = str(value)
-                        fixed += 1
-                    elif isinstance(default, tuple) and not (
-                        isinstance(value, list) and all(isinstance(v, int) for v in value)
-                    ):
-                        args.pop(encoded)
-                        fixed += 1
-                    elif isinstance(value, int) and not -(2**63) <= value < 2**63:
-                        args.pop(encoded)
-                        fixed += 1
-            elif args is not None:
-                item.pop("args")
-                fixed += 1
+        fixed = sum(_coerce_event(item) for item in items if isinstance(item, dict))
         if fixed:
             self.counts["coerced_fields"] = self.counts.get("coerced_fields", 0) + fixed
         return _EVENTS_DECODER.decode(msgspec.json.encode(items))
@@ -475,81 +453,85 @@ class _KinetoFile:
                 self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
             self._count("unmapped_ph", int(other_ph.sum()))
         if is_meta.any():  # a few dozen per file
-            for i in np.flatnonzero(is_meta).tolist():
-                ev = events[i]
-                if ev.name == "process_name" and isinstance(ev.pid, int):
-                    self.process_names[ev.pid] = ev.args.name
-                elif ev.name == "thread_name":
-                    self.thread_names[f"{ev.pid}:{ev.tid}"] = ev.args.name
+            self._metadata_names(events, is_meta)
 
         cat_codes = self.cat_memo.codes(map(_get_cat, events), n)
         cat_values = self.cat_memo.values()
         cat_kinds = np.array([int(CATEGORY_KINDS.get(c.lower(), Kind.OTHER)) for c in cat_values] or [0], dtype=np.int8)
-        kind_all = cat_kinds[cat_codes]
-        pid_all = _int_ids(list(map(_get_pid, events)), self.string_ids)
-        tid_all = _int_ids(list(map(_get_tid, events)), self.string_ids)
-        all_rows = np.arange(n)
-        ts_all, _ = self._exact_ns(events, "ts", piece, all_rows)
-
+        chunk = _Chunk(
+            events=events,
+            piece=piece,
+            kind=cat_kinds[cat_codes],
+            category=cat_codes,
+            pid=_int_ids(list(map(_get_pid, events)), self.string_ids),
+            tid=_int_ids(list(map(_get_tid, events)), self.string_ids),
+            start_ns=self._exact_ns(events, "ts", piece),
+        )
         if is_flow.any():
-            # launch flows (ac2g ...) duplicate correlation ids: only other flows are kept
-            launch_cats = [i for i, c in enumerate(cat_values) if c.lower() in LAUNCH_FLOW_CATEGORIES]
-            keep = is_flow & ~np.isin(cat_codes, launch_cats)
-            if keep.any():
-                self.flows.append({
-                    "ph": ph_codes[keep], "cat": cat_codes[keep],
-                    "id": np.array(list(map(str, map(_get_id, compress(events, keep)))), dtype=object),
-                    "pid": pid_all[keep], "tid": tid_all[keep], "ts": ts_all[keep],
-                })
+            self._keep_flows(chunk, ph_codes, is_flow)
+        if is_complete.any():
+            self._ingest_complete(chunk, is_complete)
 
+    def _metadata_names(self, events: list[_Event], is_meta: np.ndarray) -> None:
+        """Process and thread names from the metadata (``ph == "M"``) events."""
+        for i in np.flatnonzero(is_meta).tolist():
+            ev = events[i]
+            if ev.name == "process_name" and isinstance(ev.pid, int):
+                self.process_names[ev.pid] = ev.args.name
+            elif ev.name == "thread_name":
+                self.thread_names[f"{ev.pid}:{ev.tid}"] = ev.args.name
+
+    def _keep_flows(self, chunk: _Chunk, ph_codes: np.ndarray, is_flow: np.ndarray) -> None:
+        """Keep the flow events of the chunk, except launch flows (ac2g ...): those duplicate
+        correlation ids."""
+        cat_values = self.cat_memo.values()
+        launch_cats = [i for i, c in enumerate(cat_values) if c.lower() in LAUNCH_FLOW_CATEGORIES]
+        keep = is_flow & ~np.isin(chunk.category, launch_cats)
+        if keep.any():
+            self.flows.append({
+                "ph": ph_codes[keep], "cat": chunk.category[keep],
+                "id": np.array(list(map(str, map(_get_id, compress(chunk.events, keep)))), dtype=object),
+                "pid": chunk.pid[keep], "tid": chunk.tid[keep], "ts": chunk.start_ns[keep],
+            })
+
+    def _ingest_complete(self, chunk: _Chunk, is_complete: np.ndarray) -> None:
+        """Append the columns of the complete (``X``) and instant (``i``/``I``) events of a chunk."""
+        events = chunk.events
         rows = np.flatnonzero(is_complete)
         m = len(rows)
-        if m == 0:
-            return
-        every_row = m == n
-        take = (lambda a: a) if every_row else (lambda a: a[rows])  # noqa: E731
-        kind = take(kind_all)
-        other = kind == int(Kind.OTHER)
-        if other.any():
-            other_codes = take(cat_codes)[other]
-            for code, count in zip(*np.unique(other_codes, return_counts=True)):
-                key = cat_values[code] or "(no category)"
-                self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
+        every_row = m == len(events)
+
+        def take(values: np.ndarray) -> np.ndarray:
+            return values if every_row else values[rows]
+
+        kind = take(chunk.kind)
+        category = take(chunk.category)
+        self._count_unmapped_categories(category[kind == int(Kind.OTHER)])
         self._count("mapped", m)
         name_codes = self.name_memo.codes(map(_get_name, events if every_row else compress(events, is_complete)), m)
-        dur_ns, _ = self._exact_ns(events, "dur", piece, all_rows)
-        dur_ns = take(dur_ns)
+        dur_ns = take(self._exact_ns(events, "dur", chunk.piece))
         negative = dur_ns < 0
         if negative.any():
             self.warnings.append(f"{int(negative.sum())} events had a negative duration; set to 0")
             dur_ns = np.where(negative, 0, dur_ns)
-        pid = take(pid_all)
-        tid = take(tid_all)
+        pid = take(chunk.pid)
+        tid = take(chunk.tid)
         args = list(map(_get_args, events if every_row else compress(events, is_complete)))
-        arg = lambda field: _int_arg(args, field, m)  # noqa: E731
-        correlation = arg("correlation")
-        external_id = arg("external_id")
-        external_id = np.where(external_id < 0, arg("external_id_old"), external_id)
-        device = arg("device")
-        stream = arg("stream")
-        is_gpu = np.isin(kind, _GPU_KINDS)
-        device = np.where(is_gpu & (device < 0), pid, device)
-        device = np.where(is_gpu, device, -1)
-        stream = np.where(is_gpu & (stream < 0), tid, stream)
-        stream = np.where(is_gpu, stream, -1)
-        nbytes = arg("bytes")
-        cols = {
+        external_id = _int_arg(args, "external_id", m)
+        device, stream = _device_stream(kind, args, pid, tid, m)
+        nbytes = _int_arg(args, "bytes", m)
+        cols: dict[str, Any] = {
             "kind": kind,
-            "category": take(cat_codes),
+            "category": category,
             "name": name_codes,
-            "start_ns": take(ts_all),
+            "start_ns": take(chunk.start_ns),
             "dur_ns": dur_ns,
             "pid": pid,
             "tid": tid,
             "device": device.astype(np.int32),
             "stream": stream,
-            "correlation": correlation,
-            "external_id": external_id,
+            "correlation": _int_arg(args, "correlation", m),
+            "external_id": np.where(external_id < 0, _int_arg(args, "external_id_old", m), external_id),
             "bytes": pa.array(nbytes, mask=nbytes < 0),
         }
         self._launch_geometry(cols, kind, args, m)
@@ -566,6 +548,15 @@ class _KinetoFile:
         for key, value in cols.items():
             self.columns.setdefault(key, []).append(value)
         self.n_rows += m
+
+    def _count_unmapped_categories(self, other_codes: np.ndarray) -> None:
+        """Count events whose category maps to no kind, by category name."""
+        if len(other_codes) == 0:
+            return
+        cat_values = self.cat_memo.values()
+        for code, count in zip(*np.unique(other_codes, return_counts=True)):
+            key = cat_values[code] or "(no category)"
+            self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
 
     @staticmethod
     def _launch_geometry(cols: dict[str, Any], kind: np.ndarray, args: list[_Args], m: int) -> None:
@@ -591,7 +582,7 @@ class _KinetoFile:
             return
         idx = np.flatnonzero(has_collective).tolist()
 
-        def strings(values: list[str | None]) -> pa.Array:
+        def strings(values: Sequence[str | None]) -> pa.Array:
             full = np.full(m, None, dtype=object)
             full[idx] = [v or None for v in values]
             return pa.array(full, pa.string())
@@ -614,17 +605,17 @@ class _KinetoFile:
         cols["process_group"] = strings([args[i].pg_name for i in idx])
         cols["process_group_ranks"] = strings([_ranks_text(args[i].pg_ranks) for i in idx])
 
-    def _exact_ns(self, events: list[_Event], field: str, piece: Callable[[], bytes], rows: np.ndarray) -> tuple[np.ndarray, int]:
-        """Exact int64 ns for ``ts`` or ``dur`` of these events (``rows`` = their index in ``piece``)."""
+    def _exact_ns(self, events: list[_Event], field: str, piece: Callable[[], bytes]) -> np.ndarray:
+        """Exact int64 ns for ``ts`` or ``dur`` of all the events of a chunk (``piece``: its JSON text)."""
         raw_values = list(map(attrgetter(field), events))
         if set(map(type, raw_values)) == {int}:  # older traces: integers, exact in int64
             try:
-                return np.fromiter(raw_values, dtype=np.int64, count=len(raw_values)) * 1000, 0
+                return np.fromiter(raw_values, dtype=np.int64, count=len(raw_values)) * 1000
             except OverflowError:
                 pass
         values = np.array(raw_values)
         if values.dtype.kind in "iu":
-            return values.astype(np.int64) * 1000, 0
+            return values.astype(np.int64) * 1000
         ns, ambiguous = microseconds_to_ns(values.astype(np.float64))
         n_ambiguous = int(ambiguous.sum())
         if n_ambiguous:
@@ -632,9 +623,9 @@ class _KinetoFile:
             raw = _RAW_TIMES_DECODER.decode(piece())
             where = np.flatnonzero(ambiguous)
             get = attrgetter(field)
-            ns[where] = decimal_text_to_ns([bytes(get(raw[r])) for r in rows[where].tolist()])
+            ns[where] = decimal_text_to_ns([bytes(get(raw[r])) for r in where.tolist()])
             self.imprecise_ts += n_ambiguous
-        return ns, n_ambiguous
+        return ns
 
     def _count(self, key: str, n: int) -> None:
         if n:
@@ -645,7 +636,8 @@ class _KinetoFile:
         meta = {**self.head, **self.tail}
         base_time_ns = meta.get("baseTimeNanoseconds")
         base_time_ns = int(base_time_ns) if isinstance(base_time_ns, (int, float)) else 0
-        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+        raw_dist = meta.get("distributedInfo")
+        dist: dict[str, Any] = raw_dist if isinstance(raw_dist, dict) else {}
         rank, rank_source = -1, "unknown"
         if isinstance(dist.get("rank"), int):
             rank, rank_source = int(dist["rank"]), "distributedInfo"
@@ -654,7 +646,7 @@ class _KinetoFile:
             if from_name is not None:
                 rank, rank_source = from_name, "file name"
         world_size = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
-        devices = []
+        devices: list[DeviceInfo] = []
         for dev in meta.get("deviceProperties") or []:
             if not isinstance(dev, dict):
                 continue
@@ -717,8 +709,9 @@ class _KinetoFile:
     def _links(self, events: pa.Table, rank: int) -> pa.Table:
         if events.num_rows == 0:
             return empty_links()
-        kind = events.column("kind").chunk(0).indices.to_numpy(zero_copy_only=False) if events.column("kind").num_chunks == 1 \
-            else events.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False)
+        kind_column = events.column("kind")
+        kind_chunk = kind_column.chunk(0) if kind_column.num_chunks == 1 else kind_column.combine_chunks()
+        kind = kind_chunk.indices.to_numpy(zero_copy_only=False)
         correlation = events.column("correlation").to_numpy()
         external = events.column("external_id").to_numpy()
         tables = []
@@ -746,7 +739,7 @@ class _KinetoFile:
         """
         start = events.column("start_ns").to_numpy()
         end = start + events.column("dur_ns").to_numpy()
-        thread = _hash_keys([events.column("pid").to_numpy(), events.column("tid").to_numpy()])
+        thread = hash_keys([events.column("pid").to_numpy(), events.column("tid").to_numpy()])
         is_op = np.isin(kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)])
         runtime = np.flatnonzero(kind == int(Kind.RUNTIME))
         tables = []
@@ -755,7 +748,9 @@ class _KinetoFile:
         has_id = np.flatnonzero(external[runtime] >= 0)
         left, right = join_on_keys([external[ops]], [external[runtime[has_id]]])
         op_rows, rt_rows = ops[left], runtime[has_id][right]
-        encloses = (thread[op_rows] == thread[rt_rows]) & (start[op_rows] <= start[rt_rows]) & (end[rt_rows] <= end[op_rows])
+        encloses = (
+            (thread[op_rows] == thread[rt_rows]) & (start[op_rows] <= start[rt_rows]) & (end[rt_rows] <= end[op_rows])
+        )
         op_rows, rt_rows = op_rows[encloses], rt_rows[encloses]
         if len(rt_rows):
             tables.append(make_links_table(np.full(len(rt_rows), rank), "cpu_op", "external_id", op_rows, rt_rows))
@@ -853,6 +848,75 @@ class _Codes(dict):
 def _piece(buf: bytearray, start: int, end: int) -> bytes:
     """A standalone JSON array of the events in buf[start:end] (slow paths only)."""
     return b"[" + bytes(buf[start:end]) + b"]"
+
+
+def _coerce_event(item: dict[str, Any]) -> int:
+    """Coerce the fields of one decoded event to the types ``_Event`` expects, in place; returns
+    how many fields were changed or dropped."""
+    fixed = 0
+    for key in ("ph", "cat", "name", "bp"):
+        if key in item and not isinstance(item[key], str):
+            item[key] = "" if item[key] is None else str(item[key])
+            fixed += 1
+    for key in ("pid", "tid", "id"):
+        if key in item and not isinstance(item[key], (int, str)) or (key in item and isinstance(item[key], bool)):
+            item[key] = str(item[key])
+            fixed += 1
+    for key in ("ts", "dur"):
+        if key in item and (not isinstance(item[key], (int, float)) or isinstance(item[key], bool)):
+            try:
+                item[key] = float(item[key])
+            except (TypeError, ValueError):
+                item.pop(key)
+            fixed += 1
+    args = item.get("args")
+    if isinstance(args, dict):
+        fixed += _coerce_args(args)
+    elif args is not None:
+        item.pop("args")
+        fixed += 1
+    return fixed
+
+
+def _coerce_args(args: dict[str, Any]) -> int:
+    """Coerce the ``args`` of one event to the types of ``_Args``, in place (a value that cannot be
+    coerced is dropped); returns how many values were changed or dropped."""
+    fixed = 0
+    for fld, encoded in zip(_Args.__struct_fields__, _Args.__struct_encode_fields__):
+        if encoded not in args:
+            continue
+        value = args[encoded]
+        default = getattr(_NO_ARGS, fld)
+        if isinstance(default, int) and not isinstance(value, int) or isinstance(value, bool):
+            try:
+                args[encoded] = int(value)
+            except (TypeError, ValueError, OverflowError):
+                args.pop(encoded)
+            fixed += 1
+        elif isinstance(default, str) and not isinstance(value, str):
+            args[encoded] = str(value)
+            fixed += 1
+        elif isinstance(default, tuple) and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
+            args.pop(encoded)
+            fixed += 1
+        elif isinstance(value, int) and not -(2**63) <= value < 2**63:
+            args.pop(encoded)
+            fixed += 1
+    return fixed
+
+
+def _device_stream(kind: np.ndarray, args: list[_Args], pid: np.ndarray, tid: np.ndarray,
+                   m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Device and stream of each row: from the args on GPU rows, else (older traces) the trace's
+    pid and tid, which Kineto sets to the device and stream there; -1 on other rows."""
+    device = _int_arg(args, "device", m)
+    stream = _int_arg(args, "stream", m)
+    is_gpu = np.isin(kind, _GPU_KINDS)
+    device = np.where(is_gpu & (device < 0), pid, device)
+    device = np.where(is_gpu, device, -1)
+    stream = np.where(is_gpu & (stream < 0), tid, stream)
+    stream = np.where(is_gpu, stream, -1)
+    return device, stream
 
 
 def _copy_kind(name: str | None) -> str | None:
@@ -964,7 +1028,7 @@ def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
     return np.where(negative, -out, out)
 
 
-def _claims(path: Path, head: bytes) -> bool:
+def _claims(_path: Path, head: bytes) -> bool:
     """A JSON document: Kineto's (the parser says clearly when it is JSON of another kind)."""
     return head.lstrip()[:1] in (b"{", b"[")
 
@@ -975,7 +1039,8 @@ def _in_directory(path: Path, head: bytes) -> bool:
 
 
 def _parse(path: Path, *, progress: ProgressFn | None = None, step_marker: str | None = None) -> Trace:
-    return parse_kineto(path, progress=progress)  # Kineto marks steps itself (ProfilerStep#N)
+    del step_marker  # part of the InputFormat.parse signature; Kineto marks steps itself (ProfilerStep#N)
+    return parse_kineto(path, progress=progress)
 
 
 FORMAT = register_input_format(InputFormat(

@@ -406,6 +406,7 @@ class _Group:
     stream: np.ndarray
     corr: np.ndarray
     keep: np.ndarray
+    copy_kind: np.ndarray  # codes in the name pool of the copy kind (memcpy rows), -1 elsewhere
     optional: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # name -> (values, valid)
 
 
@@ -500,6 +501,7 @@ class _Parser:
             stream=minus if stream is None else np.where(stream == 0xFFFFFFFF, -1, stream),
             corr=minus if corr is None else corr,
             keep=np.ones(n, dtype=bool) if keep is None else keep,
+            copy_kind=minus,
         )
 
     # -- readers -----------------------------------------------------------------------
@@ -550,10 +552,10 @@ class _Parser:
                 out[i] = MEMCPY_KINDS_BUILTIN.get(i, label or short.capitalize())
         return out
 
-    def read_memcpy(self, names: _Strings) -> tuple[_Group | None, np.ndarray | None]:
+    def read_memcpy(self, names: _Strings) -> _Group | None:
         t = MEMCPY_T
         if t not in self.tables:
-            return None, None
+            return None
         extra = [self.col(t, "bytes", default="-1"), self.col(t, "copyKind", default="0")]
         cols, proc, tid = self._gpu_common(t, extra)
         start, end, device, stream, corr, _, nbytes, copy_kind = cols
@@ -566,7 +568,8 @@ class _Parser:
         g = self.group(t, proc, tid, start, end, Kind.MEMCPY, np.full(n, self.categories.const("gpu_memcpy")),
                        name_codes, device=device, stream=stream, corr=corr)
         g.optional["bytes"] = (nbytes, nbytes >= 0)
-        return g, copy_codes
+        g.copy_kind = copy_codes
+        return g
 
     def read_memset(self, names: _Strings) -> _Group | None:
         t = MEMSET_T
@@ -605,7 +608,7 @@ class _Parser:
         # category: event class through the enum, else the name
         class_enum = {i: n for i, (n, _) in self.enum("ENUM_NSYS_EVENT_CLASS").items()}
         uniq, inverse = _factorize(event_class)
-        per_class: list[str | None] = []
+        per_class: list[str] = []  # "" where the class is unknown
         for c in uniq.tolist():
             sym = class_enum.get(c, "")
             if "CUDA_RUNTIME" in sym:
@@ -615,7 +618,7 @@ class _Parser:
             elif not class_enum and c in EVENT_CLASS_BUILTIN:
                 per_class.append(EVENT_CLASS_BUILTIN[c])
             else:
-                per_class.append(None)
+                per_class.append("")
         runtime_code, driver_code = self.categories.const("cuda_runtime"), self.categories.const("cuda_driver")
         by_class = np.array([{"cuda_runtime": runtime_code, "cuda_driver": driver_code}.get(p, -1) for p in per_class],
                             dtype=np.int64)
@@ -639,6 +642,7 @@ class _Parser:
         exprs = ['"start"', *end_exprs, self.col(t, "eventType", default="59"), self.col(t, "globalTid"),
                  self.col(t, "textId"), self.col(t, "domainId", default="0")]
         (start, end_null, end, event_type, gtid, text_id, domain), text = self.fetch(t, exprs, text=self.col(t, "text"))
+        assert text is not None  # fetch returns the text column it was asked for
         ranges, marks, domain_create = self._nvtx_types()
         is_range = np.isin(event_type, ranges)
         is_mark = np.isin(event_type, marks)
@@ -800,6 +804,23 @@ class _Parser:
 
     # -- assembly ----------------------------------------------------------------------
     def run(self) -> Trace:
+        self._check_core_tables()
+        names = self.read_strings()
+        groups = [g for g in (self.read_kernels(names), self.read_memcpy(names), self.read_memset(names),
+                              self.read_sync(names), self.read_runtime(names), self.read_nvtx(names)) if g is not None]
+        if names.missing:
+            self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
+        rank_map = _rank_map(groups)
+        sync_fixed = _fix_sync_devices(groups, rank_map)
+        tally = _tally_rows(groups, rank_map, sync_fixed)  # takes the "_open" markers out: before the columns
+        rows = self._assemble_events(groups, rank_map, names)
+        links = _launch_links(rows.rank, rows.kind, rows.corr)
+        ranks, all_warnings = self._rank_infos(rank_map, names, tally, rows)
+        steps = steps_from_annotations(rows.events, self.step_marker)
+        return Trace(events=rows.events, links=links, ranks=ranks, steps=steps,
+                     warnings=[f"{self.path}: {w}" for w in all_warnings])
+
+    def _check_core_tables(self) -> None:
         if not self.tables & set(CORE_TABLES):
             what = "has no tables at all" if not self.tables else "has none of the Nsight Systems tables"
             raise TraceFormatError(
@@ -807,125 +828,23 @@ class _Parser:
                 f"is an SQLite database but {what} (expected {', '.join(CORE_TABLES)})",
                 "is it an Nsight Systems export? make one with: nsys export --type sqlite --output X.sqlite X.nsys-rep",
             )
-        names = self.read_strings()
-        groups: list[_Group] = []
-        copy_codes = None
-        for reader in (self.read_kernels, self.read_memcpy, self.read_memset, self.read_sync,
-                       self.read_runtime, self.read_nvtx):
-            got = reader(names)
-            if isinstance(got, tuple):
-                got, copy_codes_part = got
-                if got is not None:
-                    copy_codes = (len(groups), copy_codes_part)
-            if got is not None:
-                groups.append(got)
-        if names.missing:
-            self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
 
-        # ---- processes -> ranks
-        proc_all = np.concatenate([g.proc[g.keep] for g in groups]) if groups else np.empty(0, np.int64)
-        procs, _ = _factorize(proc_all)
-        activity = [g for g in groups if g.table in (KERNEL_T, MEMCPY_T, MEMSET_T)]
-        min_device: dict[int, int] = {}
-        stream_device: dict[tuple[int, int], int] = {}
-        for g in activity:
-            sel = g.keep & (g.device >= 0)
-            if not sel.any():
-                continue
-            for p, s, d in _distinct_rows(g.proc[sel], g.stream[sel], g.device[sel]):
-                min_device[p] = min(d, min_device.get(p, d))
-                stream_device[(p, s)] = min(d, stream_device.get((p, s), d))
-        api_procs = set()
-        for g in groups:
-            if g.table in (RUNTIME_T, SYNC_T):
-                api_procs |= {int(p) for p in _factorize(g.proc)[0]}
-        proc_list = procs.tolist()
-
-        def order_key(p: int) -> tuple:
-            if p in min_device:
-                return (0, min_device[p], p & 0xFFFFFF, p)
-            if p in api_procs:
-                return (1, 0, p & 0xFFFFFF, p)
-            return (2, 0, p & 0xFFFFFF, p)
-
-        ordered = sorted(proc_list, key=order_key)
-        rank_of = {p: r for r, p in enumerate(ordered)}
-        proc_sorted = np.asarray(proc_list, dtype=np.int64)
-        rank_lookup = np.asarray([rank_of[p] for p in proc_list], dtype=np.int64)
-
-        def ranks_for(proc: np.ndarray) -> np.ndarray:
-            if len(proc_sorted) == 0:
-                return np.full(len(proc), -1, dtype=np.int64)
-            pos = np.minimum(np.searchsorted(proc_sorted, proc), len(proc_sorted) - 1)
-            return np.where(proc_sorted[pos] == proc, rank_lookup[pos], -1)
-
-        # sync rows: device of the same (process, stream) activity, else the process's only device
-        devices_per_proc: dict[int, set[int]] = {}
-        for (p, _s), d in stream_device.items():
-            devices_per_proc.setdefault(p, set()).add(d)
-        sync_fixed = np.zeros(len(ordered), dtype=np.int64)
-        for g in groups:
-            if g.table != SYNC_T or len(g.proc) == 0:
-                continue
-            keys = _distinct_rows(g.proc, g.stream)
-            lookup = {}
-            for p, s in keys:
-                if (p, s) in stream_device:
-                    lookup[(p, s)] = stream_device[(p, s)]
-                elif len(devices_per_proc.get(p, ())) == 1:
-                    lookup[(p, s)] = next(iter(devices_per_proc[p]))
-            if lookup:
-                kp = np.array([k[0] for k in lookup], dtype=np.int64)
-                ks = np.array([k[1] for k in lookup], dtype=np.int64)
-                kd = np.array(list(lookup.values()), dtype=np.int64)
-                li, ri = join_on_keys([g.proc, g.stream], [kp, ks])
-                new_device = g.device.copy()
-                new_device[li] = kd[ri]
-                changed = new_device != g.device
-                r = ranks_for(g.proc[changed])
-                sync_fixed += np.bincount(r[r >= 0], minlength=len(ordered))
-                g.device = new_device
-
-        # ---- counts per rank
-        n_ranks = len(ordered)
-        counts: list[dict[str, int]] = [{} for _ in range(n_ranks)]
-        no_rank: dict[str, int] = {}
-        open_per_rank = np.zeros(n_ranks, dtype=np.int64)
-        for g in groups:
-            r_all = ranks_for(g.proc)
-            read = np.bincount(r_all[r_all >= 0], minlength=n_ranks)
-            mapped = np.bincount(r_all[(r_all >= 0) & g.keep], minlength=n_ranks)
-            for r in range(n_ranks):
-                counts[r][f"{g.table}.read"] = int(read[r])
-                counts[r][f"{g.table}.mapped"] = int(mapped[r])
-            if (r_all < 0).any():
-                no_rank[f"{g.table}.no_rank"] = int((r_all < 0).sum())
-            if "_open" in g.optional:
-                opened = g.optional.pop("_open")[1]
-                open_per_rank += np.bincount(r_all[opened & (r_all >= 0)], minlength=n_ranks)
-        for r in range(n_ranks):
-            if sync_fixed[r]:
-                counts[r][f"{SYNC_T}.device_from_activity"] = int(sync_fixed[r])
-        if n_ranks and no_rank:
-            counts[0].update(no_rank)
-
-        # ---- concatenate kept rows
-        def cat(attr: str) -> np.ndarray:
-            parts = [getattr(g, attr)[g.keep] for g in groups]
-            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-
-        proc = cat("proc")
-        start, dur, kind = cat("start"), cat("dur"), cat("kind").astype(np.int8)
-        rank = ranks_for(proc)
+    def _assemble_events(self, groups: list[_Group], rank_map: _RankMap, names: _Strings) -> _Rows:
+        """The kept rows of every group as one events table, by rank, then start."""
+        proc = _concat_kept(groups, "proc")
+        start, dur, kind = _concat_kept(groups, "start"), _concat_kept(groups, "dur"), _concat_kept(groups, "kind")
+        kind = kind.astype(np.int8)
+        rank = rank_map.ranks_for(proc)
         # by rank, then start: a stable sort by time (timsort: the tables are runs already in time
         # order), then a stable radix sort by rank
         order = np.argsort(start, kind="stable")
-        order = order[np.argsort(rank[order].astype(np.int16 if len(ordered) < 32000 else np.int64), kind="stable")]
+        rank_dtype = np.int16 if rank_map.n_ranks < 32000 else np.int64
+        order = order[np.argsort(rank[order].astype(rank_dtype), kind="stable")]
         n = len(order)
         proc, start, dur, kind, rank = proc[order], start[order], dur[order], kind[order], rank[order]
-        tid, device, stream, corr = cat("tid")[order], cat("device")[order], cat("stream")[order], cat("corr")[order]
-        name_codes, cat_codes = cat("name")[order], cat("category")[order]
-        optional_names = sorted({k for g in groups for k in g.optional})
+        tid, device = _concat_kept(groups, "tid")[order], _concat_kept(groups, "device")[order]
+        stream, corr = _concat_kept(groups, "stream")[order], _concat_kept(groups, "corr")[order]
+        name_codes, cat_codes = _concat_kept(groups, "name")[order], _concat_kept(groups, "category")[order]
         columns: dict[str, Any] = {
             "rank": pa.array(rank.astype(np.int32)),
             "kind": kind_array(kind),
@@ -938,99 +857,61 @@ class _Parser:
             "stream": pa.array(stream),
             "correlation": pa.array(corr),
         }
-        for col_name in optional_names:
-            vals, valid = [], []
-            for g in groups:
-                m = int(g.keep.sum())
-                if col_name in g.optional:
-                    v, ok = g.optional[col_name]
-                    vals.append(v[g.keep])
-                    valid.append(ok[g.keep])
-                else:
-                    vals.append(np.zeros(m, dtype=np.int64))
-                    valid.append(np.zeros(m, dtype=bool))
-            v = np.concatenate(vals)[order]
-            ok = np.concatenate(valid)[order]
-            columns[col_name] = pa.array(v, mask=~ok)
-        # copy kind (memcpy rows only)
-        copy_full = np.full(n, -1, dtype=np.int64)
-        if copy_codes is not None:
-            gi, codes = copy_codes
-            offset = sum(int(g.keep.sum()) for g in groups[:gi])
-            unsorted = np.full(n, -1, dtype=np.int64)
-            unsorted[offset:offset + len(codes)] = codes[groups[gi].keep]
-            copy_full = unsorted[order]
-        if (copy_full >= 0).any():
-            columns["copy_kind"] = names.dictionary_array(copy_full, mask=copy_full < 0)
+        columns.update(_optional_columns(groups, order))
+        copy_codes = _concat_kept(groups, "copy_kind")[order]  # memcpy rows only
+        if (copy_codes >= 0).any():
+            columns["copy_kind"] = names.dictionary_array(copy_codes, mask=copy_codes < 0)
         name_array = names.dictionary_array(name_codes)
         columns["name"] = name_array
         self._collectives(columns, name_array, kind)
         unknown = set(columns) - set(EVENT_SCHEMA.names)
         assert not unknown, f"columns not in EVENT_SCHEMA: {sorted(unknown)}"
-        events = make_events_table(columns, n)
+        return _Rows(events=make_events_table(columns, n), rank=rank, kind=kind, corr=corr, device=device)
 
-        # ---- launch links: correlation within one process (= one rank)
-        links = empty_links()
-        api_rows = np.flatnonzero((kind == int(Kind.RUNTIME)) & (corr > 0))
-        gpu_rows = np.flatnonzero(np.isin(kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.SYNC)])
-                                  & (corr > 0))
-        if len(api_rows) and len(gpu_rows):
-            left, right = join_on_keys([rank[api_rows], corr[api_rows]], [rank[gpu_rows], corr[gpu_rows]])
-            if len(left):
-                links = make_links_table(rank[api_rows[left]], "launch", "correlation", api_rows[left], gpu_rows[right])
-
-        # ---- rank infos
+    def _rank_infos(self, rank_map: _RankMap, names: _Strings, tally: _Tally,
+                    rows: _Rows) -> tuple[dict[int, RankInfo], list[str]]:
+        """One RankInfo per process that became a rank, and the trace's warnings."""
         meta, format_version, base = self.metadata()
         device_info = self.devices()
         pnames = self.process_names()
         t_proc, t_tid, t_codes = self.thread_names(names)
         t_names = names.dictionary_array(t_codes) if len(t_codes) else None
         unmapped = self.unmapped_tables()
-        by_kind = np.bincount(rank * len(Kind) + kind.astype(np.int64),
-                              minlength=n_ranks * len(Kind)).reshape(n_ranks, len(Kind)) if n else \
-            np.zeros((n_ranks, len(Kind)), dtype=np.int64)
-        on_gpu = np.isin(kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)]) & (device >= 0)
+        n_ranks = rank_map.n_ranks
+        mapped_per_rank = np.bincount(rows.rank, minlength=n_ranks)
+        on_gpu = np.isin(rows.kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)]) & (rows.device >= 0)
         devices_of_rank: dict[int, list[int]] = {}
-        for r, d in _distinct_rows(rank[on_gpu], device[on_gpu].astype(np.int64)):
+        for r, d in _distinct_rows(rows.rank[on_gpu], rows.device[on_gpu].astype(np.int64)):
             devices_of_rank.setdefault(r, []).append(d)
-        vms = {p >> 24 for p in ordered}
+        several_vms = len({p >> 24 for p in rank_map.ordered}) > 1
         ranks: dict[int, RankInfo] = {}
         all_warnings = list(self.warnings)
-        for r, p in enumerate(ordered):
+        for r, p in enumerate(rank_map.ordered):
             pid = p & 0xFFFFFF if p != -1 else -1
             used = sorted(devices_of_rank.get(r, []))
-            devs = [device_info.get((p >> 24, d)) or next((v for (vm, i), v in device_info.items() if i == d), None)
-                    or DeviceInfo(id=d) for d in used]
+            devs = [_device_of(device_info, p, d) for d in used]
             where = f"device {used[0]}" if len(used) == 1 else (f"devices {used}" if used else
-                    ("CUDA API calls only" if p in api_procs else "NVTX only"))
-            host = f" vm={p >> 24}" if len(vms) > 1 else ""
-            rank_source = f"nsys process pid={pid}{host} ({where}); rank by device order"
+                    ("CUDA API calls only" if p in rank_map.api_procs else "NVTX only"))
+            host = f" vm={p >> 24}" if several_vms else ""
             warnings = []
-            if open_per_rank[r]:
-                warnings.append(f"{int(open_per_rank[r])} NVTX ranges have no end (kept with duration 0)")
-            threads: dict[str, str] = {}
-            if t_names is not None:
-                sel = np.flatnonzero(t_proc == p)
-                if len(sel):
-                    labels = t_names.take(pa.array(sel)).to_pylist()
-                    for tid_v, label in zip(t_tid[sel].tolist(), labels):
-                        if label:
-                            threads[f"{pid}:{tid_v}"] = label
+            if tally.open_per_rank[r]:
+                warnings.append(f"{int(tally.open_per_rank[r])} NVTX ranges have no end (kept with duration 0)")
+            threads = _threads_of(p, pid, t_proc, t_tid, t_names)
             pname = pnames.get(p) or threads.get(f"{pid}:{pid}")
-            counts[r]["mapped"] = int(by_kind[r].sum())
+            tally.counts[r]["mapped"] = int(mapped_per_rank[r])
             ranks[r] = RankInfo(
                 rank=r,
                 source_path=str(self.path),
                 source_format="nsys",
                 format_version=format_version,
-                rank_source=rank_source,
+                rank_source=f"nsys process pid={pid}{host} ({where}); rank by device order",
                 world_size=None,
                 devices=devs,
                 process_names={pid: pname} if pname else {},
                 thread_names=threads,
                 base_time_ns=base,
                 raw_metadata=dict(meta),
-                event_counts=counts[r],
+                event_counts=tally.counts[r],
                 unmapped=dict(unmapped) if r == 0 else {},
                 warnings=warnings + list(self.warnings),
             )
@@ -1039,13 +920,11 @@ class _Parser:
             ranks[0] = RankInfo(
                 rank=0, source_path=str(self.path), source_format="nsys", format_version=format_version,
                 rank_source="nsys export without events", devices=sorted(device_info.values(), key=lambda d: d.id),
-                base_time_ns=base, raw_metadata=dict(meta), event_counts={**no_rank, "mapped": 0},
+                base_time_ns=base, raw_metadata=dict(meta), event_counts={**tally.no_rank, "mapped": 0},
                 unmapped=dict(unmapped), warnings=["the export holds no events"] + list(self.warnings),
             )
             all_warnings.append("the export holds no events")
-        steps = steps_from_annotations(events, self.step_marker)
-        return Trace(events=events, links=links, ranks=ranks, steps=steps,
-                     warnings=[f"{self.path}: {w}" for w in all_warnings])
+        return ranks, all_warnings
 
     def _collectives(self, columns: dict[str, Any], name_array: pa.DictionaryArray, kind: np.ndarray) -> None:
         """Fill ``collective``/``dtype`` of NCCL kernels from their names (per distinct name)."""
@@ -1074,7 +953,206 @@ class _Parser:
                 pa.array(np.maximum(codes, 0), pa.int32(), mask=codes < 0), pa.array(values, pa.string()))
 
 
-def _is_sqlite(path: Path, head: bytes) -> bool:
+# ---------------------------------------------------------------------------- assembly
+
+
+@dataclass
+class _RankMap:
+    """Processes -> ranks. A process that ran GPU activity ranks by its lowest device id; then
+    processes with CUDA API calls only, then the others (NVTX only); ties by pid."""
+
+    ordered: list[int]  # process keys (globalPid >> 24), by rank
+    api_procs: set[int]  # processes with CUDA runtime or synchronisation rows
+    stream_device: dict[tuple[int, int], int]  # (process, stream) -> lowest device of its activity
+    proc_sorted: np.ndarray  # the process keys, sorted
+    rank_lookup: np.ndarray  # rank of each of proc_sorted
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.ordered)
+
+    def ranks_for(self, proc: np.ndarray) -> np.ndarray:
+        """Rank of each process key; -1 for a process that is no rank."""
+        if len(self.proc_sorted) == 0:
+            return np.full(len(proc), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.proc_sorted, proc), len(self.proc_sorted) - 1)
+        return np.where(self.proc_sorted[pos] == proc, self.rank_lookup[pos], -1)
+
+
+@dataclass
+class _Tally:
+    """Row counts for the rank infos."""
+
+    counts: list[dict[str, int]]  # per rank: "<table>.read", "<table>.mapped", ...
+    no_rank: dict[str, int]  # "<table>.no_rank": rows of processes that are no rank
+    open_per_rank: np.ndarray  # NVTX ranges without an end, per rank
+
+
+@dataclass
+class _Rows:
+    """The assembled events table and the columns of it that the links and rank infos need."""
+
+    events: pa.Table
+    rank: np.ndarray
+    kind: np.ndarray
+    corr: np.ndarray
+    device: np.ndarray
+
+
+def _rank_map(groups: list[_Group]) -> _RankMap:
+    proc_all = np.concatenate([g.proc[g.keep] for g in groups]) if groups else np.empty(0, np.int64)
+    procs, _ = _factorize(proc_all)
+    min_device: dict[int, int] = {}
+    stream_device: dict[tuple[int, int], int] = {}
+    for g in groups:
+        if g.table not in (KERNEL_T, MEMCPY_T, MEMSET_T):
+            continue
+        sel = g.keep & (g.device >= 0)
+        if not sel.any():
+            continue
+        for p, s, d in _distinct_rows(g.proc[sel], g.stream[sel], g.device[sel]):
+            min_device[p] = min(d, min_device.get(p, d))
+            stream_device[(p, s)] = min(d, stream_device.get((p, s), d))
+    api_procs: set[int] = set()
+    for g in groups:
+        if g.table in (RUNTIME_T, SYNC_T):
+            api_procs |= {int(p) for p in _factorize(g.proc)[0]}
+    proc_list = procs.tolist()
+
+    def order_key(p: int) -> tuple[int, int, int, int]:
+        if p in min_device:
+            return (0, min_device[p], p & 0xFFFFFF, p)
+        if p in api_procs:
+            return (1, 0, p & 0xFFFFFF, p)
+        return (2, 0, p & 0xFFFFFF, p)
+
+    ordered = sorted(proc_list, key=order_key)
+    rank_of = {p: r for r, p in enumerate(ordered)}
+    return _RankMap(
+        ordered=ordered, api_procs=api_procs, stream_device=stream_device,
+        proc_sorted=np.asarray(proc_list, dtype=np.int64),
+        rank_lookup=np.asarray([rank_of[p] for p in proc_list], dtype=np.int64),
+    )
+
+
+def _fix_sync_devices(groups: list[_Group], rank_map: _RankMap) -> np.ndarray:
+    """Give synchronisation rows the device of the same (process, stream) activity, else the
+    process's only device (in place); returns how many rows changed, per rank."""
+    stream_device = rank_map.stream_device
+    devices_per_proc: dict[int, set[int]] = {}
+    for (p, _s), d in stream_device.items():
+        devices_per_proc.setdefault(p, set()).add(d)
+    sync_fixed = np.zeros(rank_map.n_ranks, dtype=np.int64)
+    for g in groups:
+        if g.table != SYNC_T or len(g.proc) == 0:
+            continue
+        lookup: dict[tuple[int, int], int] = {}
+        for p, s in _distinct_rows(g.proc, g.stream):
+            if (p, s) in stream_device:
+                lookup[(p, s)] = stream_device[(p, s)]
+            elif len(devices_per_proc.get(p, ())) == 1:
+                lookup[(p, s)] = next(iter(devices_per_proc[p]))
+        if not lookup:
+            continue
+        kp = np.array([k[0] for k in lookup], dtype=np.int64)
+        ks = np.array([k[1] for k in lookup], dtype=np.int64)
+        kd = np.array(list(lookup.values()), dtype=np.int64)
+        li, ri = join_on_keys([g.proc, g.stream], [kp, ks])
+        new_device = g.device.copy()
+        new_device[li] = kd[ri]
+        changed_ranks = rank_map.ranks_for(g.proc[new_device != g.device])
+        sync_fixed += np.bincount(changed_ranks[changed_ranks >= 0], minlength=rank_map.n_ranks)
+        g.device = new_device
+    return sync_fixed
+
+
+def _tally_rows(groups: list[_Group], rank_map: _RankMap, sync_fixed: np.ndarray) -> _Tally:
+    """Rows read and mapped per table and rank; takes the ``_open`` markers out of the groups."""
+    n_ranks = rank_map.n_ranks
+    counts: list[dict[str, int]] = [{} for _ in range(n_ranks)]
+    no_rank: dict[str, int] = {}
+    open_per_rank = np.zeros(n_ranks, dtype=np.int64)
+    for g in groups:
+        r_all = rank_map.ranks_for(g.proc)
+        read = np.bincount(r_all[r_all >= 0], minlength=n_ranks)
+        mapped = np.bincount(r_all[(r_all >= 0) & g.keep], minlength=n_ranks)
+        for r in range(n_ranks):
+            counts[r][f"{g.table}.read"] = int(read[r])
+            counts[r][f"{g.table}.mapped"] = int(mapped[r])
+        if (r_all < 0).any():
+            no_rank[f"{g.table}.no_rank"] = int((r_all < 0).sum())
+        if "_open" in g.optional:
+            opened = g.optional.pop("_open")[1]
+            open_per_rank += np.bincount(r_all[opened & (r_all >= 0)], minlength=n_ranks)
+    for r in range(n_ranks):
+        if sync_fixed[r]:
+            counts[r][f"{SYNC_T}.device_from_activity"] = int(sync_fixed[r])
+    if n_ranks and no_rank:
+        counts[0].update(no_rank)
+    return _Tally(counts=counts, no_rank=no_rank, open_per_rank=open_per_rank)
+
+
+def _concat_kept(groups: list[_Group], attr: str) -> np.ndarray:
+    """One column of the kept rows of every group, in group order."""
+    parts = [getattr(g, attr)[g.keep] for g in groups]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def _optional_columns(groups: list[_Group], order: np.ndarray) -> dict[str, pa.Array]:
+    """The columns only some tables have (null on the rows of the others), in row ``order``."""
+    columns: dict[str, pa.Array] = {}
+    for col_name in sorted({k for g in groups for k in g.optional}):
+        vals, valid = [], []
+        for g in groups:
+            m = int(g.keep.sum())
+            if col_name in g.optional:
+                v, ok = g.optional[col_name]
+                vals.append(v[g.keep])
+                valid.append(ok[g.keep])
+            else:
+                vals.append(np.zeros(m, dtype=np.int64))
+                valid.append(np.zeros(m, dtype=bool))
+        values = np.concatenate(vals)[order]
+        present = np.concatenate(valid)[order]
+        columns[col_name] = pa.array(values, mask=~present)
+    return columns
+
+
+def _launch_links(rank: np.ndarray, kind: np.ndarray, corr: np.ndarray) -> pa.Table:
+    """Launch links: API call -> GPU activity with the same correlation id in one process (= one rank)."""
+    api_rows = np.flatnonzero((kind == int(Kind.RUNTIME)) & (corr > 0))
+    gpu_kinds = [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.SYNC)]
+    gpu_rows = np.flatnonzero(np.isin(kind, gpu_kinds) & (corr > 0))
+    if len(api_rows) and len(gpu_rows):
+        left, right = join_on_keys([rank[api_rows], corr[api_rows]], [rank[gpu_rows], corr[gpu_rows]])
+        if len(left):
+            return make_links_table(rank[api_rows[left]], "launch", "correlation", api_rows[left], gpu_rows[right])
+    return empty_links()
+
+
+def _device_of(device_info: dict[tuple[int, int], DeviceInfo], proc: int, device: int) -> DeviceInfo:
+    """The DeviceInfo of a device a process used: its own VM's, else any VM's with that id, else a bare one."""
+    return (device_info.get((proc >> 24, device))
+            or next((v for (_vm, i), v in device_info.items() if i == device), None)
+            or DeviceInfo(id=device))
+
+
+def _threads_of(proc: int, pid: int, t_proc: np.ndarray, t_tid: np.ndarray,
+                t_names: pa.DictionaryArray | None) -> dict[str, str]:
+    """``"pid:tid" -> thread name`` of one process, from the ThreadNames rows."""
+    threads: dict[str, str] = {}
+    if t_names is None:
+        return threads
+    sel = np.flatnonzero(t_proc == proc)
+    if len(sel):
+        labels = t_names.take(pa.array(sel)).to_pylist()
+        for tid, label in zip(t_tid[sel].tolist(), labels):
+            if label:
+                threads[f"{pid}:{tid}"] = label
+    return threads
+
+
+def _is_sqlite(_path: Path, head: bytes) -> bool:
     return head.startswith(SQLITE_MAGIC)
 
 
@@ -1083,11 +1161,13 @@ def _is_report(path: Path, head: bytes) -> bool:
 
 
 def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None) -> Trace:
+    del progress  # part of the InputFormat.parse signature; SQLite gives no progress to report
     return parse_nsys(path, step_marker=step_marker)
 
 
 def _parse_report(path: Path, *, progress: Callable[[int, int], None] | None = None,
                   step_marker: str | None = None) -> Trace:
+    del progress  # part of the InputFormat.parse signature; nsys export gives no progress to report
     return parse_nsys(export_nsys_rep(path), step_marker=step_marker)
 
 

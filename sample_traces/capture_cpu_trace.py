@@ -87,7 +87,7 @@ def scrub(text: str, raw_path: pathlib.Path) -> str:
     doc = json.loads(text)
     # 1. drop top-level keys that are not trace data (PyTorch may add metadata, logs, env)
     for key in [k for k in doc if k not in KEEP_TOP_LEVEL]:
-        text = _drop_top_level_key(text, doc, key)
+        text = _drop_top_level_key(text, key)
     # 2. the trace name is the absolute export path
     if "traceName" in doc:
         old = json.dumps(doc["traceName"])
@@ -107,7 +107,7 @@ def scrub(text: str, raw_path: pathlib.Path) -> str:
     return text
 
 
-def _drop_top_level_key(text: str, doc: dict, key: str) -> str:
+def _drop_top_level_key(text: str, key: str) -> str:
     """Remove ``"key": value`` at the top level by re-serialising only that member."""
     needle = f'"{key}":'
     start = text.find(needle)

@@ -74,70 +74,113 @@ CBID = {
 _EW = "void at::native::vectorized_elementwise_kernel<4, "
 KERNELS: dict[str, tuple[str, int, tuple[int, int, int], tuple[int, int, int], int, int, int]] = {
     "gemm_in": (
-        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__"
+        "5x_cublas",
         9_300, (128, 4, 1), (128, 1, 1), 168, 98_304, 6),
     "ln_fwd": (
-        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::Half, float>(int, float, c10::Half const*, c10::Half const*, c10::Half const*, float*, float*, c10::Half*)",
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::Half, float>(int, float, c10"
+        "::Half const*, c10::Half const*, c10::Half const*, float*, float*, c10::Half*)",
         13_400, (16384, 1, 1), (128, 1, 1), 30, 0, 100),
     "gemm1": (
-        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__"
+        "5x_cublas",
         71_200, (16, 128, 1), (128, 1, 1), 168, 196_608, 6),
     "gelu": (
-        _EW + "at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half)#1}, std::array<char*, 2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half)#1}, std::array<char*, 2ul>)",
+        _EW + "at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}"
+              "::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half)#1}, std::array<char*, "
+              "2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
+              "::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half)#1}, std"
+              "::array<char*, 2ul>)",
         21_800, (65536, 1, 1), (128, 1, 1), 22, 0, 100),
     "gemm2": (
-        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize256x128x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize256x128x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__"
+        "5x_cublas",
         68_900, (4, 64, 1), (256, 1, 1), 168, 213_504, 12),
     "add": (
-        _EW + "at::native::CUDAFunctor_add<c10::Half>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::Half>, std::array<char*, 3ul>)",
+        _EW + "at::native::CUDAFunctor_add<c10::Half>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10"
+              "::Half>, std::array<char*, 3ul>)",
         11_600, (16384, 1, 1), (128, 1, 1), 24, 0, 100),
     "gemm_head": (
-        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__"
+        "5x_cublas",
         54_300, (16, 128, 1), (256, 1, 1), 168, 221_184, 12),
     "log_softmax": (
-        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::Half, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, c10::Half const*, int)",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::Half, float, float, at::native"
+        "::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, c10::Half const*, int)",
         17_900, (16384, 1, 1), (512, 1, 1), 40, 64, 94),
     "nll": (
-        "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
+        "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, "
+        "float*, float const*, long const*, float const*, bool, long, long, long, long)",
         8_700, (1, 1, 1), (32, 1, 1), 32, 2_048, 0),
     "scale_mul": (
-        _EW + "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)",
+        _EW + "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std"
+              "::array<char*, 2ul> >(int, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal"
+              "::MulFunctor<float> >, std::array<char*, 2ul>)",
         2_100, (1, 1, 1), (128, 1, 1), 16, 0, 0),
     "fill": (
-        _EW + "at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+        _EW + "at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std"
+              "::array<char*, 1ul>)",
         1_700, (1, 1, 1), (128, 1, 1), 16, 0, 0),
     "mul_bwd": (
-        _EW + "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)",
+        _EW + "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, std"
+              "::array<char*, 2ul> >(int, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal"
+              "::MulFunctor<float> >, std::array<char*, 2ul>)",
         2_000, (1, 1, 1), (128, 1, 1), 16, 0, 0),
     "nll_bwd": (
-        "void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)",
+        "void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>(float*, float "
+        "const*, long const*, float const*, float const*, bool, int, int, long, long)",
         7_800, (1, 1, 1), (256, 1, 1), 28, 0, 0),
     "log_softmax_bwd": (
-        "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<8, c10::Half, float, float, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(c10::Half*, float const*, float const*, long)",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<8, c10::Half, float, float, at::native"
+        "::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(c10::Half*, float const*, float const*, long)",
         16_500, (16384, 1, 1), (512, 1, 1), 38, 64, 94),
     "gemm_dgrad": (
-        "sm90_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "sm90_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__"
+        "5x_cublas",
         66_500, (16, 128, 1), (128, 1, 1), 168, 196_608, 6),
     "gemm_wgrad": (
-        "sm90_xmma_gemm_f16f16_f16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+        "sm90_xmma_gemm_f16f16_f16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__"
+        "5x_cublas",
         63_800, (16, 4, 1), (128, 1, 1), 168, 196_608, 6),
     "bias_sum": (
-        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<c10::Half, at::native::sum_functor<c10::Half, float, c10::Half>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, c10::Half, 4, 4> >(at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<c10::Half, at::native::sum_functor<c10::Half, float, c10::Half>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, c10::Half, 4, 4>)",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<c10"
+        "::Half, at::native::sum_functor<c10::Half, float, c10::Half>::operator()(at::TensorIterator&)"
+        "::{lambda(float, float)#1}>, unsigned int, c10::Half, 4, 4> >(at::native::ReduceOp<c10::Half, at::native"
+        "::func_wrapper_t<c10::Half, at::native::sum_functor<c10::Half, float, c10::Half>::operator()(at"
+        "::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, c10::Half, 4, 4>)",
         9_900, (128, 16, 1), (32, 16, 1), 32, 4_112, 100),
     "gelu_bwd": (
-        _EW + "at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half, c10::Half)#1}, std::array<char*, 3ul> >(int, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half, c10::Half)#1}, std::array<char*, 3ul>)",
+        _EW + "at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}"
+              "::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half, c10::Half)#1}, std"
+              "::array<char*, 3ul> >(int, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase&, at::native"
+              "::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::Half, "
+              "c10::Half)#1}, std::array<char*, 3ul>)",
         24_300, (65536, 1, 1), (128, 1, 1), 26, 0, 100),
     "ln_bwd_input": (
-        "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::Half, float>(c10::Half const*, c10::Half const*, float const*, float const*, c10::Half const*, c10::Half*, int)",
+        "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<c10::Half, float>(c10"
+        "::Half const*, c10::Half const*, float const*, float const*, c10::Half const*, c10::Half*, int)",
         15_900, (16384, 1, 1), (128, 1, 1), 40, 0, 100),
     "ln_bwd_gamma": (
-        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel_32x32<c10::Half, float>(long, long, c10::Half const*, c10::Half const*, float const*, float const*, c10::Half*, c10::Half*)",
+        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel_32x32<c10::Half, float>(long, long, c10"
+        "::Half const*, c10::Half const*, float const*, float const*, c10::Half*, c10::Half*)",
         12_300, (16, 1, 1), (32, 32, 1), 64, 8_448, 50),
     "unscale": (
-        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 1, 1, 0>, at::native::(anonymous namespace)::_amp_non_finite_check_and_unscale_cuda_(at::TensorList, at::Tensor&, at::Tensor const&)::{lambda()#1}::operator()() const::{lambda()#1}::operator()() const::{lambda(float)#1}>(at::native::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 1, 1, 0>, at::native::(anonymous namespace)::_amp_non_finite_check_and_unscale_cuda_(at::TensorList, at::Tensor&, at::Tensor const&)::{lambda()#1}::operator()() const::{lambda()#1}::operator()() const::{lambda(float)#1})",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)"
+        "::TensorListMetadata<1>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 1, 1, 0>, at::native"
+        "::(anonymous namespace)::_amp_non_finite_check_and_unscale_cuda_(at::TensorList, at::Tensor&, at::Tensor "
+        "const&)::{lambda()#1}::operator()() const::{lambda()#1}::operator()() const::{lambda(float)#1}>(at::native"
+        "::(anonymous namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::UnaryOpFunctor<float, "
+        "1, 1, 0>, at::native::(anonymous namespace)::_amp_non_finite_check_and_unscale_cuda_(at::TensorList, at"
+        "::Tensor&, at::Tensor const&)::{lambda()#1}::operator()() const::{lambda()#1}::operator()() const"
+        "::{lambda(float)#1})",
         38_600, (320, 1, 1), (512, 1, 1), 32, 0, 100),
     "adam": (
-        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float*, double, double, double, double, double, bool, float*, float*>(at::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float*, double, double, double, double, double, bool, float*, float*)",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)"
+        "::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+        "(at::native::ADAM_MODE)1, false>, float*, double, double, double, double, double, bool, float*, float*>(at"
+        "::native::(anonymous namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)"
+        "::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, float*, double, double, double, double, "
+        "double, bool, float*, float*)",
         108_000, (320, 1, 1), (512, 1, 1), 72, 0, 50),
     "update_scale": (
         "void at::native::amp_update_scale_cuda_kernel(float*, int*, float const*, double, double, int)",
@@ -388,7 +431,7 @@ class RankBuilder:
         self.g = g.end
         return g
 
-    def kernel_args(self, key: str, api: Api | None, stream: int) -> list[tuple[str, Any]]:
+    def kernel_args(self, key: str, stream: int) -> list[tuple[str, Any]]:
         nccl = (NCCL_KERNEL, 0, (16, 1, 1), (640, 1, 1), 96, 17_440, 0)
         _, _, grid, block, regs, smem, occ = KERNELS.get(key, nccl)
         blocks = grid[0] * grid[1] * grid[2]
@@ -406,7 +449,7 @@ class RankBuilder:
                       at: int | None = None, context: str | None = None) -> Gpu:
         a = self.api(tid, "cudaLaunchKernel", self.r(4_200, 7_600))
         dur = kernel_dur(self.step, key, instance)
-        return self._place7("kernel", KERNELS[key][0], dur, a, "compute", self.kernel_args(key, a, COMPUTE_STREAM),
+        return self._place7("kernel", KERNELS[key][0], dur, a, "compute", self.kernel_args(key, COMPUTE_STREAM),
                             mode, gap, at, context, key)
 
     def copy_args(self, nbytes: int, dur: int) -> list[tuple[str, Any]]:
@@ -451,16 +494,18 @@ LINEAR_ARGS = {
     "gemm2": shapes([[64, 256, FFN], [HID, FFN], [HID]], [H, "float", "float"]),
     "gemm_head": shapes([[64, 256, HID], [VOCAB, HID], [VOCAB]], [H, "float", "float"]),
 }
+_ADDMM_TYPES = [H, H, H, "Scalar", "Scalar"]
+_ADDMM_CONCRETE = ["", "", "", "1", "1"]
 ADDMM_ARGS = {
-    "gemm_in": shapes([[HID], [TOK, FEAT], [FEAT, HID], [], []], [H, H, H, "Scalar", "Scalar"], concrete=["", "", "", "1", "1"]),
-    "gemm1": shapes([[FFN], [TOK, HID], [HID, FFN], [], []], [H, H, H, "Scalar", "Scalar"], concrete=["", "", "", "1", "1"]),
-    "gemm2": shapes([[HID], [TOK, FFN], [FFN, HID], [], []], [H, H, H, "Scalar", "Scalar"], concrete=["", "", "", "1", "1"]),
-    "gemm_head": shapes([[VOCAB], [TOK, HID], [HID, VOCAB], [], []], [H, H, H, "Scalar", "Scalar"], concrete=["", "", "", "1", "1"]),
+    "gemm_in": shapes([[HID], [TOK, FEAT], [FEAT, HID], [], []], _ADDMM_TYPES, concrete=_ADDMM_CONCRETE),
+    "gemm1": shapes([[FFN], [TOK, HID], [HID, FFN], [], []], _ADDMM_TYPES, concrete=_ADDMM_CONCRETE),
+    "gemm2": shapes([[HID], [TOK, FFN], [FFN, HID], [], []], _ADDMM_TYPES, concrete=_ADDMM_CONCRETE),
+    "gemm_head": shapes([[VOCAB], [TOK, HID], [HID, VOCAB], [], []], _ADDMM_TYPES, concrete=_ADDMM_CONCRETE),
 }
 NO_SHAPES = [("Record function id", 0)]
 
 
-def collective_args(rank: int, nelems: int) -> list[tuple[str, Any]]:
+def collective_args(nelems: int) -> list[tuple[str, Any]]:
     return [
         ("Collective name", "allreduce"), ("In msg nelems", nelems), ("Out msg nelems", nelems),
         ("Group size", WORLD_SIZE), ("dtype", "Float"), ("In split size", "[]"), ("Out split size", "[]"),
@@ -515,7 +560,7 @@ def _bucket(b: RankBuilder, bucket: int, arrival: int, end: int | None) -> Gpu:
     b.open(t, "user_annotation", "nccl:all_reduce", NO_SHAPES, pre=(1_500, 2_500))
     b.open(t, "cpu_op", "record_param_comms",
            [("Record function id", 0), ("Rank", b.rank), ("Global rank start", 0), ("Global rank stride", 1)]
-           + collective_args(b.rank, nelems), pre=(2_000, 3_500))
+           + collective_args(nelems), pre=(2_000, 3_500))
     b.api(t, "cudaEventRecord", b.r(2_000, 3_000))
     b.api(t, "cudaStreamWaitEvent", b.r(1_500, 2_500))
     a = b.api(t, "cudaLaunchKernel", b.r(6_000, 9_000))
@@ -524,7 +569,7 @@ def _bucket(b: RankBuilder, bucket: int, arrival: int, end: int | None) -> Gpu:
     assert a.end + LAUNCH_MIN_LEAD_NS <= arrival, (b.rank, b.step, "nccl launch too late")
     dur = (end - arrival) if end is not None else 1
     g = b._gpu("kernel", NCCL_KERNEL, COMM_STREAM, arrival, dur, a, "communication",
-               b.kernel_args("nccl", a, COMM_STREAM) + collective_args(b.rank, nelems), "nccl")
+               b.kernel_args("nccl", COMM_STREAM) + collective_args(nelems), "nccl")
     g.bucket = bucket
     return g
 
@@ -548,7 +593,8 @@ def build_step(b: RankBuilder, step: int, g0: int, e1: int | None = None, e2: in
     mark = len(b.created)
     b.cur[t] = 0
     b.open(t, "cpu_op", "aten::to", shapes([[64, 256, FEAT], [], [], [], [], []],
-                                          [H, "ScalarType", "", "", "Scalar", ""], concrete=["", "5", "", "", "True", ""]))
+                                          [H, "ScalarType", "", "", "Scalar", ""],
+                                          concrete=["", "5", "", "", "True", ""]))
     b.open(t, "cpu_op", "aten::_to_copy", NO_SHAPES)
     b.open(t, "cpu_op", "aten::copy_", NO_SHAPES)
     a_in = b.api(t, "cudaMemcpyAsync", b.r(9_000, 13_500))
@@ -563,7 +609,8 @@ def build_step(b: RankBuilder, step: int, g0: int, e1: int | None = None, e2: in
                   b.copy_args(in_bytes, copy_dur(in_bytes)))
     b.g = g_in.end
     # labels
-    b.open(t, "cpu_op", "aten::to", shapes([[64, 256], [], [], [], [], []], ["long int", "ScalarType", "", "", "Scalar", ""],
+    b.open(t, "cpu_op", "aten::to", shapes([[64, 256], [], [], [], [], []],
+                                          ["long int", "ScalarType", "", "", "Scalar", ""],
                                           concrete=["", "4", "", "", "True", ""]))
     b.open(t, "cpu_op", "aten::_to_copy", NO_SHAPES)
     b.open(t, "cpu_op", "aten::copy_", NO_SHAPES)
@@ -615,7 +662,8 @@ def build_step(b: RankBuilder, step: int, g0: int, e1: int | None = None, e2: in
             b.close(t)
             b.work(t, b.r(230_000, 320_000))  # pure Python
             b.open(t, "cpu_op", "aten::to", shapes([[64, 256, 256], [], [], [], [], []],
-                                                  ["bool", "", "", "", "Scalar", ""], concrete=["", "", "", "", "True", ""]))
+                                                  ["bool", "", "", "", "Scalar", ""],
+                                                  concrete=["", "", "", "", "True", ""]))
             b.open(t, "cpu_op", "aten::_to_copy", NO_SHAPES)
             b.open(t, "cpu_op", "aten::copy_", NO_SHAPES)
             b.launch_copy(t, MEMCPY_HTOD, 64 * 256 * 256, mode="host", context="model.py(61): _build_loss_mask")
@@ -647,7 +695,8 @@ def build_step(b: RankBuilder, step: int, g0: int, e1: int | None = None, e2: in
     # NllLossBackward0 zeroes grad_input with a memset, then runs its kernel
     b.open(bt, "cpu_op", "autograd::engine::evaluate_function: NllLossBackward0",
            [("Record function id", 0), ("Sequence number", seq - 1), ("Fwd thread id", 1)])
-    b.open(bt, "cpu_op", "NllLossBackward0", [("Record function id", 0), ("Sequence number", seq - 1), ("Fwd thread id", 1)])
+    b.open(bt, "cpu_op", "NllLossBackward0",
+           [("Record function id", 0), ("Sequence number", seq - 1), ("Fwd thread id", 1)])
     b.open(bt, "cpu_op", "aten::nll_loss_backward", NO_SHAPES)
     b.open(bt, "cpu_op", "aten::zero_", NO_SHAPES)
     ams = b.api(bt, "cudaMemsetAsync", b.r(4_500, 6_500))
@@ -666,12 +715,15 @@ def build_step(b: RankBuilder, step: int, g0: int, e1: int | None = None, e2: in
     for layer in (2, 1, 0):
         s0 = seq - 10 - (2 - layer) * 5
         _evaluate(b, "AddmmBackward0", s0, [("aten::mm", "gemm_dgrad", f"l{layer}.2"),
-                                            ("aten::mm", "gemm_wgrad", f"l{layer}.2"), ("aten::sum", "bias_sum", f"l{layer}.2")])
+                                            ("aten::mm", "gemm_wgrad", f"l{layer}.2"),
+                                            ("aten::sum", "bias_sum", f"l{layer}.2")])
         _evaluate(b, "GeluBackward0", s0 - 1, [("aten::gelu_backward", "gelu_bwd", f"l{layer}")])
         _evaluate(b, "AddmmBackward0", s0 - 2, [("aten::mm", "gemm_dgrad", f"l{layer}.1"),
-                                                ("aten::mm", "gemm_wgrad", f"l{layer}.1"), ("aten::sum", "bias_sum", f"l{layer}.1")])
-        _evaluate(b, "NativeLayerNormBackward0", s0 - 3, [("aten::native_layer_norm_backward", "ln_bwd_input", f"l{layer}"),
-                                                         ("aten::native_layer_norm_backward", "ln_bwd_gamma", f"l{layer}")])
+                                                ("aten::mm", "gemm_wgrad", f"l{layer}.1"),
+                                                ("aten::sum", "bias_sum", f"l{layer}.1")])
+        _evaluate(b, "NativeLayerNormBackward0", s0 - 3,
+                  [("aten::native_layer_norm_backward", "ln_bwd_input", f"l{layer}"),
+                   ("aten::native_layer_norm_backward", "ln_bwd_gamma", f"l{layer}")])
         if layer == 2:
             res.a1 = b.g
             assert memset.end <= res.a1
@@ -873,24 +925,38 @@ def _event_text(head: list[tuple[str, Any]], ts_ns: int | None, dur_ns: int | No
     return "".join(parts)
 
 
+#: one rendered trace event: (JSON text, category or None, ph)
+_Rendered = tuple[str, str | None, str]
+
+
 def render_rank(b: RankBuilder) -> tuple[str, dict[str, dict[str, int]]]:
     _assign_ids(b)
-    base = b.base
-    events: list[tuple[str, str | None, str]] = []  # (text, cat, ph)
+    cpu_events, ev_idx = _cpu_op_events(b, 0)
+    python_events, ev_idx = _python_events(b, ev_idx)
+    events = (cpu_events + python_events + _activity_events(b) + _gpu_annotation_events(b)
+              + _metadata_events(b))
+    counts: dict[str, dict[str, int]] = {}
+    for _, cat, ph in events:
+        c = counts.setdefault(cat or "", {})
+        c[ph] = c.get(ph, 0) + 1
+    return _document(b, events), counts
 
-    def add(text: str, cat: str | None, ph: str) -> None:
-        events.append((text, cat, ph))
 
-    ev_idx = 0
-    cpu_ops = sorted((o for o in b.ops if o.cat != "python_function"), key=lambda o: (o.start, -o.end, o.name))
-    py = sorted((o for o in b.ops if o.cat == "python_function"), key=lambda o: (o.tid, o.start, -o.end, o.name))
-    for o in cpu_ops:
+def _cpu_op_events(b: RankBuilder, ev_idx: int) -> tuple[list[_Rendered], int]:
+    """The CPU ops (not Python frames), in time order; returns them and the next ``Ev Idx``."""
+    events: list[_Rendered] = []
+    for o in sorted((o for o in b.ops if o.cat != "python_function"), key=lambda o: (o.start, -o.end, o.name)):
         assert o.end is not None and o.end >= o.start, o
         args = [("External id", o.ext)] + o.args + [("Ev Idx", ev_idx)]
         ev_idx += 1
-        add(_event_text([("ph", "X"), ("cat", o.cat), ("name", o.name), ("pid", b.pid), ("tid", o.tid)],
-                        o.start, o.end - o.start, base, args), o.cat, "X")
-    # python ids and parents by nesting on each thread
+        events.append((_event_text([("ph", "X"), ("cat", o.cat), ("name", o.name), ("pid", b.pid), ("tid", o.tid)],
+                                   o.start, o.end - o.start, b.base, args), o.cat, "X"))
+    return events, ev_idx
+
+
+def _python_events(b: RankBuilder, ev_idx: int) -> tuple[list[_Rendered], int]:
+    """The Python frames with their ids and parents (by nesting on each thread), in time order."""
+    py = sorted((o for o in b.ops if o.cat == "python_function"), key=lambda o: (o.tid, o.start, -o.end, o.name))
     py_id: dict[int, int] = {}
     parent: dict[int, int | None] = {}
     stack: list[Op] = []
@@ -901,36 +967,64 @@ def render_rank(b: RankBuilder) -> tuple[str, dict[str, dict[str, int]]]:
             stack.pop()
         parent[id(o)] = py_id[id(stack[-1])] if stack else None
         stack.append(o)
+    events: list[_Rendered] = []
     for o in sorted(py, key=lambda o: (o.start, -o.end, o.name)):
         args = [("Python parent id", parent[id(o)]), ("Python id", py_id[id(o)]), ("Ev Idx", ev_idx)]
         ev_idx += 1
-        add(_event_text([("ph", "X"), ("cat", "python_function"), ("name", o.name), ("pid", b.pid), ("tid", o.tid)],
-                        o.start, o.end - o.start, base, args), "python_function", "X")
-    # runtime calls and GPU activity in time order, each followed by its flow end
+        head = [("ph", "X"), ("cat", "python_function"), ("name", o.name), ("pid", b.pid), ("tid", o.tid)]
+        events.append((_event_text(head, o.start, o.end - o.start, b.base, args), "python_function", "X"))
+    return events, ev_idx
+
+
+def _activity_events(b: RankBuilder) -> list[_Rendered]:
+    """Runtime calls and GPU activity in time order, each followed by its flow event."""
     acts: list[tuple[int, int, Any]] = [(a.start, 0, a) for a in b.apis] + [(g.start, 1, g) for g in b.gpus]
     acts.sort(key=lambda x: (x[0], x[1], x[2].corr if isinstance(x[2], Api) else (x[2].api.corr if x[2].api else 0)))
+    events: list[_Rendered] = []
     for _, kind, x in acts:
         if kind == 0:
-            a: Api = x
-            args = ([("External id", a.owner.ext)] if a.owner is not None else []) + [("cbid", CBID[a.name]), ("correlation", a.corr)]
-            add(_event_text([("ph", "X"), ("cat", "cuda_runtime"), ("name", a.name), ("pid", b.pid), ("tid", a.tid)],
-                            a.start, a.end - a.start, base, args), "cuda_runtime", "X")
-            if a.gpu:
-                add(_event_text([("ph", "s"), ("id", a.corr), ("pid", b.pid), ("tid", a.tid)], a.start, None, base, None,
-                                tail=[("cat", "ac2g"), ("name", "ac2g")]), "ac2g", "s")
+            events += _runtime_events(b, x)
         else:
-            g: Gpu = x
-            corr = g.api.corr if g.api is not None else g.phantom_corr.corr
-            ext = g.api.owner.ext if (g.api is not None and g.api.owner is not None) else 0
-            add(_event_text([("ph", "X"), ("cat", g.cat), ("name", g.name), ("pid", b.device), ("tid", g.stream)],
-                            g.start, g.dur, base, _fill(g.args, ext, corr)), g.cat, "X")
-            if g.api is not None:
-                add(_event_text([("ph", "f"), ("id", corr), ("pid", b.device), ("tid", g.stream)], g.start, None, base, None,
-                                tail=[("cat", "ac2g"), ("name", "ac2g"), ("bp", "e")]), "ac2g", "f")
-    for name, s, e, ps in b.gpu_annotations:
-        add(_event_text([("ph", "X"), ("cat", "gpu_user_annotation"), ("name", name), ("pid", b.device),
-                         ("tid", COMPUTE_STREAM)], s, e - s, base, [("External id", ps.ext)]), "gpu_user_annotation", "X")
-    # metadata
+            events += _gpu_events(b, x)
+    return events
+
+
+def _runtime_events(b: RankBuilder, a: Api) -> list[_Rendered]:
+    args = (([("External id", a.owner.ext)] if a.owner is not None else [])
+            + [("cbid", CBID[a.name]), ("correlation", a.corr)])
+    events: list[_Rendered] = [(
+        _event_text([("ph", "X"), ("cat", "cuda_runtime"), ("name", a.name), ("pid", b.pid), ("tid", a.tid)],
+                    a.start, a.end - a.start, b.base, args), "cuda_runtime", "X")]
+    if a.gpu:
+        events.append((_event_text([("ph", "s"), ("id", a.corr), ("pid", b.pid), ("tid", a.tid)], a.start, None,
+                                   b.base, None, tail=[("cat", "ac2g"), ("name", "ac2g")]), "ac2g", "s"))
+    return events
+
+
+def _gpu_events(b: RankBuilder, g: Gpu) -> list[_Rendered]:
+    corr = g.api.corr if g.api is not None else g.phantom_corr.corr
+    ext = g.api.owner.ext if (g.api is not None and g.api.owner is not None) else 0
+    events: list[_Rendered] = [(
+        _event_text([("ph", "X"), ("cat", g.cat), ("name", g.name), ("pid", b.device), ("tid", g.stream)],
+                    g.start, g.dur, b.base, _fill(g.args, ext, corr)), g.cat, "X")]
+    if g.api is not None:
+        events.append((_event_text([("ph", "f"), ("id", corr), ("pid", b.device), ("tid", g.stream)], g.start, None,
+                                   b.base, None, tail=[("cat", "ac2g"), ("name", "ac2g"), ("bp", "e")]), "ac2g", "f"))
+    return events
+
+
+def _gpu_annotation_events(b: RankBuilder) -> list[_Rendered]:
+    return [
+        (_event_text([("ph", "X"), ("cat", "gpu_user_annotation"), ("name", name), ("pid", b.device),
+                      ("tid", COMPUTE_STREAM)], s, e - s, b.base, [("External id", ps.ext)]),
+         "gpu_user_annotation", "X")
+        for name, s, e, ps in b.gpu_annotations
+    ]
+
+
+def _metadata_events(b: RankBuilder) -> list[_Rendered]:
+    """Process and thread names, and the profiler's own trace span and markers."""
+    base = b.base
     t0 = b.trace_start + 21_000
     meta = [(b.pid, 0, "process_name", {"name": "python3"}), (b.pid, 0, "process_labels", {"labels": "CPU"}),
             (b.pid, 0, "process_sort_index", {"sort_index": b.pid})]
@@ -938,30 +1032,36 @@ def render_rank(b: RankBuilder) -> tuple[str, dict[str, dict[str, int]]]:
         meta += [(d, 0, "process_name", {"name": "python3"}), (d, 0, "process_labels", {"labels": f"GPU {d}"}),
                  (d, 0, "process_sort_index", {"sort_index": 5000000 + d})]
     for s in (COMPUTE_STREAM, COMM_STREAM):
-        meta += [(b.device, s, "thread_name", {"name": f"stream {s} "}), (b.device, s, "thread_sort_index", {"sort_index": s})]
+        meta += [(b.device, s, "thread_name", {"name": f"stream {s} "}),
+                 (b.device, s, "thread_sort_index", {"sort_index": s})]
     meta += [(b.pid, b.main, "thread_name", {"name": f"thread {b.main} (python3)"}),
              (b.pid, b.main, "thread_sort_index", {"sort_index": b.main}),
              (b.pid, b.bwd, "thread_name", {"name": f"thread {b.bwd} (pt_autograd_0)"}),
              (b.pid, b.bwd, "thread_sort_index", {"sort_index": b.bwd})]
-    for pid, tid, name, a in meta:
-        add(_event_text([("name", name), ("ph", "M"), ("ts", Raw(fmt_us(t0 - base))), ("pid", pid), ("tid", tid)],
-                        None, None, base, list(a.items())), None, "M")
-    add(_event_text([("ph", "X"), ("cat", "Trace"), ("ts", Raw(fmt_us(b.trace_start - base))),
-                     ("dur", Raw(fmt_us(b.trace_end - b.trace_start)))], None, None, base, [("Op count", 0)],
-                    tail=[("pid", "Spans"), ("tid", "PyTorch Profiler"), ("name", "PyTorch Profiler (0)")]), "Trace", "X")
-    add(_event_text([("name", "process_sort_index"), ("ph", "M"), ("ts", Raw(fmt_us(b.trace_start - base)))], None, None,
-                    base, [("sort_index", 536870912)], tail=[("pid", "Spans"), ("tid", 0)]), None, "M")
-    add(_event_text([("name", "Iteration Start: PyTorch Profiler"), ("ph", "i"), ("s", "g")], None, None, base, None,
-                    tail=[("pid", "Traces"), ("tid", "Trace PyTorch Profiler"), ("ts", Raw(fmt_us(b.trace_start - base)))]),
-        None, "i")
-    add(_event_text([("name", "Record Window End"), ("ph", "i"), ("s", "g")], None, None, base, None,
-                    tail=[("pid", ""), ("tid", ""), ("ts", Raw(fmt_us(b.trace_end + 1_000 - base)))]), None, "i")
+    events: list[_Rendered] = [
+        (_event_text([("name", name), ("ph", "M"), ("ts", Raw(fmt_us(t0 - base))), ("pid", pid), ("tid", tid)],
+                     None, None, base, list(a.items())), None, "M")
+        for pid, tid, name, a in meta
+    ]
+    start_ts, end_ts = Raw(fmt_us(b.trace_start - base)), Raw(fmt_us(b.trace_end + 1_000 - base))
+    span = Raw(fmt_us(b.trace_end - b.trace_start))
+    events += [
+        (_event_text([("ph", "X"), ("cat", "Trace"), ("ts", start_ts), ("dur", span)],
+                     None, None, base, [("Op count", 0)],
+                     tail=[("pid", "Spans"), ("tid", "PyTorch Profiler"), ("name", "PyTorch Profiler (0)")]),
+         "Trace", "X"),
+        (_event_text([("name", "process_sort_index"), ("ph", "M"), ("ts", start_ts)], None, None,
+                     base, [("sort_index", 536870912)], tail=[("pid", "Spans"), ("tid", 0)]), None, "M"),
+        (_event_text([("name", "Iteration Start: PyTorch Profiler"), ("ph", "i"), ("s", "g")], None, None, base, None,
+                     tail=[("pid", "Traces"), ("tid", "Trace PyTorch Profiler"), ("ts", start_ts)]), None, "i"),
+        (_event_text([("name", "Record Window End"), ("ph", "i"), ("s", "g")], None, None, base, None,
+                     tail=[("pid", ""), ("tid", ""), ("ts", end_ts)]), None, "i"),
+    ]
+    return events
 
-    counts: dict[str, dict[str, int]] = {}
-    for _, cat, ph in events:
-        c = counts.setdefault(cat or "", {})
-        c[ph] = c.get(ph, 0) + 1
 
+def _document(b: RankBuilder, events: list[_Rendered]) -> str:
+    """The whole JSON document of one rank, formatted as Kineto writes it."""
     dev = []
     for d in range(WORLD_SIZE):
         p = {"id": d, **DEVICE_PROPERTIES}
@@ -970,10 +1070,11 @@ def render_rank(b: RankBuilder) -> tuple[str, dict[str, dict[str, int]]]:
                    + ", ".join(items[5:7]) + ",\n      " + ", ".join(items[7:9]) + ",\n      " + ", ".join(items[9:11])
                    + "\n    , " + ", ".join(items[11:]) + "\n    }")
     dist = {"backend": "nccl", "rank": b.rank, "world_size": WORLD_SIZE, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": WORLD_SIZE,
-                           "ranks": list(range(WORLD_SIZE))}], "nccl_version": "2.26.2"}
-    trace_id = f"{_crc(SEED, 'trace', b.rank):08X}{_crc(SEED, 'id', b.rank):08X}{_crc(b.rank, SEED):08X}{_crc('x', b.rank):08X}"
-    text = (
+            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+                           "pg_size": WORLD_SIZE, "ranks": list(range(WORLD_SIZE))}], "nccl_version": "2.26.2"}
+    trace_id = (f"{_crc(SEED, 'trace', b.rank):08X}{_crc(SEED, 'id', b.rank):08X}"
+                f"{_crc(b.rank, SEED):08X}{_crc('x', b.rank):08X}")
+    return (
         "{\n"
         '  "schemaVersion": 1,\n'
         '  "deviceProperties": [\n' + ",\n".join(dev) + "\n  ],\n"
@@ -990,7 +1091,6 @@ def render_rank(b: RankBuilder) -> tuple[str, dict[str, dict[str, int]]]:
         f'  "baseTimeNanoseconds": {b.base}\n'
         "}\n"
     )
-    return text, counts
 
 
 # ----------------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ STEP_LEAD_NS = 30_000  # ProfilerStep starts this long before the first kernel o
 COMM_OFFSET_NS = 10_000  # the allreduce starts this long after the data-gradient GEMM
 REGRESSION = 1.30  # the data-gradient GEMM is this much slower after
 
-_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_{}_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+_GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_{}_n_tilesize128x128x64_warpgroupsize1x1x1"
+         "_execute_segment_k_off_kernel__5x_cublas")
 GEMM_FWD = _GEMM.format("tn")
 GEMM_DGRAD = _GEMM.format("nn")
 GEMM_WGRAD = _GEMM.format("nt")
@@ -219,7 +220,7 @@ def build(side: str) -> tuple[dict[int, _Rank], dict]:
             dgrad = next(i for i in timelines[r] if i["key"] == "gemm_dgrad")
             assert dgrad["start"] + 5_000 < comm_start and comm["start"] + comm["dur"] < dgrad["start"] + dgrad["dur"]
             _emit_step(ranks[r], timelines[r], comm)
-            figures[r].append(_figures(timelines[r], comm, side))
+            figures[r].append(_figures(timelines[r], comm))
         step_end_gpu = max(t[-1]["start"] + t[-1]["dur"] for t in timelines.values())
         step_start = step_end_gpu + _gap(rng, STEP_GAP_NS)
     step_starts.append(step_start)  # where the next step would begin: the end of the last one
@@ -264,7 +265,7 @@ def _emit_step(rank: _Rank, items: list[dict], comm: dict) -> None:
         previous_end = item["start"] + item["dur"]
 
 
-def _figures(items: list[dict], comm: dict, side: str) -> dict:
+def _figures(items: list[dict], comm: dict) -> dict:
     """Per-step figures of one rank, from the construction (docs/metrics.md definitions)."""
     first = items[0]["start"]
     last = items[-1]["start"] + items[-1]["dur"]
@@ -287,7 +288,7 @@ def render(rank: _Rank) -> str:
 
     lines = []
     for e in sorted(rank.events, key=lambda e: (e["ts"], e["pid"], e["tid"], e["name"])):
-        fields = [f'"ph": "X"', f'"cat": {json.dumps(e["cat"])}', f'"name": {json.dumps(e["name"])}',
+        fields = ['"ph": "X"', f'"cat": {json.dumps(e["cat"])}', f'"name": {json.dumps(e["name"])}',
                   f'"pid": {e["pid"]}', f'"tid": {e["tid"]}', f'"ts": {us(e["ts"] - BASE_TIME_NS)}',
                   f'"dur": {us(e["dur"])}']
         if "args" in e:

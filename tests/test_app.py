@@ -23,6 +23,11 @@ from traceview.app.server import create_app  # noqa: E402
 from traceview.app.timeline import SHAPE_BUDGET, LaneIndex, count_shapes, render  # noqa: E402
 from traceview.app.views import AppController, gap_search, parse_search  # noqa: E402
 
+#: every page of the app, in navigation order (from the analyses' specs)
+PAGE_LIST = pages.page_list()
+PAGE_PATHS = [p.path for p in PAGE_LIST]
+LABELS = {p.path: p.label for p in PAGE_LIST}
+
 SAMPLES = [SAMPLE_TRACES / "synthetic_4rank", SAMPLE_TRACES / "synthetic_nsys.sqlite",
            SAMPLE_TRACES / "torch_cpu_mlp.json.gz", SAMPLE_TRACES / "regression_pair"]
 
@@ -151,14 +156,14 @@ def test_run_changed_sets_the_filter_controls(ctl: AppController) -> None:
     assert bad[0] == [] and "unknown run" in str(bad[-1])
 
 
-@pytest.mark.parametrize("path", pages.PAGE_PATHS)
+@pytest.mark.parametrize("path", PAGE_PATHS)
 def test_every_page_renders_for_every_sample(ctl: AppController, path: str) -> None:
     for spec in ctl.store.runs:
         body, status = ctl.render_page(path, "", spec.id)
         text = text_of(body)
         assert "internal error" not in text, (spec.label, path, text[:500])
         assert spec.label in status
-        assert body[0].children == dict(pages.PAGES)[path]
+        assert body[0].children == LABELS[path]
         for g in graphs(body):
             fig = g.figure.to_plotly_json() if hasattr(g.figure, "to_plotly_json") else g.figure
             assert fig.get("data") is not None and fig.get("layout") is not None
@@ -170,7 +175,7 @@ def test_pages_show_data_for_the_4rank_sample(ctl: AppController) -> None:
     assert figure_points(by_id(body, "ov-breakdown").figure) >= 4
     assert figure_points(by_id(body, "ov-steps").figure) >= 12
     assert len(by_id(body, "ov-util").data) == 4
-    top = ctl.store.context(rid).report()["findings"][0]  # the costliest finding is listed first
+    top = ctl.store.context(rid).report["findings"][0]  # the costliest finding is listed first
     assert top["title"] in text_of(body)
     body, _ = ctl.render_page("/gaps", "", rid)
     assert figure_points(by_id(body, "gap-hist").figure) > 0
@@ -192,7 +197,7 @@ def test_pages_show_data_for_the_4rank_sample(ctl: AppController) -> None:
     assert {"name", "category", "count", "total_ns", "mean_ns", "share_pct"} <= {c["id"] for c in kt.columns}
     body, _ = ctl.render_page("/findings", "", rid)
     assert {"dl-md-btn", "dl-html-btn", "dl-json-btn"} <= {getattr(c, "id", None) for c in walk(body)}
-    report = ctl.store.context(rid).report()
+    report = ctl.store.context(rid).report
     assert text_of(body).count("costs ") == sum(1 for f in report["findings"] if f.get("cost_ns_per_step"))
 
 
@@ -353,10 +358,11 @@ def _large_trace(n_kernels: int = 300_000, n_ops: int = 300_000, ranks: int = 2)
             dur = rng.integers(20_000, 60_000, n_kernels // 2)
             gap = rng.integers(0, 3_000, n_kernels // 2)
             start = np.cumsum(dur + gap) - dur
-            cols["rank"].append(np.full(start.size, r)); cols["kind"].append(np.full(start.size, int(Kind.KERNEL)))
-            cols["start"].append(start); cols["dur"].append(dur); cols["pid"].append(np.full(start.size, r))
-            cols["tid"].append(np.full(start.size, stream)); cols["device"].append(np.full(start.size, r))
-            cols["stream"].append(np.full(start.size, stream))
+            for key, value in (("rank", r), ("kind", int(Kind.KERNEL)), ("pid", r), ("tid", stream), ("device", r),
+                               ("stream", stream)):
+                cols[key].append(np.full(start.size, value))
+            cols["start"].append(start)
+            cols["dur"].append(dur)
             cols["name"].append(np.where(stream == 20, 1, 0) + 2 * (np.arange(start.size) % 3 == 0))
         outer = n_ops // 2
         o_dur = rng.integers(20_000, 60_000, outer)
@@ -364,10 +370,11 @@ def _large_trace(n_kernels: int = 300_000, n_ops: int = 300_000, ranks: int = 2)
         i_start = o_start + 1_000
         i_dur = o_dur // 2
         for s, d in ((o_start, o_dur), (i_start, i_dur)):
-            cols["rank"].append(np.full(s.size, r)); cols["kind"].append(np.full(s.size, int(Kind.CPU_OP)))
-            cols["start"].append(s); cols["dur"].append(d); cols["pid"].append(np.full(s.size, 1000 + r))
-            cols["tid"].append(np.full(s.size, 1000 + r)); cols["device"].append(np.full(s.size, -1))
-            cols["stream"].append(np.full(s.size, -1)); cols["name"].append(np.full(s.size, 4))
+            for key, value in (("rank", r), ("kind", int(Kind.CPU_OP)), ("pid", 1000 + r), ("tid", 1000 + r),
+                               ("device", -1), ("stream", -1), ("name", 4)):
+                cols[key].append(np.full(s.size, value))
+            cols["start"].append(s)
+            cols["dur"].append(d)
     c = {k: np.concatenate(v) for k, v in cols.items()}
     names = np.array(["gemm_kernel", "ncclDevKernel_AllReduce", "elementwise_kernel", "ncclKernel_x", "aten::linear"])
     n = c["start"].size
@@ -455,7 +462,7 @@ def test_compare_uses_the_diff_module(ctl: AppController) -> None:
 def test_report_downloads_parse(ctl: AppController) -> None:
     rid = run_id(ctl, "synthetic_4rank")
     md = ctl.download("md", rid)
-    top = ctl.store.context(rid).report()["findings"][0]["title"]
+    top = ctl.store.context(rid).report["findings"][0]["title"]
     assert md["filename"].endswith(".md") and top.split(":")[0] in md["content"]
     page = ctl.download("html", rid)
     assert page["filename"].endswith(".html") and page["content"].lstrip().lower().startswith("<!doctype html")
@@ -527,46 +534,164 @@ def test_cli_app_command_rejects_bad_paths() -> None:
 
 
 def test_overview_draws_before_the_slow_analyses_finish(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Overview shows the temporal breakdown while the other analyses run, then its findings."""
+    """The Overview shows the temporal breakdown while the pipeline runs, then its findings."""
     import threading
 
-    from traceview.analyses import REGISTRY, _import_all
     from traceview.findings import AnalysisResult
+    from traceview.registry import ANALYSES, AnalysisSpec
 
-    _import_all()
     release = threading.Event()
 
     def slow(trace: Any, options: Any) -> AnalysisResult:
         release.wait(30)
         return AnalysisResult("zz_slow")
 
-    monkeypatch.setitem(REGISTRY, "zz_slow", slow)
+    monkeypatch.setitem(ANALYSES, "zz_slow", AnalysisSpec(name="zz_slow", title="Slow", run=slow, order=999))
     store = RunStore(discover_runs([str(SAMPLE_TRACES / "synthetic_4rank")]), use_cache=False)
     ctl = AppController(store)
     body, status = ctl.render_page("/overview", "", 0)
     assert "analyses running" in status
     assert figure_points(by_id(body, "ov-breakdown").figure) >= 4
-    assert "Running the other analyses" in text_of(by_id(body, "ov-findings"))
+    waiting = text_of(by_id(body, "ov-findings"))
+    assert "Running the other analyses" in waiting and "slow" in waiting
     assert ctl.overview_poll(1, 0) == (dash.no_update, dash.no_update)
     release.set()
     store.context(0)  # waits for the background computation
     findings, disabled = ctl.overview_poll(2, 0)
-    assert disabled is True and store.context(0).report()["findings"][0]["title"] in text_of(findings)
+    assert disabled is True and store.context(0).report["findings"][0]["title"] in text_of(findings)
     body, status = ctl.render_page("/overview", "", 0)
     assert "analyses ran in" in status and "Running the other" not in text_of(body)
 
 
-def test_whole_run_results_are_cached_on_disk() -> None:
+def test_whole_run_reports_are_cached_on_disk() -> None:
     runs = discover_runs([str(SAMPLE_TRACES / "synthetic_4rank")])
     first = RunStore(runs).context(0)
     assert not first.from_disk
     again = RunStore(runs).context(0)  # a restart of the app
-    assert again.from_disk
-    assert [f.title for f in again.findings] == [f.title for f in first.findings]
-    assert again.report()["summary"] == first.report()["summary"]
+    assert again.from_disk and again.report.trace is again.trace
+    assert again.report.data == first.report.data  # the whole report, findings and ids included
+    pd.testing.assert_frame_equal(again.table("idle_gaps", "gaps"), first.table("idle_gaps", "gaps"))
     assert not RunStore(runs, use_cache=False).context(0).from_disk
     # filtered selections are not written to disk
     assert not RunStore(runs).context(0, Filters(ranks=(1,))).from_disk
+
+
+# ------------------------------------------------------------- one report, the same findings everywhere
+
+
+def _finding_cards(body: Any) -> list[tuple[str, str]]:
+    """(id, title) of every finding card on a page, in page order."""
+    out = []
+    for card in walk(body):
+        if getattr(card, "className", None) == "tv-finding":
+            fid = next(c.children for c in walk(card) if getattr(c, "className", None) == "tv-fid")
+            title = next(c.children for c in walk(card) if getattr(c, "className", None) == "tv-ftitle")
+            out.append((fid, title))
+    return out
+
+
+@pytest.mark.parametrize("label", ["synthetic_4rank", "regression_pair/new", "synthetic_nsys"])
+def test_findings_page_is_the_pipeline_report(ctl: AppController, label: str) -> None:
+    """The Findings page lists exactly ``traceview.pipeline.analyze(same files)["findings"]``: the same
+    ids, titles and order (merged across ranks once, ranked once), and its header counts are the
+    report's ``findings_summary``, which add up to the list."""
+    from traceview.pipeline import analyze
+
+    rid = run_id(ctl, label)
+    report = analyze(list(ctl.store.spec(rid).files), use_cache=False)
+    expected = [(f["id"], f["title"]) for f in report["findings"]]
+    assert expected, "the sample should have findings"
+    body, _ = ctl.render_page("/findings", "", rid)
+    assert _finding_cards(body) == expected
+    stats = report["findings_summary"]
+    top_level = [f for f in report["findings"] if f["parent"] is None]
+    assert stats["top_level"] == len(top_level) == sum(stats["by_severity"].values())
+    assert stats["total"] == len(expected)
+    headline = by_id(body, "fnd-headline").children
+    assert headline == pages.findings_headline(stats) and headline.startswith(f"{len(top_level)} findings: ")
+    for severity, n in stats["by_severity"].items():
+        assert (f"{n} {severity}" in headline) == (n > 0)
+    # the Overview's top findings are the first top-level ones of that list
+    body, _ = ctl.render_page("/overview", "", rid)
+    ctl.store.context(rid)  # complete: the Overview shows the findings, not a placeholder
+    body, _ = ctl.render_page("/overview", "", rid)
+    assert _finding_cards(body) == [(f["id"], f["title"]) for f in top_level[:6]]
+
+
+def test_multi_rank_findings_are_merged_once(ctl: AppController) -> None:
+    """A problem every rank has is one finding of the job, as in every other front end."""
+    rid = run_id(ctl, "synthetic_4rank")
+    titles = [f["title"] for f in ctl.store.context(rid).findings]
+    assert any(t.startswith("On all ranks") for t in titles)
+    assert len(titles) == len(set(titles))
+
+
+def test_pages_come_from_the_analysis_specs() -> None:
+    from traceview.registry import analysis_specs
+
+    by_analysis = {p.analysis: p for p in PAGE_LIST if p.analysis is not None}
+    assert set(by_analysis) == {s.name for s in analysis_specs()}
+    for spec in analysis_specs():
+        expected = spec.page or (pages.generic_path(spec.name), spec.title)
+        assert (by_analysis[spec.name].path, by_analysis[spec.name].label) == expected
+    assert PAGE_PATHS[:2] == ["/overview", "/timeline"] and PAGE_PATHS[-2:] == ["/compare", "/findings"]
+    assert by_analysis["synchronization"].path == "/analysis/synchronization"
+    assert len(set(PAGE_PATHS)) == len(PAGE_PATHS)
+
+
+def test_an_analysis_without_a_page_gets_the_generic_page(ctl: AppController) -> None:
+    """Synchronisation declares no page: its page lists its tables under the report's titles, and
+    its findings as the report numbers them."""
+    rid = run_id(ctl, "synthetic_4rank")
+    report = ctl.store.context(rid).report
+    about = report["analyses"]["synchronization"]
+    body, _ = ctl.render_page("/analysis/synchronization", "", rid)
+    assert body[0].children == about["title"]
+    text = text_of(body)
+    assert "internal error" not in text
+    for name, table in about["tables"].items():
+        assert table["title"] in text
+        frame = report.table("synchronization", name)
+        if len(frame):
+            assert len(by_id(body, f"gen-synchronization-{name}").data) == min(len(frame), pages.GENERIC_TABLE_ROWS)
+    mine = [(f["id"], f["title"]) for f in report["findings"] if f["analysis"] == "synchronization"]
+    assert mine and _finding_cards(body) == mine
+
+
+def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An analysis registered as one module (here: a spec added to the registry) gets a nav entry and
+    a generic page with its table, its title and its finding, with no change to the app."""
+    from traceview.findings import AnalysisResult, Finding
+    from traceview.registry import ANALYSES, AnalysisSpec, TableSpec
+
+    def per_stream(trace: Any, options: Any) -> AnalysisResult:
+        kernels = trace.events.to_pandas()[["rank", "stream", "dur_ns"]]
+        table = kernels[kernels["stream"] >= 0].groupby(["rank", "stream"], as_index=False)["dur_ns"].sum()
+        rank = int(table["rank"].iloc[0])  # the pipeline runs analyses one rank at a time
+        finding = Finding(code="zz_busy_stream", severity="low", title=f"Rank {rank} has busy streams",
+                          analysis="zz_streams", recommendation="none", rank=rank,
+                          cost_ns_per_step=int(table["dur_ns"].sum()))
+        return AnalysisResult("zz_streams", tables={"busy": table}, findings=[finding])
+
+    spec = AnalysisSpec(name="zz_streams", title="Busy streams", run=per_stream, order=999,
+                        tables=(TableSpec("busy", "Busy time per stream", sort_by="dur_ns"),))
+    monkeypatch.setitem(ANALYSES, "zz_streams", spec)
+    new_app = create_app([str(SAMPLE_TRACES / "synthetic_4rank")], warm=False, use_cache=False)
+    new_ctl = new_app._traceview
+    nav = by_id(new_app.layout, pages.nav_id("/analysis/zz_streams"))
+    assert nav.children == "Busy streams" and nav.href == "/analysis/zz_streams"
+    body, _ = new_ctl.render_page("/analysis/zz_streams", "", 0)
+    assert body[0].children == "Busy streams" and "Busy time per stream" in text_of(body)
+    rows = by_id(body, "gen-zz_streams-busy").data
+    assert len(rows) == 4 * 2  # 4 ranks x 2 streams, the largest first
+    assert [r["dur_ns"] for r in rows] == sorted((r["dur_ns"] for r in rows), reverse=True)
+    # every rank raised it: one finding of the job, about its busiest rank, numbered by the report
+    busy = new_ctl.store.context(0).table("zz_streams", "busy").groupby("rank")["dur_ns"].sum()
+    worst = int(busy.idxmax())
+    report = new_ctl.store.context(0).report
+    mine = [(f["id"], f["title"]) for f in report["findings"] if f["analysis"] == "zz_streams"]
+    assert [t for _, t in mine] == [f"On all ranks (worst: rank {worst}): Rank {worst} has busy streams"]
+    assert _finding_cards(body) == mine
 
 
 def test_every_page_renders_for_every_shared_trace() -> None:
@@ -577,7 +702,7 @@ def test_every_page_renders_for_every_shared_trace() -> None:
     assert len(ctl.store.runs) >= 20
     failures = []
     for spec in ctl.store.runs:
-        for path in pages.PAGE_PATHS:
+        for path in PAGE_PATHS:
             body, status = ctl.render_page(path, "", spec.id)
             text = text_of(body)
             if "internal error" in text or "Traceback" in text:

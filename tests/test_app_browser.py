@@ -1,5 +1,7 @@
 """The web app in real headless Chromium (Debian's ``chromium``, driven by Playwright through
-``tests/browser.py``): every page renders with data and no console error, clicking a gap zooms the
+``tests/browser.py``): every page renders with data and no console error (the generic page of an
+analysis without its own page too), the Findings page lists the pipeline report's findings by id
+and in order, clicking a gap zooms the
 timeline, drag-zoom and the zoom buttons work, switching runs and comparing works, and the report
 downloads parse. Screenshots of every page go to ``test-artifacts/app_*.png``.
 
@@ -96,6 +98,8 @@ PAGES = [  # nav id, title, graphs that must hold data, tables that must have ro
     ("launch", "Launch overhead", ["launch-scatter"], ["launch-ops", "launch-steps"]),
     ("communication", "Communication", ["comm-overlap", "comm-skew"], ["comm-stragglers"]),
     ("kernels", "Kernels", [], ["kern-table", "kern-categories"]),
+    # an analysis without a page of its own: the generic page of its tables
+    ("analysis-synchronization", "Synchronisation", [], ["gen-synchronization-sync_summary"]),
     ("compare", "Compare", [], ["cmp-metrics", "cmp-kernels"]),
     ("findings", "Findings", [], []),
 ]
@@ -116,7 +120,12 @@ def test_page_renders_with_data(page: Any, server: str, nav: str, title: str, gr
     for tid in table_ids:
         assert _table_rows(page, tid) > 0, tid
     if nav == "findings":
-        assert page.locator(".tv-finding").count() >= 5
+        # the one report's findings, in its order, with its ids (F1, F1.1, ...)
+        from traceview.pipeline import analyze
+
+        report = analyze(sorted((RUNS[0]).glob("rank*.json*")), use_cache=False)
+        assert page.locator(".tv-fid").all_inner_texts() == [f["id"] for f in report["findings"]]
+        assert page.locator(".tv-ftitle").all_inner_texts() == [f["title"] for f in report["findings"]]
         assert page.locator("#dl-json-btn").is_visible()
     if nav == "timeline":
         stats = page.inner_text("#tl-stats")

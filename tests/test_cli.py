@@ -125,13 +125,46 @@ def test_bundled_sample_analyzes():
     sample = SAMPLE_TRACES / "synthetic_4rank"
     if not sample.exists():
         pytest.fail(f"bundled sample missing: {sample}")
-    result = run("analyze", str(sample), "--no-cache")
+    result = run("analyze", str(sample), "--no-cache", "--details")
     assert result.returncode == 0, result.stderr
     for rank in range(4):
         assert f"rank{rank}.json.gz" in result.stdout
     # a problem every rank has is listed once for the job, not once per rank
     assert "On all ranks" in result.stdout
     assert "straggler_rank" in result.stdout
+    # the first screen leads with the answer and fits one screen
+    first = run("analyze", str(sample))
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert len(lines) <= 40 and lines[0].startswith("traceview · 4 ranks")
+    assert "step time median" in first.stdout and "GPU utilization" in first.stdout
+    assert "F1 " in first.stdout and "Top kernels" in first.stdout and "rank0.json.gz" not in first.stdout
+
+
+def test_analyze_options_and_formats_for_a_job(tmp_path):
+    """--workers gives every format, and the same findings as the in-memory path."""
+    sample = str(SAMPLE_TRACES / "synthetic_4rank")
+    out = tmp_path / "job.json"
+    job = run("analyze", sample, "--workers", "2", "--format", "json", "-o", str(out))
+    assert job.returncode == 0, job.stderr
+    local = run("analyze", sample, "--format", "json")
+    assert local.returncode == 0, local.stderr
+    job_data, local_data = json.loads(out.read_text()), json.loads(local.stdout)
+    assert job_data["findings"] == local_data["findings"]
+    assert job_data["execution"]["executor"] != local_data["execution"]["executor"]
+    text = run("analyze", sample, "--workers", "2", "--top", "2")
+    assert text.returncode == 0, text.stderr
+    assert "F1 " in text.stdout and "F2 " in text.stdout and "F3 " not in text.stdout
+    assert "more findings: --top" in text.stdout and "analyzed by" in text.stdout
+
+
+def test_bad_format_and_output_are_one_line_errors(tmp_path):
+    sample = str(SAMPLE_TRACES / "synthetic_4rank")
+    result = run("analyze", sample, "--format", "yaml")
+    assert result.returncode == 2 and "yaml" in result.stderr and "markdown" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = run("analyze", sample, "-o", str(tmp_path))
+    assert result.returncode == 2 and "is a directory" in result.stderr
 
 
 def test_every_shared_trace_analyzes_without_error():

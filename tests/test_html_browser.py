@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import traceview
-from traceview.analyses import run_all
 from traceview.figures import report_figures
-from traceview.findings import Options
-from traceview.render.html import render_html
-from traceview.report import build_report
+from traceview.pipeline import analyze
+from traceview.render import get_renderer
 
 from browser import ARTIFACTS, open_page, require_chromium, screenshot
 
@@ -44,11 +41,9 @@ _PLOT_STATS = """
 
 
 def _report_html(path: Path, out: Path) -> tuple[Path, int]:
-    trace = traceview.load(path, use_cache=False)
-    options = Options()
-    report = build_report(trace, run_all(trace, options), options=options)
-    figures = report_figures(report, trace)
-    out.write_text(render_html(report, trace=trace, figures=figures), encoding="utf-8")
+    report = analyze(path, use_cache=False)
+    figures = report_figures(report, report.trace)
+    out.write_text(get_renderer("html")().render(report), encoding="utf-8")
     return out, len(figures)
 
 

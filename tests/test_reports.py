@@ -20,14 +20,15 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-import traceview
 from traceview import figures
-from traceview.analyses import run_all
-from traceview.findings import Finding, Options, nest_findings, rank_findings, top_level_findings
-from traceview.render.html import render_html
-from traceview.render.json import render_json
-from traceview.render.markdown import md_escape, render_markdown
-from traceview.report import build_report, findings_tree, report_to_json
+from traceview.errors import TraceviewError
+from traceview.findings import Finding, nest_findings, rank_findings, top_level_findings
+from traceview.pipeline import analyze
+from traceview.registry import RENDERERS
+from traceview.render import get_renderer
+from traceview.render.common import findings_count_text
+from traceview.render.markdown import md_escape
+from traceview.report import Report, findings_tree, report_to_json
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
@@ -56,24 +57,21 @@ ALL_IDS = list(SAMPLE_INPUTS) + (list(SHARED_INPUTS) or ["shared/(absent)"])
 
 
 class Case:
-    """One trace with its results, report and rendered outputs (built lazily, cached)."""
+    """One trace with its report (from the pipeline) and rendered outputs (built lazily, cached)."""
 
     def __init__(self, path: Path):
-        self.trace = traceview.load(path, use_cache=False)
-        self.options = Options()
-        self.results = run_all(self.trace, self.options)
-        self.report = build_report(self.trace, self.results, options=self.options)
+        self.report = analyze(path, use_cache=False)
+        self.trace = self.report.trace
+        self.results = self.report.results
         self._out: dict[str, str] = {}
 
-    def render(self, fmt: str) -> str:
-        if fmt not in self._out:
-            if fmt == "markdown":
-                self._out[fmt] = render_markdown(self.report)
-            elif fmt == "json":
-                self._out[fmt] = render_json(self.report)
-            elif fmt == "html":
-                self._out[fmt] = render_html(self.report, trace=self.trace)
-        return self._out[fmt]
+    def render(self, fmt: str, **options) -> str:
+        key = fmt + repr(sorted(options.items()))
+        if key not in self._out:
+            text = get_renderer(fmt)(**options).render(self.report)
+            assert isinstance(text, str)
+            self._out[key] = text
+        return self._out[key]
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +166,12 @@ def test_every_format_renders(cases, case_id):
     rendered = parse_html(gfm_html(md))
     assert set(rendered.tags) <= GFM_TAGS, set(rendered.tags) - GFM_TAGS
     summary = rendered.tables[0]
-    assert [row[0] for row in summary["rows"]][:4] == ["GPUs", "ranks", "steps", "median step time"]
+    assert [row[0] for row in summary["rows"]][:4] == ["GPUs", "ranks", "steps", "step time"]
     assert all(len(row) == len(t["header"]) for t in rendered.tables for row in t["rows"])
     n_details = md.count("<details")
     assert rendered.tags.count("details") == n_details and n_details >= 2
     if report["findings"]:
-        findings_table = next(t for t in rendered.tables if t["header"][:3] == ["#", "severity", "finding"])
+        findings_table = next(t for t in rendered.tables if t["header"][:3] == ["id", "severity", "finding"])
         assert len(findings_table["rows"]) == len(report["findings"])
     # HTML: self-contained (no external script, style or request), figures present, names escaped
     page = case.render("html")
@@ -399,7 +397,8 @@ def test_timeline_is_bounded_and_escapes_names(cases):
     assert bars + shapes <= 150 + figures.MAX_GAP_LABELS
     assert any("merged" in str(a.text) for a in fig.layout.annotations)
     full = figures.timeline_figure(tr, start, end, rank=0, gaps=gaps)
-    texts = [t for tr_ in full.data for t in (tr_.customdata if tr_.customdata is not None else []) if isinstance(t, str)]
+    texts = [t for tr_ in full.data for t in (tr_.customdata if tr_.customdata is not None else [])
+             if isinstance(t, str)]
     assert texts and not any("<4096ul>" in t for t in texts) and any("&lt;4096ul&gt;" in t for t in texts)
 
 
@@ -536,3 +535,147 @@ def test_findings_nest_under_the_root_of_their_part_of_chain():
         ("idle", ["sync gaps", "sync calls"]),
         ("sync calls r1", []),  # no umbrella on rank 1: stands alone, counted once
     ]
+
+
+# ----------------------------------------------------------------------------- one list of findings, every format
+
+#: a finding's id at the start of a text line (first screen) or in a table cell (--details)
+_TEXT_ID = re.compile(r"^(?:│ )?(F\d+(?:\.\d+)?)\s")
+
+
+def _expected(report) -> list[tuple[str, str]]:
+    return [(f["id"], f["title"]) for f in report["findings"]]
+
+
+def _markdown_findings(md: str) -> list[tuple[str, str]]:
+    table = next(t for t in parse_html(gfm_html(md)).tables if t["header"][:3] == ["id", "severity", "finding"])
+    return [(row[0], row[2]) for row in table["rows"]]
+
+
+def _html_findings(page: str) -> list[tuple[str, str]]:
+    import html as html_lib
+
+    rows = re.findall(r'<tr(?: class=nested)? id="finding-([^"]+)"><td class="fid">([^<]*)</td>.*?'
+                      r'<td class="title">(?:↳ )?(.*?)<div class="code">', page, re.S)
+    assert all(a == b for a, b, _ in rows)
+    return [(html_lib.unescape(a), html_lib.unescape(t)) for a, _, t in rows]
+
+
+def _text_ids(text: str) -> list[str]:
+    return [m.group(1) for line in text.splitlines() if (m := _TEXT_ID.match(line))]
+
+
+@pytest.mark.parametrize("case_id", ["synthetic_4rank", "shared/param_dlrm_8ranks_v100"])
+def test_every_format_shows_the_same_findings_in_the_same_order(cases, case_id):
+    case = cases(case_id)
+    expected = _expected(case.report)
+    assert expected, "the trace should raise findings"
+    assert [f"F{i}" for i in range(1, 1 + len(top_level_findings_of(case.report)))] == \
+        [f["id"] for f in top_level_findings_of(case.report)]
+    data = json.loads(case.render("json"))
+    assert [(f["id"], f["title"]) for f in data["findings"]] == expected
+    md = _markdown_findings(case.render("markdown"))
+    assert [i for i, _ in md] == [i for i, _ in expected]
+    for (_, cell), (_, title) in zip(md, expected):
+        assert cell.startswith(title.replace("\n", " ")) or cell.startswith("↳ " + title), (cell, title)
+    assert _html_findings(case.render("html")) == expected
+    # the terminal: every id in order under --details; the first screen lists the top-level ones first
+    assert _text_ids(case.render("text", details=True, top=3))[-len(expected):] == [i for i, _ in expected]
+    first = case.render("text", top=3)
+    top = top_level_findings_of(case.report)
+    assert _text_ids(first) == [f["id"] for f in top[:3]]
+    for f in top[:3]:
+        line = next(line for line in first.splitlines() if line.startswith(f["id"] + " "))
+        assert f["title"][:40] in line and f["severity"] in line
+
+
+def top_level_findings_of(report) -> list[dict]:
+    return [f for f in report["findings"] if f["parent"] is None]
+
+
+@pytest.mark.parametrize("case_id", ["synthetic_4rank", "synthetic_nsys", "shared/param_dlrm_8ranks_v100"])
+def test_summary_counts_equal_the_list(cases, case_id):
+    case = cases(case_id)
+    report = case.report
+    findings = report["findings"]
+    fs = report["findings_summary"]
+    top = top_level_findings_of(report)
+    assert fs["total"] == len(findings)
+    assert fs["top_level"] == len(top) == len(findings_tree(report))
+    assert fs["nested"] == len(findings) - len(top)
+    assert fs["by_severity"] == {s: sum(1 for f in top if f["severity"] == s) for s in fs["by_severity"]}
+    assert report["summary"]["findings"] == fs
+    # every format states these counts
+    counts = findings_count_text(report)
+    assert f"Findings: {counts}" in case.render("text")
+    assert counts.replace("_", "\\_") in case.render("markdown")
+    assert counts in case.render("html")
+
+
+def test_first_screen_of_the_8_rank_job(cases):
+    case = cases("shared/param_dlrm_8ranks_v100")
+    report = case.report
+    s = report["summary"]
+    text = case.render("text")
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) <= 40, text
+    assert max(len(line) for line in lines) <= 160, text
+    head = "\n".join(lines[:4])
+    assert "8 ranks" in lines[0] and "8 × Tesla V100-SXM2-32GB" in lines[0] and "1 step per rank" in lines[0]
+    assert "kineto" in lines[0]
+    from traceview.units import fmt_ns, fmt_share
+
+    assert f"median {fmt_ns(s['median_step_time_ns'])}" in head and f"p90 {fmt_ns(s['p90_step_time_ns'])}" in head
+    assert f"GPU utilization {fmt_share(s['utilization'])}" in head
+    for label, key in (("compute", "compute_share"), ("exposed communication", "exposed_comm_share"),
+                       ("memory alone", "memory_only_share"), ("idle", "idle_share")):
+        assert f"{label} {fmt_share(s[key])}" in head, label
+    shares = sum(s[k] for k in ("compute_share", "exposed_comm_share", "memory_only_share", "idle_share"))
+    assert shares == pytest.approx(1.0)
+    # top findings with cost per step, top kernels, and no unmapped-category noise
+    assert "cost/step" in text
+    for f in top_level_findings_of(report)[:5]:
+        assert any(line.startswith(f["id"] + " ") and f["title"][:30] in line for line in lines), f["id"]
+    assert "Top kernels" in text
+    kernels = report["analyses"]["kernels"]["tables"]["kernels"]["rows"]
+    largest = max(kernels, key=lambda r: r["total_ns"])
+    assert largest["name"][:40] in text and fmt_ns(largest["total_ns"]) in text
+    assert "(no category)" not in text and "Trace 1" not in text
+    # no header names a unit its cells do not use
+    assert not re.search(r"\b(ns|_ns)\b", "\n".join(line for line in lines if "──" not in line).replace(" ns", ""))
+
+
+def test_one_step_tables_do_not_repeat_whole_trace_rows(cases):
+    case = cases("shared/param_dlrm_8ranks_v100")
+    assert case.report["summary"]["steps"] == 1
+    md = case.render("markdown")
+    table = case.report["analyses"]["temporal"]["tables"]["breakdown"]
+    whole = [r for r in table["rows"] if r["step"] is None]
+    assert whole and len(table["rows"]) == 2 * len(whole)  # the report keeps both ...
+    block = md[md.index("GPU time per rank, device and step"):]
+    block = block[: block.index("\n\n**")]  # up to the next table
+    assert block.count("\n| ") - 2 == len(whole)  # header and rule, then the whole-trace rows once
+    assert "| step |" not in block
+    text = case.render("text", details=True)
+    section = text[text.index("GPU time per rank, device and step"):].split("\n\n")[0]
+    assert sum(1 for line in section.splitlines() if re.match(r"\s*\d", line)) == len(whole)
+
+
+def test_renderer_registry_and_unknown_format():
+    assert {"text", "markdown", "html", "json"} <= set(RENDERERS)
+    assert {n: RENDERERS[n].output_file_extension for n in ("text", "markdown", "html", "json")} == \
+        {"text": ".txt", "markdown": ".md", "html": ".html", "json": ".json"}
+    assert all(RENDERERS[n].description for n in RENDERERS)
+    with pytest.raises(TraceviewError, match="choose one of text, markdown, html, json"):
+        get_renderer("yaml")
+    assert get_renderer("Markdown") is RENDERERS["markdown"]
+
+
+def test_html_without_the_trace_leaves_the_timeline_out_with_a_note(cases):
+    case = cases("synthetic_4rank")
+    job_report = Report(case.report.data, case.report.results, trace=None)
+    page = get_renderer("html")().render(job_report)
+    assert_offline_html(page)
+    assert 'id="no-timeline"' in page and "fig-timeline" not in page
+    assert page.count("Plotly.newPlot(") == len(figures.report_figures(case.report, None))
+    assert 'id="no-timeline"' not in case.render("html")

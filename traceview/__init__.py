@@ -1,12 +1,44 @@
 """traceview: GPU profiler traces (PyTorch/Kineto JSON, Nsight Systems SQLite) into answers.
 
 >>> import traceview
->>> trace = traceview.load("sample_traces/synthetic_4rank")   # doctest: +SKIP
+>>> report = traceview.analyze("sample_traces/synthetic_4rank")     # doctest: +SKIP
+>>> report.findings                   # one row per finding, ranked, as in every report format
+>>> report.table("kernels", "kernels")                              # any analysis's table
+>>> trace = traceview.load("run/")    # the canonical Arrow tables, for your own questions
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from traceview.errors import TraceFormatError, TraceviewError
+from traceview.findings import Finding, Options
 from traceview.loading import load
 from traceview.model import Kind, RankInfo, Trace
 
-__all__ = ["load", "Trace", "Kind", "RankInfo", "TraceFormatError", "TraceviewError"]
+if TYPE_CHECKING:
+    from traceview.report import Report
+
+__all__ = ["analyze", "load", "Report", "Trace", "Kind", "RankInfo", "Options", "Finding", "TraceFormatError",
+           "TraceviewError"]
 __version__ = "0.1.0"
+
+
+def analyze(source: Any, *, use_cache: bool = True, executor: Any = None, **options: Any) -> "Report":
+    """Analyze trace files, a directory of per-rank files, or a loaded :class:`Trace`, and return the
+    :class:`~traceview.report.Report` (the same one the CLI, the reports and the app show).
+
+    ``options`` are :class:`Options` fields: ``step_marker``, ``top_n``, ``min_gap_ns``, ``ranks``.
+    ``executor``: run rank by rank elsewhere (``traceview.jobs.make_executor(workers=4)``).
+    """
+    from traceview.pipeline import analyze as run_pipeline
+
+    return run_pipeline(source, Options(**options), use_cache=use_cache, executor=executor)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Report":  # the report model imports pandas: loaded on first use
+        from traceview.report import Report
+
+        return Report
+    raise AttributeError(f"module 'traceview' has no attribute {name!r}")

@@ -280,7 +280,7 @@ def _fmt_share(x: float) -> str:
 
 
 def _fmt_time(ns: float) -> str:
-    from traceview.render.terminal import fmt_ns
+    from traceview.units import fmt_ns
 
     return fmt_ns(ns)
 

@@ -20,6 +20,7 @@ Conventions:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -592,7 +593,8 @@ def innermost_covering(
 
 
 def searchsorted_by(
-    keys: np.ndarray, times: np.ndarray, query_keys: np.ndarray, query_times: np.ndarray, side: str = "left"
+    keys: np.ndarray, times: np.ndarray, query_keys: np.ndarray, query_times: np.ndarray,
+    side: Literal["left", "right"] = "left",
 ) -> np.ndarray:
     """``searchsorted`` within groups: data sorted by (key, time); returns global positions.
 

@@ -276,14 +276,16 @@ def _assign_ranks(traces: list[Trace]) -> Trace:
             else:
                 info.rank_source += f"; renumbered {rank} -> {next_free} across files"
         if mapping and any(old != new for old, new in mapping.items()):
-            tr = _renumber(tr, mapping)
+            tr = renumber_ranks(tr, mapping)
         remapped.append(tr)
     merged = concat_traces(remapped)
     merged.warnings = list(dict.fromkeys(merged.warnings + warnings))
     return merged
 
 
-def _renumber(tr: Trace, mapping: dict[int, int]) -> Trace:
+def renumber_ranks(tr: Trace, mapping: dict[int, int]) -> Trace:
+    """``tr`` with its ranks renamed (``{old: new}``) in its events, links, steps and ranks dict
+    (``traceview.jobs`` renames a file's ranks with it as :func:`load` does)."""
     rank = tr.events.column("rank").to_numpy()
     new_rank = rank.copy()
     for old, new in mapping.items():

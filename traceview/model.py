@@ -180,6 +180,30 @@ class Trace:
     def num_events(self) -> int:
         return self.events.num_rows
 
+    def __repr__(self) -> str:
+        formats = sorted({info.source_format for info in self.ranks.values()})
+        return (f"<Trace {len(self.ranks)} rank(s), {self.num_events:,} events, {self.steps.num_rows} step(s), "
+                f"{'/'.join(formats) or 'no'} input>")
+
+    @property
+    def start_ns(self) -> int:
+        """The first event's start (ns, on the trace's clock): the origin of relative times."""
+        if self.events.num_rows == 0:
+            return 0
+        return int(pc.min(self.events.column("start_ns")).as_py())
+
+    def relative(self, frame: "Any") -> "Any":
+        """A copy of a DataFrame with its absolute time columns (``start_ns``, ``end_ns``,
+        ``*_start_ns``, ``*_end_ns``, ``first_start_ns``, ``last_end_ns``) made relative to the trace's
+        first event: ns since :attr:`start_ns`. Durations (``dur_ns``...) are left as they are."""
+        origin = self.start_ns
+        out = frame.copy()
+        for col in out.columns:
+            name = str(col)
+            if name in ("start_ns", "end_ns") or name.endswith(("_start_ns", "_end_ns")):
+                out[col] = out[col] - origin
+        return out
+
     def column(self, name: str) -> np.ndarray:
         """A column as a numpy array (dictionary columns give their integer codes)."""
         col = self.events.column(name)
@@ -381,7 +405,7 @@ def join_on_keys(
     if len(left_keys) == 1:
         left_hash, right_hash = left_keys[0].astype(np.int64), right_keys[0].astype(np.int64)
     else:
-        left_hash, right_hash = _hash_keys(left_keys), _hash_keys(right_keys)
+        left_hash, right_hash = hash_keys(left_keys), hash_keys(right_keys)
     order = np.argsort(right_hash, kind="stable")
     sorted_right = right_hash[order]
     lo = np.searchsorted(sorted_right, left_hash, "left")
@@ -403,7 +427,7 @@ def join_on_keys(
     return lpos[final], rpos[final]
 
 
-def _hash_keys(keys: list[np.ndarray]) -> np.ndarray:
+def hash_keys(keys: list[np.ndarray]) -> np.ndarray:
     """Mix several integer columns into one int64 (collisions are checked by the caller)."""
     mixed = np.zeros(len(keys[0]), dtype=np.uint64)
     with np.errstate(over="ignore"):

@@ -67,7 +67,8 @@ class RankResult:
 
     def pack(self) -> "RankResult":
         if not self.payload:
-            self.payload = zlib.compress(pickle.dumps((self.tables, self.gathered), protocol=pickle.HIGHEST_PROTOCOL), 1)
+            data = pickle.dumps((self.tables, self.gathered), protocol=pickle.HIGHEST_PROTOCOL)
+            self.payload = zlib.compress(data, 1)
             self.tables, self.gathered = {}, {}
         return self
 
@@ -135,7 +136,7 @@ def map_rows(frame: pd.DataFrame, rows: np.ndarray | None, offset: int = 0) -> p
             new[ok] = rows[vals[ok]]
         new[ok] += offset
         if nullable:
-            frame[c] = pd.array(np.where(mask, None, new).tolist(), dtype=frame[c].dtype)
+            frame[c] = pd.array([None if m else int(v) for m, v in zip(mask, new)], dtype=frame[c].dtype)
         else:
             frame[c] = new.astype(frame[c].dtype)
     return frame
@@ -198,15 +199,16 @@ def bound_table(frame: pd.DataFrame, table: TableSpec, rows: int) -> pd.DataFram
 
 def bound_rank_tables(spec: AnalysisSpec, tables: dict[str, pd.DataFrame], options: Options) -> dict[str, pd.DataFrame]:
     """One rank's tables of one analysis, cut for a job (see :func:`bound_table`). With
-    ``options.whole_only`` the per-event tables are left out and the others keep their whole-trace
-    rows only."""
+    ``options.whole_only`` the per-event tables are left out and tables that have a whole-trace row
+    (``step`` missing) keep only it; tables of one row per step and no whole-trace row (the steps
+    themselves, which the summary's step count and step times come from) are kept."""
     out: dict[str, pd.DataFrame] = {}
     for name, frame in tables.items():
         table = spec.table(name)
         if options.whole_only:
             if table.per_event:
                 continue
-            if "step" in frame and not table.top_overall:
+            if "step" in frame and not table.top_overall and frame["step"].isna().any():
                 frame = frame[frame["step"].isna()].reset_index(drop=True)
         rows = max(REPORT_TABLE_ROWS, table.keep_rows, options.top_n)
         out[name] = drop_unused_categories(bound_table(frame, table, rows))

@@ -32,7 +32,7 @@ import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, Iterator, Protocol
 
 import msgspec
 import numpy as np
@@ -115,8 +115,14 @@ def _wants_gzip(in_path: Path, out_path: Path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
+class _ByteSink(Protocol):
+    """Where a redacted copy is written: a binary file or a gzip stream."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
 class _KinetoRedactor:
-    def __init__(self, path: Path, out: BinaryIO, scrubber: Scrubber, chunk_bytes: int) -> None:
+    def __init__(self, path: Path, out: _ByteSink, scrubber: Scrubber, chunk_bytes: int) -> None:
         self.path = path
         self.out = out
         self.s = scrubber
@@ -129,86 +135,104 @@ class _KinetoRedactor:
         raw, blocks = open_bytes(self.path)
         with raw:
             buf = bytearray()
-            eof = False
             # 1. the head: everything before the events array
-            start = -1
-            array_document = False
-            while start < 0:
+            start, array_document, eof = self._read_head(buf, blocks)
+            self._write_head(bytes(buf[:start]), array_document)
+            del buf[:start]
+            # 2. the events, in chunks of whole events
+            self._copy_events(buf, blocks, eof)
+            # 3. the rest: last events, the closing bracket, metadata after the events
+            self._write_tail(bytes(buf), array_document)
+
+    def _read_head(self, buf: bytearray, blocks: Iterator[bytes]) -> tuple[int, bool, bool]:
+        """Read blocks into ``buf`` up to the opening bracket of the events array.
+
+        Returns (position just after that bracket; whether the document is a bare array of events
+        rather than an object with ``traceEvents``; whether the input is exhausted).
+        """
+        eof = False
+        while True:
+            block = next(blocks, None)
+            if block is None:
+                eof = True
+            else:
+                buf += block
+            stripped = buf.lstrip()
+            if stripped[:1] == b"[":
+                return len(buf) - len(stripped) + 1, True, eof
+            if stripped and stripped[:1] != b"{":
+                raise TraceFormatError(self.path, "is not a JSON trace (does not start with '{' or '[')",
+                                       "expected PyTorch profiler JSON or an Nsight Systems .sqlite export")
+            start = self._find_events_key(buf)
+            if start >= 0:
+                return start, False, eof
+            if eof:
+                if not bytes(buf).strip():
+                    raise TraceFormatError(self.path, "is empty")
+                raise TraceFormatError(self.path, "has no traceEvents array (JSON, but not a profiler trace)",
+                                       "expected a PyTorch profiler / Chrome trace")
+
+    def _write_head(self, head_text: bytes, array_document: bool) -> None:
+        """Write the document up to the events array's ``[`` (the head's members scrubbed)."""
+        if array_document:
+            self.out.write(b"[")
+            return
+        head = self._decode_object(head_text, closing=True)
+        self.s.learn({k: self._loads(v) for k, v in head.items()})
+        self.out.write(b"{")
+        self._write_members(head, "")
+        self.out.write(b"," if head else b"")
+        self.out.write(b'"traceEvents":[')
+
+    def _copy_events(self, buf: bytearray, blocks: Iterator[bytes], eof: bool) -> None:
+        """Scrub and write the events, in chunks of whole events, until the input is exhausted
+        (what is left in ``buf`` is the last chunk and the document's tail)."""
+        while True:
+            while not eof and len(buf) < self.chunk_bytes:
                 block = next(blocks, None)
                 if block is None:
                     eof = True
                 else:
                     buf += block
-                stripped = buf.lstrip()
-                if stripped[:1] == b"[":
-                    array_document = True
-                    start = len(buf) - len(stripped) + 1
-                    break
-                if stripped and stripped[:1] != b"{":
-                    raise TraceFormatError(self.path, "is not a JSON trace (does not start with '{' or '[')",
-                                           "expected PyTorch profiler JSON or an Nsight Systems .sqlite export")
-                start = self._find_events_key(buf)
-                if start < 0 and eof:
-                    if not bytes(buf).strip():
-                        raise TraceFormatError(self.path, "is empty")
-                    raise TraceFormatError(self.path, "has no traceEvents array (JSON, but not a profiler trace)",
-                                           "expected a PyTorch profiler / Chrome trace")
-            if array_document:
-                self.out.write(b"[")
-            else:
-                head = self._decode_object(bytes(buf[:start]), closing=True)
-                self.s.learn({k: self._loads(v) for k, v in head.items()})
-                self.out.write(b"{")
-                self._write_members(head, "")
-                self.out.write(b"," if head else b"")
-                self.out.write(b'"traceEvents":[')
-            del buf[:start]
-            # 2. the events, in chunks of whole events
-            while True:
-                while not eof and len(buf) < self.chunk_bytes:
-                    block = next(blocks, None)
-                    if block is None:
-                        eof = True
-                    else:
-                        buf += block
-                if eof:
-                    break
-                cut = self._last_event_end(buf)
-                if cut is None:
-                    # no complete event yet (one event larger than a chunk): read more
-                    block = next(blocks, None)
-                    if block is None:
-                        eof = True
-                    else:
-                        buf += block
-                        self.chunk_bytes = max(self.chunk_bytes, len(buf) + 1)
-                    continue
-                self._events(bytes(buf[:cut]))
-                del buf[:cut]
-            # 3. the rest: last events, the closing bracket, metadata after the events
-            data = bytes(buf)
-            brackets, depth = bracket_depths(data)
-            closing = np.flatnonzero(depth == -1)
-            if len(closing) == 0:
-                raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
-                                       "the file was cut short (profiler killed, or an incomplete copy)")
-            array_end = int(brackets[closing[0]])
-            self._events(data[:array_end])
-            self.out.write(b"]")
-            rest = data[array_end + 1:].strip()
-            if array_document:
-                if rest:
-                    raise TraceFormatError(self.path, "has data after the closing ']' of the event array")
+            if eof:
                 return
-            if not rest.endswith(b"}"):
-                raise TraceFormatError(self.path, "JSON is truncated after the traceEvents array", "the file was cut short")
-            inner = rest[:-1].strip().lstrip(b",").strip()
-            if inner:
-                tail = self._decode_object(b"{" + inner + b"}", closing=False)
-                self.s.learn({k: self._loads(v) for k, v in tail.items()})
-                self.out.write(b",")
-                self._write_members(tail, "")
-            self.out.write(b"}")
+            cut = self._last_event_end(buf)
+            if cut is None:
+                # no complete event yet (one event larger than a chunk): read more
+                block = next(blocks, None)
+                if block is None:
+                    eof = True
+                else:
+                    buf += block
+                    self.chunk_bytes = max(self.chunk_bytes, len(buf) + 1)
+                continue
+            self._events(bytes(buf[:cut]))
+            del buf[:cut]
+
+    def _write_tail(self, data: bytes, array_document: bool) -> None:
+        """Write the last events, the closing bracket and the members after the events array."""
+        brackets, depth = bracket_depths(data)
+        closing = np.flatnonzero(depth == -1)
+        if len(closing) == 0:
+            raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
+                                   "the file was cut short (profiler killed, or an incomplete copy)")
+        array_end = int(brackets[closing[0]])
+        self._events(data[:array_end])
+        self.out.write(b"]")
+        rest = data[array_end + 1:].strip()
+        if array_document:
+            if rest:
+                raise TraceFormatError(self.path, "has data after the closing ']' of the event array")
+            return
+        if not rest.endswith(b"}"):
+            raise TraceFormatError(self.path, "JSON is truncated after the traceEvents array", "the file was cut short")
+        inner = rest[:-1].strip().lstrip(b",").strip()
+        if inner:
+            tail = self._decode_object(b"{" + inner + b"}", closing=False)
+            self.s.learn({k: self._loads(v) for k, v in tail.items()})
+            self.out.write(b",")
+            self._write_members(tail, "")
+        self.out.write(b"}")
 
     def _find_events_key(self, buf: bytearray) -> int:
         for match in _TRACE_EVENTS_KEY.finditer(buf):

@@ -38,8 +38,10 @@ class TableSpec:
     kernels); the report shows the top ``report_rows`` of them and a job keeps, per rank, the rows any
     report figure can need. ``keep_rows``: rows per rank that a chart needs beyond the report's
     (e.g. the timeline's largest gaps). ``sample_by``/``sample_rows``: a uniform sample of the table
-    (for scatter charts), drawn as the rows with the smallest hash of that row-id column: the same
-    rows whether the ranks were analysed together or one by one. ``per_event``: one row per event
+    (for scatter charts), drawn as the rows with the smallest hash of that column: the same rows
+    whether the ranks were analysed together or one by one, provided the column is intrinsic to the
+    event (a start time), not a row number (a job's worker samples before its rows are moved to rows
+    across files). ``per_event``: one row per event
     (left out of jobs that keep only whole-trace rows). ``top_overall``: a table of the top
     ``Options.top_n`` rows over all ranks, by these (column, ascending) keys: the per-rank tables are
     concatenated and cut again. ``cross_rank``: computed by the analysis's reduce step from every

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -26,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 import traceview
+from traceview.environment import environment
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings, nest_findings
 from traceview.model import RankInfo, Trace
 from traceview.registry import ANALYSES
@@ -33,7 +33,7 @@ from traceview.secrets import scrub, scrub_metadata
 from traceview.tables import sample_mask, top_order
 
 #: the report format version (see docs/reports.md for the rule)
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 #: rows kept per table (the largest first for tables with a sort key: see
 #: ``traceview.registry.TableSpec``); the total is stated
 REPORT_TABLE_ROWS = 50
@@ -97,182 +97,6 @@ def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, so
     columns = [str(c) for c in shown.columns]
     rows = [{c: plain(v, c) for c, v in zip(columns, values)} for values in shown.itertuples(index=False, name=None)]
     return {"columns": columns, "rows": rows, "total_rows": total, "shown_rows": len(rows), "sorted_by": sorted_by}
-
-
-# ------------------------------------------------------------------------------------ environment
-
-_CUDA_INT_KEYS = {"cuda_runtime_version": "cuda_runtime", "cuda_driver_version": "cuda_driver"}
-_HIP_INT_KEYS = {"hip_runtime_version": "hip_runtime", "hip_driver_version": "hip_driver"}
-#: keys (lower-case) anywhere in the metadata that name a version, and what of
-_VERSION_KEYS = {
-    "torch_version": "pytorch",
-    "pytorch_version": "pytorch",
-    "cuda_compiled_version": "pytorch_cuda_build",
-    "cudnn_version": "cudnn",
-    "nccl_version": "nccl",
-    "rccl_version": "rccl",
-    "nvidia_driver_version": "nvidia_driver",
-    "hip_runtime_version": "hip_runtime",
-    "hip_compiled_version": "pytorch_hip_build",
-    "miopen_runtime_version": "miopen",
-    "rocm_version": "rocm",
-    "cupti_version": "cupti",
-    "roctracer_version": "roctracer",
-}
-#: environment variables that name a version
-_ENV_VERSIONS = {
-    "PYTORCH_VERSION": "pytorch",
-    "TORCH_VERSION": "pytorch",
-    "CUDA_VERSION": "cuda_toolkit",
-    "CUDNN_VERSION": "cudnn",
-    "NV_CUDNN_VERSION": "cudnn",
-    "NCCL_VERSION": "nccl",
-    "ROCM_VERSION": "rocm",
-    "HIP_VERSION": "hip_runtime",
-}
-_PIP_VERSIONS = {
-    "torch": "pytorch",
-    "nvidia-cudnn-cu11": "cudnn",
-    "nvidia-cudnn-cu12": "cudnn",
-    "nvidia-cudnn-cu13": "cudnn",
-    "nvidia-nccl-cu11": "nccl",
-    "nvidia-nccl-cu12": "nccl",
-    "nvidia-nccl-cu13": "nccl",
-}
-_ENV_ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:=|:\s)\s*\"?([^\"]*)\"?\s*$")
-_PIP = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*(\S+)\s*$")
-_UNKNOWN = {"", "n/a", "na", "none", "null", "unknown", "<redacted>", "0"}
-#: profiler settings worth showing (Kineto top-level keys)
-_PROFILER_KEYS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
-
-
-def _cuda_version(value: Any) -> str | None:
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        return None
-    return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else None
-
-
-def _hip_version(value: Any) -> str | None:
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        return None
-    return f"{v // 10_000_000}.{(v // 100_000) % 100}.{v % 100_000}" if v > 0 else None
-
-
-class _Versions:
-    """Version candidates by name; the lowest priority number (most direct source) wins."""
-
-    def __init__(self) -> None:
-        self.best: dict[str, tuple[int, list[str], str]] = {}
-
-    def offer(self, name: str, value: Any, source: str, priority: int) -> None:
-        if value is None or isinstance(value, (dict, list, bool)):
-            return
-        text = str(value).strip()
-        if text.lower() in _UNKNOWN or len(text) > 80:
-            return
-        current = self.best.get(name)
-        if current is None or priority < current[0]:
-            self.best[name] = (priority, [text], source)
-        elif priority == current[0] and text not in current[1] and source == current[2]:
-            current[1].append(text)
-
-    def walk(self, obj: Any, path: str) -> None:
-        if isinstance(obj, Mapping):
-            for k, v in obj.items():
-                key = str(k)
-                sub = f"{path}.{key}" if path else key
-                if key.lower() in _VERSION_KEYS and not isinstance(v, (dict, list)):
-                    self.offer(_VERSION_KEYS[key.lower()], v, f"metadata {sub}", 2)
-                elif key.upper() in _ENV_VERSIONS and not isinstance(v, (dict, list)):
-                    self.offer(_ENV_VERSIONS[key.upper()], v, f"environment {key}", 3)
-                else:
-                    self.walk(v, sub)
-        elif isinstance(obj, list):
-            for item in obj:
-                if isinstance(item, str):
-                    self._string(item, path)
-                else:
-                    self.walk(item, path)
-
-    def _string(self, text: str, path: str) -> None:
-        m = _PIP.match(text)
-        if m and m.group(1).lower() in _PIP_VERSIONS:
-            self.offer(_PIP_VERSIONS[m.group(1).lower()], m.group(2), f"installed package {m.group(1)}", 2)
-            return
-        m = _ENV_ASSIGN.match(text)
-        if m and m.group(1).upper() in _ENV_VERSIONS:
-            self.offer(_ENV_VERSIONS[m.group(1).upper()], m.group(2), f"environment {m.group(1)}", 3)
-
-    def result(self) -> dict[str, dict[str, str]]:
-        return {name: {"value": " / ".join(values), "source": source}
-                for name, (_, values, source) in sorted(self.best.items())}
-
-
-def environment(trace: "TraceOverview", safe_ranks: Mapping[int, Mapping[str, Any]], used: Mapping[int, list[int]]) -> dict[str, Any]:
-    """GPUs, world size, software versions and profiler settings, from scrubbed metadata only."""
-    gpus: dict[tuple, dict[str, Any]] = {}
-    listed = 0
-    versions = _Versions()
-    profiler: dict[str, Any] = {}
-    backends, world_sizes, producers = set(), set(), set()
-    for rank in sorted(safe_ranks):
-        info = safe_ranks[rank]
-        devices = {int(d["id"]): d for d in info.get("devices") or []}
-        listed = max(listed, len(devices))
-        for dev in used.get(rank, []):
-            d = devices.get(int(dev), {"id": dev})
-            key = (d.get("name") or "", d.get("sm_count"), d.get("total_memory_bytes"), d.get("compute_capability"))
-            entry = gpus.setdefault(key, {
-                "model": d.get("name") or None, "sm_count": d.get("sm_count"),
-                "memory_bytes": d.get("total_memory_bytes"), "compute_capability": d.get("compute_capability"),
-                "count": 0, "ranks": [],
-            })
-            entry["count"] += 1
-            if rank not in entry["ranks"]:
-                entry["ranks"].append(rank)
-        raw = info.get("raw_metadata") or {}
-        dist = info.get("distributed_info") or {}
-        if info.get("world_size"):
-            world_sizes.add(int(info["world_size"]))
-        if dist.get("backend"):
-            backends.add(str(dist["backend"]))
-        for key, name in _CUDA_INT_KEYS.items():
-            if key in raw:
-                versions.offer(name, _cuda_version(raw[key]), f"trace {key}", 0)
-        for key, name in _HIP_INT_KEYS.items():
-            if key in raw:
-                versions.offer(name, _hip_version(raw[key]), f"trace {key}", 0)
-        for key in ("cupti_version", "roctracer_version"):
-            if key in raw:
-                versions.offer(_VERSION_KEYS[key], raw[key], f"trace {key}", 0)
-        if dist.get("nccl_version"):
-            versions.offer("nccl", dist["nccl_version"], "distributedInfo.nccl_version", 0)
-        export = raw.get("export")
-        if isinstance(export, Mapping) and export.get("EXPORT_PRODUCT_VERSION"):
-            versions.offer("nsight_systems", export["EXPORT_PRODUCT_VERSION"], "export metadata", 0)
-        for key in _PROFILER_KEYS:
-            if key in raw and not isinstance(raw[key], (dict, list)):
-                profiler[key] = bool(raw[key]) if raw[key] in (0, 1, True, False) else raw[key]
-        versions.walk({k: v for k, v in raw.items() if k not in _CUDA_INT_KEYS and k not in _HIP_INT_KEYS
-                       and k not in ("cupti_version", "roctracer_version")}, "")
-        version = f" ({info['format_version']})" if info.get("format_version") else ""
-        if info.get("source_format") == "kineto":
-            producers.add("PyTorch profiler (Kineto) JSON" + version)
-        elif info.get("source_format") == "nsys":
-            producers.add("Nsight Systems SQLite export" + version)
-    return {
-        "gpus": sorted(gpus.values(), key=lambda g: (-g["count"], str(g["model"]))),
-        "gpus_listed_per_rank": listed,
-        "world_size": max(world_sizes) if world_sizes else None,
-        "backend": ", ".join(sorted(backends)) or None,
-        "versions": versions.result(),
-        "profiler": profiler,
-        "trace_formats": sorted(producers),
-    }
 
 
 # ------------------------------------------------------------------------------------ sections
@@ -529,7 +353,8 @@ def _skew_chart(results: Mapping[str, AnalysisResult], limit: int = MAX_SKEW_COL
     ranks = sorted(int(r) for r in ar["rank"].unique())
     lookup = {(str(c), str(pg), int(s), int(o), int(r)): v for c, pg, s, o, r, v in zip(
         ar["collective"], ar["process_group"], ar["_step"], ar["occurrence"], ar["rank"], ar[f"{prefix}lateness_ns"])}
-    columns, matrix = [], [[] for _ in ranks]
+    columns: list[dict[str, Any]] = []
+    matrix: list[list[int | None]] = [[] for _ in ranks]
     for c, pg, s, o in zip(sk["collective"], sk["process_group"], sk["_step"], sk["occurrence"]):
         label = f"{c}" + (f" (pg {pg})" if pg else "") + (f" · step {s}" if s >= 0 else "") + f" · #{int(o)}"
         columns.append({"label": label, "collective": str(c), "process_group": str(pg),
@@ -537,8 +362,8 @@ def _skew_chart(results: Mapping[str, AnalysisResult], limit: int = MAX_SKEW_COL
         for i, r in enumerate(ranks):
             v = lookup.get((str(c), str(pg), int(s), int(o), r))
             matrix[i].append(None if v is None or _is_missing(v) else int(round(float(v))))
-    return {"basis": {"": "raw", "aligned_": "aligned", "corrected_": "corrected"}[prefix], "ranks": ranks, "columns": columns, "lateness_ns": matrix,
-            "total": total}
+    basis = {"": "raw", "aligned_": "aligned", "corrected_": "corrected"}[prefix]
+    return {"basis": basis, "ranks": ranks, "columns": columns, "lateness_ns": matrix, "total": total}
 
 
 def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | None:
@@ -564,7 +389,8 @@ def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | 
     return {
         "rank": rank, "device": device, "start_ns": int(lo), "end_ns": int(hi),
         "worst_gap": {c: plain(worst[c], c) for c in cols},
-        "gaps": [{c: plain(v, c) for c, v in zip(cols, values)} for values in inside[cols].itertuples(index=False, name=None)],
+        "gaps": [{c: plain(v, c) for c, v in zip(cols, values)}
+                 for values in inside[cols].itertuples(index=False, name=None)],
     }
 
 
@@ -669,7 +495,7 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     table_rows = table_rows or {}
     safe_ranks = scrub_metadata(overview.ranks)
     used = {rank: s.get("devices", []) for rank, s in overview.summaries.items()}
-    env = environment(overview, safe_ranks, used)
+    env = environment(safe_ranks, used)
     findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks))
     finding_records, finding_stats = _finding_records(findings)
     report: dict[str, Any] = {
@@ -677,7 +503,8 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
         "generator": {"name": "traceview", "version": traceview.__version__},
         "inputs": [
             {"file": Path(str(safe_ranks[r].get("source_path") or "")).name, "rank": int(r),
-             "format": safe_ranks[r].get("source_format"), "format_version": safe_ranks[r].get("format_version") or None}
+             "format": safe_ranks[r].get("source_format"),
+             "format_version": safe_ranks[r].get("format_version") or None}
             for r in overview.rank_ids
         ],
         "options": {"step_marker": options.step_marker, "top_n": options.top_n, "min_gap_ns": options.min_gap_ns,

@@ -389,7 +389,8 @@ class RedactionReport:
             return "nothing to redact"
         rules = ", ".join(f"{rule} {n:,}" for rule, n in self.counts.items())
         places = len({where for where, _ in self.hits})
-        return f"{self.total:,} value{'s' if self.total != 1 else ''} replaced in {places:,} place{'s' if places != 1 else ''} ({rules})"
+        values = f"{self.total:,} value{'s' if self.total != 1 else ''}"
+        return f"{values} replaced in {places:,} place{'s' if places != 1 else ''} ({rules})"
 
     def to_json(self) -> dict[str, Any]:
         return {"input_format": self.input_format, "total": self.total, "counts": self.counts,
@@ -486,7 +487,8 @@ class Scrubber:
     def _learned_pattern(self) -> re.Pattern[str] | None:
         if self._learned_dirty:
             names = sorted(self.learned_hosts | self.learned_users, key=len, reverse=True)
-            self._learned_re = (re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9])")
+            alternatives = "|".join(map(re.escape, names))
+            self._learned_re = (re.compile(r"(?<![A-Za-z0-9])(?:" + alternatives + r")(?![A-Za-z0-9])")
                                 if names else None)
             self._learned_dirty = False
             self._memo.clear()
@@ -561,7 +563,7 @@ class Scrubber:
                 return structured
         out = text
         if "PRIVATE KEY" in out:
-            out = _PRIVATE_KEY_BLOCK.sub(lambda m: self._replaced(where, "private_key_block"), out)
+            out = _PRIVATE_KEY_BLOCK.sub(lambda _m: self._replaced(where, "private_key_block"), out)
         if "://" in out:
             out = _URL_CREDENTIALS.sub(lambda m: self._url_credentials(m, where), out)
         out = _SHAPES.sub(lambda m: self._replaced(where, m.lastgroup or "token"), out)
@@ -611,13 +613,13 @@ class Scrubber:
         name = m.group("name")
         if not is_secret_key(name):
             return None
-        return self._replace_value(m, where, "assignment", f"{where} {name}=")
+        return self._replace_value(m, "assignment", f"{where} {name}=")
 
     def _flag(self, m: re.Match[str], where: str) -> str | None:
         name = m.group("flag").lstrip("-")
         if len(name) < 2 or not is_secret_key(name) or m.group("val").startswith("-"):
             return None
-        return self._replace_value(m, where, "cli_flag", f"{where} {m.group('flag')}")
+        return self._replace_value(m, "cli_flag", f"{where} {m.group('flag')}")
 
     def _bearer(self, m: re.Match[str], where: str) -> str:
         if m.group("val") == REDACTED or m.group("val").startswith("<"):
@@ -625,7 +627,8 @@ class Scrubber:
         self.hit(where, "auth_header")
         return m.group("scheme") + REDACTED
 
-    def _replace_value(self, m: re.Match[str], where: str, rule: str, place: str) -> str:
+    def _replace_value(self, m: re.Match[str], rule: str, place: str) -> str:
+        """The match with its ``val`` group redacted (quotes kept), counted at ``place``."""
         val = m.group("val")
         inner = _unquote(val)
         if (not inner or inner == REDACTED or inner.startswith("$") or inner.startswith("<redacted")
@@ -653,7 +656,7 @@ class Scrubber:
 
     def _strict_text(self, out: str, where: str, key: str) -> str:
         if "@" in out:
-            out = _EMAIL.sub(lambda m: self._replaced(where, "username"), out)
+            out = _EMAIL.sub(lambda _m: self._replaced(where, "username"), out)
         # paths first: a name replaced inside a path would end the path match early
         if "/" in out:
             out = _POSIX_PATH.sub(lambda m: self._path(m.group(0), "/", where), out)
@@ -664,9 +667,9 @@ class Scrubber:
             out = learned.sub(lambda m: self._replaced(
                 where, "hostname" if m.group(0) in self.learned_hosts else "username"), out)
         if "." in out:
-            out = _FQDN.sub(lambda m: self._replaced(where, "hostname"), out)
+            out = _FQDN.sub(lambda _m: self._replaced(where, "hostname"), out)
         if "ip-" in out:
-            out = _IP_HOST.sub(lambda m: self._replaced(where, "hostname"), out)
+            out = _IP_HOST.sub(lambda _m: self._replaced(where, "hostname"), out)
         if "." in out and not (key and _is_version_key(key)):
             out = _IPV4.sub(lambda m: self._ip(m, where), out)
         return out
@@ -723,7 +726,7 @@ def _unquote(val: str) -> str:
 
 def is_secret_flag(item: str) -> bool:
     m = _FLAG_ONLY.fullmatch(item)
-    return bool(m) and len(m.group("name")) > 1 and is_secret_key(m.group("name"))
+    return m is not None and len(m.group("name")) > 1 and is_secret_key(m.group("name"))
 
 
 # ------------------------------------------------------------------------------ public helpers

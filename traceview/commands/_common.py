@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
+                           TimeRemainingColumn)
 
 import traceview
 from traceview.loading import find_trace_files
@@ -16,20 +18,55 @@ from traceview.model import Trace
 #: below this total size loading is instant: no progress bar
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 
+#: ``progress(file, bytes_done, bytes_total)``, as :func:`traceview.load` and the pipeline call it
+LoadProgress = Callable[[Path, int, int], None]
+#: ``progress(files_done, files_total, files_failed)``, as a job's executor calls it
+JobProgress = Callable[[int, int, int], None]
 
-def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: str | None,
-                       console: Console) -> Trace:
+
+def _wants_bar(console: Console) -> bool:
+    return console.is_terminal or os.environ.get("TRACEVIEW_PROGRESS") == "1"
+
+
+@contextlib.contextmanager
+def load_progress(paths: Sequence[str], console: Console) -> Iterator[LoadProgress | None]:
+    """A progress callback for loading ``paths`` (a bar per file on ``console``), or None when the
+    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar)."""
     files = find_trace_files(paths)
     total = sum(f.stat().st_size for f in files)
-    if total < PROGRESS_MIN_BYTES or not console.is_terminal and os.environ.get("TRACEVIEW_PROGRESS") != "1":
-        return traceview.load(files, use_cache=use_cache, step_marker=step_marker)
+    if total < PROGRESS_MIN_BYTES or not _wants_bar(console):
+        yield None
+        return
     with Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
-        tasks: dict[Path, int] = {}
+        tasks: dict[Path, TaskID] = {}
 
         def progress(file: Path, done: int, size: int) -> None:
             if file not in tasks:
                 tasks[file] = bar.add_task(file.name, total=max(size, 1))
             bar.update(tasks[file], completed=min(done, size))
 
-        return traceview.load(files, use_cache=use_cache, step_marker=step_marker, progress=progress)
+        yield progress
+
+
+@contextlib.contextmanager
+def job_progress(console: Console) -> Iterator[JobProgress | None]:
+    """A progress callback counting a job's files as their tasks complete (None off a terminal)."""
+    if not _wants_bar(console):
+        yield None
+        return
+    with Progress(TextColumn("analyzing files"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeRemainingColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def progress(done: int, total: int, failed: int) -> None:
+            bar.update(task, completed=done, total=total, description=f"{failed} failed" if failed else "")
+
+        yield progress
+
+
+def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: str | None,
+                       console: Console) -> Trace:
+    """:func:`traceview.load` with a progress bar for big inputs (the commands that need a Trace)."""
+    with load_progress(paths, console) as progress:
+        return traceview.load(list(paths), use_cache=use_cache, step_marker=step_marker, progress=progress)

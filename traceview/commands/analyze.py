@@ -1,25 +1,26 @@
-"""``traceview analyze PATH...``: load traces, print a per-rank summary, run every analysis and
-list the findings ranked by what they cost; or write the report as Markdown, HTML or JSON."""
+"""``traceview analyze PATH...``: one path for every format and every way of running. The options
+become :class:`~traceview.findings.Options`; :func:`traceview.pipeline.analyze` gives the
+:class:`~traceview.report.Report` (in this process, or rank by rank on local worker processes or a
+Dask cluster: the same report); the renderer named by ``--format`` formats it, to ``-o FILE`` or to
+standard output (the terminal text in colour when standard output is a terminal)."""
 
 from __future__ import annotations
 
-import enum
+import contextlib
+import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
+from rich.console import Console
 
-from traceview.commands._common import load_with_progress
+from traceview.commands._common import job_progress, load_progress
 from traceview.errors import TraceviewError
 from traceview.findings import Options
-from traceview.render.terminal import make_console, render_results, render_summary
+from traceview.units import fmt_bytes
 
-
-class Format(str, enum.Enum):
-    text = "text"
-    markdown = "markdown"
-    html = "html"
-    json = "json"
+#: the analyses' top-N tables keep at least this many rows, whatever ``--top`` lists
+MIN_TABLE_TOP_N = 20
 
 
 def command(
@@ -27,97 +28,72 @@ def command(
     no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
-    top: int = typer.Option(10, "--top", help="How many findings to list."),
-    summary_only: bool = typer.Option(False, "--summary-only", help="Print the trace summary, skip the analyses."),
+    top: int = typer.Option(5, "--top", min=1, help="How many findings the terminal lists first."),
+    details: bool = typer.Option(False, "--details", help="Terminal: also the per-rank table, every finding with its "
+                                 "nested ones and recommendations, every warning and each analysis's table."),
+    summary_only: bool = typer.Option(False, "--summary-only", help="Terminal: the job, the headline, the per-rank "
+                                      "table and the warnings only (the analyses still run: the headline needs them)."),
     fmt_name: str = typer.Option("text", "--format", "-f", help="text (terminal), markdown (GitHub issues), "
                                  "html (one self-contained file) or json (docs/report.schema.json)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file and print "
                                           "where (default: standard output)."),
     workers: Optional[int] = typer.Option(
-        None, "--workers", "-w", help="Analyze rank by rank in N local worker processes (0: one per core), "
-        "reducing per-rank results: bounded memory for jobs of many ranks (docs/scaling.md)."),
+        None, "--workers", "-w", help="Analyze rank by rank in N local worker processes (0: one per core): bounded "
+        "memory for jobs of many ranks, the same report (docs/scaling.md)."),
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler", envvar="TRACEVIEW_SCHEDULER", help="Analyze rank by rank on a running Dask cluster "
         "(tcp://HOST:PORT; its workers must see the trace files at the same paths)."),
 ) -> None:
-    """Analyze traces: summary per rank, breakdowns, and ranked findings."""
-    console = make_console()
-    if workers is not None or scheduler:
-        from traceview.scale import run_cli
+    """Analyze traces: the answer first (step time, utilization, where time goes, top findings and
+    kernels); --details or --format markdown|html|json for everything."""
+    from traceview.render import get_renderer
 
-        run_cli(paths, workers=workers, scheduler=scheduler, no_cache=no_cache, step_marker=step_marker, top=top,
-                summary_only=summary_only, console=console, fmt=fmt_name, output=output)
-        return
-    try:
-        fmt = Format(fmt_name.lower())
-    except ValueError:
-        raise TraceviewError(f"--format {fmt_name}: not a report format; choose one of "
-                             + ", ".join(f.value for f in Format)) from None
-    if fmt is not Format.text or output is not None:
-        _report(paths, no_cache=no_cache, step_marker=step_marker, top=top, fmt=fmt, output=output, console=console)
-        return
-    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=step_marker, console=console)
-    render_summary(trace, console)
-    if summary_only:
-        return
-    from traceview.analyses import run_all
-
-    results = run_all(trace, Options(step_marker=step_marker, top_n=max(top, 20)))
-    render_results(results, console, top_n=top, n_ranks=len(trace.ranks))
-
-
-def _report(paths, *, no_cache, step_marker, top, fmt, output, console) -> None:
-    from traceview.analyses import run_all
-    from traceview.report import build_report
-
-    if output is not None and output.exists() and output.is_dir():
+    renderer_cls = get_renderer(fmt_name)  # a bad --format fails before any work
+    if output is not None and output.is_dir():
         raise TraceviewError(f"{output}: is a directory; -o takes a file name")
-    quiet = make_console() if output is not None else _stderr_console()
-    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=step_marker, console=quiet)
-    options = Options(step_marker=step_marker, top_n=max(top, 20))
-    results = run_all(trace, options)
-    if fmt is Format.text:
-        import io
-
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        file_console = Console(file=buffer, width=140, force_terminal=False, color_system=None)
-        render_summary(trace, file_console)
-        render_results(results, file_console, top_n=top, n_ranks=len(trace.ranks))
-        text = buffer.getvalue()
-    else:
-        report = build_report(trace, results, options=options)
-        if fmt is Format.markdown:
-            from traceview.render.markdown import render_markdown
-
-            text = render_markdown(report)
-        elif fmt is Format.html:
-            from traceview.render.html import render_html
-
-            text = render_html(report, trace=trace)
-        else:
-            from traceview.render.json import render_json
-
-            text = render_json(report)
+    options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N))
+    report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler)
+    renderer = renderer_cls(top=top, details=details, summary_only=summary_only)
     if output is None:
-        typer.echo(text, nl=False)
+        _to_stdout(renderer, report)
         return
+    content = renderer.render(report)
+    data = content if isinstance(content, bytes) else content.encode("utf-8")
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data)
     tmp.replace(output)
-    console.print(f"wrote the {fmt.value} report to {output} ({_size(len(text.encode()))})", highlight=False)
+    Console().print(f"wrote the {renderer.name} report to {output} ({fmt_bytes(len(data))})", highlight=False,
+                    soft_wrap=True)
 
 
-def _stderr_console():
-    from rich.console import Console
+def run_pipeline(paths: List[str], options: Options, *, use_cache: bool, workers: Optional[int],
+                 scheduler: Optional[str]) -> Any:
+    """The report, with a progress bar on standard error for big inputs (files loaded) or for a job
+    (files analyzed). The job executors are imported only for a job."""
+    from traceview.pipeline import analyze
 
-    return Console(stderr=True)
+    progress_console = Console(stderr=True)
+    with contextlib.ExitStack() as stack:
+        if workers is not None or scheduler:
+            from traceview.jobs import make_executor
+
+            counted = stack.enter_context(job_progress(progress_console))
+            executor = make_executor(workers, scheduler, progress=counted)
+            return analyze(paths, options, use_cache=use_cache, executor=executor)
+        progress = stack.enter_context(load_progress(paths, progress_console))
+        return analyze(paths, options, use_cache=use_cache, progress=progress)
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+def _to_stdout(renderer: Any, report: Any) -> None:
+    from traceview.render.terminal import TextRenderer, make_console
+
+    if isinstance(renderer, TextRenderer):
+        renderer.print(report, make_console())  # colour when standard output is a terminal
+        return
+    content = renderer.render(report)
+    if isinstance(content, bytes):
+        sys.stdout.buffer.write(content)
+        sys.stdout.flush()
+    else:
+        typer.echo(content, nl=False)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from traceview.commands._common import load_with_progress
 from traceview.render.terminal import make_console
-from traceview.render.terminal import fmt_bytes, fmt_ns
+from traceview.units import fmt_bytes, fmt_ns
 
 
 def command(

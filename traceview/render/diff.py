@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from traceview.diff import METRICS, Change, KernelDelta, MetricDelta, TraceDiff
-from traceview.render.terminal import fmt_ns
+from traceview.units import fmt_ns
 
 #: how many kernel rows the text and Markdown outputs show (JSON has all)
 DEFAULT_TOP = 15

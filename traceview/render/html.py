@@ -3,30 +3,40 @@
 The file opens offline: plotly.js is inlined (no CDN, no fonts, no network request of any kind),
 the figures are those of :mod:`traceview.figures`, and every string from the trace is escaped
 (kernel names contain ``<`` and ``>``; figure JSON inside ``<script>`` has ``<``, ``>`` and ``&``
-written as ``\\u003c``, ``\\u003e``, ``\\u0026`` so no name can close the script).
+written as ``\\u003c``, ``\\u003e``, ``\\u0026`` so no name can close the script). plotly is imported
+when a page is rendered, not with this module (``traceview.render`` imports every renderer).
 """
 
 from __future__ import annotations
 
 import html
 import json
-from typing import Any, Mapping
-
-import plotly.graph_objects as go
-import plotly.io as pio
+from typing import TYPE_CHECKING, Any, Mapping
 
 from traceview.model import Trace
-from traceview.render.markdown import ANALYSIS_TITLES
-from traceview.render.terminal import (
+from traceview.registry import Renderer, register_renderer
+from traceview.render.common import (
+    column_label,
+    display_rows,
     finding_cost,
     finding_where,
-    fmt_bytes,
-    fmt_ns,
     format_cell,
     headline_rows,
-    visible_columns,
+    input_warnings,
+    unmapped_line,
 )
-from traceview.report import findings_tree, report_to_json
+from traceview.report import report_to_json
+from traceview.units import fmt_bytes, fmt_ns
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from traceview.report import Report
+
+#: shown where the timeline would be when the report has no trace in memory (computed by a job)
+NO_TRACE_NOTE = ("The timeline around the largest idle gap draws the trace's own events: this report was computed "
+                 "rank by rank (--workers/--scheduler) without the trace in memory, so it is left out. Analyze "
+                 "in one process (no --workers) to include it.")
 
 #: figure captions and the analysis whose warnings are shown next to each
 FIGURES = {
@@ -54,7 +64,8 @@ FIGURES = {
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
 main{max-width:1400px;margin:0 auto;padding:16px 24px 60px}
-h1{font-size:24px;margin:12px 0 4px} h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h1{font-size:24px;margin:12px 0 4px}
+h2{font-size:19px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:15px;margin:16px 0 6px}
 .meta{color:#666;font-size:13px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 10px;background:#fff}
@@ -87,12 +98,12 @@ def script_json(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def _table(table: Mapping[str, Any], *, max_rows: int | None = None) -> str:
-    cols = visible_columns(table["columns"])
-    rows = table["rows"] if max_rows is None else table["rows"][:max_rows]
+def _table(table: Mapping[str, Any], *, steps: int = 0, max_rows: int | None = None) -> str:
+    cols, all_rows = display_rows(table, steps)
+    rows = all_rows if max_rows is None else all_rows[:max_rows]
     if not rows:
         return '<p class="meta">(no rows)</p>'
-    out = ["<table><thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
+    out = ["<table><thead><tr>" + "".join(f"<th>{esc(column_label(c))}</th>" for c in cols) + "</tr></thead><tbody>"]
     for r in rows:
         cells = []
         for c in cols:
@@ -102,9 +113,9 @@ def _table(table: Mapping[str, Any], *, max_rows: int | None = None) -> str:
             cells.append(f"<td{cls}>{esc(format_cell(c, v))}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
-    total = table.get("total_rows", len(rows))
+    total = table.get("total_rows", len(rows)) if len(all_rows) == len(table["rows"]) else len(all_rows)
     if total > len(rows):
-        order = f", largest {table['sorted_by']} first" if table.get("sorted_by") else ""
+        order = f", largest {column_label(table['sorted_by'])} first" if table.get("sorted_by") else ""
         out.append(f'<p class="meta">{len(rows)} of {total:,} rows{esc(order)}; the JSON report '
                    "(--format json) has the report's rows, the Python API all of them.</p>")
     return "".join(out)
@@ -120,38 +131,41 @@ def _kv_table(rows: list[tuple[str, str, str]]) -> str:
 
 
 def _evidence(evidence: Mapping[str, Any]) -> str:
-    scalars = [(k, v) for k, v in evidence.items() if not (isinstance(v, list) and v and all(isinstance(x, dict) for x in v))]
-    lists = [(k, v) for k, v in evidence.items() if (k, v) not in scalars]
+    def is_records(v: Any) -> bool:
+        return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+    scalars = [(k, v) for k, v in evidence.items() if not is_records(v)]
+    lists = [(k, v) for k, v in evidence.items() if is_records(v)]
     out = []
     if scalars:
         out.append("<table><tbody>" + "".join(
             f"<tr><th>{esc(k)}</th><td>{esc(format_cell(k, v))}</td></tr>" for k, v in scalars) + "</tbody></table>")
     for k, v in lists:
         cols = list(dict.fromkeys(c for x in v for c in x))
-        out.append(f"<h3>{esc(k)}</h3>" + _table({"columns": cols, "rows": v, "total_rows": len(v)}))
+        out.append(f"<h3>{esc(k)}</h3>" + _table({"columns": cols, "rows": v, "total_rows": len(v)}, steps=2))
     return "".join(out)
 
 
 def _findings(report: Mapping[str, Any]) -> str:
-    tree = findings_tree(report)
-    if not tree:
+    """Every finding of the report, in its order, with its id (row ``id="finding-F1"``)."""
+    findings = report.get("findings", [])
+    if not findings:
         return "<p>No findings: nothing here costs a noticeable share of the step time.</p>"
-    out = ["<table><thead><tr><th>#</th><th>severity</th><th>finding</th><th>where</th><th>cost / step</th>"
-           "<th>recommendation</th></tr></thead><tbody>"]
-    for i, (parent, kids) in enumerate(tree, start=1):
-        for j, f in enumerate((parent, *kids)):
-            label = str(i) if j == 0 else f"{i}.{j}"
-            nested = j > 0
-            part = (f'<div class="meta">part of #{i}: its cost is already included there</div>' if nested else "")
-            evidence = (f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details>"
-                        if f.get("evidence") else "")
-            out.append(
-                f'<tr{" class=nested" if nested else ""} id="finding-{esc(f["id"])}"><td class="num">{label}</td>'
-                f'<td><span class="sev sev-{esc(f["severity"])}">{esc(f["severity"])}</span></td>'
-                f'<td class="title">{"↳ " if nested else ""}{esc(f["title"])}<div class="code">{esc(f["code"])}</div>'
-                f"{part}{evidence}</td><td>{esc(finding_where(f))}</td><td class=num>{esc(finding_cost(f))}</td>"
-                f"<td>{esc(f['recommendation'])}</td></tr>"
-            )
+    out = ["<table><thead><tr><th>id</th><th>severity</th><th>finding</th><th>where</th>"
+           "<th>cost per step (share)</th><th>recommendation</th></tr></thead><tbody>"]
+    for f in findings:
+        nested = f.get("parent") is not None
+        part = (f'<div class="meta">part of {esc(f["parent"])}: its cost is already included there</div>'
+                if nested else "")
+        evidence = (f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details>"
+                    if f.get("evidence") else "")
+        out.append(
+            f'<tr{" class=nested" if nested else ""} id="finding-{esc(f["id"])}"><td class="fid">{esc(f["id"])}</td>'
+            f'<td><span class="sev sev-{esc(f["severity"])}">{esc(f["severity"])}</span></td>'
+            f'<td class="title">{"↳ " if nested else ""}{esc(f["title"])}<div class="code">{esc(f["code"])}</div>'
+            f"{part}{evidence}</td><td>{esc(finding_where(f))}</td><td class=num>{esc(finding_cost(f))}</td>"
+            f"<td>{esc(f['recommendation'])}</td></tr>"
+        )
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -182,11 +196,13 @@ def _ranks(report: Mapping[str, Any]) -> str:
     rows = []
     for r in report.get("ranks", []):
         util = ", ".join(format_cell("utilization", b["utilization"]) for b in r["breakdown"]) or None
-        rows.append({"rank": r["rank"], "file": r["file"], "format": f"{r['format']} {r.get('format_version') or ''}".strip(),
+        rows.append({"rank": r["rank"], "file": r["file"],
+                     "format": f"{r['format']} {r.get('format_version') or ''}".strip(),
                      "rank from": r.get("rank_source"), "GPUs": ", ".join(str(g["device"]) for g in r["gpus"]) or None,
                      "events": r["events"], "steps": r["steps"], "span": fmt_ns(r["span_ns"]), "GPU utilization": util,
                      "unmapped events": sum(r["unmapped"].values()) if r.get("unmapped") else 0})
-    cols = ["rank", "file", "format", "rank from", "GPUs", "events", "steps", "span", "GPU utilization", "unmapped events"]
+    cols = ["rank", "file", "format", "rank from", "GPUs", "events", "steps", "span", "GPU utilization",
+            "unmapped events"]
     return _table({"columns": cols, "rows": rows, "total_rows": len(rows)})
 
 
@@ -194,7 +210,9 @@ def _warnings(messages: list[str]) -> str:
     return "".join(f'<div class="warn">⚠ {esc(m)}</div>' for m in messages)
 
 
-def _figure_div(name: str, fig: go.Figure) -> str:
+def _figure_div(name: str, fig: "go.Figure") -> str:
+    import plotly.io as pio
+
     data = script_json(pio.to_json(fig, validate=False))
     div = f"fig-{name}"
     return (f'<div id="{div}" class="plot" style="width:100%;min-height:{int(fig.layout.height or 450)}px"></div>'
@@ -202,15 +220,59 @@ def _figure_div(name: str, fig: go.Figure) -> str:
             f"{json.dumps(_CONFIG)});}})();</script>")
 
 
+def _charts(report: Mapping[str, Any], figures: Mapping[str, "go.Figure"], has_trace: bool,
+            warnings_by_scope: Mapping[str, list[str]]) -> str:
+    """The figures, each next to its analysis's warnings (each warning once)."""
+    body = ["<h2>Charts</h2>"]
+    shown_warnings: set[tuple[str, str]] = set()
+    for name, fig in figures.items():
+        title, analysis, caption = FIGURES.get(name, (name, "", ""))
+        notes = [w for w in warnings_by_scope.get(analysis, []) if (analysis, w) not in shown_warnings]
+        shown_warnings.update((analysis, w) for w in notes)
+        body.append(f'<div class="figure"><h3>{esc(title)}</h3>{_warnings(notes)}{_figure_div(name, fig)}'
+                    f'<p class="caption">{esc(caption)}</p></div>')
+    if not has_trace and report.get("charts", {}).get("timeline"):
+        body.append(f'<p class="meta" id="no-timeline">{esc(NO_TRACE_NOTE)}</p>')
+    return "".join(body)
+
+
+def _analyses(report: Mapping[str, Any]) -> str:
+    steps = int(report["summary"].get("steps") or 0)
+    body = ["<h2>Details per analysis</h2>"]
+    for name, analysis in report.get("analyses", {}).items():
+        n = analysis.get("findings", 0)
+        parts = [_warnings(analysis.get("warnings", []))]
+        for table in analysis["tables"].values():
+            if not table["rows"]:
+                continue
+            parts.append(f"<details><summary>{esc(table['title'])} ({table['total_rows']:,} rows)</summary>"
+                         f"{_table(table, steps=steps)}</details>")
+        body.append(f"<h3>{esc(analysis.get('title') or name)} ({n} finding{'s' if n != 1 else ''})</h3>"
+                    + "".join(parts))
+    return "".join(body)
+
+
+def _trust(report: Mapping[str, Any]) -> str:
+    """Warnings about the inputs; the unmapped categories once, only when those events are many."""
+    messages = [f"{w['scope']}: {w['message']}" for w in input_warnings(report)]
+    unmapped = unmapped_line(report)
+    if unmapped:
+        messages.append(unmapped)
+    return "<h2>Trust warnings</h2>" + _warnings(messages) if messages else ""
+
+
 def render_html(report: Mapping[str, Any], *, trace: Trace | None = None,
-                figures: Mapping[str, go.Figure] | None = None, embed_json: bool = True) -> str:
-    """The report as one HTML page. ``trace`` adds the timeline excerpt; ``figures`` overrides the
-    figures (default: :func:`traceview.figures.report_figures`). ``embed_json`` also embeds the
-    report model (in a ``<script type="application/json" id="traceview-report">``)."""
+                figures: Mapping[str, "go.Figure"] | None = None, embed_json: bool = True) -> str:
+    """The report as one HTML page. The timeline excerpt needs the trace: ``trace``, else
+    ``report.trace`` (None for a report computed by a job: the page says the timeline is left out).
+    ``figures`` overrides the figures (default: :func:`traceview.figures.report_figures`).
+    ``embed_json`` also embeds the report model (``<script type="application/json" id="traceview-report">``)."""
     from plotly.offline import get_plotlyjs
 
     from traceview.figures import report_figures
 
+    if trace is None:
+        trace = getattr(report, "trace", None)
     if figures is None:
         figures = report_figures(report, trace)
     warnings_by_scope: dict[str, list[str]] = {}
@@ -223,36 +285,16 @@ def render_html(report: Mapping[str, Any], *, trace: Trace | None = None,
         files += f" and {len(names) - 8} more"
     body = [f"<h1>traceview report</h1><p class=meta>{esc(files)}<br>{esc(gen['name'])} {esc(gen['version'])}, "
             f"report schema {esc(report['schema_version'])}</p>"]
-    body.append("<h2>Summary</h2>" + _kv_table(headline_rows(dict(report))))
-    trust = [m for scope, msgs in warnings_by_scope.items() if scope == "trace" or scope.startswith("rank ")
-             for m in (f"{scope}: {x}" for x in msgs)]
-    if trust:
-        body.append("<h2>Trust warnings</h2>" + _warnings(trust))
+    body.append("<h2>Summary</h2>" + _kv_table(headline_rows(report)))
+    body.append(_trust(report))
     body.append("<h2>Findings, most costly first</h2>" + _findings(report))
-    if figures:
-        body.append("<h2>Charts</h2>")
-        shown_warnings: set[str] = set()
-        for name, fig in figures.items():
-            title, analysis, caption = FIGURES.get(name, (name, "", ""))
-            notes = [w for w in warnings_by_scope.get(analysis, []) if (analysis, w) not in shown_warnings]
-            shown_warnings.update((analysis, w) for w in notes)
-            body.append(f'<div class="figure"><h3>{esc(title)}</h3>{_warnings(notes)}{_figure_div(name, fig)}'
-                        f'<p class="caption">{esc(caption)}</p></div>')
-    body.append("<h2>Details per analysis</h2>")
-    for name, analysis in report.get("analyses", {}).items():
-        n = analysis.get("findings", 0)
-        parts = [_warnings(analysis.get("warnings", []))]
-        for tname, table in analysis["tables"].items():
-            if not table["rows"]:
-                continue
-            parts.append(f"<details><summary>{esc(table['title'])} ({table['total_rows']:,} rows)</summary>"
-                         f"{_table(table)}</details>")
-        body.append(f"<h3>{esc(ANALYSIS_TITLES.get(name, name))} ({n} finding{'s' if n != 1 else ''})</h3>"
-                    + "".join(parts))
+    if figures or (trace is None and report.get("charts", {}).get("timeline")):
+        body.append(_charts(report, figures, trace is not None, warnings_by_scope))
+    body.append(_analyses(report))
     body.append("<h2>Environment</h2>" + _environment(report))
     body.append("<h2>Ranks</h2>" + _ranks(report))
-    embedded = (f'<script type="application/json" id="traceview-report">{script_json(report_to_json(report, indent=None))}'
-                "</script>") if embed_json else ""
+    model = script_json(report_to_json(report, indent=None))
+    embedded = f'<script type="application/json" id="traceview-report">{model}</script>' if embed_json else ""
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
         "<meta name=viewport content='width=device-width, initial-scale=1'>"
@@ -262,3 +304,15 @@ def render_html(report: Mapping[str, Any], *, trace: Trace | None = None,
         f"<title>traceview report: {esc(files)}</title><style>{_CSS}</style>"
         f"<script>{get_plotlyjs()}</script></head><body><main>" + "".join(body) + f"</main>{embedded}</body></html>\n"
     )
+
+
+@register_renderer
+class HtmlRenderer(Renderer):
+    """One self-contained HTML file with the figures (opens offline). Options: ``embed_json``."""
+
+    name = "html"
+    output_file_extension = ".html"
+    description = "one self-contained HTML file with charts (opens offline)"
+
+    def render(self, report: "Report") -> str:
+        return render_html(report, embed_json=bool(self.options.get("embed_json", True)))

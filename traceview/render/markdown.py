@@ -11,38 +11,29 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
-from traceview.render.terminal import (
+from traceview.registry import ANALYSES, Renderer, register_renderer
+from traceview.render.common import (
+    column_label,
+    display_rows,
     finding_cost,
     finding_where,
-    fmt_bytes,
-    fmt_ns,
     format_cell,
     headline_rows,
-    visible_columns,
+    input_warnings,
+    unmapped_line,
 )
-from traceview.report import findings_tree
+from traceview.units import fmt_bytes, fmt_ns
+
+if TYPE_CHECKING:
+    from traceview.report import Report
 
 #: rows per table in the Markdown report (the JSON report has more)
 MD_TABLE_ROWS = 10
-#: the tables shown per analysis, in order (the others are in the JSON/HTML reports)
-MD_TABLES = {
-    "temporal": ["breakdown"],
-    "idle_gaps": ["by_cause", "largest", "cpu_contexts"],
-    "launch_overhead": ["by_api", "tiny_kernel_ops", "steps"],
-    "communication": ["summary", "collectives", "stragglers", "compute_imbalance"],
-    "kernels": ["top_kernels", "categories", "tiny_kernels"],
-    "synchronization": ["sync_summary", "copies", "by_cpu_op"],
-}
-ANALYSIS_TITLES = {
-    "temporal": "Temporal breakdown",
-    "idle_gaps": "Idle gaps",
-    "launch_overhead": "Launch overhead",
-    "communication": "Communication",
-    "kernels": "Kernels",
-    "synchronization": "Synchronisation and copies",
-}
+#: tables shown per analysis: its headline table (``AnalysisSpec.headline_table``) first, then its
+#: other tables that are not one row per event, up to this many
+MD_TABLES_PER_ANALYSIS = 4
 SEVERITY_MARK = {"high": "🔴 high", "medium": "🟠 medium", "low": "🟡 low", "info": "ℹ️ info"}
 
 #: characters with inline meaning in GFM (escaped text never starts a line, so block markers such as
@@ -75,63 +66,61 @@ def md_table(headers: list[str], rows: list[list[str]], align: list[str] | None 
 
 def details(summary: str, body: str, *, open_: bool = False) -> str:
     """A ``<details>`` block whose body is Markdown (blank lines around it, as GitHub needs)."""
-    return f"<details{' open' if open_ else ''}>\n<summary>{html_escape(summary)}</summary>\n\n{body.strip()}\n\n</details>"
+    head = f"<details{' open' if open_ else ''}>\n<summary>{html_escape(summary)}</summary>"
+    return f"{head}\n\n{body.strip()}\n\n</details>"
 
 
-def report_table(table: dict[str, Any], *, max_rows: int = MD_TABLE_ROWS) -> str:
-    cols = visible_columns(table["columns"])
-    rows = table["rows"][:max_rows]
+def report_table(table: Mapping[str, Any], *, steps: int = 0, max_rows: int = MD_TABLE_ROWS) -> str:
+    """A report table as GFM (see :func:`traceview.render.common.display_rows` for the rows shown)."""
+    cols, all_rows = display_rows(table, steps)
+    rows = all_rows[:max_rows]
     numeric = {c: all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) and rows for c in cols}
     align = ["---:" if numeric[c] else "---" for c in cols]
     body = [[md_escape(format_cell(c, r.get(c))) for c in cols] for r in rows]
-    text = md_table([md_escape(c) for c in cols], body, align)
-    total = table["total_rows"]
+    text = md_table([md_escape(column_label(c)) for c in cols], body, align)
+    total = table["total_rows"] if len(all_rows) == len(table["rows"]) else len(all_rows)
     if total > len(rows):
-        order = f", largest {table['sorted_by']} first" if table.get("sorted_by") else ""
+        order = f", largest {column_label(table['sorted_by'])} first" if table.get("sorted_by") else ""
         text += f"\n\n_{len(rows)} of {total:,} rows{md_escape(order)}; the JSON report has more._"
     return text
 
 
-def _evidence_lines(evidence: dict[str, Any]) -> list[str]:
+def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
     lines = []
     for key, value in evidence.items():
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             cols = list(dict.fromkeys(k for v in value for k in v))
             lines.append(f"- {md_escape(key)}:\n")
             body = [[md_escape(format_cell(c, v.get(c))) for c in cols] for v in value[:MD_TABLE_ROWS]]
-            lines.append(md_table([md_escape(c) for c in cols], body) + "\n")
+            lines.append(md_table([md_escape(column_label(c)) for c in cols], body) + "\n")
         else:
             lines.append(f"- {md_escape(key)}: {md_escape(format_cell(key, value))}")
     return lines
 
 
-def _findings(report: dict[str, Any]) -> str:
-    tree = findings_tree(report)
-    if not tree:
+def _findings(report: Mapping[str, Any]) -> str:
+    """Every finding of the report, in its order, with its id (``F1``, nested ``F1.1``)."""
+    findings = report.get("findings", [])
+    if not findings:
         return "No findings: nothing here costs a noticeable share of the step time."
     rows = []
     evidence = []
-    for i, (parent, kids) in enumerate(tree, start=1):
-        for j, f in enumerate((parent, *kids)):
-            label = str(i) if j == 0 else f"{i}.{j}"
-            title = f"**{md_escape(f['title'])}**<br>`{f['code']}`" if j == 0 else (
-                f"↳ {md_escape(f['title'])}<br>`{f['code']}`, part of \\#{i}: its cost is included there")
-            rows.append([label, SEVERITY_MARK.get(f["severity"], f["severity"]), title,
-                         md_escape(finding_where(f)), md_escape(finding_cost(f)), md_escape(f["recommendation"])])
-            if f.get("evidence"):
-                evidence.append(f"**{label}. {md_escape(f['title'])}**\n\n" + "\n".join(_evidence_lines(f["evidence"])))
-    text = md_table(["#", "severity", "finding", "where", "cost / step", "recommendation"], rows,
-                    ["---:", "---", "---", "---", "---:", "---"])
+    for f in findings:
+        fid = f["id"]
+        title = f"**{md_escape(f['title'])}**<br>`{f['code']}`" if f.get("parent") is None else (
+            f"↳ {md_escape(f['title'])}<br>`{f['code']}`, part of {f['parent']}: its cost is included there")
+        rows.append([fid, SEVERITY_MARK.get(f["severity"], f["severity"]), title,
+                     md_escape(finding_where(f)), md_escape(finding_cost(f)), md_escape(f["recommendation"])])
+        if f.get("evidence"):
+            evidence.append(f"**{fid}. {md_escape(f['title'])}**\n\n" + "\n".join(_evidence_lines(f["evidence"])))
+    text = md_table(["id", "severity", "finding", "where", "cost per step (share)", "recommendation"], rows,
+                    ["---", "---", "---", "---", "---:", "---"])
     if evidence:
         text += "\n\n" + details("Evidence for each finding", "\n\n".join(evidence))
     return text
 
 
-def _warnings_for(report: dict[str, Any], scope: str) -> list[str]:
-    return [w["message"] for w in report.get("warnings", []) if w["scope"] == scope]
-
-
-def _environment(report: dict[str, Any]) -> str:
+def _environment(report: Mapping[str, Any]) -> str:
     env = report.get("environment") or {}
     rows = []
     for g in env.get("gpus") or []:
@@ -140,7 +129,8 @@ def _environment(report: dict[str, Any]) -> str:
             fmt_bytes(g["memory_bytes"]) if g.get("memory_bytes") else "",
             f"compute capability {g['compute_capability']}" if g.get("compute_capability") else "",
         ) if x)
-        rows.append(["GPU", md_escape(f"{g['count']} × {g.get('model') or 'unnamed GPU'}" + (f" ({spec})" if spec else ""))])
+        gpu = f"{g['count']} × {g.get('model') or 'unnamed GPU'}" + (f" ({spec})" if spec else "")
+        rows.append(["GPU", md_escape(gpu)])
     if env.get("world_size"):
         rows.append(["world size", md_escape(str(env["world_size"]))])
     if env.get("backend"):
@@ -156,20 +146,64 @@ def _environment(report: dict[str, Any]) -> str:
     return md_table(["", ""], rows)
 
 
-def _ranks(report: dict[str, Any]) -> str:
+def _ranks(report: Mapping[str, Any]) -> str:
     rows = []
     for r in report.get("ranks", []):
         gpus = ", ".join(f"{g['device']}" for g in r["gpus"]) or "-"
         util = ", ".join(format_cell("utilization", b["utilization"]) for b in r["breakdown"]) or "-"
         unmapped = sum(r["unmapped"].values()) if r.get("unmapped") else 0
-        rows.append([str(r["rank"]), md_escape(r["file"]), md_escape(f"{r['format']} {r.get('format_version') or ''}".strip()),
+        fmt = f"{r['format']} {r.get('format_version') or ''}".strip()
+        rows.append([str(r["rank"]), md_escape(r["file"]), md_escape(fmt),
                      md_escape(r.get("rank_source") or "-"), md_escape(gpus), f"{r['events']:,}", str(r["steps"]),
                      md_escape(fmt_ns(r["span_ns"])), md_escape(util), f"{unmapped:,}" if unmapped else "-"])
     return md_table(["rank", "file", "format", "rank from", "GPUs", "events", "steps", "span", "utilization",
-                     "unmapped events"], rows, ["---:", "---", "---", "---", "---", "---:", "---:", "---:", "---:", "---:"])
+                     "unmapped events"], rows, ["---:"] + ["---"] * 4 + ["---:"] * 5)
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def analysis_tables(name: str, analysis: Mapping[str, Any], limit: int = MD_TABLES_PER_ANALYSIS) -> list[str]:
+    """The tables a summary shows of an analysis: its declared headline table first, then its other
+    tables that are not one row per event (those are in the JSON and HTML reports)."""
+    spec = ANALYSES.get(name)
+    tables = analysis.get("tables") or {}
+    names = [t for t in tables if tables[t]["rows"]]
+    if spec is not None:
+        names = [t for t in names if not spec.table(t).per_event or t == spec.headline_table]
+        if spec.headline_table in names:
+            names.remove(spec.headline_table)
+            names.insert(0, spec.headline_table)
+    return names[:limit]
+
+
+def _trust(report: Mapping[str, Any]) -> str | None:
+    """The warnings about the inputs (unmapped categories once, only when they are many)."""
+    lines = [f"- **{md_escape(w['scope'])}**: {md_escape(w['message'])}" for w in input_warnings(report)]
+    unmapped = unmapped_line(report)
+    if unmapped:
+        lines.append(f"- **unmapped events**: {md_escape(unmapped)}")
+    if not lines:
+        return None
+    body = "\n".join(lines)
+    return body if len(lines) <= 5 else details(f"{len(lines)} warnings about the input", body, open_=True)
+
+
+def _details(report: Mapping[str, Any]) -> list[str]:
+    """Per analysis, a ``<details>`` block with its warnings and tables."""
+    out = []
+    steps = int(report["summary"].get("steps") or 0)
+    for name, analysis in report.get("analyses", {}).items():
+        parts = [f"> ⚠️ {md_escape(w)}" for w in analysis.get("warnings", [])]
+        for tname in analysis_tables(name, analysis):
+            table = analysis["tables"][tname]
+            parts.append(f"**{md_escape(table['title'])}**\n\n" + report_table(table, steps=steps))
+        if not parts:
+            continue
+        n = analysis.get("findings", 0)
+        out.append(details(f"{analysis.get('title') or name} ({n} finding{'s' if n != 1 else ''})",
+                           "\n\n".join(parts)))
+    return out
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
     """The report as GitHub-flavoured Markdown."""
     out: list[str] = []
     names = list(dict.fromkeys(i["file"] for i in report.get("inputs", [])))
@@ -186,30 +220,28 @@ def render_markdown(report: dict[str, Any]) -> str:
         [[f"**{md_escape(label)}**", md_escape(value), ("⚠️ " + md_escape(note)) if note else ""]
          for label, value, note in headline_rows(report)],
     ))
-    trust = [w for w in report.get("warnings", []) if w["scope"] == "trace" or w["scope"].startswith("rank ")]
+    trust = _trust(report)
     if trust:
-        body = "\n".join(f"- **{md_escape(w['scope'])}**: {md_escape(w['message'])}" for w in trust)
-        out.append("### Trust warnings\n\n" + body if len(trust) <= 5 else
-                   "### Trust warnings\n\n" + details(f"{len(trust)} warnings about the input", body, open_=True))
+        out.append("### Trust warnings\n\n" + trust)
     out.append("### Findings, most costly first\n\n" + _findings(report))
     out.append("### Details")
-    for name, analysis in report.get("analyses", {}).items():
-        parts = []
-        for w in analysis.get("warnings", []):
-            parts.append(f"> ⚠️ {md_escape(w)}")
-        for tname in MD_TABLES.get(name, list(analysis["tables"])[:3]):
-            table = analysis["tables"].get(tname)
-            if table is None or not table["rows"]:
-                continue
-            parts.append(f"**{md_escape(table['title'])}**\n\n" + report_table(table))
-        if not parts:
-            continue
-        title = ANALYSIS_TITLES.get(name, name)
-        n = analysis.get("findings", 0)
-        out.append(details(f"{title} ({n} finding{'s' if n != 1 else ''})", "\n\n".join(parts)))
+    out.extend(_details(report))
     out.append("### Environment\n\n" + _environment(report))
     out.append(details(f"Ranks ({len(report.get('ranks', []))})", _ranks(report)))
-    out.append(details("Report data (JSON summary)", "```json\n" + json.dumps(
+    fence = "`" * 3
+    out.append(details("Report data (JSON summary)", f"{fence}json\n" + json.dumps(
         {"schema_version": report["schema_version"], "summary": report["summary"]}, indent=1, ensure_ascii=False)
-        .replace("```", "'''") + "\n```"))
+        .replace(fence, "'" * 3) + f"\n{fence}"))
     return "\n\n".join(out) + "\n"
+
+
+@register_renderer
+class MarkdownRenderer(Renderer):
+    """GitHub-flavoured Markdown, for issues and internal bugs."""
+
+    name = "markdown"
+    output_file_extension = ".md"
+    description = "GitHub-flavoured Markdown for issues and bugs (tables and <details> blocks)"
+
+    def render(self, report: "Report") -> str:
+        return render_markdown(report)

@@ -1,264 +1,308 @@
-"""Terminal rendering (rich): the default output of ``traceview analyze``."""
+"""The terminal: the default output of ``traceview analyze``, leading with the answer.
+
+The first screen (at most 40 lines at 160 columns on an 8-rank job) holds the job in one line; the
+headline (median and p90 step time, GPU utilization, where the GPU window goes: compute, exposed
+communication, memory alone, idle); the top findings with their cost per step; the top kernels; and
+one line each for the warnings worth knowing. ``--details`` adds the per-rank table, every finding
+with its nested ones and recommendations, every warning and each analysis's tables.
+"""
 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
-from typing import Any
+import io
+from typing import TYPE_CHECKING, Any, Mapping
 
-import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from traceview.findings import merge_findings, AnalysisResult, nest_findings
-from traceview.model import Trace
+from traceview.registry import ANALYSES, Renderer, register_renderer
+from traceview.render.common import (
+    column_label,
+    display_rows,
+    finding_cost,
+    finding_where,
+    findings_count_text,
+    format_cell,
+    input_warnings,
+    is_unmapped_warning,
+    job_line,
+    shares_text,
+    top_kernels,
+    top_level,
+    unmapped_line,
+)
+from traceview.units import fmt_ns, fmt_share
+
+if TYPE_CHECKING:
+    from traceview.report import Report
+
+#: top-level findings and kernels on the first screen (``--top`` changes the findings')
+DEFAULT_TOP = 5
+TOP_KERNELS = 5
+#: rows per analysis table under ``--details``
+DETAIL_ROWS = 10
+#: the width text output is laid out for when it does not go to a terminal
+TEXT_WIDTH = 160
+SEVERITY_STYLE = {"high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
 
 @functools.lru_cache(maxsize=65536)
 def safe(text: str) -> str:
-    """``text`` with secrets scrubbed (traceview.redact.scrub_text): every string from a trace that the
-    terminal prints goes through this, as the report renderers' strings go through the report model."""
-    from traceview.redact import scrub_text
+    """``text`` with secrets scrubbed and rich markup escaped: every string from a trace that the
+    terminal prints goes through this (the report already holds scrubbed strings; this is the
+    terminal's own guard)."""
+    from traceview.secrets import scrub_text
 
-    return scrub_text(text)
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """Human time from ns: 1.23 s, 45.6 ms, 789 us, 12 ns."""
-    if ns is None or (isinstance(ns, float) and pd.isna(ns)):
-        return "-"
-    value = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}" if abs(value) / scale < 100 else f"{value / scale:.0f} {unit}"
-    return f"{value:.0f} ns"
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
-def fmt_share(share: float | None) -> str:
-    """A fraction as a percentage: 0.1234 -> 12.3%."""
-    if share is None or (isinstance(share, float) and pd.isna(share)):
-        return "-"
-    return f"{100 * float(share):.1f}%"
-
-
-# ------------------------------------------------------------------ shared by the report renderers
-
-#: columns the report renderers leave out of tables (event row ids, absolute timestamps: they only
-#: mean something next to the trace; the JSON report keeps them)
-HIDDEN_COLUMNS = frozenset({
-    "row", "api_row", "gpu_row", "next_row", "cpu_op_row", "start_ns", "end_ns", "first_start_ns",
-    "last_end_ns", "api_start_ns", "gpu_start_ns",
-})
-
-
-def visible_columns(columns: list[str]) -> list[str]:
-    return [c for c in columns if c not in HIDDEN_COLUMNS]
-
-
-def format_cell(col: str, value: Any) -> str:
-    """A table cell as text: times from ns, percentages, shares, bytes; '-' for missing."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, dict)):
-        import json
-
-        return json.dumps(value, ensure_ascii=False)
-    if col.endswith("_ns") or col.endswith("_ns_per_step"):
-        return fmt_ns(value)
-    if col.endswith("_pct"):
-        return f"{float(value):.2f}%"
-    if col.endswith("_bytes") or col == "bytes":
-        return fmt_bytes(int(value))
-    if col in ("share", "cost_share") or col.endswith("_share") or col.endswith("utilization"):
-        return fmt_share(float(value))
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def finding_where(f: dict[str, Any]) -> str:
-    where = []
-    if f.get("rank") is not None:
-        where.append(f"rank {f['rank']}")
-    else:
-        per_rank = (f.get("evidence") or {}).get("per_rank")
-        if isinstance(per_rank, list) and per_rank:
-            ranks = sorted({p.get("rank") for p in per_rank if isinstance(p, dict) and p.get("rank") is not None})
-            if ranks:
-                where.append("ranks " + ", ".join(str(r) for r in ranks))
-    if f.get("step") is not None:
-        where.append(f"step {f['step']}")
-    return ", ".join(where) or "all"
-
-
-def finding_cost(f: dict[str, Any]) -> str:
-    cost = fmt_ns(f["cost_ns_per_step"]) if f.get("cost_ns_per_step") else "-"
-    if f.get("cost_share") is not None:
-        cost += f" ({fmt_share(f['cost_share'])})"
-    return cost
-
-
-def headline_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(label, value, trust note) rows of the report's headline summary."""
-    s = report["summary"]
-    env = report.get("environment") or {}
-    notes = s.get("notes") or {}
-    gpus = env.get("gpus") or []
-    gpu_text = ", ".join(
-        f"{g['count']} × {g.get('model') or 'unnamed GPU'}"
-        + (f" ({g['sm_count']} SMs, {fmt_bytes(g['memory_bytes'])})" if g.get("sm_count") and g.get("memory_bytes") else "")
-        for g in gpus
-    ) or "no GPU activity"
-    ranks = s.get("ranks") or []
-    world = s.get("world_size")
-    rank_text = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" + (f" of world size {world}" if world else "")
-    if len(ranks) > 1:
-        rank_text += f" ({ranks[0]}–{ranks[-1]})" if ranks == list(range(ranks[0], ranks[-1] + 1)) else f" ({', '.join(map(str, ranks))})"
-    steps = s.get("steps") or 0
-    step_text = f"{steps} per rank" if steps else "none found"
-    rows = [
-        ("GPUs", gpu_text, ""),
-        ("ranks", rank_text, ""),
-        ("steps", step_text, ""),
-        ("median step time", fmt_ns(s.get("median_step_time_ns")), notes.get("median_step_time_ns", "")),
-    ]
-    if s.get("window_ns"):
-        rows.append(("GPU utilization", f"{fmt_share(s.get('utilization'))} (busy {fmt_ns(s['busy_ns'])} of "
-                     f"{fmt_ns(s['window_ns'])}, summed over {s['gpus']} GPU{'s' if s['gpus'] != 1 else ''})",
-                     notes.get("utilization", "")))
-        per = "per step and GPU" if steps else "per GPU, whole trace"
-        rows.append(("GPU idle", f"{fmt_share(s.get('idle_share'))} ({fmt_ns(s.get('idle_ns_per_step'))} {per})",
-                     notes.get("idle_ns", "")))
-        rows.append(("exposed communication", f"{fmt_share(s.get('exposed_comm_share'))} "
-                     f"({fmt_ns(s.get('exposed_comm_ns_per_step'))} {per})", notes.get("exposed_comm_ns", "")))
-    else:
-        rows.append(("GPU utilization", "-", notes.get("utilization", "")))
-    fs = report.get("findings_summary") or {}
-    sev = fs.get("by_severity") or {}
-    text = f"{fs.get('top_level', 0)}" + (" (" + ", ".join(f"{n} {k}" for k, n in sev.items() if n) + ")" if any(sev.values()) else "")
-    if fs.get("nested"):
-        text += f", plus {fs['nested']} nested under them"
-    rows.append(("findings", text, ""))
-    return rows
+    return escape(scrub_text(text))
 
 
 def make_console() -> Console:
     """A console that is wide enough for tables when output is piped (rich assumes 80 columns)."""
     console = Console()
     if not console.is_terminal:
-        console = Console(width=140)
+        console = Console(width=TEXT_WIDTH)
     return console
 
 
-def render_summary(trace: Trace, console: Console) -> None:
-    summary = trace.summary()
-    table = Table(title="Trace summary", title_justify="left")
-    for col in ("rank", "file", "format", "GPU", "span", "events", "kernels", "steps", "not mapped"):
-        table.add_column(col, overflow="fold", justify="right" if col in ("events", "kernels", "steps") else "left")
-    for rank in trace.rank_ids:
-        info = trace.ranks[rank]
-        s = summary[rank]
-        names = {d.id: d.name for d in info.devices}
-        used = s.get("devices", [])
-        gpu_text = ", ".join(sorted({names.get(d) or f"device {d}" for d in used})) or "-"
-        if len(used) > 1:
-            gpu_text += f" (x{len(used)})"
-        unmapped = ", ".join(f"{k} {v:,}" for k, v in sorted(info.unmapped.items(), key=lambda kv: -kv[1])) or "-"
-        table.add_row(
-            str(rank),
-            safe(Path(info.source_path).name),
-            f"{info.source_format}, rank from {info.rank_source}",
-            safe(gpu_text),
-            fmt_ns(s["span_ns"]),
-            f"{s['events']:,}",
-            f"{s['by_kind'].get('kernel', 0):,}",
-            str(s["steps"]),
-            escape(safe(unmapped)),
-        )
-    console.print(table)
-    warnings = list(trace.warnings)
-    for info in trace.ranks.values():
-        warnings.extend(w for w in info.warnings if w not in warnings)
-    for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(safe(w))}", highlight=False)
+def _table(title: str | None = None) -> Table:
+    """A compact table: header, one rule under it, no borders (every line is content)."""
+    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+                 pad_edge=False, padding=(0, 1))
 
 
-def render_table(df: pd.DataFrame, title: str, console: Console, max_rows: int = 15) -> None:
-    if df is None or df.empty:
-        return
-    table = Table(title=title, title_justify="left")
-    shown = df.head(max_rows)
-    for col in shown.columns:
-        table.add_column(str(col), overflow="fold", justify="right" if pd.api.types.is_numeric_dtype(shown[col]) else "left")
-    for _, row in shown.iterrows():
-        table.add_row(*[_cell(col, row[col]) for col in shown.columns])
-    console.print(table)
-    if len(df) > max_rows:
-        console.print(f"  ({len(df) - max_rows:,} more rows: use --format json or the Python API)", style="dim")
+def _fitted_table(console: Console, title: str, headers: list[str], rows: list[list[str]], *, flexible: int,
+                  right: tuple[str, ...] = ()) -> Table:
+    """One line per row: every column as wide as its widest cell but column ``flexible``, which
+    takes the rest of the console's width and ends in an ellipsis when its text is longer."""
+    table = _table(title)
+    widths = [max([len(h)] + [Text.from_markup(r[i]).cell_len for r in rows]) for i, h in enumerate(headers)]
+    # a column's width includes its padding (one space each side); one divider between columns
+    widths = [w + 2 for w in widths]
+    rest = console.width - sum(w for i, w in enumerate(widths) if i != flexible) - (len(widths) - 1)
+    widths[flexible] = max(12, min(widths[flexible], rest))
+    for header, width in zip(headers, widths):
+        table.add_column(header, no_wrap=True, overflow="ellipsis", width=width,
+                         justify="right" if header in right else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
-def _cell(col: str, value: Any) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    if isinstance(value, str):
-        return escape(safe(value))
-    if col.endswith("_ns"):
-        return fmt_ns(value)
-    if col.endswith("_pct"):
-        return f"{float(value):.2f}%"
-    if col.endswith("_bytes"):
-        return fmt_bytes(int(value))
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+# ------------------------------------------------------------------------------------ first screen
 
 
-def render_results(results: dict[str, AnalysisResult], console: Console, top_n: int = 10,
-                   n_ranks: int = 1) -> None:
-    for name, result in results.items():
-        headline = result.tables.get("summary")
-        if headline is not None and not headline.empty:
-            render_table(headline, f"{name}", console)
-        for w in result.warnings:
-            console.print(f"[yellow]warning ({name}):[/yellow] {escape(safe(w))}", highlight=False)
-    findings = [f for r in results.values() for f in r.findings]
-    if n_ranks > 1:  # one line per problem, not one per rank: "On 3 of 4 ranks (worst: rank 2): ..."
-        per_rank = [(f.rank, f) for f in findings if f.rank is not None]
-        findings = [f for f in findings if f.rank is None] + merge_findings(per_rank, n_ranks)
-    nested = nest_findings(findings)
-    console.print()
-    if not nested:
+def print_headline(report: Mapping[str, Any], console: Console) -> None:
+    """The job in one line, then step time, utilization and where the GPU window goes."""
+    s = report["summary"]
+    console.print(f"[bold]traceview[/bold] · {safe(job_line(report))}", highlight=False)
+    line = (f"[bold]step time[/bold] median {fmt_ns(s.get('median_step_time_ns'))}, "
+            f"p90 {fmt_ns(s.get('p90_step_time_ns'))}")
+    if s.get("window_ns"):
+        gpus = s.get("gpus") or 0
+        line += (f" · [bold]GPU utilization[/bold] {fmt_share(s.get('utilization'))} (busy {fmt_ns(s['busy_ns'])} of "
+                 f"{fmt_ns(s['window_ns'])} over {gpus} GPU{'s' if gpus != 1 else ''})")
+        console.print(line, highlight=False)
+        console.print(f"[bold]where GPU time goes[/bold] (share of the GPU window) {shares_text(report)}",
+                      highlight=False)
+    else:
+        console.print(line + " · [bold]GPU utilization[/bold] -", highlight=False)
+    for key, note in (s.get("notes") or {}).items():
+        console.print(f"[yellow]note:[/yellow] {safe(str(note))}", highlight=False)
+    execution = report.get("execution") or {}
+    if execution.get("executor") not in (None, "in-process"):
+        console.print(f"[dim]{safe(execution_text(execution))}[/dim]", highlight=False)
+
+
+def execution_text(execution: Mapping[str, Any]) -> str:
+    """How a job ran, in one line: ``analyzed by local processes (2): 8 ranks from 8 files in 3.1 s``."""
+    text = f"analyzed by {execution.get('executor')}"
+    if execution.get("ranks") is not None and execution.get("files") is not None:
+        text += f": {execution['ranks']} ranks from {execution['files']} files"
+    if execution.get("seconds") is not None:
+        text += f" in {execution['seconds']:.1f} s"
+    if execution.get("failed_files"):
+        text += f"; {execution['failed_files']} file(s) failed"
+    return text
+
+
+def print_top_findings(report: Mapping[str, Any], console: Console, top: int) -> None:
+    """The first ``top`` top-level findings, one line each, in the report's order and with its ids."""
+    parents = top_level(report)
+    if not parents:
         console.print("[green]No findings: nothing here costs a noticeable share of the step time.[/green]")
         return
-    n_nested = sum(len(kids) for _, kids in nested)
-    title = f"Findings, most costly first ({len(nested)}" + (f", plus {n_nested} nested" if n_nested else "") + ")"
-    table = Table(title=title, title_justify="left", show_lines=True)
-    for col in ("#", "severity", "finding", "where", "cost / step", "recommendation"):
-        table.add_column(col, overflow="fold")
-    colors = {"high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
-    for i, (parent, kids) in enumerate(nested[:top_n], start=1):
-        for j, f in enumerate((parent, *kids)):
-            d = f.to_dict()
-            label = str(i) if j == 0 else f"{i}.{j}"
-            name = f"{escape(safe(f.title))}\n[dim]{f.code}[/dim]"
-            if j:
-                name = f"↳ {name}\n[dim](part of #{i}: its cost is included there)[/dim]"
-            table.add_row(label, f"[{colors[f.severity]}]{f.severity}[/]", name, finding_where(d),
-                          finding_cost(d), escape(safe(f.recommendation)))
+    rows = [[f["id"], f"[{SEVERITY_STYLE.get(f['severity'], '')}]{f['severity']}[/]", safe(str(f["title"])),
+             finding_where(f), finding_cost(f)] for f in parents[:top]]
+    table = _fitted_table(console, f"Findings: {findings_count_text(report)}",
+                          ["id", "severity", "finding", "where", "cost/step (share)"], rows, flexible=2,
+                          right=("cost/step (share)",))
     console.print(table)
-    if len(nested) > top_n:
-        console.print(f"  ({len(nested) - top_n} more findings: --top {len(nested)} shows all)", style="dim")
+    total = len(report.get("findings", []))
+    if len(parents) > top:
+        console.print(f"  {len(parents) - top} more findings: --top {len(parents)} lists them, --details lists all "
+                      f"{total} with nested ones and recommendations", style="dim", highlight=False)
+    elif total > len(parents):
+        console.print(f"  --details lists all {total} findings, with nested ones and recommendations", style="dim",
+                      highlight=False)
+
+
+def print_top_kernels(report: Mapping[str, Any], console: Console, n: int = TOP_KERNELS) -> None:
+    kernels = top_kernels(report, n)
+    if not kernels:
+        return
+    rows = [[safe(str(k.get("name"))), safe(str(k.get("category") or "-")),
+             f"rank {k.get('rank')} GPU {k.get('device')}", fmt_ns(k.get("total_ns")),
+             format_cell("share_pct", k.get("share_pct")), f"{int(k.get('count') or 0):,}",
+             fmt_ns(k.get("mean_ns"))] for k in kernels]
+    table = _fitted_table(console, "Top kernels (total time on one GPU, largest first)",
+                          ["kernel", "category", "largest on", "total time", "share of GPU", "count", "mean"], rows,
+                          flexible=0, right=("total time", "share of GPU", "count", "mean"))
+    console.print(table)
+
+
+def print_warning_lines(report: Mapping[str, Any], console: Console, *, details: bool) -> None:
+    """Warnings about the inputs and the analyses: every one with ``details``, else one line with
+    their count; the unmapped-category line only when those events are many."""
+    unmapped = unmapped_line(report, always=details)
+    if unmapped:
+        console.print(f"[yellow]unmapped:[/yellow] {safe(unmapped)}", highlight=False)
+    warnings = [w for w in report.get("warnings", []) if not is_unmapped_warning(w)]
+    if not warnings:
+        return
+    if details:
+        for w in warnings:
+            console.print(f"[yellow]warning ({safe(w['scope'])}):[/yellow] {safe(w['message'])}", highlight=False)
+        return
+    inputs = len(input_warnings(report))
+    scopes = sorted({w["scope"] for w in warnings if w not in input_warnings(report)})
+    parts = ([f"{inputs} about the inputs"] if inputs else []) + ([f"{len(warnings) - inputs} from "
+                                                                    + ", ".join(scopes)] if scopes else [])
+    console.print(f"[yellow]{len(warnings)} warning{'s' if len(warnings) != 1 else ''}[/yellow] "
+                  f"({safe(', '.join(parts))}): --details shows them", highlight=False)
+
+
+# ------------------------------------------------------------------------------------ details
+
+
+def print_ranks(report: Mapping[str, Any], console: Console) -> None:
+    table = _table("Ranks (whole trace per GPU)")
+    for col in ("rank", "file", "format", "GPU", "span", "events", "steps", "utilization", "compute",
+                "exposed comm.", "idle", "unmapped"):
+        table.add_column(col, overflow="fold",
+                         justify="left" if col in ("file", "format", "GPU") else "right")
+    for r in report.get("ranks", []):
+        bd = r.get("breakdown") or [{}]
+        for i, b in enumerate(bd):
+            window = b.get("window_ns") or 0
+            share = (lambda key: fmt_share(b.get(key, 0) / window) if window else "-")  # noqa: E731
+            first = i == 0
+            unmapped = sum((r.get("unmapped") or {}).values())
+            table.add_row(str(r["rank"]) if first else "", safe(r["file"]) if first else "",
+                          safe(str(r.get("format") or "-")) if first else "", str(b.get("device", "-")),
+                          fmt_ns(r["span_ns"]) if first else "", f"{r['events']:,}" if first else "",
+                          str(r["steps"]) if first else "", fmt_share(b.get("utilization")), share("compute_ns"),
+                          share("exposed_comm_ns"), share("idle_ns"), f"{unmapped:,}" if first and unmapped else "")
+    console.print(table)
+
+
+def print_all_findings(report: Mapping[str, Any], console: Console) -> None:
+    findings = report.get("findings", [])
+    if not findings:
+        return
+    table = Table(title=f"All findings: {findings_count_text(report)}", title_justify="left", title_style="bold",
+                  show_lines=True, box=box.SQUARE)
+    for col in ("id", "severity", "finding", "where", "cost/step (share)", "recommendation"):
+        table.add_column(col, overflow="fold", justify="right" if col.startswith("cost") else "left")
+    for f in findings:
+        sev = f["severity"]
+        name = f"{safe(str(f['title']))}\n[dim]{safe(f['code'])}[/dim]"
+        if f.get("parent"):
+            name = f"↳ {name}\n[dim](part of {f['parent']}: its cost is included there)[/dim]"
+        table.add_row(f["id"], f"[{SEVERITY_STYLE.get(sev, '')}]{sev}[/]", name, finding_where(f), finding_cost(f),
+                      safe(str(f.get("recommendation") or "")))
+    console.print(table)
+
+
+def print_report_table(table: Mapping[str, Any], console: Console, steps: int, max_rows: int = DETAIL_ROWS) -> None:
+    columns, rows = display_rows(table, steps)
+    if not rows:
+        return
+    out = _table(safe(str(table["title"])))
+    for col in columns:
+        numeric = all(isinstance(r.get(col), (int, float)) or r.get(col) is None for r in rows)
+        # text columns keep short names whole; long ones fold
+        longest = max(len(format_cell(col, r.get(col))) for r in rows[:max_rows])
+        out.add_column(column_label(col), overflow="fold", justify="right" if numeric else "left",
+                       min_width=None if numeric else min(longest, 32))
+    for r in rows[:max_rows]:
+        out.add_row(*[safe(format_cell(c, r.get(c))) for c in columns])
+    console.print(out)
+    total = table.get("total_rows", len(rows)) if len(rows) == len(table["rows"]) else len(rows)
+    if total > min(max_rows, len(rows)):
+        console.print(f"  {min(max_rows, len(rows))} of {total:,} rows (--format json or the Python API for more)",
+                      style="dim", highlight=False)
+
+
+def print_analyses(report: Mapping[str, Any], console: Console) -> None:
+    """Each analysis's headline table (``AnalysisSpec.headline_table``), under the analysis's title."""
+    steps = int(report["summary"].get("steps") or 0)
+    for name, analysis in (report.get("analyses") or {}).items():
+        spec = ANALYSES.get(name)
+        tables = analysis.get("tables") or {}
+        chosen = spec.headline_table if spec is not None and spec.headline_table in tables else next(iter(tables), None)
+        if chosen is None or not tables[chosen]["rows"]:
+            continue
+        console.print(f"\n[bold underline]{safe(str(analysis.get('title') or name))}[/]", highlight=False)
+        print_report_table(tables[chosen], console, steps)
+
+
+def print_report(report: Mapping[str, Any], console: Console, *, top: int = DEFAULT_TOP, details: bool = False,
+                 summary_only: bool = False) -> None:
+    """The report on ``console``: the first screen, then the details when asked for.
+    ``summary_only``: the job, the headline, the ranks and the warnings (no findings, no tables)."""
+    print_headline(report, console)
+    if summary_only:
+        console.print()
+        print_ranks(report, console)
+        print_warning_lines(report, console, details=True)
+        return
+    console.print()
+    print_top_findings(report, console, top)
+    console.print()
+    print_top_kernels(report, console)
+    console.print()
+    print_warning_lines(report, console, details=details)
+    if not details:
+        console.print("[dim]--details: per-rank tables, every finding with its recommendation, every warning and "
+                      "each analysis's table; --format html|markdown|json for a report[/dim]", highlight=False)
+        return
+    console.print()
+    print_ranks(report, console)
+    console.print()
+    print_all_findings(report, console)
+    print_analyses(report, console)
+
+
+@register_renderer
+class TextRenderer(Renderer):
+    """Plain text as the terminal shows it (no colour), laid out for ``width`` columns (default 160).
+    Options: ``top`` (top-level findings listed), ``details``, ``summary_only``, ``width``."""
+
+    name = "text"
+    output_file_extension = ".txt"
+    description = "the terminal's text: the answer first, --details for the rest"
+
+    def render(self, report: "Report") -> str:
+        console = Console(file=io.StringIO(), width=int(self.options.get("width") or TEXT_WIDTH), record=True,
+                          color_system=None, force_terminal=False, soft_wrap=False)
+        self.print(report, console)
+        return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
+
+    def print(self, report: "Report | Mapping[str, Any]", console: Console) -> None:
+        """To ``console`` directly (with its colours, when it is a terminal)."""
+        print_report(report, console, top=int(self.options.get("top") or DEFAULT_TOP),
+                     details=bool(self.options.get("details")), summary_only=bool(self.options.get("summary_only")))

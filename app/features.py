@@ -1,0 +1,48 @@
+"""The other features of traceview the app shows, imported here and nowhere else in the app: the
+report figures, the diff of two reports (Compare page) and the renderers (report downloads). When one
+of them moves, this module is the one edit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceview.registry import RENDERERS
+from traceview.report import Report
+
+# The figures and the diff are being moved into feature packages (traceview/render/, traceview/compare/)
+# while this is written: take them from where they are.
+try:
+    from traceview.render import figures  # type: ignore[attr-defined,unused-ignore]
+except ImportError:
+    from traceview import figures  # type: ignore[no-redef,unused-ignore]
+try:
+    from traceview.compare.diff import METRICS, diff_results  # type: ignore[import-not-found,unused-ignore]
+except ImportError:
+    from traceview.diff import METRICS, diff_results  # type: ignore[no-redef,unused-ignore]
+
+__all__ = ["DOWNLOADS", "diff_reports", "figures", "metric_label", "render_report"]
+
+#: download format (button id suffix) -> (renderer name, file extension)
+DOWNLOADS = {"md": ("markdown", "md"), "html": ("html", "html"), "json": ("json", "json")}
+
+
+def metric_label(metric: str) -> str:
+    """A diff metric's label for people (the metric's own name when the diff does not know it)."""
+    return str(METRICS.get(metric, ("", False, metric))[2])
+
+
+def diff_reports(base: Report, new: Report, *, base_label: str, new_label: str) -> dict[str, Any]:
+    """The diff of two runs' reports, as the diff's JSON-able dict (``summary``, ``metrics``,
+    ``kernels``, ``findings``, ``notes``)."""
+    diff = diff_results(base.results, new.results, base_label=base_label, new_label=new_label)
+    return diff.to_dict()
+
+
+def render_report(fmt: str, report: Report) -> tuple[str, str]:
+    """(text, file extension) of ``report`` in download format ``fmt`` (see :data:`DOWNLOADS`), by the
+    registered renderer of that name (``traceview.registry.RENDERERS``)."""
+    import traceview.render  # noqa: F401  (registers the renderers)
+
+    name, ext = DOWNLOADS[fmt]
+    out = RENDERERS[name]().render(report)
+    return (out.decode("utf-8") if isinstance(out, bytes) else out), ext

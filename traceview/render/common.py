@@ -1,0 +1,264 @@
+"""What every renderer says the same way: cell formatting, column labels with their units, where a
+finding applies and what it costs, the job in one line, the headline, the warnings worth showing, the
+top kernels. Everything here reads the report; nothing recomputes a figure or re-ranks a finding."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from traceview.pipeline import compact_ranks
+from traceview.units import fmt_bytes, fmt_ns, fmt_pct, fmt_share, is_missing
+
+#: columns the renderers leave out of tables (event row ids, absolute timestamps: they only mean
+#: something next to the trace; the JSON report keeps them)
+HIDDEN_COLUMNS = frozenset({
+    "row", "api_row", "gpu_row", "next_row", "cpu_op_row", "start_ns", "end_ns", "first_start_ns",
+    "last_end_ns", "api_start_ns", "gpu_start_ns",
+})
+#: how the report's warnings about unmapped event categories begin (``traceview.report``): they are
+#: collapsed into one line, shown only when the events are many
+UNMAPPED_MARK = "events of categories traceview does not map"
+#: unmapped events matter (shown on the first screen and in the summaries) from this many ...
+UNMAPPED_MIN_EVENTS = 1000
+#: ... or this share of all events
+UNMAPPED_MIN_SHARE = 0.01
+
+
+def visible_columns(columns: list[str]) -> list[str]:
+    return [c for c in columns if c not in HIDDEN_COLUMNS]
+
+
+def column_label(col: str) -> str:
+    """A column's header as people read it; the unit the cells are formatted in is in the cells
+    (``total_ns`` -> ``total``, whose cells read ``1.23 ms``), so no header names a unit its cells
+    do not use."""
+    label = col
+    for suffix, replacement in (("_ns_per_step", " / step"), ("_ns", ""), ("_bytes", ""), ("_pct", " %")):
+        if label.endswith(suffix) and label != suffix.lstrip("_"):
+            label = label[: -len(suffix)] + replacement
+            break
+    return label.replace("_", " ")
+
+
+def format_cell(col: str, value: Any) -> str:
+    """A table cell as text: times from ns, percentages, shares, sizes; ``-`` for missing."""
+    if is_missing(value):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    if col.endswith("_ns") or col.endswith("_ns_per_step"):
+        return fmt_ns(value)
+    if col.endswith("_pct"):
+        return fmt_pct(value)
+    if col.endswith("_bytes") or col == "bytes":
+        return fmt_bytes(value)
+    if col in ("share", "cost_share") or col.endswith("_share") or col.endswith("utilization"):
+        return fmt_share(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int) and abs(value) >= 10_000:
+        return f"{value:,}"
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------ findings
+
+
+def finding_where(f: Mapping[str, Any]) -> str:
+    """``rank 3``, ``ranks 0-7`` (a finding merged across ranks), ``step 2``, or ``all``."""
+    where = []
+    if f.get("rank") is not None:
+        where.append(f"rank {f['rank']}")
+    else:
+        per_rank = (f.get("evidence") or {}).get("per_rank")
+        if isinstance(per_rank, list):
+            ranks = [p["rank"] for p in per_rank if isinstance(p, dict) and p.get("rank") is not None]
+            if ranks:
+                where.append(("ranks " if len(set(ranks)) > 1 else "rank ") + compact_ranks(ranks))
+    if f.get("step") is not None:
+        where.append(f"step {f['step']}")
+    return ", ".join(where) or "all"
+
+
+def finding_cost(f: Mapping[str, Any]) -> str:
+    """Cost per step and its share of the step: ``7.68 ms (54.5%)``; ``-`` when it has none."""
+    cost = fmt_ns(f["cost_ns_per_step"]) if f.get("cost_ns_per_step") else "-"
+    if f.get("cost_share") is not None:
+        cost += f" ({fmt_share(f['cost_share'])})"
+    return cost
+
+
+def top_level(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The report's top-level findings, in the report's order."""
+    return [f for f in report.get("findings", []) if f.get("parent") is None]
+
+
+def findings_count_text(report: Mapping[str, Any]) -> str:
+    """``5 (3 high, 1 low, 1 info), plus 5 nested under them`` from ``findings_summary``."""
+    fs = report.get("findings_summary") or {}
+    sev = fs.get("by_severity") or {}
+    text = f"{fs.get('top_level', 0)}"
+    if any(sev.values()):
+        text += " (" + ", ".join(f"{n} {k}" for k, n in sev.items() if n) + ")"
+    if fs.get("nested"):
+        text += f", plus {fs['nested']} nested under them"
+    return text
+
+
+# ------------------------------------------------------------------------------------ the job
+
+
+def rank_text(report: Mapping[str, Any]) -> str:
+    s = report["summary"]
+    ranks = list(s.get("ranks") or [])
+    world = s.get("world_size")
+    text = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" + (f" of world size {world}" if world else "")
+    if len(ranks) > 1:
+        text += f" ({compact_ranks(ranks)})"
+    return text
+
+
+def gpu_text(report: Mapping[str, Any], *, specs: bool = True) -> str:
+    gpus = (report.get("environment") or {}).get("gpus") or []
+    parts = []
+    for g in gpus:
+        text = f"{g['count']} × {g.get('model') or 'unnamed GPU'}"
+        if specs and g.get("sm_count") and g.get("memory_bytes"):
+            text += f" ({g['sm_count']} SMs, {fmt_bytes(g['memory_bytes'])})"
+        parts.append(text)
+    return ", ".join(parts) or "no GPU activity"
+
+
+def source_text(report: Mapping[str, Any]) -> str:
+    """The inputs' formats: ``kineto, 8 files``."""
+    inputs = report.get("inputs") or []
+    formats = sorted({str(i.get("format")) for i in inputs if i.get("format")})
+    files = len({i["file"] for i in inputs})
+    return f"{', '.join(formats) or 'unknown format'}, {files} file{'s' if files != 1 else ''}"
+
+
+def steps_text(report: Mapping[str, Any]) -> str:
+    steps = report["summary"].get("steps") or 0
+    return f"{steps} step{'s' if steps != 1 else ''} per rank" if steps else "no steps found"
+
+
+def job_line(report: Mapping[str, Any]) -> str:
+    """The job in one line: ranks, GPUs and model, steps, source format."""
+    return " · ".join((rank_text(report), gpu_text(report, specs=False), steps_text(report), source_text(report)))
+
+
+def time_shares(report: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Where the GPU window goes: (label, share) for compute, exposed communication, memory alone and
+    idle (they add up to 1)."""
+    s = report["summary"]
+    return [("compute", s.get("compute_share")), ("exposed communication", s.get("exposed_comm_share")),
+            ("memory alone", s.get("memory_only_share")), ("idle", s.get("idle_share"))]
+
+
+def shares_text(report: Mapping[str, Any]) -> str:
+    return " · ".join(f"{label} {fmt_share(share)}" for label, share in time_shares(report))
+
+
+def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, trust note) rows of the report's headline, for the summary tables."""
+    s = report["summary"]
+    notes = s.get("notes") or {}
+    steps = s.get("steps") or 0
+    rows = [
+        ("GPUs", gpu_text(report), ""),
+        ("ranks", rank_text(report), ""),
+        ("steps", f"{steps} per rank" if steps else "none found", ""),
+        ("step time", f"median {fmt_ns(s.get('median_step_time_ns'))}, p90 {fmt_ns(s.get('p90_step_time_ns'))}",
+         notes.get("median_step_time_ns", "")),
+    ]
+    if s.get("window_ns"):
+        gpus = s.get("gpus") or 0
+        rows.append(("GPU utilization", f"{fmt_share(s.get('utilization'))} (busy {fmt_ns(s['busy_ns'])} of "
+                     f"{fmt_ns(s['window_ns'])}, summed over {gpus} GPU{'s' if gpus != 1 else ''})",
+                     notes.get("utilization", "")))
+        rows.append(("where GPU time goes", shares_text(report), notes.get("exposed_comm_ns", "")))
+        per = "per step and GPU" if steps else "per GPU, whole trace"
+        rows.append(("GPU idle", f"{fmt_ns(s.get('idle_ns_per_step'))} {per}", ""))
+        rows.append(("exposed communication", f"{fmt_ns(s.get('exposed_comm_ns_per_step'))} {per}", ""))
+    else:
+        rows.append(("GPU utilization", "-", notes.get("utilization", "")))
+    rows.append(("findings", findings_count_text(report), ""))
+    return rows
+
+
+# ------------------------------------------------------------------------------------ warnings
+
+
+def is_unmapped_warning(w: Mapping[str, Any]) -> bool:
+    return UNMAPPED_MARK in str(w.get("message", ""))
+
+
+def input_warnings(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Trust warnings about the inputs (scope ``trace`` or ``rank N``), without the per-rank lists of
+    unmapped categories (see :func:`unmapped_line`)."""
+    return [w for w in report.get("warnings", [])
+            if (w["scope"] == "trace" or w["scope"].startswith("rank ")) and not is_unmapped_warning(w)]
+
+
+def unmapped_counts(report: Mapping[str, Any]) -> dict[str, int]:
+    """Events of unmapped categories over all ranks, by category, most first."""
+    counts: dict[str, int] = {}
+    for r in report.get("ranks", []):
+        for category, n in (r.get("unmapped") or {}).items():
+            counts[category] = counts.get(category, 0) + int(n)
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def unmapped_line(report: Mapping[str, Any], *, always: bool = False) -> str | None:
+    """One line about events of categories traceview does not map, when they are many (or
+    ``always`` when there are any); None otherwise."""
+    counts = unmapped_counts(report)
+    total = sum(counts.values())
+    events = int(report["summary"].get("events") or 0)
+    share = total / events if events else 0.0
+    if not total or not (always or total >= UNMAPPED_MIN_EVENTS or share >= UNMAPPED_MIN_SHARE):
+        return None
+    cats = ", ".join(f"{k} {v:,}" for k, v in list(counts.items())[:6])
+    more = f" and {len(counts) - 6} more" if len(counts) > 6 else ""
+    return (f"{total:,} events ({fmt_share(share)}) of categories traceview does not map are in no figure: "
+            f"{cats}{more}")
+
+
+# ------------------------------------------------------------------------------------ tables
+
+
+def display_rows(table: Mapping[str, Any], steps: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """A report table's visible columns and its rows as shown: with one step per rank, the per-step
+    rows repeat the whole-trace rows (``step`` empty), so only the latter are shown; a ``step``
+    column left all empty is dropped."""
+    columns = visible_columns(list(table["columns"]))
+    rows = list(table["rows"])
+    if "step" in columns and steps <= 1:
+        whole = [r for r in rows if r.get("step") is None]
+        if whole:
+            rows = whole
+    if "step" in columns and rows and all(r.get("step") is None for r in rows):
+        columns.remove("step")
+    return columns, rows
+
+
+def top_kernels(report: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
+    """The ``n`` kernels with the largest total time on one GPU, each name once (at its largest
+    row): the report's kernels table, in its order (largest total first)."""
+    table = ((report.get("analyses") or {}).get("kernels") or {}).get("tables", {}).get("kernels")
+    if not table:
+        return []
+    rows = sorted(table["rows"], key=lambda r: -(r.get("total_ns") or 0))
+    seen: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        name = str(row.get("name"))
+        if name not in seen:
+            seen[name] = row
+            if len(seen) == n:
+                break
+    return list(seen.values())
