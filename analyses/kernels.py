@@ -39,6 +39,7 @@ Definitions (docs/metrics.md, "Kernel breakdown"), per rank and GPU device; all 
 
 Tables: ``kernels`` (every name; per rank and device, by total time), ``top_kernels`` (the top
 ``Options.top_n`` per rank and device), ``kernels_by_step`` (the same figures per step),
+``job_kernels`` (every name over the whole job: the cross-rank step, :func:`job_kernels`),
 ``categories`` (per rank, device, category; ``step`` None = whole trace, then per step),
 ``tiny_kernels`` (per rank, device; ``step`` None = whole trace, then per step).
 
@@ -50,6 +51,7 @@ compute kernels are tiny and there are at least 100 per step; cost = ``tiny_gap_
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TypedDict
 
 import numpy as np
@@ -57,7 +59,7 @@ import pandas as pd
 
 from . import classify
 from traceview import intervals as iv
-from .steps import NO_STEP, Activity, activity, per_step, step_column
+from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
@@ -280,7 +282,7 @@ def _empty_frame(columns: list[str]) -> pd.DataFrame:
 
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
-    tables = kernel_tables(trace, act, options.top_n)
+    tables = dict(_cached_tables(trace, act, options))  # a copy: the cached dict stays as computed
     tables["tiny_kernels"] = tiny_table(act)
     result = AnalysisResult(name=NAME, tables=tables)
     if len(act) == 0:
@@ -455,13 +457,78 @@ def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
     ]
 
 
+# ------------------------------------------------------------------------ job-wide totals per kernel
+
+JOB_COLUMNS = ["name", "category", "kind", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "gpus",
+               "total_ns_per_gpu", "share_pct"]
+
+
+@dataclass
+class KernelTotals:
+    """One rank's totals per kernel name (count, total, min, max, GPUs it ran on): what the job-wide
+    ``job_kernels`` table needs of each rank. No row numbers, so nothing to remap."""
+
+    frame: pd.DataFrame
+
+    def remap_rows(self, rows: np.ndarray | None, offset: int = 0) -> "KernelTotals":
+        del rows, offset  # per-name totals hold no event rows
+        return self
+
+    def compact(self) -> "KernelTotals":
+        return self
+
+
+def _cached_tables(trace: Trace, act: Activity, options: Options) -> dict[str, pd.DataFrame]:
+    """:func:`kernel_tables`, computed once per trace and options (the analysis and the job-wide
+    totals both read it)."""
+    return cached(trace, "kernel_tables", options, lambda: kernel_tables(trace, act, options.top_n))
+
+
+def kernel_totals(trace: Trace, options: Options) -> KernelTotals:
+    """Per kernel name over every rank and GPU of ``trace``: count, total, min and max duration, and
+    the number of (rank, device) pairs it ran on."""
+    act = activity(trace, options)
+    if len(act) == 0:
+        return KernelTotals(_empty_frame(["name", "category", "kind", "count", "total_ns", "min_ns", "max_ns",
+                                          "gpus"]))
+    per_gpu = _cached_tables(trace, act, options)["kernels"]
+    grouped = per_gpu.groupby(["name", "category", "kind"], sort=False)
+    frame = grouped.agg(count=("count", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
+                        max_ns=("max_ns", "max"), gpus=("count", "size")).reset_index()
+    return KernelTotals(frame)
+
+
+def job_kernels(parts: list[KernelTotals], options: Options) -> AnalysisResult:
+    """The ``job_kernels`` table: every kernel name over the whole job (all ranks and GPUs), largest
+    total first; ``share_pct`` = 100 x total / (all GPU activity of the job), ``total_ns_per_gpu`` =
+    total / GPUs it ran on."""
+    del options  # the totals need no option
+    frames = [p.frame for p in parts if len(p.frame)]
+    result = AnalysisResult(name=NAME)
+    if not frames:
+        result.tables["job_kernels"] = _empty_frame(JOB_COLUMNS)
+        return result
+    grouped = pd.concat(frames, ignore_index=True).groupby(["name", "category", "kind"], sort=False)
+    job = grouped.agg(count=("count", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
+                      max_ns=("max_ns", "max"), gpus=("gpus", "sum")).reset_index()
+    job["mean_ns"] = job["total_ns"].to_numpy() / np.maximum(job["count"].to_numpy(), 1)
+    job["total_ns_per_gpu"] = job["total_ns"].to_numpy() / np.maximum(job["gpus"].to_numpy(), 1)
+    all_ns = float(job["total_ns"].sum())
+    job["share_pct"] = 100.0 * job["total_ns"].to_numpy() / all_ns if all_ns > 0 else 0.0
+    job = job.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
+    result.tables["job_kernels"] = job[JOB_COLUMNS].reset_index(drop=True)
+    return result
+
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Kernels",
     run=analyze,
     order=50,
     tables=(
-        TableSpec("kernels", "Kernels by total time", sort_by="total_ns", per_event=True),
+        TableSpec("job_kernels", "Kernels over the whole job (all ranks and GPUs), by total time", sort_by="total_ns",
+                  cross_rank=True),
+        TableSpec("kernels", "Kernels by total time, per rank and GPU", sort_by="total_ns", per_event=True),
         TableSpec("top_kernels", "Top kernels per rank and GPU", sort_by="total_ns"),
         TableSpec("kernels_by_step", "Kernels per step", sort_by="total_ns", per_event=True),
         TableSpec("categories", "Kernel categories"),
@@ -469,5 +536,7 @@ SPEC = AnalysisSpec(
     ),
     finding_codes=("dominant_kernels", "many_tiny_kernels"),
     page=("/kernels", "Kernels"),
+    gather=kernel_totals,
+    reduce=job_kernels,
     headline_table="categories",
 )

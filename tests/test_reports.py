@@ -637,8 +637,11 @@ def test_first_screen_of_the_8_rank_job(cases):
     for f in top_level_findings_of(report)[:5]:
         assert any(line.startswith(f["id"] + " ") and f["title"][:30] in line for line in lines), f["id"]
     assert "Top kernels" in text
-    kernels = report["analyses"]["kernels"]["tables"]["kernels"]["rows"]
+    # the job's largest kernel, with its total over all ranks and GPUs
+    kernels = report["analyses"]["kernels"]["tables"]["job_kernels"]["rows"]
     largest = max(kernels, key=lambda r: r["total_ns"])
+    per_gpu = report["analyses"]["kernels"]["tables"]["kernels"]["rows"]
+    assert largest["total_ns"] == sum(r["total_ns"] for r in per_gpu if r["name"] == largest["name"])
     assert largest["name"][:40] in text and fmt_ns(largest["total_ns"]) in text
     assert "(no category)" not in text and "Trace 1" not in text
     # no header names a unit its cells do not use

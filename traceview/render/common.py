@@ -248,17 +248,9 @@ def display_rows(table: Mapping[str, Any], steps: int) -> tuple[list[str], list[
 
 
 def top_kernels(report: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
-    """The ``n`` kernels with the largest total time on one GPU, each name once (at its largest
-    row): the report's kernels table, in its order (largest total first)."""
-    table = ((report.get("analyses") or {}).get("kernels") or {}).get("tables", {}).get("kernels")
+    """The ``n`` kernels with the largest total time over the whole job (all ranks and GPUs): the
+    first rows of the report's ``job_kernels`` table (largest total first)."""
+    table = ((report.get("analyses") or {}).get("kernels") or {}).get("tables", {}).get("job_kernels")
     if not table:
         return []
-    rows = sorted(table["rows"], key=lambda r: -(r.get("total_ns") or 0))
-    seen: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        name = str(row.get("name"))
-        if name not in seen:
-            seen[name] = row
-            if len(seen) == n:
-                break
-    return list(seen.values())
+    return list(table["rows"][:n])

@@ -154,13 +154,12 @@ def print_top_kernels(report: Mapping[str, Any], console: Console, n: int = TOP_
     kernels = top_kernels(report, n)
     if not kernels:
         return
-    rows = [[safe(str(k.get("name"))), safe(str(k.get("category") or "-")),
-             f"rank {k.get('rank')} GPU {k.get('device')}", fmt_ns(k.get("total_ns")),
+    rows = [[safe(str(k.get("name"))), safe(str(k.get("category") or "-")), fmt_ns(k.get("total_ns")),
              format_cell("share_pct", k.get("share_pct")), f"{int(k.get('count') or 0):,}",
-             fmt_ns(k.get("mean_ns"))] for k in kernels]
-    table = _fitted_table(console, "Top kernels (total time on one GPU, largest first)",
-                          ["kernel", "category", "largest on", "total time", "share of GPU", "count", "mean"], rows,
-                          flexible=0, right=("total time", "share of GPU", "count", "mean"))
+             fmt_ns(k.get("mean_ns")), f"{int(k.get('gpus') or 0):,}"] for k in kernels]
+    table = _fitted_table(console, "Top kernels (whole job: all ranks and GPUs, largest total first)",
+                          ["kernel", "category", "total time", "share of GPU time", "count", "mean", "GPUs"], rows,
+                          flexible=0, right=("total time", "share of GPU time", "count", "mean", "GPUs"))
     console.print(table)
 
 
