@@ -64,11 +64,6 @@ def activity_class(trace: Trace) -> np.ndarray:
     return out
 
 
-def is_activity(trace: Trace) -> np.ndarray:
-    """Boolean per event: GPU activity (kernel, memcpy, memset)."""
-    return trace.mask(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-
-
 def is_sync_call(trace: Trace) -> np.ndarray:
     """Boolean per event: a host runtime call whose name contains ``Synchronize``."""
     return (trace.kind_codes() == int(Kind.RUNTIME)) & name_matches(trace, SYNC_API)

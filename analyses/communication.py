@@ -442,40 +442,23 @@ def alignment_table(arrivals: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values("rank", kind="stable").reset_index(drop=True)
 
 
-def alignment_note(alignment: pd.DataFrame | None) -> str:
-    """One sentence saying how the ranks' clocks were aligned and how large the corrections were."""
-    if alignment is None or alignment.empty:
-        return "clocks not aligned: fewer than two ranks share a matched collective"
-    off = alignment["clock_offset_ns"].to_numpy()
-    big = int((np.abs(off) > CLOCK_OFFSET_NS).sum())
-    worst = int(alignment.loc[np.abs(off).argmax(), "rank"])
-    basis = ("straggler figures use clock-corrected times" if big else
-             "all below 20 us, so straggler figures use raw times")
-    return (
-        f"ranks aligned on the ends of matched collectives (median over {int(alignment['collectives'].median())} "
-        f"per rank of end - median end): corrections {_signed_us(off.min())} .. {_signed_us(off.max())} "
-        f"(largest on rank {worst}, {_signed_us(off[np.abs(off).argmax()])}; {big} of {len(off)} ranks beyond "
-        f"20 us; residual up to {_us(float(alignment['residual_max_ns'].max()))}); {basis}"
-    )
-
-
 def _signed_us(ns: float) -> str:
     return ("-" if ns < 0 else "+") + _us(abs(float(ns)))
 
 
-def skew_tables(arrivals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    skew_cols = ["collective", "process_group", "step", "occurrence", "ranks", "first_start_ns", "last_start_ns",
-                 "skew_ns", "straggler", "late_by_ns", "wait_caused_ns", "end_spread_ns", "aligned_skew_ns",
-                 "aligned_straggler", "aligned_late_by_ns", "aligned_wait_caused_ns", "corrected_skew_ns",
-                 "corrected_straggler", "corrected_late_by_ns", "corrected_wait_caused_ns", "corrected_end_spread_ns"]
-    strag_cols = ["rank", "matched", "times_last", "share_last", "mean_late_by_ns", "wait_caused_ns",
-                  "aligned_times_last", "aligned_share_last", "aligned_mean_late_by_ns", "aligned_wait_caused_ns",
-                  "corrected_times_last", "corrected_share_last", "corrected_mean_late_by_ns",
-                  "corrected_wait_caused_ns", "mean_lateness_ns", "clock_offset_ns"]
-    if arrivals.empty:
-        return _empty(skew_cols), _empty(strag_cols)
-    if "corrected_rel" not in arrivals:
-        arrivals = align_clocks(arrivals)
+_SKEW_COLS = ["collective", "process_group", "step", "occurrence", "ranks", "first_start_ns", "last_start_ns",
+              "skew_ns", "straggler", "late_by_ns", "wait_caused_ns", "end_spread_ns", "aligned_skew_ns",
+              "aligned_straggler", "aligned_late_by_ns", "aligned_wait_caused_ns", "corrected_skew_ns",
+              "corrected_straggler", "corrected_late_by_ns", "corrected_wait_caused_ns", "corrected_end_spread_ns"]
+_STRAGGLER_COLS = ["rank", "matched", "times_last", "share_last", "mean_late_by_ns", "wait_caused_ns",
+                   "aligned_times_last", "aligned_share_last", "aligned_mean_late_by_ns", "aligned_wait_caused_ns",
+                   "corrected_times_last", "corrected_share_last", "corrected_mean_late_by_ns",
+                   "corrected_wait_caused_ns", "mean_lateness_ns", "clock_offset_ns"]
+
+
+def _skew_per_occurrence(arrivals: pd.DataFrame, stragglers: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per collective occurrence: start skew and end spread on each clock basis, and its
+    straggler (``stragglers``: :func:`_straggler_of` per column prefix "", "aligned_", "corrected_")."""
     occ = ["collective", "process_group", "step", "occurrence"]
     g = arrivals.groupby(occ)
     skew = pd.DataFrame(
@@ -490,33 +473,29 @@ def skew_tables(arrivals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         }
     )
     skew["skew_ns"] = skew["last_start_ns"] - skew["first_start_ns"]
-    raw = _straggler_of(arrivals, "start_rel")
-    aligned = _straggler_of(arrivals, "aligned_rel")
-    corrected = _straggler_of(arrivals, "corrected_rel")
-    skew["straggler"] = raw["straggler"].reindex(skew.index)
-    skew["late_by_ns"] = np.where(raw["straggler"] >= 0, raw["late_by"], 0).astype(np.int64)
-    skew["wait_caused_ns"] = np.where(raw["straggler"] >= 0, raw["wait"], 0.0)
-    skew["aligned_straggler"] = aligned["straggler"].reindex(skew.index)
-    skew["aligned_late_by_ns"] = np.where(aligned["straggler"] >= 0, aligned["late_by"], 0).astype(np.int64)
-    skew["aligned_wait_caused_ns"] = np.where(aligned["straggler"] >= 0, aligned["wait"], 0.0)
-    skew["corrected_straggler"] = corrected["straggler"].reindex(skew.index)
-    skew["corrected_late_by_ns"] = np.where(corrected["straggler"] >= 0, corrected["late_by"], 0).astype(np.int64)
-    skew["corrected_wait_caused_ns"] = np.where(corrected["straggler"] >= 0, corrected["wait"], 0.0)
+    for prefix, table in stragglers.items():
+        skew[f"{prefix}straggler"] = table["straggler"].reindex(skew.index)
+        skew[f"{prefix}late_by_ns"] = np.where(table["straggler"] >= 0, table["late_by"], 0).astype(np.int64)
+        skew[f"{prefix}wait_caused_ns"] = np.where(table["straggler"] >= 0, table["wait"], 0.0)
     skew = skew.reset_index().sort_values(["first_start_ns", "collective", "process_group"])
     for c in ("straggler", "aligned_straggler", "corrected_straggler"):
         skew[c] = pd.array([int(v) if v >= 0 else None for v in skew[c]], dtype="Int64")
     for c in ("wait_caused_ns", "aligned_wait_caused_ns", "corrected_wait_caused_ns"):
         skew[c] = np.round(skew[c].to_numpy()).astype(np.int64)
     skew["step"] = step_column(skew["step"].to_numpy())
-    skew = skew[skew_cols].reset_index(drop=True)
+    return skew[_SKEW_COLS].reset_index(drop=True)
 
+
+def _straggler_per_rank(arrivals: pd.DataFrame, stragglers: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per rank: how often it was the straggler on each clock basis, by how much, and the
+    wait it caused (``stragglers`` as in :func:`_skew_per_occurrence`)."""
     ranks = np.sort(arrivals["rank"].unique())
     by_rank = arrivals.groupby("rank")
     strag = pd.DataFrame(index=pd.Index(ranks, name="rank"))
     strag["matched"] = by_rank.size().reindex(ranks).fillna(0).astype(np.int64)
     strag["mean_lateness_ns"] = by_rank["lateness_ns"].mean().reindex(ranks)
     strag["clock_offset_ns"] = by_rank["clock_offset_ns"].first().reindex(ranks)
-    for prefix, table in (("", raw), ("aligned_", aligned), ("corrected_", corrected)):
+    for prefix, table in stragglers.items():
         t = table[table["straggler"] >= 0]
         tg = t.groupby("straggler")
         strag[f"{prefix}times_last"] = tg.size().reindex(ranks).fillna(0).astype(np.int64)
@@ -530,7 +509,22 @@ def skew_tables(arrivals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     strag["clock_offset_ns"] = strag["clock_offset_ns"].astype(np.int64)
     strag = strag.reset_index()
     strag["rank"] = strag["rank"].astype(np.int64)
-    return skew, strag[strag_cols]
+    return strag[_STRAGGLER_COLS]
+
+
+def skew_tables(arrivals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The skew per collective occurrence and the stragglers per rank, on raw, end-aligned and
+    clock-corrected times."""
+    if arrivals.empty:
+        return _empty(_SKEW_COLS), _empty(_STRAGGLER_COLS)
+    if "corrected_rel" not in arrivals:
+        arrivals = align_clocks(arrivals)
+    stragglers = {
+        "": _straggler_of(arrivals, "start_rel"),
+        "aligned_": _straggler_of(arrivals, "aligned_rel"),
+        "corrected_": _straggler_of(arrivals, "corrected_rel"),
+    }
+    return _skew_per_occurrence(arrivals, stragglers), _straggler_per_rank(arrivals, stragglers)
 
 
 def compute_by_rank(act: Activity) -> pd.DataFrame:
@@ -547,11 +541,6 @@ def compute_by_rank(act: Activity) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in ("rank", "step", "compute_ns")})
     return pd.concat(frames, ignore_index=True)
-
-
-def compute_balance(act: Activity) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compute time per rank and step, and its imbalance across ranks per step."""
-    return compute_balance_from(compute_by_rank(act), np.unique(act.rank))
 
 
 def compute_balance_from(by: pd.DataFrame, active_ranks: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -983,72 +972,90 @@ def _us(ns: float) -> str:
     return f"{ns / 1000:.1f} us" if ns < 1_000_000 else f"{ns / 1e6:.2f} ms"
 
 
+def _straggler_cost(wait_caused_ns: int, windows: pd.DataFrame, step_counts: dict[int, int],
+                    whole: dict[tuple[int, int], int]) -> tuple[int, float | None]:
+    """The wait a straggler causes each other rank per step, and its share of a mean step window
+    (of the whole-trace window without steps; None when there is no window)."""
+    n_steps = max(step_counts.values()) if step_counts else 0
+    cost = per_step(wait_caused_ns, n_steps)
+    window = _mean_window(windows) if n_steps else None
+    if window is None:
+        window = float(np.mean(list(whole.values()))) if whole else None
+    return cost, (cost / window if window else None)
+
+
+def _straggler_severity(cost_share: float | None) -> str:
+    share = cost_share or 0
+    return "high" if share >= STRAGGLER_HIGH else "medium" if share >= STRAGGLER_MEDIUM else "low"
+
+
+def _straggler_finding(row: pd.Series, skew: pd.DataFrame, *, prefix: str, ranks: int, max_offset: int,
+                       cost: int, cost_share: float | None) -> Finding:
+    """The straggler_rank finding of one row of the stragglers table, on the clock basis of the
+    columns starting with ``prefix``."""
+    rank = int(row["rank"])
+    matched = int(row["matched"])
+    times_last = int(row[f"{prefix}times_last"])
+    share = times_last / matched if matched else 0.0
+    late_by = row[f"{prefix}mean_late_by_ns"]
+    late_by = int(late_by) if pd.notna(late_by) else 0
+    mine = skew[skew[f"{prefix}straggler"] == rank]
+    return Finding(
+        code="straggler_rank",
+        title=f"Rank {rank} is the last to reach {times_last} of {matched} collectives, on average "
+        f"{_us(late_by)} after the others; each other rank waits {_us(cost)} per step",
+        severity=_straggler_severity(cost_share),
+        analysis=NAME,
+        recommendation=f"Find what rank {rank} does before the collectives that the others do not: see "
+        "its idle gaps (slower DataLoader, host-side work, a slower GPU/thermal throttling, uneven "
+        "input sizes). Balance the input (padding/bucketing), give its DataLoader more workers, or "
+        "check its hardware.",
+        cost_ns_per_step=cost,
+        cost_share=cost_share,
+        rank=rank,
+        evidence={
+            "clock_basis": f"end-aligned clocks: per-rank offsets from collective ends removed (up to "
+            f"{_us(max_offset)})" if prefix else "raw timestamps",
+            "matched": matched,
+            "times_last": times_last,
+            "share_last": share,
+            "mean_late_by_ns": late_by,
+            "wait_caused_ns": int(row[f"{prefix}wait_caused_ns"]),
+            "raw_times_last": int(row["times_last"]),
+            "aligned_times_last": int(row["aligned_times_last"]),
+            "corrected_times_last": int(row["corrected_times_last"]),
+            "clock_offset_ns": int(row["clock_offset_ns"]),
+            "max_clock_offset_ns": max_offset,
+            "max_skew_ns": int(mine[f"{prefix}skew_ns"].max()) if len(mine) else 0,
+            "ranks": ranks,
+        },
+    )
+
+
 def _straggler_findings(
     strag: pd.DataFrame, skew: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int],
     whole: dict[tuple[int, int], int],
 ) -> list[Finding]:
+    """A finding per rank that is the last to reach a collective often enough, and costly enough;
+    judged on clock-corrected times when some rank's clock is off by more than CLOCK_OFFSET_NS."""
     if strag.empty:
         return []
     n = len(strag)
     max_offset = int(strag["clock_offset_ns"].abs().max())
-    aligned = max_offset > CLOCK_OFFSET_NS
-    p = "corrected_" if aligned else ""
+    p = "corrected_" if max_offset > CLOCK_OFFSET_NS else ""
     findings = []
     for _, row in strag.iterrows():
-        rank = int(row["rank"])
         matched = int(row["matched"])
         times_last = int(row[f"{p}times_last"])
         share = times_last / matched if matched else 0.0
         if times_last < STRAGGLER_MIN_MATCHED or share < max(STRAGGLER_SHARE, STRAGGLER_FAIR_FACTOR / n):
             continue
         # cost: the wait it causes each other rank, spread over the steps
-        n_steps = max(step_counts.values()) if step_counts else 0
-        cost = per_step(int(row[f"{p}wait_caused_ns"]), n_steps)
-        window = _mean_window(windows) if n_steps else None
-        if window is None:
-            window = float(np.mean(list(whole.values()))) if whole else None
-        cost_share = cost / window if window else None
+        cost, cost_share = _straggler_cost(int(row[f"{p}wait_caused_ns"]), windows, step_counts, whole)
         if cost_share is not None and cost_share < STRAGGLER_MIN_COST_SHARE:
             continue
-        late_by = row[f"{p}mean_late_by_ns"]
-        late_by = int(late_by) if pd.notna(late_by) else 0
-        mine = skew[skew[f"{p}straggler"] == rank]
-        findings.append(
-            Finding(
-                code="straggler_rank",
-                title=f"Rank {rank} is the last to reach {times_last} of {matched} collectives, on average "
-                f"{_us(late_by)} after the others; each other rank waits {_us(cost)} per step",
-                severity="high"
-                if (cost_share or 0) >= STRAGGLER_HIGH
-                else "medium"
-                if (cost_share or 0) >= STRAGGLER_MEDIUM
-                else "low",
-                analysis=NAME,
-                recommendation=f"Find what rank {rank} does before the collectives that the others do not: see "
-                "its idle gaps (slower DataLoader, host-side work, a slower GPU/thermal throttling, uneven "
-                "input sizes). Balance the input (padding/bucketing), give its DataLoader more workers, or "
-                "check its hardware.",
-                cost_ns_per_step=cost,
-                cost_share=cost_share,
-                rank=rank,
-                evidence={
-                    "clock_basis": f"end-aligned clocks: per-rank offsets from collective ends removed (up to "
-                    f"{_us(max_offset)})" if aligned else "raw timestamps",
-                    "matched": matched,
-                    "times_last": times_last,
-                    "share_last": share,
-                    "mean_late_by_ns": late_by,
-                    "wait_caused_ns": int(row[f"{p}wait_caused_ns"]),
-                    "raw_times_last": int(row["times_last"]),
-                    "aligned_times_last": int(row["aligned_times_last"]),
-                    "corrected_times_last": int(row["corrected_times_last"]),
-                    "clock_offset_ns": int(row["clock_offset_ns"]),
-                    "max_clock_offset_ns": max_offset,
-                    "max_skew_ns": int(mine[f"{p}skew_ns"].max()) if len(mine) else 0,
-                    "ranks": n,
-                },
-            )
-        )
+        findings.append(_straggler_finding(row, skew, prefix=p, ranks=n, max_offset=max_offset, cost=cost,
+                                           cost_share=cost_share))
     return findings
 
 

@@ -344,15 +344,6 @@ def _covered(
     return out
 
 
-def _in_gap(gk: np.ndarray, gs: np.ndarray, ge: np.ndarray, qk: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Whether ``t`` lies inside a gap of its rank (``gap start <= t < gap end``)."""
-    if gs.size == 0:
-        return np.zeros(qk.size, dtype=bool)
-    pos = iv.searchsorted_by(gk, gs, qk, t, side="right") - 1
-    i = np.clip(pos, 0, gs.size - 1)
-    return (pos >= 0) & (gk[i] == qk) & (gs[i] <= t) & (t < ge[i])
-
-
 def _text(value: object) -> str | None:
     """A string value, or None for missing values (None, NaN, NA)."""
     return value if isinstance(value, str) and value else None
@@ -371,51 +362,77 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     )
 
 
-def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    out: dict[str, pd.DataFrame] = {}
-    sync_cols = ["rank", "api", "call_type", "count", "blocked_ns", "mean_ns", "max_ns", "cost_ns", "cpu_op"]
-    op_cols = ["rank", "cpu_op", "top_cpu_op", "call_type", "api", "count", "blocked_ns", "cost_ns"]
-    copy_cols = ["rank", "copy_kind", "memory", "call_type", "count", "bytes", "blocked_ns", "cost_ns"]
-    step_cols = ["rank", "step", "sync_calls", "sync_blocked_ns", "sync_cost_ns", "blocking_copies",
-                 "blocking_copy_blocked_ns", "blocking_copy_cost_ns", "pageable_copies", "pageable_cost_ns"]
-    if calls.empty:
-        return {"sync_summary": _empty(sync_cols), "by_cpu_op": _empty(op_cols), "copies": _empty(copy_cols),
-                "by_step": _empty(step_cols)}
-    c = calls.copy()
-    c["cpu_op_key"] = [_text(v) or "(none)" for v in c["cpu_op"].tolist()]
+_SYNC_COLS = ["rank", "api", "call_type", "count", "blocked_ns", "mean_ns", "max_ns", "cost_ns", "cpu_op"]
+_OP_COLS = ["rank", "cpu_op", "top_cpu_op", "call_type", "api", "count", "blocked_ns", "cost_ns"]
+_COPY_COLS = ["rank", "copy_kind", "memory", "call_type", "count", "bytes", "blocked_ns", "cost_ns"]
+_STEP_COLS = ["rank", "step", "sync_calls", "sync_blocked_ns", "sync_cost_ns", "blocking_copies",
+              "blocking_copy_blocked_ns", "blocking_copy_cost_ns", "pageable_copies", "pageable_cost_ns"]
+
+
+def _sync_summary(c: pd.DataFrame) -> pd.DataFrame:
+    """Synchronize / wait calls per rank, API and call type, with the CPU op that issues them most."""
     syncs = c[c["api"].str.contains("Synchronize|StreamWaitEvent", regex=True)]
-    if len(syncs):
-        g = syncs.groupby(["rank", "api", "call_type"])
-        s = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"),
-                  cost_ns=("cost_ns", "sum")).reset_index()
-        s["mean_ns"] = s["blocked_ns"] / s["count"]
-        s["cpu_op"] = g["cpu_op_key"].agg(lambda x: x.value_counts().index[0]).to_numpy()
-        out["sync_summary"] = s.sort_values(["rank", "blocked_ns"], ascending=[True, False])[sync_cols].reset_index(
-            drop=True)
-    else:
-        out["sync_summary"] = _empty(sync_cols)
-    c["top_key"] = [_text(v) or "(none)" for v in c["top_cpu_op"].tolist()]
+    if not len(syncs):
+        return _empty(_SYNC_COLS)
+    g = syncs.groupby(["rank", "api", "call_type"])
+    s = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"),
+              cost_ns=("cost_ns", "sum")).reset_index()
+    s["mean_ns"] = s["blocked_ns"] / s["count"]
+    s["cpu_op"] = g["cpu_op_key"].agg(lambda x: x.value_counts().index[0]).to_numpy()
+    return s.sort_values(["rank", "blocked_ns"], ascending=[True, False])[_SYNC_COLS].reset_index(drop=True)
+
+
+def _by_cpu_op(c: pd.DataFrame) -> pd.DataFrame:
+    """Blocking calls per rank, CPU op (and its top-level op), call type and API, costliest first."""
+    c = c.assign(top_key=[_text(v) or "(none)" for v in c["top_cpu_op"].tolist()])
     g = c.groupby(["rank", "cpu_op_key", "top_key", "call_type", "api"])
     o = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum")).reset_index()
     o = o.rename(columns={"cpu_op_key": "cpu_op", "top_key": "top_cpu_op"})
-    out["by_cpu_op"] = o.sort_values(["rank", "cost_ns", "blocked_ns"], ascending=[True, False, False])[
-        op_cols].reset_index(drop=True)
+    return o.sort_values(["rank", "cost_ns", "blocked_ns"], ascending=[True, False, False])[
+        _OP_COLS].reset_index(drop=True)
+
+
+def _copies(c: pd.DataFrame) -> pd.DataFrame:
+    """Blocking copies per rank, copy kind, memory and call type, costliest first."""
     cp = c[c["gpu_row"] >= 0].copy()
+    if not len(cp):
+        return _empty(_COPY_COLS)
     # one row per copy: the copy's launch call row (the pair's sync row carries the same gpu_row)
-    if len(cp):
-        cp["copy_kind"] = [_text(v) or "?" for v in cp["copy_kind"].tolist()]
-        cp["memory"] = [_text(v) or "?" for v in cp["memory"].tolist()]
-        cp = cp.groupby(["rank", "gpu_row"], as_index=False).agg(
-            copy_kind=("copy_kind", "first"), memory=("memory", "first"), call_type=("call_type", "first"),
-            bytes=("bytes", "first"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum"))
-        g = cp.groupby(["rank", "copy_kind", "memory", "call_type"])
-        k = g.agg(count=("gpu_row", "size"), bytes=("bytes", "sum"), blocked_ns=("blocked_ns", "sum"),
-                  cost_ns=("cost_ns", "sum")).reset_index()
-        k["bytes"] = k["bytes"].astype("Int64")
-        out["copies"] = k.sort_values(["rank", "cost_ns"], ascending=[True, False])[copy_cols].reset_index(drop=True)
-    else:
-        out["copies"] = _empty(copy_cols)
-    # per step (and whole trace)
+    cp["copy_kind"] = [_text(v) or "?" for v in cp["copy_kind"].tolist()]
+    cp["memory"] = [_text(v) or "?" for v in cp["memory"].tolist()]
+    cp = cp.groupby(["rank", "gpu_row"], as_index=False).agg(
+        copy_kind=("copy_kind", "first"), memory=("memory", "first"), call_type=("call_type", "first"),
+        bytes=("bytes", "first"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum"))
+    g = cp.groupby(["rank", "copy_kind", "memory", "call_type"])
+    k = g.agg(count=("gpu_row", "size"), bytes=("bytes", "sum"), blocked_ns=("blocked_ns", "sum"),
+              cost_ns=("cost_ns", "sum")).reset_index()
+    k["bytes"] = k["bytes"].astype("Int64")
+    return k.sort_values(["rank", "cost_ns"], ascending=[True, False])[_COPY_COLS].reset_index(drop=True)
+
+
+def _step_totals(d: pd.DataFrame) -> pd.DataFrame:
+    """Sync and copy counts and times per rank and ``step_key`` of flagged calls (see :func:`_by_step`)."""
+    g = d.groupby(["rank", "step_key"])
+    return pd.DataFrame(
+        {
+            "sync_calls": g["is_sync"].sum(),
+            "sync_blocked_ns": g.apply(lambda x: x.loc[x["is_sync"], "dur_ns"].sum(), include_groups=False),
+            "sync_cost_ns": g.apply(lambda x: x.loc[x["is_sync"], "cost_ns"].sum(), include_groups=False),
+            "blocking_copies": g["copy_count"].sum(),
+            "blocking_copy_blocked_ns": g.apply(lambda x: x.loc[x["is_copy"], "dur_ns"].sum(),
+                                                include_groups=False),
+            "blocking_copy_cost_ns": g.apply(lambda x: x.loc[x["is_copy"], "cost_ns"].sum(),
+                                             include_groups=False),
+            "pageable_copies": g["is_pageable"].sum(),
+            "pageable_cost_ns": g.apply(lambda x: x.loc[x["is_pageable"], "cost_ns"].sum(),
+                                        include_groups=False),
+        }
+    ).reset_index()
+
+
+def _by_step(c: pd.DataFrame) -> pd.DataFrame:
+    """Sync and copy totals per rank for the whole trace (step blank) and per step."""
+    c = c.copy()
     c["is_sync"] = c["call_type"].isin(["device_sync", "stream_sync", "event_sync"])
     c["is_copy"] = c["call_type"].isin(["blocking_copy", "copy_then_sync"])
     c["is_pageable"] = c["call_type"] == "pageable_copy"
@@ -431,29 +448,22 @@ def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
             d["step_key"] = d["step"].astype(np.int64)
         if d.empty:
             continue
-        g = d.groupby(["rank", "step_key"])
-        f = pd.DataFrame(
-            {
-                "sync_calls": g["is_sync"].sum(),
-                "sync_blocked_ns": g.apply(lambda x: x.loc[x["is_sync"], "dur_ns"].sum(), include_groups=False),
-                "sync_cost_ns": g.apply(lambda x: x.loc[x["is_sync"], "cost_ns"].sum(), include_groups=False),
-                "blocking_copies": g["copy_count"].sum(),
-                "blocking_copy_blocked_ns": g.apply(lambda x: x.loc[x["is_copy"], "dur_ns"].sum(),
-                                                    include_groups=False),
-                "blocking_copy_cost_ns": g.apply(lambda x: x.loc[x["is_copy"], "cost_ns"].sum(),
-                                                     include_groups=False),
-                "pageable_copies": g["is_pageable"].sum(),
-                "pageable_cost_ns": g.apply(lambda x: x.loc[x["is_pageable"], "cost_ns"].sum(),
-                                                include_groups=False),
-            }
-        ).reset_index()
-        frames.append(f)
+        frames.append(_step_totals(d))
     st = pd.concat(frames, ignore_index=True).sort_values(["rank", "step_key"])
     st["step"] = step_column(st["step_key"])
-    for col in step_cols[2:]:
+    for col in _STEP_COLS[2:]:
         st[col] = st[col].astype(np.int64)
-    out["by_step"] = st[step_cols].reset_index(drop=True)
-    return out
+    return st[_STEP_COLS].reset_index(drop=True)
+
+
+def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The summaries of the blocking calls (:func:`call_table`): sync calls, by CPU op, copies, by step."""
+    if calls.empty:
+        return {"sync_summary": _empty(_SYNC_COLS), "by_cpu_op": _empty(_OP_COLS), "copies": _empty(_COPY_COLS),
+                "by_step": _empty(_STEP_COLS)}
+    c = calls.copy()
+    c["cpu_op_key"] = [_text(v) or "(none)" for v in c["cpu_op"].tolist()]
+    return {"sync_summary": _sync_summary(c), "by_cpu_op": _by_cpu_op(c), "copies": _copies(c), "by_step": _by_step(c)}
 
 
 def gpu_sync_events(trace: Trace, act: Activity) -> pd.DataFrame:

@@ -170,72 +170,89 @@ def _findings(table: pd.DataFrame, act: Activity) -> list[Finding]:
     whole_rows = table[table["step"].isna()]
     for _, whole in whole_rows.iterrows():
         rank, device = int(whole["rank"]), int(whole["device"])
-        rows = table[(table["rank"] == rank) & (table["device"] == device) & table["step"].notna()]
-        n_steps = step_counts.get(rank, 0)
-        window = int(whole["window_ns"])
-        if window <= 0:
+        if int(whole["window_ns"]) <= 0:
             continue
-        idle = int(whole["idle_ns"])
-        busy = int(whole["busy_ns"])
-        util = busy / window
-        time_range = (int(whole["first_start_ns"]), int(whole["last_end_ns"]))
-        worst = rows.sort_values("utilization").iloc[0] if len(rows) else whole
-        if util < LOW_UTILIZATION:
-            findings.append(
-                Finding(
-                    code="low_utilization",
-                    title=f"GPU {device} of rank {rank} is idle {100 * idle / window:.1f}% of the time "
-                    f"(utilization {100 * util:.1f}%)",
-                    severity="high" if util < LOW_UTILIZATION_HIGH else "medium",
-                    analysis=NAME,
-                    recommendation="See the idle-gap analysis for what the host was doing while the GPU "
-                    "waited (data loading, synchronisation, launch overhead) and remove the largest cause.",
-                    cost_ns_per_step=per_step(idle, n_steps),
-                    cost_share=idle / window,
-                    rank=int(rank),
-                    time_range_ns=time_range,
-                    evidence={
-                        "device": int(device),
-                        "steps": n_steps,
-                        "window_ns": window,
-                        "busy_ns": busy,
-                        "idle_ns": idle,
-                        "utilization": util,
-                        "worst_step": None if pd.isna(worst["step"]) else int(worst["step"]),
-                        "worst_step_utilization": float(worst["utilization"]),
-                    },
-                )
-            )
-        comm = int(whole["communication_ns"])
-        exposed = int(whole["exposed_comm_ns"])
-        # with no compute at all there is nothing to overlap with: exposure is not actionable
-        if comm > 0 and int(whole["compute_ns"]) > 0 and exposed >= EXPOSED_COMM_SHARE * window:
-            share = exposed / window
-            findings.append(
-                Finding(
-                    code="exposed_communication",
-                    title=f"Communication on GPU {device} of rank {rank} is exposed (not overlapped with "
-                    f"compute) for {100 * share:.1f}% of the time",
-                    severity="high" if share >= EXPOSED_COMM_SHARE_HIGH else "medium",
-                    analysis=NAME,
-                    recommendation="Overlap collectives with compute: bucket gradients (DDP bucket_cap_mb), "
-                    "prefetch in FSDP (forward/backward_prefetch), launch collectives asynchronously and wait "
-                    "late; check the communication analysis for slow or straggling collectives.",
-                    cost_ns_per_step=per_step(exposed, n_steps),
-                    cost_share=share,
-                    rank=int(rank),
-                    time_range_ns=time_range,
-                    evidence={
-                        "device": int(device),
-                        "steps": n_steps,
-                        "communication_ns": comm,
-                        "overlap_ns": int(whole["overlap_ns"]),
-                        "exposed_comm_ns": exposed,
-                        "overlap_pct": 100.0 * (comm - exposed) / comm,
-                    },
-                )
-            )
+        step_rows = table[(table["rank"] == rank) & (table["device"] == device) & table["step"].notna()]
+        n_steps = step_counts.get(rank, 0)
+        for finding in (_low_utilization(whole, step_rows, n_steps), _exposed_communication(whole, n_steps)):
+            if finding is not None:
+                findings.append(finding)
     return findings
+
+
+def _time_range(whole: pd.Series) -> tuple[int, int]:
+    return (int(whole["first_start_ns"]), int(whole["last_end_ns"]))
+
+
+def _low_utilization(whole: pd.Series, step_rows: pd.DataFrame, n_steps: int) -> Finding | None:
+    """The GPU of a whole-trace row is busy less than LOW_UTILIZATION of its window (``step_rows``:
+    the same GPU per step, for the worst step)."""
+    rank, device = int(whole["rank"]), int(whole["device"])
+    window = int(whole["window_ns"])
+    idle = int(whole["idle_ns"])
+    busy = int(whole["busy_ns"])
+    util = busy / window
+    if util >= LOW_UTILIZATION:
+        return None
+    worst = step_rows.sort_values("utilization").iloc[0] if len(step_rows) else whole
+    return Finding(
+        code="low_utilization",
+        title=f"GPU {device} of rank {rank} is idle {100 * idle / window:.1f}% of the time "
+        f"(utilization {100 * util:.1f}%)",
+        severity="high" if util < LOW_UTILIZATION_HIGH else "medium",
+        analysis=NAME,
+        recommendation="See the idle-gap analysis for what the host was doing while the GPU "
+        "waited (data loading, synchronisation, launch overhead) and remove the largest cause.",
+        cost_ns_per_step=per_step(idle, n_steps),
+        cost_share=idle / window,
+        rank=int(rank),
+        time_range_ns=_time_range(whole),
+        evidence={
+            "device": int(device),
+            "steps": n_steps,
+            "window_ns": window,
+            "busy_ns": busy,
+            "idle_ns": idle,
+            "utilization": util,
+            "worst_step": None if pd.isna(worst["step"]) else int(worst["step"]),
+            "worst_step_utilization": float(worst["utilization"]),
+        },
+    )
+
+
+def _exposed_communication(whole: pd.Series, n_steps: int) -> Finding | None:
+    """Communication on the GPU of a whole-trace row is not overlapped with compute for at least
+    EXPOSED_COMM_SHARE of its window."""
+    rank, device = int(whole["rank"]), int(whole["device"])
+    window = int(whole["window_ns"])
+    comm = int(whole["communication_ns"])
+    exposed = int(whole["exposed_comm_ns"])
+    # with no compute at all there is nothing to overlap with: exposure is not actionable
+    if not (comm > 0 and int(whole["compute_ns"]) > 0 and exposed >= EXPOSED_COMM_SHARE * window):
+        return None
+    share = exposed / window
+    return Finding(
+        code="exposed_communication",
+        title=f"Communication on GPU {device} of rank {rank} is exposed (not overlapped with "
+        f"compute) for {100 * share:.1f}% of the time",
+        severity="high" if share >= EXPOSED_COMM_SHARE_HIGH else "medium",
+        analysis=NAME,
+        recommendation="Overlap collectives with compute: bucket gradients (DDP bucket_cap_mb), "
+        "prefetch in FSDP (forward/backward_prefetch), launch collectives asynchronously and wait "
+        "late; check the communication analysis for slow or straggling collectives.",
+        cost_ns_per_step=per_step(exposed, n_steps),
+        cost_share=share,
+        rank=int(rank),
+        time_range_ns=_time_range(whole),
+        evidence={
+            "device": int(device),
+            "steps": n_steps,
+            "communication_ns": comm,
+            "overlap_ns": int(whole["overlap_ns"]),
+            "exposed_comm_ns": exposed,
+            "overlap_pct": 100.0 * (comm - exposed) / comm,
+        },
+    )
 
 
 SPEC = AnalysisSpec(

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 from dash import dash_table, dcc, html
+from dash.dash_table.Format import Format, Scheme
 
 from traceview.units import is_missing
 
@@ -60,6 +61,57 @@ def severity_badge(severity: str) -> html.Span:
                             "borderRadius": "4px", "padding": "1px 7px", "fontSize": "12px", "marginRight": "8px"})
 
 
+def _time_unit(df: pd.DataFrame) -> tuple[str, float]:
+    """The unit (name, ns per unit) of a table's ``*_ns`` columns: ms unless every time is small.
+
+    One unit per table, because columns compared side by side share it."""
+    ns_cols = [c for c in df.columns if c.endswith("_ns") and pd.api.types.is_numeric_dtype(df[c])]
+    biggest = 0.0
+    for c in ns_cols:
+        top = pd.to_numeric(df[c], errors="coerce").astype("float64").abs().max()
+        if top == top and top is not None:
+            biggest = max(biggest, float(top))
+    return _NS_UNITS[0] if biggest >= 1e5 else _NS_UNITS[1]
+
+
+def _numeric_column(c: str, s: pd.Series, spec: dict[str, Any]) -> pd.Series:
+    """Values of a numeric column: whole floats as integers (ranks, steps, counts), other floats
+    with a fixed precision (set in ``spec``)."""
+    vals = pd.to_numeric(s, errors="coerce")
+    spec["type"] = "numeric"
+    whole = vals.dropna()
+    if pd.api.types.is_float_dtype(vals) and len(whole) and bool((whole == whole.round()).all()) \
+            and not c.endswith("pct") and not c.endswith("share") and c != "utilization":
+        return vals.astype("Int64").astype(object).where(vals.notna(), None)  # ranks, steps, counts
+    if pd.api.types.is_float_dtype(vals):
+        prec = 1 if (c.endswith("_pct") or c.endswith("pct")) else 3
+        spec["format"] = Format(precision=prec, scheme=Scheme.fixed)
+        return vals.astype("float64")
+    return vals
+
+
+def _table_column(c: str, s: pd.Series, rename: dict[str, str], unit: str,
+                  div: float) -> tuple[dict[str, Any], pd.Series]:
+    """The DataTable column spec of one column and the values it shows."""
+    spec: dict[str, Any] = {"id": c, "name": rename.get(c, c.replace("_", " "))}
+    if c == "step" and c not in rename and s.isna().any():
+        spec["name"] = "step (blank: whole trace)"
+    if c.endswith("_ns") and pd.api.types.is_numeric_dtype(s):
+        vals = pd.to_numeric(s, errors="coerce").astype("float64")
+        spec["name"] = rename.get(c, c[:-3].replace("_", " ")) + f" ({unit})"
+        spec["type"] = "numeric"
+        spec["format"] = Format(precision=3 if unit == "ms" else 1,
+                                                  scheme=Scheme.fixed).group(True)
+        return spec, (vals / div).round(4 if unit == "ms" else 2)
+    if pd.api.types.is_bool_dtype(s):
+        spec["type"] = "text"
+        return spec, s.map({True: "yes", False: "no"})
+    if pd.api.types.is_numeric_dtype(s):
+        return spec, _numeric_column(c, s, spec)
+    spec["type"] = "text"
+    return spec, s.map(lambda v: None if is_missing(v) else str(v))
+
+
 def frame_table(df: pd.DataFrame | None, table_id: str, *, columns: Sequence[str] | None = None,
                 rename: dict[str, str] | None = None, page_size: int = 15, sort: bool = True,
                 filter_: bool = False, row_ids: Iterable[Any] | None = None, max_rows: int = 5000,
@@ -77,43 +129,10 @@ def frame_table(df: pd.DataFrame | None, table_id: str, *, columns: Sequence[str
     rename = rename or {}
     out = pd.DataFrame(index=range(len(df)))
     cols = []
-    # one time unit per table (columns compared side by side share it): ms unless every time is small
-    ns_cols = [c for c in df.columns if c.endswith("_ns") and pd.api.types.is_numeric_dtype(df[c])]
-    biggest = 0.0
-    for c in ns_cols:
-        top = pd.to_numeric(df[c], errors="coerce").astype("float64").abs().max()
-        if top == top and top is not None:
-            biggest = max(biggest, float(top))
-    unit, div = _NS_UNITS[0] if biggest >= 1e5 else _NS_UNITS[1]
+    unit, div = _time_unit(df)
     for c in df.columns:
-        s = df[c].reset_index(drop=True)
-        spec: dict[str, Any] = {"id": c, "name": rename.get(c, c.replace("_", " "))}
-        if c == "step" and c not in rename and s.isna().any():
-            spec["name"] = "step (blank: whole trace)"
-        if c.endswith("_ns") and pd.api.types.is_numeric_dtype(s):
-            vals = pd.to_numeric(s, errors="coerce").astype("float64")
-            out[c] = (vals / div).round(4 if unit == "ms" else 2)
-            spec["name"] = rename.get(c, c[:-3].replace("_", " ")) + f" ({unit})"
-            spec["type"] = "numeric"
-            spec["format"] = dash_table.Format.Format(precision=3 if unit == "ms" else 1,
-                                                      scheme=dash_table.Format.Scheme.fixed).group(True)
-        elif pd.api.types.is_bool_dtype(s):
-            out[c] = s.map({True: "yes", False: "no"})
-            spec["type"] = "text"
-        elif pd.api.types.is_numeric_dtype(s):
-            vals = pd.to_numeric(s, errors="coerce")
-            out[c] = vals.astype("float64") if pd.api.types.is_float_dtype(vals) else vals
-            spec["type"] = "numeric"
-            whole = vals.dropna()
-            if pd.api.types.is_float_dtype(vals) and len(whole) and bool((whole == whole.round()).all()) \
-                    and not c.endswith("pct") and not c.endswith("share") and c != "utilization":
-                out[c] = vals.astype("Int64").astype(object).where(vals.notna(), None)  # ranks, steps, counts
-            elif pd.api.types.is_float_dtype(vals):
-                prec = 1 if (c.endswith("_pct") or c.endswith("pct")) else 3
-                spec["format"] = dash_table.Format.Format(precision=prec, scheme=dash_table.Format.Scheme.fixed)
-        else:
-            out[c] = s.map(lambda v: None if is_missing(v) else str(v))
-            spec["type"] = "text"
+        spec, values = _table_column(c, df[c].reset_index(drop=True), rename, unit, div)
+        out[c] = values
         cols.append(spec)
     records = out.astype(object).where(pd.notna(out), None).to_dict("records")
     if row_ids is not None:
@@ -136,4 +155,4 @@ def frame_table(df: pd.DataFrame | None, table_id: str, *, columns: Sequence[str
     if filter_:
         props["filter_options"] = {"case": "insensitive"}
     props.update(kwargs)
-    return dash_table.DataTable(**props)
+    return dash_table.DataTable(**props)  # type: ignore[attr-defined]  # not in dash's type stubs

@@ -9,16 +9,14 @@ from typing import Any
 from traceview.registry import RENDERERS
 from traceview.report import Report
 
-# The figures and the diff are being moved into feature packages (traceview/render/, traceview/compare/)
-# while this is written: take them from where they are.
+# The figures are being moved into a feature package (traceview/render/) while this is written: take
+# them from where they are.
 try:
     from traceview.render import figures  # type: ignore[attr-defined,unused-ignore]
 except ImportError:
     from traceview import figures  # type: ignore[no-redef,unused-ignore]
-try:
-    from traceview.compare.diff import METRICS, diff_results  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
-    from traceview.diff import METRICS, diff_results  # type: ignore[no-redef,unused-ignore]
+from traceview.compare import METRICS
+from traceview.compare import diff_reports as diff_two_reports
 
 __all__ = ["DOWNLOADS", "diff_reports", "figures", "metric_label", "render_report"]
 
@@ -34,7 +32,7 @@ def metric_label(metric: str) -> str:
 def diff_reports(base: Report, new: Report, *, base_label: str, new_label: str) -> dict[str, Any]:
     """The diff of two runs' reports, as the diff's JSON-able dict (``summary``, ``metrics``,
     ``kernels``, ``findings``, ``notes``)."""
-    diff = diff_results(base.results, new.results, base_label=base_label, new_label=new_label)
+    diff = diff_two_reports(base, new, base_label=base_label, new_label=new_label)
     return diff.to_dict()
 
 

@@ -58,11 +58,11 @@ def step_info(trace: Trace, step_marker: str | None = None) -> StepInfo:
         origin = last = 0
     table = steps_mod.step_table(trace, Options(step_marker=step_marker))
     numbers = sorted({int(s) for s in table.step})
-    first = {n: None for n in numbers}
-    final = {n: None for n in numbers}
+    first: dict[int, int] = {}
+    final: dict[int, int] = {}
     for n, s, e in zip(table.step.tolist(), table.start.tolist(), table.end.tolist()):
-        first[n] = s if first[n] is None else min(first[n], s)
-        final[n] = e if final[n] is None else max(final[n], e)
+        first[n] = min(first.get(n, s), s)
+        final[n] = max(final.get(n, e), e)
     return StepInfo(
         origin_ns=origin, end_ns=last, ranks=tuple(trace.rank_ids), steps=tuple(numbers),
         step_start_ns=tuple(int(first[n]) for n in numbers), step_end_ns=tuple(int(final[n]) for n in numbers),

@@ -82,28 +82,30 @@ def build_layout(store: RunStore, page_list: Sequence[pages.Page]) -> html.Div:
     ])
 
 
-def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: RunStore | None = None,
-               use_cache: bool = True, step_marker: str | None = None, warm: bool = True) -> dash.Dash:
-    """The Dash app for the runs found under ``paths`` (or an existing ``store``)."""
-    if store is None:
-        store = RunStore(discover_runs(list(paths or [])), use_cache=use_cache, step_marker=step_marker)
-    if warm and store.runs:
-        store.warm(0)
-    controller = AppController(store)
+def _dash_app() -> dash.Dash:
+    """A Dash app that serves Dash's own component bundles and nothing else."""
     # no assets folder: the app serves no files of its own, only Dash's component bundles
     empty_assets = Path(__file__).with_name("_no_assets")
     import flask
 
     # no static folder either: the only files served are Dash's own component bundles
     server = flask.Flask("traceview.app", static_folder=None)
+    # Dash's annotations say bool for server and str for update_title; its docs take a Flask app and None
     app = dash.Dash(
-        "traceview.app", server=server, title="traceview", suppress_callback_exceptions=True, update_title=None,
+        "traceview.app", server=server, title="traceview", suppress_callback_exceptions=True,  # type: ignore[arg-type]
+        update_title=None,  # type: ignore[arg-type]
         assets_folder=str(empty_assets), assets_ignore=".*", serve_locally=True, compress=False,
     )
     app.index_string = _INDEX
-    app.layout = build_layout(store, controller.pages)
-    app._traceview = controller  # type: ignore[attr-defined]  (tests and benchmarks reach it here)
-    filter_states = [State(i, p) for i, p in FILTER_IDS]
+    return app
+
+
+def _filter_states() -> list[State]:
+    return [State(i, p) for i, p in FILTER_IDS]
+
+
+def _add_page_callbacks(app: dash.Dash, controller: AppController) -> None:
+    """Run choice, page rendering, the overview's polling for findings, and the active nav link."""
     filter_inputs = [Input(i, p) for i, p in FILTER_IDS]
 
     @app.callback(
@@ -124,7 +126,7 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
 
     @app.callback(
         Output("ov-findings", "children"), Output("ov-poll", "disabled"),
-        Input("ov-poll", "n_intervals"), State("run", "value"), *filter_states,
+        Input("ov-poll", "n_intervals"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
     def _overview_poll(n: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
@@ -138,12 +140,15 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
         current = controller.page(pathname).path
         return ["active" if p.path == current else "" for p in controller.pages]
 
+
+def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
+    """Zooming and panning the timeline, and opening it on a gap clicked in the gap table."""
     @app.callback(
         Output("tl-graph", "figure"), Output("tl-window", "data"), Output("tl-stats", "children"),
         Input("tl-graph", "relayoutData"), Input("tl-graph", "clickData"),
         Input("tl-zoom-in", "n_clicks"), Input("tl-zoom-out", "n_clicks"), Input("tl-left", "n_clicks"),
         Input("tl-right", "n_clicks"), Input("tl-reset", "n_clicks"),
-        State("tl-window", "data"), State("run", "value"), *filter_states,
+        State("tl-window", "data"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
     def _timeline(relayout: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, state: Any, run: Any,
@@ -153,30 +158,50 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
 
     @app.callback(
         Output("url", "pathname"), Output("url", "search"),
-        Input("gap-table", "active_cell"), State("run", "value"), *filter_states,
+        Input("gap-table", "active_cell"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
     def _gap_clicked(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
         return controller.gap_clicked(cell, run, ranks, steps, t0, t1)
 
+
+def _add_compare_callback(app: dash.Dash, controller: AppController) -> None:
     @app.callback(
         Output("cmp-body", "children"),
-        Input("cmp-base", "value"), Input("cmp-new", "value"), State("run", "value"), *filter_states,
+        Input("cmp-base", "value"), Input("cmp-new", "value"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
     def _compare(base: Any, new: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> list:
         return controller.compare_update(base, new, run, ranks, steps, t0, t1)
 
-    for fmt in ("md", "html", "json"):
-        def _make(fmt: str = fmt) -> None:
-            @app.callback(Output(f"dl-{fmt}", "data"), Input(f"dl-{fmt}-btn", "n_clicks"), State("run", "value"),
-                          *filter_states, prevent_initial_call=True)
-            def _download(n: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> Any:
-                if not n:
-                    return dash.no_update
-                return controller.download(fmt, run, ranks, steps, t0, t1)
-        _make()
 
+def _add_download_callback(app: dash.Dash, controller: AppController, fmt: str) -> None:
+    """The report of the filtered run in ``fmt`` (md, html, json) when its button is clicked."""
+    @app.callback(Output(f"dl-{fmt}", "data"), Input(f"dl-{fmt}-btn", "n_clicks"), State("run", "value"),
+                  *_filter_states(), prevent_initial_call=True)
+    def _download(n: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> Any:
+        if not n:
+            return dash.no_update
+        return controller.download(fmt, run, ranks, steps, t0, t1)
+
+
+def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: RunStore | None = None,
+               use_cache: bool = True, step_marker: str | None = None, warm: bool = True) -> dash.Dash:
+    """The Dash app for the runs found under ``paths`` (or an existing ``store``)."""
+    if store is None:
+        store = RunStore(discover_runs(list(paths or [])), use_cache=use_cache, step_marker=step_marker)
+    if warm and store.runs:
+        store.warm(0)
+    controller = AppController(store)
+    app = _dash_app()
+    app.layout = build_layout(store, controller.pages)
+    # tests and benchmarks reach the controller here (Dash objects take extra attributes)
+    app.traceview_controller = controller  # type: ignore[attr-defined]
+    _add_page_callbacks(app, controller)
+    _add_timeline_callbacks(app, controller)
+    _add_compare_callback(app, controller)
+    for fmt in ("md", "html", "json"):
+        _add_download_callback(app, controller, fmt)
     return app
 
 

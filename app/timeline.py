@@ -117,27 +117,16 @@ class LaneIndex:
     # ------------------------------------------------------------------ build
     @classmethod
     def build(cls, trace: Trace) -> "LaneIndex":
-        from traceview.analyses import classify
         from traceview import intervals as iv
 
         n = trace.num_events
         empty = np.zeros(0, dtype=np.int64)
         if n == 0:
             return cls([], empty, empty, empty.astype(np.int8), empty.astype(np.int16), empty, [], 0, 0)
-        kinds = trace.kind_codes()
         start_all = trace.column("start_ns")
         end_all = start_all + np.maximum(trace.column("dur_ns"), 0)
         origin, last = int(start_all.min()), int(end_all.max())
-        series = np.full(n, -1, dtype=np.int8)
-        cls_all = classify.activity_class(trace)
-        series[(kinds == int(Kind.KERNEL)) & (cls_all == classify.COMMUNICATION)] = _SERIES_INDEX["communication"]
-        series[(kinds == int(Kind.KERNEL)) & (cls_all != classify.COMMUNICATION)] = _SERIES_INDEX["compute"]
-        series[kinds == int(Kind.MEMCPY)] = _SERIES_INDEX["memcpy"]
-        series[kinds == int(Kind.MEMSET)] = _SERIES_INDEX["memset"]
-        series[kinds == int(Kind.CPU_OP)] = _SERIES_INDEX["cpu_op"]
-        series[kinds == int(Kind.PYTHON_FUNCTION)] = _SERIES_INDEX["python_function"]
-        series[kinds == int(Kind.ANNOTATION)] = _SERIES_INDEX["annotation"]
-        series[kinds == int(Kind.RUNTIME)] = _SERIES_INDEX["runtime"]
+        series = _event_series(trace)
         rows = np.flatnonzero(series >= 0)
         s_rows = series[rows]
         is_gpu = s_rows <= _SERIES_INDEX["memset"]
@@ -160,37 +149,8 @@ class LaneIndex:
         name_code = trace.column("name")[rows]
 
         bounds = np.searchsorted(lane_of, np.arange(len(keys) + 1))
-        thread_names: dict[tuple[int, str], str] = {}
-        for r, info in trace.ranks.items():
-            for k, v in (info.thread_names or {}).items():
-                thread_names[(int(r), str(k))] = str(v)
-        event_lanes: list[Lane] = []
-        for li, (r, g, x, y) in enumerate(keys.tolist()):
-            lo, hi = int(bounds[li]), int(bounds[li + 1])
-            if g == 0:
-                lane = Lane(GPU_LANE, r, x, y, f"r{r} · GPU {x} · stream {y}")
-            else:
-                tname = thread_names.get((r, f"{x}:{y}"), "")
-                tname = tname.replace(f"thread {y}", "").strip(" ()") if tname else ""
-                label = f"r{r} · thread {y}" + (f" ({tname})" if tname else "")
-                lane = Lane(CPU_LANE, r, -1, y, label)
-            lane.lo, lane.hi = lo, hi
-            if g == 2 and hi > lo:
-                lane.levels = int(min(int(depth[lo:hi].max()) + 1, MAX_DEPTH))
-            _summarise(lane, start[lo:hi], end[lo:hi])
-            event_lanes.append(lane)
-        # order: per rank, each GPU's streams then its idle-gap lane, then CPU threads (busiest first)
-        lanes: list[Lane] = []
-        for r in sorted({ln.rank for ln in event_lanes}):
-            gpus = sorted((ln for ln in event_lanes if ln.rank == r and ln.kind == GPU_LANE),
-                          key=lambda ln: (ln.device, ln.ident))
-            for dev in sorted({ln.device for ln in gpus}):
-                lanes.append(Lane(GAP_LANE, r, dev, -1, f"r{r} · GPU {dev} · idle gaps"))
-                lanes.extend(ln for ln in gpus if ln.device == dev)
-            cpus = sorted((ln for ln in event_lanes if ln.rank == r and ln.kind == CPU_LANE),
-                          key=lambda ln: (-ln.size, ln.ident))
-            lanes.extend(cpus)
-        return cls(lanes, start, end, s_rows, depth, name_code, names, origin, last)
+        event_lanes = _event_lanes(keys, bounds, start, end, depth, _thread_names(trace))
+        return cls(_display_order(event_lanes), start, end, s_rows, depth, name_code, names, origin, last)
 
     @property
     def span_ns(self) -> int:
@@ -256,6 +216,71 @@ def _factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys, codes
 
 
+def _event_series(trace: Trace) -> np.ndarray:
+    """Index into SERIES of each event (int8), -1 for events the timeline does not draw."""
+    from traceview.analyses import classify
+
+    kinds = trace.kind_codes()
+    series = np.full(trace.num_events, -1, dtype=np.int8)
+    cls_all = classify.activity_class(trace)
+    series[(kinds == int(Kind.KERNEL)) & (cls_all == classify.COMMUNICATION)] = _SERIES_INDEX["communication"]
+    series[(kinds == int(Kind.KERNEL)) & (cls_all != classify.COMMUNICATION)] = _SERIES_INDEX["compute"]
+    series[kinds == int(Kind.MEMCPY)] = _SERIES_INDEX["memcpy"]
+    series[kinds == int(Kind.MEMSET)] = _SERIES_INDEX["memset"]
+    series[kinds == int(Kind.CPU_OP)] = _SERIES_INDEX["cpu_op"]
+    series[kinds == int(Kind.PYTHON_FUNCTION)] = _SERIES_INDEX["python_function"]
+    series[kinds == int(Kind.ANNOTATION)] = _SERIES_INDEX["annotation"]
+    series[kinds == int(Kind.RUNTIME)] = _SERIES_INDEX["runtime"]
+    return series
+
+
+def _thread_names(trace: Trace) -> dict[tuple[int, str], str]:
+    """(rank, "pid:tid") -> thread name, from every rank's metadata."""
+    thread_names: dict[tuple[int, str], str] = {}
+    for r, info in trace.ranks.items():
+        for k, v in (info.thread_names or {}).items():
+            thread_names[(int(r), str(k))] = str(v)
+    return thread_names
+
+
+def _event_lanes(keys: np.ndarray, bounds: np.ndarray, start: np.ndarray, end: np.ndarray, depth: np.ndarray,
+                 thread_names: dict[tuple[int, str], str]) -> list[Lane]:
+    """One lane per (rank, group, pid or device, tid or stream) key, over its slice ``bounds[i]:bounds[i + 1]``
+    of the sorted event arrays, labelled and summarised."""
+    event_lanes: list[Lane] = []
+    for li, (r, g, x, y) in enumerate(keys.tolist()):
+        lo, hi = int(bounds[li]), int(bounds[li + 1])
+        if g == 0:
+            lane = Lane(GPU_LANE, r, x, y, f"r{r} · GPU {x} · stream {y}")
+        else:
+            tname = thread_names.get((r, f"{x}:{y}"), "")
+            tname = tname.replace(f"thread {y}", "").strip(" ()") if tname else ""
+            label = f"r{r} · thread {y}" + (f" ({tname})" if tname else "")
+            lane = Lane(CPU_LANE, r, -1, y, label)
+        lane.lo, lane.hi = lo, hi
+        if g == 2 and hi > lo:
+            lane.levels = int(min(int(depth[lo:hi].max()) + 1, MAX_DEPTH))
+        _summarise(lane, start[lo:hi], end[lo:hi])
+        event_lanes.append(lane)
+    return event_lanes
+
+
+def _display_order(event_lanes: list[Lane]) -> list[Lane]:
+    """Lanes top to bottom: per rank, for each GPU its idle-gap lane (added here) then its streams,
+    then the CPU threads (busiest first)."""
+    lanes: list[Lane] = []
+    for r in sorted({ln.rank for ln in event_lanes}):
+        gpus = sorted((ln for ln in event_lanes if ln.rank == r and ln.kind == GPU_LANE),
+                      key=lambda ln: (ln.device, ln.ident))
+        for dev in sorted({ln.device for ln in gpus}):
+            lanes.append(Lane(GAP_LANE, r, dev, -1, f"r{r} · GPU {dev} · idle gaps"))
+            lanes.extend(ln for ln in gpus if ln.device == dev)
+        cpus = sorted((ln for ln in event_lanes if ln.rank == r and ln.kind == CPU_LANE),
+                      key=lambda ln: (-ln.size, ln.ident))
+        lanes.extend(cpus)
+    return lanes
+
+
 def _summarise(lane: Lane, start: np.ndarray, end: np.ndarray) -> None:
     """Long-event split and union with running totals (``start`` sorted)."""
     if start.size == 0:
@@ -281,6 +306,7 @@ def _summarise(lane: Lane, start: np.ndarray, end: np.ndarray) -> None:
 def _covered_before(lane: Lane, t: np.ndarray) -> np.ndarray:
     """Busy time of the lane in ``(-inf, t)`` for each ``t``."""
     us, ue, cum = lane.ustart, lane.uend, lane.ucum
+    assert us is not None and ue is not None and cum is not None, "the lane's union is built first"
     i = np.searchsorted(us, t, "right") - 1
     safe = np.maximum(i, 0)
     part = np.clip(t - us[safe], 0, ue[safe] - us[safe])

@@ -88,7 +88,7 @@ def app() -> Any:
 
 @pytest.fixture(scope="module")
 def ctl(app: Any) -> AppController:
-    return app._traceview
+    return app.traceview_controller
 
 
 def run_id(ctl: AppController, label_start: str) -> int:
@@ -677,7 +677,7 @@ def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> N
                         tables=(TableSpec("busy", "Busy time per stream", sort_by="dur_ns"),))
     monkeypatch.setitem(ANALYSES, "zz_streams", spec)
     new_app = create_app([str(SAMPLE_TRACES / "synthetic_4rank")], warm=False, use_cache=False)
-    new_ctl = new_app._traceview
+    new_ctl = new_app.traceview_controller
     nav = by_id(new_app.layout, pages.nav_id("/analysis/zz_streams"))
     assert nav.children == "Busy streams" and nav.href == "/analysis/zz_streams"
     body, _ = new_ctl.render_page("/analysis/zz_streams", "", 0)
@@ -698,7 +698,7 @@ def test_every_page_renders_for_every_shared_trace() -> None:
     """The issue's bar: all pages work on every shared trace (Kineto and Nsight)."""
     shared = require_shared()
     shared_app = create_app([str(shared / "kineto"), str(shared / "nsys")], warm=False)
-    ctl = shared_app._traceview
+    ctl = shared_app.traceview_controller
     assert len(ctl.store.runs) >= 20
     failures = []
     for spec in ctl.store.runs:

@@ -1,5 +1,5 @@
-"""``traceview check``: limits, rules files, the rules judged on the regression pair, and the exit
-codes of the real CLI (0 pass, 1 violation, 2 malformed rule or unusable input)."""
+"""``traceview check``: limits, rules files, the rules judged on the reports of the regression pair,
+and the exit codes of the real CLI (0 pass, 1 violation, 2 malformed rule or unusable input)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import traceview
-from traceview import check as check_mod
-from traceview.analyses import run_all
-from traceview.check import Limit, RuleError, evaluate, gather_rules, load_config, parse_limit
-from traceview.diff import DiffOptions
+from traceview.compare import DiffOptions, Limit, RuleError, evaluate, gather_rules, load_config, parse_limit
+from traceview.compare import rules as rules_mod
 from traceview.errors import TraceviewError
+from traceview.pipeline import analyze
 
 from conftest import SAMPLE_TRACES, require_shared
 
@@ -119,7 +117,7 @@ def test_missing_config_and_no_toml_parser(tmp_path, monkeypatch):
         load_config(tmp_path / "absent.toml")
     cfg = tmp_path / "rules.toml"
     cfg.write_text('max-idle = "20%"\n')
-    monkeypatch.setattr(check_mod, "_toml_module", lambda: None)  # Python 3.10 without tomli
+    monkeypatch.setattr(rules_mod, "_toml_module", lambda: None)  # Python 3.10 without tomli
     with pytest.raises(RuleError, match="tomli"):
         load_config(cfg)
 
@@ -128,8 +126,8 @@ def test_missing_config_and_no_toml_parser(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def results():
-    return (run_all(traceview.load(PAIR / "base", use_cache=False)),
-            run_all(traceview.load(PAIR / "new", use_cache=False)))
+    """The reports of the base and the new trace of the pair."""
+    return analyze(PAIR / "base", use_cache=False), analyze(PAIR / "new", use_cache=False)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +193,7 @@ def test_regression_needs_a_baseline(results):
 
 def test_min_overlap_without_communication_does_not_apply():
     path = require_shared() / "kineto" / "hta_alexnet_a100.json.gz"
-    report = evaluate(_rules(min_overlap="50%", max_idle="100%"), run_all(traceview.load(path)))
+    report = evaluate(_rules(min_overlap="50%", max_idle="100%"), analyze(path))
     assert report.passed and any("no rank has communication" in n for n in report.notes)
 
 

@@ -1,6 +1,6 @@
 """``traceview diff``: kernel-name normalisation, the noise rule, the known-answer regression pair
 (sample_traces/regression_pair, written by make_pair.py), real traces against themselves, renderers
-and the CLI."""
+and the CLI. The diff compares two reports of the one pipeline (``traceview.pipeline.analyze``)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import traceview
-from traceview.analyses import run_all
-from traceview.diff import DiffOptions, compare, diff_results, normalize_kernel_name, pooled_std
-from traceview.render.diff import to_json, to_markdown, to_text
+from traceview.compare import DiffOptions, compare, diff_reports, normalize_kernel_name, pooled_std
+from traceview.compare.render import to_json, to_markdown, to_text
+from traceview.errors import TraceviewError
+from traceview.pipeline import analyze
+from traceview.report import Report
 
 from conftest import SAMPLE_TRACES, require_shared
 
@@ -75,8 +76,12 @@ def test_normalize_kernel_name(name, expected):
 
 
 def test_renamed_instantiations_share_a_key():
-    a = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, float, 4>)"
-    b = "void at::native::reduce_kernel<256, 2, at::native::ReduceOp<c10::Half, at::native::MeanOps<float, float>, unsigned int, c10::Half, 4> >(at::native::ReduceOp<c10::Half, at::native::MeanOps<float, float>, unsigned int, c10::Half, 4>)"
+    a = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, "
+         "unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float>, unsigned int, "
+         "float, 4>)")
+    b = ("void at::native::reduce_kernel<256, 2, at::native::ReduceOp<c10::Half, at::native::MeanOps<float, float>, "
+         "unsigned int, c10::Half, 4> >(at::native::ReduceOp<c10::Half, at::native::MeanOps<float, float>, "
+         "unsigned int, c10::Half, 4>)")
     assert normalize_kernel_name(a) == normalize_kernel_name(b) == "at::native::reduce_kernel"
 
 
@@ -128,16 +133,14 @@ def truth() -> dict:
 
 
 @pytest.fixture(scope="module")
-def pair_results():
-    base = run_all(traceview.load(PAIR / "base", use_cache=False))
-    new = run_all(traceview.load(PAIR / "new", use_cache=False))
-    return base, new
+def pair_reports() -> tuple[Report, Report]:
+    return analyze(PAIR / "base", use_cache=False), analyze(PAIR / "new", use_cache=False)
 
 
 @pytest.fixture(scope="module")
-def pair_diff(pair_results):
-    base, new = pair_results
-    return diff_results(base, new, base_label="base", new_label="new")
+def pair_diff(pair_reports):
+    base, new = pair_reports
+    return diff_reports(base, new, base_label="base", new_label="new")
 
 
 def _mean(truth: dict, side: str, rank: int, metric: str) -> float:
@@ -212,10 +215,36 @@ def test_pair_findings(pair_diff, truth):
     assert new.base_severity is None and new.new_cost_ns > 0
 
 
-def test_pair_base_against_itself_is_unchanged(pair_results):
-    base, _ = pair_results
-    diff = diff_results(base, base)
+def test_pair_findings_are_the_reports_own(pair_reports, pair_diff):
+    """The diff's findings are the reports' findings (merged across ranks, numbered once): same
+    titles, costs and ids as ``report["findings"]`` shows in every format."""
+    base, new = pair_reports
+    by_id = {side: {f["id"]: f for f in report["findings"]} for side, report in (("base", base), ("new", new))}
+    for f in pair_diff.findings:
+        if f.new_id is not None:
+            record = by_id["new"][f.new_id]
+            assert (record["code"], record["rank"], record["title"]) == (f.code, f.rank, f.title)
+            assert record["cost_ns_per_step"] == f.new_cost_ns
+        if f.base_id is not None:
+            assert by_id["base"][f.base_id]["code"] == f.code
+    appeared = next(f for f in pair_diff.findings if f.status == "new")
+    assert appeared.base_id is None and appeared.new_id in by_id["new"]
+    assert f"{appeared.new_id}: " in to_markdown(pair_diff)
+
+
+def test_pair_base_against_itself_is_unchanged(pair_reports):
+    base, _ = pair_reports
+    diff = diff_reports(base, base)
     _assert_no_change(diff)
+
+
+def test_a_job_report_is_refused(pair_reports):
+    """A job's report keeps bounded tables: per-step kernel samples from it would be wrong, so the
+    diff says so instead of comparing them."""
+    base, new = pair_reports
+    job = Report({**new.data, "execution": {"executor": "local-processes", "workers": 2}}, new.results)
+    with pytest.raises(TraceviewError, match="job"):
+        diff_reports(base, job, new_label="job/")
 
 
 def _assert_no_change(diff):
@@ -235,9 +264,7 @@ def _assert_no_change(diff):
 
 def test_real_nsys_trace_against_itself():
     path = require_shared() / NSYS_PAIR_FILE
-    a = run_all(traceview.load(path))
-    b = run_all(traceview.load(path))
-    diff = diff_results(a, b)
+    diff = diff_reports(analyze(path), analyze(path))
     _assert_no_change(diff)
     assert diff.findings  # the trace has findings, all unchanged
     assert any("no steps" in n for n in diff.notes)  # whole-trace figures; noise cannot be estimated
@@ -247,7 +274,7 @@ def test_real_nsys_trace_against_itself():
 @pytest.mark.parametrize("relative", ["kineto/hta_nccl_parser_config_a100.json.gz", "kineto/hta_trace_filter_2ranks"])
 def test_real_kineto_trace_against_itself(relative):
     path = require_shared() / relative
-    diff = diff_results(run_all(traceview.load(path)), run_all(traceview.load(path)))
+    diff = diff_reports(analyze(path), analyze(path))
     _assert_no_change(diff)
 
 
@@ -272,7 +299,7 @@ def _one_step_trace(path: Path, gemm_us: int) -> Path:
 def test_single_step_says_noise_cannot_be_estimated(tmp_path):
     a = _one_step_trace(tmp_path / "a.json", 500)
     b = _one_step_trace(tmp_path / "b.json", 600)
-    diff = diff_results(run_all(traceview.load(a)), run_all(traceview.load(b)))
+    diff = diff_reports(analyze(a), analyze(b))
     busy = diff.metric("busy_ns", 0)
     assert busy.change.status == "worse" and not busy.change.noise_estimated
     assert busy.change.threshold == pytest.approx(max(1_000, 0.01 * 500_000))
@@ -326,8 +353,11 @@ def test_cli_diff_bad_input(tmp_path):
     result = run_cli("diff", str(PAIR / "base"), str(tmp_path / "missing.json"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "missing.json" in result.stderr
-    result = run_cli("diff", str(PAIR / "base"), str(PAIR / "new"), "--format", "yaml")
-    assert result.returncode == 2
+    for args, fragment in ((["--format", "yaml"], "--format"), (["--noise-k", "0"], "--noise-k"),
+                           (["--min-change", "5"], "--min-change"), (["-o", str(tmp_path)], "is a directory")):
+        result = run_cli("diff", str(PAIR / "base"), str(PAIR / "new"), *args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and fragment in lines[0], result.stderr
 
 
 # ------------------------------------------------------------------------------ the generator

@@ -39,6 +39,7 @@ from traceview.jobs import (
     analyze_file,
     make_executor,
     plan_ranks,
+    conflict_message,
 )
 from traceview.model import RankInfo
 from traceview.pipeline import analyze, select_rank
@@ -358,7 +359,8 @@ def test_plan_ranks_follows_load() -> None:
              _file(2, "/j/rank1.json", [(1, "distributedInfo")]), _file(3, "/j/rank3.json", [], error="corrupt"),
              _file(4, "/j/dup.json", [(1, "distributedInfo")]), _file(5, "/j/p.sqlite", [(0, "nsys"), (1, "nsys")])]
     plan = plan_ranks(files, several=True)
-    assert plan.conflicts.keys() == {4} and "rank 1 appears in two files" in plan.conflicts[4]
+    assert plan.conflicts == {4: (1, "/j/rank1.json", "/j/dup.json")}
+    assert "rank 1 appears in two files" in conflict_message(plan, 4, "/j/dup.json")
     # the file without a rank gets the lowest free number; 3 is reserved by the unreadable rank3.json;
     # Nsight processes of several files are numbered after them
     assert plan.maps == {0: {-1: 2}, 5: {0: 4, 1: 5}} and plan.renumbered() == plan.maps

@@ -23,12 +23,11 @@ import pytest
 
 import traceview
 from traceview.errors import TraceFormatError
-from traceview.redact import (
+from traceview.redact import redact_kineto, redact_nsys
+from traceview.secrets import (
     REDACTED,
     is_secret_key,
     looks_secret,
-    redact_kineto,
-    redact_nsys,
     scrub,
     scrub_metadata,
     scrub_text,
@@ -99,7 +98,8 @@ ORDINARY = {
     "gpu_uuid": "GPU-672a921d-c216-dbaa-78b2-9b40581eedb6",
     "kernel": "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
-    "mangled": "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_",
+    "mangled": ("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEv"
+                "iT0_T1_"),
     "rocblas": "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1",
     "step": "ProfilerStep#3",
     "camel": "cudaOccupancyAvailableDynamicSMemPerBlock_v10200",
@@ -218,7 +218,8 @@ def test_other_value_shapes():
 
 
 @pytest.mark.parametrize("value", [v for v in ORDINARY.values() if isinstance(v, str)] + [
-    "/home/alice/train.py(12): step", "torch/nn/modules/module.py(1501): _call_impl", "aten::scaled_dot_product_attention",
+    "/home/alice/train.py(12): step", "torch/nn/modules/module.py(1501): _call_impl",
+    "aten::scaled_dot_product_attention",
     "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "nvjet_tst_192x208_64x4_1x1_h_bz_coopB_bias_TNT",
     "https://www.ubuntu.com/legal/terms-and-policies/privacy-policy", "libnccl2=2.25.1-1+cuda12.8",
     "XBLOCK=2,R0_BLOCK=2048", "MODAL_IMAGE_ID=im-TSY6u6NozwB5AotM1bcc0z", "--tokenizer gpt2 --max-tokens 512",
@@ -256,14 +257,16 @@ def test_embedded_secrets_replace_only_the_secret_part():
     assert scrub_text(COMMAND_LINE) == (
         f"HF_TOKEN={REDACTED} torchrun --nproc_per_node=8 train.py --api-key {REDACTED} "
         f"--wandb-key={REDACTED} --lr 3e-4 --tokenizer gpt2 --max-tokens 512")
-    assert scrub_text(ENV_DUMP) == f"CUDA_VISIBLE_DEVICES=0,1;MY_SERVICE_SECRET={REDACTED};OMP_NUM_THREADS=8;NCCL_DEBUG=INFO"
+    assert scrub_text(ENV_DUMP) == (f"CUDA_VISIBLE_DEVICES=0,1;MY_SERVICE_SECRET={REDACTED};OMP_NUM_THREADS=8;"
+                                    "NCCL_DEBUG=INFO")
     nul_env = f"USER=bob\x00HF_TOKEN={S['db_password']}\x00PATH=/usr/bin"
     assert scrub_text(nul_env) == f"USER=bob\x00HF_TOKEN={REDACTED}\x00PATH=/usr/bin"
     assert scrub_text('export WANDB_API_KEY="%s"; ls' % S["wandb_hex"]) == f'export WANDB_API_KEY="{REDACTED}"; ls'
     assert json.loads(scrub_text(json.dumps({"client_secret": S["json_in_string"], "region": "x"}))) == {
         "client_secret": REDACTED, "region": "x"}
     # package pins and shell references are not assignments of secrets
-    assert scrub_text("PyJWT==2.10.1 google-auth>=2.0 HF_TOKEN=$HF_TOKEN") == "PyJWT==2.10.1 google-auth>=2.0 HF_TOKEN=$HF_TOKEN"
+    pins = "PyJWT==2.10.1 google-auth>=2.0 HF_TOKEN=$HF_TOKEN"
+    assert scrub_text(pins) == pins
 
 
 def test_scrub_keeps_keys_structure_and_ordinary_values():
@@ -319,13 +322,13 @@ def test_strict_mode_removes_hosts_users_ips_and_directories(monkeypatch):
     assert out["trace_id"] == ORDINARY["trace_id"]
     assert scrub(meta) == meta  # none of this is a secret without --strict
     # this machine's own host name, when specific enough
-    import traceview.redact as redact_module
-    monkeypatch.setattr(redact_module.socket, "gethostname", lambda: "build-box-42")
-    redact_module._machine_names.cache_clear()
+    import traceview.secrets as secrets_module
+    monkeypatch.setattr(secrets_module.socket, "gethostname", lambda: "build-box-42")
+    secrets_module._machine_names.cache_clear()
     try:
         assert scrub_text("built on build-box-42", strict=True) == f"built on {REDACTED}"
     finally:
-        redact_module._machine_names.cache_clear()
+        secrets_module._machine_names.cache_clear()
 
 
 # ------------------------------------------------------------------------------ synthetic Kineto
@@ -340,7 +343,8 @@ def _synthetic_kineto(n_repeat: int = 1) -> dict:
     for i in range(n_repeat):
         t = base + i * 1000
         events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 3}", "pid": 1, "tid": 1, "ts": t, "dur": 900.5},
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 3}", "pid": 1, "tid": 1, "ts": t,
+             "dur": 900.5},
             {"ph": "X", "cat": "python_function", "name": "/home/alice/train.py(12): step", "pid": 1, "tid": 1,
              "ts": t + 1.001, "dur": 800, "args": {"Python id": i, "Python parent id": None}},
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 2.25, "dur": 10,
@@ -464,7 +468,8 @@ def test_kineto_strict_cuts_paths_in_names_only(tmp_path):
     names_a, names_b = a.names(), b.names()
     changed = names_a != names_b
     assert changed.any()
-    assert set(names_a[changed]) == {"/home/alice/train.py(12): step"} and set(names_b[changed]) == {"train.py(12): step"}
+    assert set(names_a[changed]) == {"/home/alice/train.py(12): step"}
+    assert set(names_b[changed]) == {"train.py(12): step"}
     assert a.events.drop_columns(["name"]).equals(b.events.drop_columns(["name"]))
     assert report.counts["path"] >= 5
 
@@ -496,13 +501,16 @@ def _make_nsys(path: Path) -> None:
         CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
         CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
         CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT);
-        CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT, name TEXT, nameEnum INTEGER, value TEXT);
+        CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT, name TEXT, nameEnum INTEGER,
+            value TEXT);
         CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
         CREATE TABLE ThreadNames (nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL,
-            globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
-            contextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+            eventClass INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,
+            returnValue INTEGER NOT NULL);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+            deviceId INTEGER NOT NULL, contextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER,
+            globalPid INTEGER,
             demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, gridX INTEGER, gridY INTEGER, gridZ INTEGER,
             blockX INTEGER, blockY INTEGER, blockZ INTEGER);
         CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, text TEXT,
@@ -545,8 +553,10 @@ def _make_nsys(path: Path) -> None:
                     [(0, "TRACE_PROCESS_EVENT_CUDA_RUNTIME", "CUDA runtime")])
     for i in range(5):
         t = 1_000_000 + i * 10_000
-        con.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 'ProfilerStep#' || ?, ?, NULL, 0)", (t, t + 9_000, i, gtid))
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 1, 0)", (t + 10, t + 20, gtid, i + 1))
+        con.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 'ProfilerStep#' || ?, ?, NULL, 0)",
+                    (t, t + 9_000, i, gtid))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 1, 0)",
+                    (t + 10, t + 20, gtid, i + 1))
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, ?, 3, 4, 1, 1, 128, 1, 1)",
                     (t + 100, t + 900, i + 1, gpid, 2 if i % 2 else 3))
     con.commit()

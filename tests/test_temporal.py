@@ -105,7 +105,10 @@ class TraceBuilder:
 
     def build(self) -> Trace:
         n = len(self.rows)
-        col = lambda key, default: [r.get(key, default) for r in self.rows]
+
+        def col(key: str, default: object) -> list:
+            return [r.get(key, default) for r in self.rows]
+
         columns = {
             "rank": pa.array(np.full(n, self.rank, dtype=np.int32)),
             "kind": kind_array(np.array(col("kind", 0), dtype=np.int8)),

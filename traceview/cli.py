@@ -6,16 +6,17 @@ show a traceback. ``TRACEVIEW_DEBUG=1`` shows tracebacks for unexpected errors.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from typing import Any
 
 import typer
-
-import importlib
 
 from traceview.errors import TraceviewError
 
 #: CLI commands, in help order; each is the module ``traceview.commands.<name>`` exposing ``command``
+#: (the other modules of the package, ``_common`` and ``formats``, are helpers the commands share)
 COMMANDS = ("analyze", "info", "convert", "redact", "diff", "check", "app")
 
 app = typer.Typer(
@@ -25,14 +26,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+# every command module is imported: a missing one is a packaging bug, not something to skip
 for _name in COMMANDS:
-    try:
-        _module = importlib.import_module(f"traceview.commands.{_name}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"traceview.commands.{_name}":
-            raise
-        continue
-    app.command(_name)(_module.command)
+    app.command(_name)(importlib.import_module(f"traceview.commands.{_name}").command)
 
 
 def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
@@ -61,8 +57,9 @@ def main() -> None:
         raise
     except Exception as exc:  # click usage errors and genuine bugs
         if isinstance(exc, _click_exceptions("ClickException")):
-            exc.show()  # usage errors: click's own message, exit 2
-            raise SystemExit(exc.exit_code)
+            usage_error: Any = exc  # click's ClickException, from click or typer's copy of it
+            usage_error.show()  # usage errors: click's own message, exit 2
+            raise SystemExit(usage_error.exit_code)
         if isinstance(exc, _click_exceptions("Abort")):
             raise SystemExit(_one_line("aborted", 1))
         if os.environ.get("TRACEVIEW_DEBUG"):

@@ -38,7 +38,7 @@ subset of HTML in labels, and kernel names contain ``<`` and ``>``).
 from __future__ import annotations
 
 import html
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -244,8 +244,9 @@ def launch_scatter_figure(report: Mapping[str, Any]) -> go.Figure:
             hovertemplate="%{text}<br>launch delay %{x:.2f} us, kernel %{y:.2f} us<extra></extra>"), row=1, col=2)
     hi = max(max(p["api_dur_ns"], p["gpu_dur_ns"]) for p in points) / 1e3
     lo = max(min(min(p["api_dur_ns"], p["gpu_dur_ns"]) for p in points) / 1e3, floor)
-    fig.add_trace(go.Scatter(x=[lo, max(hi, lo * 10)], y=[lo, max(hi, lo * 10)], mode="lines", name="kernel = launch call",
-                             line=dict(color="#888", dash="dash", width=1), hoverinfo="skip"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[lo, max(hi, lo * 10)], y=[lo, max(hi, lo * 10)], mode="lines",
+                             name="kernel = launch call", line=dict(color="#888", dash="dash", width=1),
+                             hoverinfo="skip"), row=1, col=1)
     fig.update_xaxes(type="log", dtick=1, title_text="launch call duration (us)", row=1, col=1)
     fig.update_xaxes(type="log", dtick=1, title_text="launch delay: GPU start - call end (us)", row=1, col=2)
     fig.update_yaxes(type="log", dtick=1, title_text="kernel duration (us)", row=1, col=1)
@@ -334,6 +335,303 @@ def _merge(start: np.ndarray, end: np.ndarray, tolerance: int) -> tuple[np.ndarr
     return start[idx], ends, counts
 
 
+class _WindowEvents(NamedTuple):
+    """The GPU and CPU events of one rank that overlap a window, clipped to it (parallel arrays)."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    kind: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    tid: np.ndarray
+    collective: np.ndarray  # bool: the event carries collective metadata
+    names: list[str]  # scrubbed, shortened, HTML-escaped
+
+
+def _window_events(trace: Trace, rank: int, start_ns: int, end_ns: int) -> _WindowEvents:
+    """The events of ``rank`` drawn on a timeline of ``[start_ns, end_ns)``, clipped to the window."""
+    from traceview.redact import scrub_text  # local: redact imports are heavy
+
+    ev_start = trace.column("start_ns")
+    ev_end = ev_start + trace.column("dur_ns")
+    kinds = trace.kind_codes()
+    sel = (trace.column("rank") == rank) & (ev_end > start_ns) & (ev_start < end_ns)
+    sel &= np.isin(kinds, np.asarray(list(_GPU_KINDS) + list(_CPU_KINDS), dtype=kinds.dtype))
+    rows = np.flatnonzero(sel)
+    name_codes = trace.column("name")[rows]
+    name_col = trace.events.column("name")
+    dictionary = (name_col.combine_chunks() if name_col.num_chunks != 1 else name_col.chunk(0)).dictionary
+    # scrub and escape each distinct name once
+    uniq_codes, inverse = np.unique(name_codes, return_inverse=True)
+    uniq_names = [esc(_short(scrub_text(str(dictionary[int(c)].as_py() or "")), 120)) for c in uniq_codes]
+    collective = trace.events.column("collective").take(rows).is_valid().to_numpy(zero_copy_only=False) \
+        if len(rows) else np.zeros(0, dtype=bool)
+    return _WindowEvents(
+        start_ns=np.maximum(ev_start[rows], start_ns),
+        end_ns=np.minimum(ev_end[rows], end_ns),
+        kind=kinds[rows],
+        device=trace.column("device")[rows],
+        stream=trace.column("stream")[rows],
+        tid=trace.column("tid")[rows],
+        collective=collective,
+        names=[uniq_names[i] for i in inverse],
+    )
+
+
+class _Lanes:
+    """Events grouped by lane: lane key (sort key..., label) -> starts, ends, series and names.
+
+    A lane exists once something was added to it, even nothing (it is still shown on the y axis).
+    """
+
+    def __init__(self, events: _WindowEvents) -> None:
+        self.events = events
+        self.by_key: dict[tuple, dict[str, list]] = {}
+
+    def add(self, lane: tuple, series: str, idx: np.ndarray) -> None:
+        ev = self.events
+        d = self.by_key.setdefault(lane, {"start": [], "end": [], "series": [], "name": []})
+        d["start"].append(ev.start_ns[idx])
+        d["end"].append(ev.end_ns[idx])
+        d["series"].extend([series] * len(idx))
+        d["name"].extend(ev.names[i] for i in idx)
+
+    def labels(self) -> list[str]:
+        """Lane labels in display order."""
+        return [key[-1] for key in sorted(self.by_key)]
+
+    def items(self) -> list[tuple[tuple, np.ndarray, np.ndarray, list[str], list[str]]]:
+        """(lane key, starts, ends, series, names) of each lane with events, in insertion order."""
+        items = []
+        for key, d in self.by_key.items():
+            st_arr = np.concatenate(d["start"]) if d["start"] else np.zeros(0, dtype=np.int64)
+            if len(st_arr) == 0:
+                continue
+            items.append((key, st_arr, np.concatenate(d["end"]), d["series"], d["name"]))
+        return items
+
+
+def _is_gpu(kind: np.ndarray) -> np.ndarray:
+    return np.isin(kind, np.asarray(list(_GPU_KINDS), dtype=kind.dtype))
+
+
+def _add_gpu_lanes(lanes: _Lanes) -> None:
+    """One lane per device and stream: compute and communication kernels, memcpy, memset."""
+    ev = lanes.events
+    k, device, stream, names = ev.kind, ev.device, ev.stream, ev.names
+    gpu = _is_gpu(k)
+    for dev, st in sorted({(int(a), int(b)) for a, b in zip(device[gpu], stream[gpu])}):
+        mine = np.flatnonzero(gpu & (device == dev) & (stream == st))
+        lane = (0, dev, st, 0, f"GPU {dev} · stream {st}")
+        is_comm = np.array(["nccl" in names[i].lower() or "rccl" in names[i].lower() for i in mine], dtype=bool)
+        is_comm |= ev.collective[mine]
+        kernel = k[mine] == int(Kind.KERNEL)
+        lanes.add(lane, "compute", mine[kernel & ~is_comm])
+        lanes.add(lane, "communication", mine[kernel & is_comm])
+        lanes.add(lane, "memcpy", mine[k[mine] == int(Kind.MEMCPY)])
+        lanes.add(lane, "memset", mine[k[mine] == int(Kind.MEMSET)])
+
+
+class _CpuOmissions(NamedTuple):
+    """CPU events a timeline leaves out (said in a note under the title)."""
+
+    too_deep: int  # nested deeper than _CPU_DEPTH levels
+    enclosing: int  # ranges covering the whole window
+    enclosing_names: list[str]  # a couple of their names, shortest first
+    threads: int  # less busy threads
+
+
+def _add_cpu_lanes(lanes: _Lanes, start_ns: int, end_ns: int) -> _CpuOmissions:
+    """The busiest CPU threads: a lane per nesting level of CPU ops, Python functions and annotations,
+    and one for runtime API calls."""
+    ev = lanes.events
+    s, e, k, tid = ev.start_ns, ev.end_ns, ev.kind, ev.tid
+    cpu = ~_is_gpu(k)
+    busy_threads = []
+    for t in np.unique(tid[cpu]):
+        mine = cpu & (tid == t)
+        busy_threads.append((-int((e[mine] - s[mine]).sum()), int(t)))
+    too_deep = 0
+    # ranges that enclose the whole window (the training loop, the step) say nothing here: leave them out
+    enclosing = cpu & (s <= start_ns) & (e >= end_ns) & (k != int(Kind.RUNTIME))
+    enclosing_names = sorted({ev.names[i] for i in np.flatnonzero(enclosing)}, key=len)[:2]
+    for _, t in sorted(busy_threads)[:_CPU_THREADS]:
+        mine = np.flatnonzero(cpu & (tid == t) & (k != int(Kind.RUNTIME)) & ~enclosing)
+        if len(mine):
+            order = np.lexsort((-(e[mine] - s[mine]), s[mine]))
+            mine = mine[order]
+            depth = _depths(s[mine], e[mine])
+            too_deep += int((depth >= _CPU_DEPTH).sum())
+            for d in range(min(_CPU_DEPTH, int(depth.max()) + 1)):
+                at = mine[depth == d]
+                for series in ("cpu_op", "python_function", "annotation"):
+                    code = [c for c, n in _CPU_KINDS.items() if n == series][0]
+                    lanes.add((1, t, 0, d, f"thread {t} · level {d}"), series, at[k[at] == code])
+        api = np.flatnonzero(cpu & (tid == t) & (k == int(Kind.RUNTIME)))
+        if len(api):
+            lanes.add((1, t, 1, 0, f"thread {t} · API calls"), "runtime", api)
+    return _CpuOmissions(too_deep=too_deep, enclosing=int(enclosing.sum()), enclosing_names=enclosing_names,
+                         threads=max(0, len(busy_threads) - _CPU_THREADS))
+
+
+def _longest_first(gap: Mapping[str, Any]) -> int:
+    return int(gap["start_ns"]) - int(gap["end_ns"])
+
+
+def _window_gaps(gaps: Any, start_ns: int, end_ns: int, rank: int,
+                 max_shapes: int) -> tuple[list[dict[str, Any]], int]:
+    """The gaps of ``rank`` overlapping the window, within their share of the shape budget (the
+    longest), and how many were left out."""
+    gap_records = [g for g in _records(gaps)
+                   if int(g["end_ns"]) > start_ns and int(g["start_ns"]) < end_ns
+                   and (g.get("rank") is None or int(g["rank"]) == rank)]
+    # gaps get at most a fifth of the shape budget: the longest ones
+    gap_budget = max(1, max_shapes // 5)
+    hidden_gaps = max(0, len(gap_records) - gap_budget)
+    if hidden_gaps:
+        gap_records = sorted(gap_records, key=_longest_first)[:gap_budget]
+    return gap_records, hidden_gaps
+
+
+def _series_bars(lane_items: list, start_ns: int, tolerance: int,
+                 aggregated: bool) -> tuple[dict[str, dict[str, list]], int]:
+    """Bars per series (base and width in ms since the window start, lane, text), events of a
+    series merged when closer than ``tolerance`` ns if ``aggregated``; and the bar count."""
+    bars: dict[str, dict[str, list]] = {key: {"base": [], "x": [], "y": [], "text": []} for key, _, _ in _SERIES}
+    merged_total = 0
+    for key, st_arr, en_arr, series, nm in lane_items:
+        label = key[-1]
+        series_arr = np.asarray(series)
+        for ser in dict.fromkeys(series):
+            idx = np.flatnonzero(series_arr == ser)
+            order = idx[np.argsort(st_arr[idx], kind="stable")]
+            ms, me, counts = _merge(st_arr[order], en_arr[order], tolerance) if aggregated else (
+                st_arr[order], en_arr[order], np.ones(len(order), dtype=np.int64))
+            firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            merged_total += len(ms)
+            b = bars[ser]
+            b["base"].extend(((ms - start_ns) / 1e6).tolist())
+            b["x"].extend(((me - ms) / 1e6).tolist())
+            b["y"].extend([label] * len(ms))
+            b["text"].extend(
+                nm[order[f]] if c == 1 else f"{c} events (first: {nm[order[f]]})"
+                for f, c in zip(firsts, counts)
+            )
+    return bars, merged_total
+
+
+def _bars_within_budget(lane_items: list, start_ns: int, end_ns: int,
+                        budget: int) -> tuple[dict[str, dict[str, list]], int, bool]:
+    """Bars per series, events merged with a growing tolerance until at most ``budget`` bars remain
+    (or the tolerance is the whole window); the bar count; whether events were merged."""
+    total = sum(len(x[1]) for x in lane_items)
+    aggregated = total > budget
+    tolerance = max(1, (end_ns - start_ns) // (4 * budget)) if aggregated else 0
+    while True:
+        bars, merged_total = _series_bars(lane_items, start_ns, tolerance, aggregated)
+        if merged_total <= budget or tolerance >= (end_ns - start_ns):
+            return bars, merged_total, aggregated
+        tolerance *= 2
+
+
+def _add_event_bars(fig: go.Figure, bars: dict[str, dict[str, list]], span_ns: int) -> None:
+    """One horizontal bar trace per series with bars."""
+    for key, name, color in _SERIES:
+        b = bars[key]
+        if not b["x"]:
+            continue
+        # names written on bars wide enough to hold them; every bar has its name in the hover
+        wide = 0.06 * span_ns / 1e6
+        labels = [t if w >= wide else "" for t, w in zip(b["text"], b["x"])]
+        fig.add_trace(go.Bar(
+            orientation="h", base=b["base"], x=b["x"], y=b["y"], name=name, marker_color=color,
+            marker_line_width=0, customdata=b["text"], text=labels, textposition="inside",
+            insidetextanchor="start", textfont=dict(size=10), constraintext="none", cliponaxis=True,
+            hovertemplate="%{customdata}<br>start %{base:.4f} ms, %{x:.4f} ms<extra>" + name + "</extra>",
+        ))
+
+
+def _gap_lane(gap: Mapping[str, Any]) -> str:
+    dev = int(gap.get("device", -1))
+    return f"GPU {dev} · idle gaps" if dev >= 0 else "idle gaps"
+
+
+def _add_gap_bars(fig: go.Figure, gap_records: list[dict[str, Any]], start_ns: int, end_ns: int) -> None:
+    """The gaps as bars in their device's gap lane, one trace per cause."""
+    from traceview.redact import scrub_text  # local: redact imports are heavy
+
+    by_cause: dict[str, dict[str, list]] = {}
+    for g in gap_records:
+        cause = str(g.get("cause") or "unattributed")
+        c = by_cause.setdefault(cause, {"base": [], "x": [], "y": [], "text": []})
+        gs, ge = max(int(g["start_ns"]), start_ns), min(int(g["end_ns"]), end_ns)
+        c["base"].append((gs - start_ns) / 1e6)
+        c["x"].append((ge - gs) / 1e6)
+        c["y"].append(_gap_lane(g))
+        context = g.get("cpu_context")
+        c["text"].append(f"{CAUSE_LABELS.get(cause, cause)} gap, {(int(g['end_ns']) - int(g['start_ns'])) / 1e3:.1f} us"
+                         + (f"<br>CPU: {esc(_short(scrub_text(str(context))))}" if context else ""))
+    for cause, c in by_cause.items():
+        fig.add_trace(go.Bar(
+            orientation="h", base=c["base"], x=c["x"], y=c["y"], name=f"gap: {CAUSE_LABELS.get(cause, cause)}",
+            marker_color=COLORS.get(cause, COLORS["other"]), marker_line_width=0, text=c["text"],
+            textposition="none", hovertemplate="%{text}<extra></extra>",
+        ))
+
+
+def _add_gap_bands(fig: go.Figure, gap_records: list[dict[str, Any]], start_ns: int, end_ns: int) -> None:
+    """The longest gaps shaded across all lanes, labelled with their cause where the label fits."""
+    labelled: list[tuple[float, float]] = []
+    span = end_ns - start_ns
+    for g in sorted(gap_records, key=_longest_first)[:MAX_GAP_LABELS]:
+        cause = str(g.get("cause") or "unattributed")
+        gs, ge = max(int(g["start_ns"]), start_ns), min(int(g["end_ns"]), end_ns)
+        fig.add_vrect(x0=(gs - start_ns) / 1e6, x1=(ge - start_ns) / 1e6, fillcolor=COLORS.get(cause, COLORS["other"]),
+                      opacity=0.15, line_width=0, layer="below")
+        # a label where it fits: wide enough, and not on top of another label
+        mid = (gs + ge) / 2
+        room = max(ge - gs, 0.09 * span)
+        if ge - gs >= 0.02 * span and all(abs(mid - m) > (room + r) / 2 for m, r in labelled):
+            labelled.append((mid, room))
+            gap_us = (int(g["end_ns"]) - int(g["start_ns"])) / 1e3
+            fig.add_annotation(x=(mid - start_ns) / 1e6, y=1.0, yref="paper", yanchor="bottom",
+                               text=f"{CAUSE_LABELS.get(cause, cause)} {gap_us:,.0f} us",
+                               showarrow=False, font=dict(size=11))
+
+
+def _timeline_notes(*, events: int, bars: int, aggregated: bool, max_shapes: int, hidden_gaps: int,
+                    cpu: _CpuOmissions) -> list[str]:
+    """What the timeline merged or left out, one phrase each."""
+    notes = []
+    if aggregated:
+        notes.append(f"{events:,} events merged into {bars:,} blocks to stay under {max_shapes:,} shapes")
+    if hidden_gaps:
+        notes.append(f"{hidden_gaps:,} shortest idle gaps not drawn")
+    if cpu.enclosing:
+        notes.append(f"{cpu.enclosing} CPU ranges spanning the whole window not drawn (e.g. "
+                     + ", ".join(cpu.enclosing_names) + ")")
+    if cpu.too_deep:
+        notes.append(f"{cpu.too_deep:,} CPU events nested deeper than {_CPU_DEPTH} levels not drawn")
+    if cpu.threads:
+        notes.append(f"{cpu.threads} less busy CPU threads not drawn")
+    return notes
+
+
+def _lay_out_timeline(fig: go.Figure, title: str, lanes_shown: list[str], notes: list[str], span_ns: int) -> None:
+    """Axes (lanes top to bottom), the notes under the title, and a height that fits the lanes."""
+    fig.update_yaxes(title_text="GPU stream / CPU thread", categoryorder="array",
+                     categoryarray=list(reversed(lanes_shown)), type="category")
+    fig.update_xaxes(title_text=f"time since window start (ms); window = {span_ns / 1e6:.3f} ms",
+                     range=[0, span_ns / 1e6])
+    fig.update_layout(barmode="overlay", bargap=0.25)
+    if notes:
+        fig.add_annotation(text="; ".join(notes), xref="paper", yref="paper", x=1, y=1.0, yanchor="bottom",
+                           yshift=18, showarrow=False, xanchor="right", font=dict(size=10, color="#666"))
+    height = max(400, 230 + 26 * len(lanes_shown))
+    _layout(fig, title, height=height, legend_below=True)
+    fig.update_layout(legend=dict(y=-110 / (height - 210)), margin=dict(t=100))
+
+
 def timeline_figure(
     trace: Trace,
     start_ns: int,
@@ -351,211 +649,30 @@ def timeline_figure(
     functions and annotations, and one for runtime API calls. Gaps (``gaps`` records) get a bar
     in an "idle gaps" lane per device and, for the longest, a shaded band labelled with the cause.
     """
-    from traceview.redact import scrub_text  # local: redact imports are heavy
-
     start_ns, end_ns = int(start_ns), int(end_ns)
     if rank is None:
         rank = trace.rank_ids[0] if trace.rank_ids else 0
     fig_title = title or f"Timeline of rank {rank}"
     if end_ns <= start_ns or trace.num_events == 0:
         return _empty(fig_title, "Nothing to show in this window.")
-    ev_start = trace.column("start_ns")
-    ev_end = ev_start + trace.column("dur_ns")
-    kinds = trace.kind_codes()
-    sel = (trace.column("rank") == rank) & (ev_end > start_ns) & (ev_start < end_ns)
-    sel &= np.isin(kinds, np.asarray(list(_GPU_KINDS) + list(_CPU_KINDS), dtype=kinds.dtype))
-    rows = np.flatnonzero(sel)
-    name_codes = trace.column("name")[rows]
-    name_col = trace.events.column("name")
-    dictionary = (name_col.combine_chunks() if name_col.num_chunks != 1 else name_col.chunk(0)).dictionary
-    uniq_codes, inverse = np.unique(name_codes, return_inverse=True)
-    uniq_names = [esc(_short(scrub_text(str(dictionary[int(c)].as_py() or "")), 120)) for c in uniq_codes]
-    names = [uniq_names[i] for i in inverse]
-    s = np.maximum(ev_start[rows], start_ns)
-    e = np.minimum(ev_end[rows], end_ns)
-    k = kinds[rows]
-    device = trace.column("device")[rows]
-    stream = trace.column("stream")[rows]
-    tid = trace.column("tid")[rows]
-    collective = trace.events.column("collective").take(rows).is_valid().to_numpy(zero_copy_only=False) \
-        if len(rows) else np.zeros(0, dtype=bool)
-
-    # lanes: (sort key, label) -> list of (start, end, series, name)
-    lanes: dict[tuple, dict[str, list]] = {}
-
-    def add(lane: tuple, series: str, idx: np.ndarray) -> None:
-        d = lanes.setdefault(lane, {"start": [], "end": [], "series": [], "name": []})
-        d["start"].append(s[idx])
-        d["end"].append(e[idx])
-        d["series"].extend([series] * len(idx))
-        d["name"].extend(names[i] for i in idx)
-
-    gpu = np.isin(k, np.asarray(list(_GPU_KINDS), dtype=k.dtype))
-    for dev, st in sorted({(int(a), int(b)) for a, b in zip(device[gpu], stream[gpu])}):
-        mine = np.flatnonzero(gpu & (device == dev) & (stream == st))
-        lane = (0, dev, st, 0, f"GPU {dev} · stream {st}")
-        is_comm = np.array(["nccl" in names[i].lower() or "rccl" in names[i].lower() for i in mine], dtype=bool)
-        is_comm |= collective[mine]
-        kernel = k[mine] == int(Kind.KERNEL)
-        add(lane, "compute", mine[kernel & ~is_comm])
-        add(lane, "communication", mine[kernel & is_comm])
-        add(lane, "memcpy", mine[k[mine] == int(Kind.MEMCPY)])
-        add(lane, "memset", mine[k[mine] == int(Kind.MEMSET)])
-    cpu = ~gpu
-    busy_threads = []
-    for t in np.unique(tid[cpu]):
-        mine = cpu & (tid == t)
-        busy_threads.append((-int((e[mine] - s[mine]).sum()), int(t)))
-    hidden_cpu = 0
-    # ranges that enclose the whole window (the training loop, the step) say nothing here: leave them out
-    enclosing = cpu & (s <= start_ns) & (e >= end_ns) & (k != int(Kind.RUNTIME))
-    enclosing_names = sorted({names[i] for i in np.flatnonzero(enclosing)}, key=len)[:2]
-    n_enclosing = int(enclosing.sum())
-    for _, t in sorted(busy_threads)[:_CPU_THREADS]:
-        mine = np.flatnonzero(cpu & (tid == t) & (k != int(Kind.RUNTIME)) & ~enclosing)
-        if len(mine):
-            order = np.lexsort((-(e[mine] - s[mine]), s[mine]))
-            mine = mine[order]
-            depth = _depths(s[mine], e[mine])
-            hidden_cpu += int((depth >= _CPU_DEPTH).sum())
-            for d in range(min(_CPU_DEPTH, int(depth.max()) + 1)):
-                at = mine[depth == d]
-                for series in ("cpu_op", "python_function", "annotation"):
-                    code = [c for c, n in _CPU_KINDS.items() if n == series][0]
-                    add((1, t, 0, d, f"thread {t} · level {d}"), series, at[k[at] == code])
-        api = np.flatnonzero(cpu & (tid == t) & (k == int(Kind.RUNTIME)))
-        if len(api):
-            add((1, t, 1, 0, f"thread {t} · API calls"), "runtime", api)
-    hidden_threads = max(0, len(busy_threads) - _CPU_THREADS)
-
-    gap_records = [g for g in _records(gaps)
-                   if int(g["end_ns"]) > start_ns and int(g["start_ns"]) < end_ns
-                   and (g.get("rank") is None or int(g["rank"]) == rank)]
-    # gaps get at most a fifth of the shape budget: the longest ones
-    gap_budget = max(1, max_shapes // 5)
-    hidden_gaps = max(0, len(gap_records) - gap_budget)
-    if hidden_gaps:
-        gap_records = sorted(gap_records, key=lambda g: int(g["start_ns"]) - int(g["end_ns"]))[:gap_budget]
+    lanes = _Lanes(_window_events(trace, rank, start_ns, end_ns))
+    _add_gpu_lanes(lanes)
+    cpu_omissions = _add_cpu_lanes(lanes, start_ns, end_ns)
+    gap_records, hidden_gaps = _window_gaps(gaps, start_ns, end_ns, rank, max_shapes)
 
     # budget: merge events per lane until the bar count fits
-    lane_items = []
-    for key, d in lanes.items():
-        st_arr = np.concatenate(d["start"]) if d["start"] else np.zeros(0, dtype=np.int64)
-        if len(st_arr) == 0:
-            continue
-        lane_items.append((key, st_arr, np.concatenate(d["end"]), d["series"], d["name"]))
-    budget = max(100, max_shapes - len(gap_records))
-    total = sum(len(x[1]) for x in lane_items)
-    tolerance = 0
-    aggregated = False
-    if total > budget:
-        aggregated = True
-        tolerance = max(1, (end_ns - start_ns) // (4 * budget))
-    bars: dict[str, dict[str, list]] = {key: {"base": [], "x": [], "y": [], "text": []} for key, _, _ in _SERIES}
-    merged_total = 0
-    while True:
-        for b in bars.values():
-            for v in b.values():
-                v.clear()
-        merged_total = 0
-        for key, st_arr, en_arr, series, nm in lane_items:
-            label = key[-1]
-            series_arr = np.asarray(series)
-            for ser in dict.fromkeys(series):
-                idx = np.flatnonzero(series_arr == ser)
-                order = idx[np.argsort(st_arr[idx], kind="stable")]
-                ms, me, counts = _merge(st_arr[order], en_arr[order], tolerance) if aggregated else (
-                    st_arr[order], en_arr[order], np.ones(len(order), dtype=np.int64))
-                firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-                merged_total += len(ms)
-                b = bars[ser]
-                b["base"].extend(((ms - start_ns) / 1e6).tolist())
-                b["x"].extend(((me - ms) / 1e6).tolist())
-                b["y"].extend([label] * len(ms))
-                b["text"].extend(
-                    nm[order[f]] if c == 1 else f"{c} events (first: {nm[order[f]]})"
-                    for f, c in zip(firsts, counts)
-                )
-        if merged_total <= budget or tolerance >= (end_ns - start_ns):
-            break
-        tolerance *= 2
+    lane_items = lanes.items()
+    bars, merged_total, aggregated = _bars_within_budget(
+        lane_items, start_ns, end_ns, max(100, max_shapes - len(gap_records)))
 
     fig = go.Figure()
-    lane_order = [key[-1] for key in sorted(lanes)]
-    gap_lanes = []
-    for dev in sorted({int(g.get("device", -1)) for g in gap_records}):
-        gap_lanes.append(f"GPU {dev} · idle gaps" if dev >= 0 else "idle gaps")
-    for key, name, color in _SERIES:
-        b = bars[key]
-        if not b["x"]:
-            continue
-        # names written on bars wide enough to hold them; every bar has its name in the hover
-        wide = 0.06 * (end_ns - start_ns) / 1e6
-        labels = [t if w >= wide else "" for t, w in zip(b["text"], b["x"])]
-        fig.add_trace(go.Bar(
-            orientation="h", base=b["base"], x=b["x"], y=b["y"], name=name, marker_color=color,
-            marker_line_width=0, customdata=b["text"], text=labels, textposition="inside",
-            insidetextanchor="start", textfont=dict(size=10), constraintext="none", cliponaxis=True,
-            hovertemplate="%{customdata}<br>start %{base:.4f} ms, %{x:.4f} ms<extra>" + name + "</extra>",
-        ))
-    by_cause: dict[str, dict[str, list]] = {}
-    for g in gap_records:
-        dev = int(g.get("device", -1))
-        cause = str(g.get("cause") or "unattributed")
-        c = by_cause.setdefault(cause, {"base": [], "x": [], "y": [], "text": []})
-        gs, ge = max(int(g["start_ns"]), start_ns), min(int(g["end_ns"]), end_ns)
-        c["base"].append((gs - start_ns) / 1e6)
-        c["x"].append((ge - gs) / 1e6)
-        c["y"].append(f"GPU {dev} · idle gaps" if dev >= 0 else "idle gaps")
-        context = g.get("cpu_context")
-        c["text"].append(f"{CAUSE_LABELS.get(cause, cause)} gap, {(int(g['end_ns']) - int(g['start_ns'])) / 1e3:.1f} us"
-                         + (f"<br>CPU: {esc(_short(scrub_text(str(context))))}" if context else ""))
-    for cause, c in by_cause.items():
-        fig.add_trace(go.Bar(
-            orientation="h", base=c["base"], x=c["x"], y=c["y"], name=f"gap: {CAUSE_LABELS.get(cause, cause)}",
-            marker_color=COLORS.get(cause, COLORS["other"]), marker_line_width=0, text=c["text"],
-            textposition="none", hovertemplate="%{text}<extra></extra>",
-        ))
-    longest = sorted(gap_records, key=lambda g: int(g["start_ns"]) - int(g["end_ns"]))[:MAX_GAP_LABELS]
-    labelled: list[tuple[float, float]] = []
-    span = end_ns - start_ns
-    for g in longest:
-        cause = str(g.get("cause") or "unattributed")
-        gs, ge = max(int(g["start_ns"]), start_ns), min(int(g["end_ns"]), end_ns)
-        fig.add_vrect(x0=(gs - start_ns) / 1e6, x1=(ge - start_ns) / 1e6, fillcolor=COLORS.get(cause, COLORS["other"]),
-                      opacity=0.15, line_width=0, layer="below")
-        # a label where it fits: wide enough, and not on top of another label
-        mid = (gs + ge) / 2
-        room = max(ge - gs, 0.09 * span)
-        if ge - gs >= 0.02 * span and all(abs(mid - m) > (room + r) / 2 for m, r in labelled):
-            labelled.append((mid, room))
-            fig.add_annotation(x=(mid - start_ns) / 1e6, y=1.0, yref="paper", yanchor="bottom",
-                               text=f"{CAUSE_LABELS.get(cause, cause)} {(int(g['end_ns']) - int(g['start_ns'])) / 1e3:,.0f} us",
-                               showarrow=False, font=dict(size=11))
-    lanes_shown = gap_lanes + lane_order
-    fig.update_yaxes(title_text="GPU stream / CPU thread", categoryorder="array",
-                     categoryarray=list(reversed(lanes_shown)), type="category")
-    fig.update_xaxes(title_text=f"time since window start (ms); window = {(end_ns - start_ns) / 1e6:.3f} ms",
-                     range=[0, (end_ns - start_ns) / 1e6])
-    fig.update_layout(barmode="overlay", bargap=0.25)
-    notes = []
-    if aggregated:
-        notes.append(f"{total:,} events merged into {merged_total:,} blocks to stay under {max_shapes:,} shapes")
-    if hidden_gaps:
-        notes.append(f"{hidden_gaps:,} shortest idle gaps not drawn")
-    if n_enclosing:
-        notes.append(f"{n_enclosing} CPU ranges spanning the whole window not drawn (e.g. "
-                     + ", ".join(enclosing_names) + ")")
-    if hidden_cpu:
-        notes.append(f"{hidden_cpu:,} CPU events nested deeper than {_CPU_DEPTH} levels not drawn")
-    if hidden_threads:
-        notes.append(f"{hidden_threads} less busy CPU threads not drawn")
-    if notes:
-        fig.add_annotation(text="; ".join(notes), xref="paper", yref="paper", x=1, y=1.0, yanchor="bottom",
-                           yshift=18, showarrow=False, xanchor="right", font=dict(size=10, color="#666"))
-    height = max(400, 230 + 26 * len(lanes_shown))
-    _layout(fig, fig_title, height=height, legend_below=True)
-    fig.update_layout(legend=dict(y=-110 / (height - 210)), margin=dict(t=100))
+    _add_event_bars(fig, bars, end_ns - start_ns)
+    _add_gap_bars(fig, gap_records, start_ns, end_ns)
+    _add_gap_bands(fig, gap_records, start_ns, end_ns)
+    gap_lanes = [_gap_lane({"device": dev}) for dev in sorted({int(g.get("device", -1)) for g in gap_records})]
+    notes = _timeline_notes(events=sum(len(x[1]) for x in lane_items), bars=merged_total, aggregated=aggregated,
+                            max_shapes=max_shapes, hidden_gaps=hidden_gaps, cpu=cpu_omissions)
+    _lay_out_timeline(fig, fig_title, gap_lanes + lanes.labels(), notes, end_ns - start_ns)
     return fig
 
 

@@ -310,13 +310,6 @@ class _Shift:
             t = t - self.lo
         return g * self.span + t
 
-    def fwd_with(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-        if self.compressed:
-            t = np.searchsorted(self.values, t).astype(_I64)
-        else:
-            t = t - self.lo
-        return group * self.span + t
-
     def back(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Shifted start coordinates -> (key, time)."""
         g = x // self.span

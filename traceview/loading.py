@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -229,57 +230,107 @@ def load(
     return trace
 
 
-def _assign_ranks(traces: list[Trace]) -> Trace:
-    """Give every rank a distinct number across files.
+@dataclass
+class RankPlan:
+    """How ranks are numbered across the files of one run (see :func:`plan_ranks`)."""
 
-    Ranks a file states (Kineto ``distributedInfo``, a file name) are kept; two files stating the
-    same rank is an error. Ranks a parser only numbered (Nsight processes: an export does not say
-    which global rank a process was) and files with no rank at all get the lowest free numbers,
-    in file order, with a warning for the latter.
+    #: file index -> ``{old rank: new rank}`` for every file some of whose ranks get a number
+    maps: dict[int, dict[int, int]] = field(default_factory=dict)
+    #: file index -> (rank, the file that claimed it first, this file): a rank two files claim
+    conflicts: dict[int, tuple[int, str, str]] = field(default_factory=dict)
+    #: warnings about files that state no rank, in file order
+    warnings: list[str] = field(default_factory=list)
+
+    def renumbered(self) -> dict[int, dict[int, int]]:
+        """The files whose rank numbers change."""
+        return {i: m for i, m in self.maps.items() if any(old != new for old, new in m.items())}
+
+
+def unranked_warning(source_path: str, rank: int) -> str:
+    """What loading says of a file that states no rank."""
+    return f"{source_path}: no rank in distributedInfo or file name; treated as rank {rank}"
+
+
+def plan_ranks(files: Sequence[tuple[int, Mapping[int, RankInfo]]], *, several: bool,
+               reserved: Mapping[int, str] | None = None) -> RankPlan:
+    """Give every rank a distinct number across files (``files``: (file index, ranks), in file order).
+
+    Ranks a file states (Kineto ``distributedInfo``, a file name) are kept; a file stating a rank an
+    earlier file stated is a conflict. Ranks a parser only numbered (Nsight processes, when there are
+    several files: an export does not say which global rank a process was) and files with no rank at
+    all get the lowest free numbers, in file order, with a warning for the latter. ``reserved``:
+    numbers no file may be given (a file that could not be read keeps the rank its name says).
     """
+    plan = RankPlan()
     claimed: dict[int, str] = {}
-    warnings: list[str] = []
-    several = len(traces) > 1
 
     def numbered_only(info: RankInfo) -> bool:
         return several and info.rank_source.startswith("nsys")
 
-    for tr in traces:
-        for rank, info in tr.ranks.items():
-            if rank < 0 or numbered_only(info):
-                continue
-            if rank in claimed and several:
-                raise DuplicateRankError(
-                    f"rank {rank} appears in two files: {claimed[rank]} and {info.source_path} "
-                    "(load one run at a time, or check the files' distributedInfo)"
-                )
-            claimed[rank] = info.source_path
+    for index, infos in files:
+        stated = [(rank, info) for rank, info in infos.items() if rank >= 0 and not numbered_only(info)]
+        clash = [(rank, info) for rank, info in stated if rank in claimed and several]
+        if clash:
+            rank, info = clash[0]
+            plan.conflicts[index] = (rank, claimed[rank], info.source_path)
+            continue
+        claimed.update((rank, info.source_path) for rank, info in stated)
+    for rank, name in (reserved or {}).items():
+        claimed.setdefault(rank, name)
     next_free = 0
-    remapped: list[Trace] = []
-    for tr in traces:
+    for index, infos in files:
+        if index in plan.conflicts:
+            continue
         mapping: dict[int, int] = {}
-        for rank, info in sorted(tr.ranks.items()):
+        for rank, info in sorted(infos.items()):
             if rank >= 0 and not numbered_only(info):
                 continue
             while next_free in claimed:
                 next_free += 1
             mapping[rank] = next_free
             claimed[next_free] = info.source_path
-            info.rank = next_free
-            if rank < 0:
-                info.rank_source = "assigned (no rank in file or file name)"
-                msg = (f"{info.source_path}: no rank in distributedInfo or file name; "
-                       f"treated as rank {next_free}")
-                info.warnings.append(msg)
-                if several:
-                    warnings.append(msg)
-            else:
-                info.rank_source += f"; renumbered {rank} -> {next_free} across files"
-        if mapping and any(old != new for old, new in mapping.items()):
-            tr = renumber_ranks(tr, mapping)
-        remapped.append(tr)
+            if rank < 0 and several:
+                plan.warnings.append(unranked_warning(info.source_path, next_free))
+        if mapping:
+            plan.maps[index] = mapping
+    return plan
+
+
+def number_rank_infos(infos: Mapping[int, RankInfo], mapping: Mapping[int, int]) -> None:
+    """Rank metadata numbered as planned (``{old: new}``; ``infos`` keyed by the old numbers): the new
+    rank, how it was found, a warning when the file stated none."""
+    for old, new in mapping.items():
+        info = infos.get(old)
+        if info is None:
+            continue
+        info.rank = new
+        if old < 0:
+            info.rank_source = "assigned (no rank in file or file name)"
+            info.warnings.append(unranked_warning(info.source_path, new))
+        else:
+            info.rank_source += f"; renumbered {old} -> {new} across files"
+
+
+def apply_rank_numbers(trace: Trace, mapping: Mapping[int, int]) -> Trace:
+    """``trace`` with its ranks numbered as planned (:func:`number_rank_infos`, and the rank columns
+    renamed when a number changes)."""
+    number_rank_infos(trace.ranks, mapping)
+    if any(old != new for old, new in mapping.items()):
+        trace = renumber_ranks(trace, dict(mapping))
+    return trace
+
+
+def _assign_ranks(traces: list[Trace]) -> Trace:
+    """Number every rank across files (:func:`plan_ranks`) and concatenate; two files stating the
+    same rank is an error naming both."""
+    plan = plan_ranks(list(enumerate(tr.ranks for tr in traces)), several=len(traces) > 1)
+    if plan.conflicts:
+        rank, first, second = plan.conflicts[min(plan.conflicts)]
+        raise DuplicateRankError(f"rank {rank} appears in two files: {first} and {second} "
+                                 "(load one run at a time, or check the files' distributedInfo)")
+    remapped = [apply_rank_numbers(tr, plan.maps.get(i, {})) for i, tr in enumerate(traces)]
     merged = concat_traces(remapped)
-    merged.warnings = list(dict.fromkeys(merged.warnings + warnings))
+    merged.warnings = list(dict.fromkeys(merged.warnings + plan.warnings))
     return merged
 
 

@@ -297,10 +297,6 @@ class Trace:
 # ------------------------------------------------------------------------- builders
 
 
-def empty_events() -> pa.Table:
-    return EVENT_SCHEMA.empty_table()
-
-
 def empty_links() -> pa.Table:
     return LINK_SCHEMA.empty_table()
 

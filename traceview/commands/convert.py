@@ -1,5 +1,8 @@
 """``traceview convert PATH -o DIR``: write the canonical Arrow tables as Parquet files
-(events, links, steps) plus ranks.json, for use in other tools (DuckDB, Spark, pandas)."""
+(events, links, steps) plus ranks.json, for use in other tools (DuckDB, Spark, pandas).
+
+ranks.json is scrubbed of secrets (``traceview.secrets``) and lists only the keys of the raw
+metadata; the tables are the trace's own events (``traceview redact`` first to share them)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import typer
 
 from traceview.commands._common import load_with_progress
 from traceview.render.terminal import make_console
+from traceview.secrets import scrub_metadata, scrub_text
 
 
 def command(
@@ -27,11 +31,11 @@ def command(
     pq.write_table(trace.links, output / "links.parquet", compression="zstd")
     pq.write_table(trace.steps, output / "steps.parquet", compression="zstd")
     ranks = []
-    for info in trace.ranks.values():
-        data = info.to_json()
-        # metadata values can hold secrets (tokens in env vars): keep only their keys
+    for data in scrub_metadata(dict(trace.ranks)).values():
+        # metadata values can hold secrets the scrubber does not recognise: keep only their keys
         data["raw_metadata"] = sorted(data["raw_metadata"])
         ranks.append(data)
-    (output / "ranks.json").write_text(json.dumps({"ranks": ranks, "warnings": trace.warnings}, indent=2, default=str))
+    warnings = [scrub_text(w) for w in trace.warnings]
+    (output / "ranks.json").write_text(json.dumps({"ranks": ranks, "warnings": warnings}, indent=2, default=str))
     console.print(f"wrote {trace.events.num_rows:,} events, {trace.links.num_rows:,} links, "
                   f"{trace.steps.num_rows} steps to {output}/")

@@ -22,7 +22,8 @@ from typing import Any
 from traceview.errors import TraceviewError
 from traceview.jobs.driver import JobProgress
 from traceview.jobs.executors import DaskCluster, InProcess, JobExecutor, LocalProcesses
-from traceview.jobs.planning import RankPlan, plan_ranks
+from traceview.jobs.planning import conflict_message, plan_ranks
+from traceview.loading import RankPlan
 from traceview.jobs.tasks import FileResult, FileTask, analyze_file
 
 #: the Dask scheduler address used when none is given (``tcp://host:port``)
@@ -50,5 +51,5 @@ def make_executor(workers: int | None = None, scheduler: Any = None, *,
 
 __all__ = [
     "SCHEDULER_ENV", "DaskCluster", "FileResult", "FileTask", "InProcess", "JobExecutor", "JobProgress",
-    "LocalProcesses", "RankPlan", "analyze_file", "make_executor", "plan_ranks",
+    "LocalProcesses", "RankPlan", "analyze_file", "conflict_message", "make_executor", "plan_ranks",
 ]

@@ -18,8 +18,9 @@ import numpy as np
 
 from traceview.errors import TraceviewError
 from traceview.findings import Options
-from traceview.jobs.planning import RankPlan, plan_ranks, row_offsets
-from traceview.jobs.tasks import FileResult, FileTask, describe_renumbering, memory_bytes
+from traceview.jobs.planning import conflict_message, plan_ranks, row_offsets
+from traceview.jobs.tasks import FileResult, FileTask, memory_bytes
+from traceview.loading import RankPlan, number_rank_infos
 from traceview.parsers.kineto import rank_from_filename
 from traceview.pipeline import Mapped, compact_ranks
 from traceview.report import TraceOverview
@@ -65,8 +66,8 @@ def run_job(runner: TaskRunner, files: list[Path], options: Options, *, use_cach
     tasks = [FileTask(str(f), i, options, use_cache) for i, f in enumerate(files)]
     results = run_tasks(runner, tasks, progress, costs)
     plan = plan_ranks(list(results.values()), several=len(files) > 1)
-    for index, reason in plan.conflicts.items():
-        results[index] = results[index].failed(reason)
+    for index in plan.conflicts:
+        results[index] = results[index].failed(conflict_message(plan, index, results[index].file))
     number_ranks(runner, results, plan, options, use_cache, costs)
     place_rows(results)
     seconds = time.perf_counter() - started
@@ -107,7 +108,7 @@ def number_ranks(runner: TaskRunner, results: dict[int, FileResult], plan: RankP
         result = results[index]
         if index in again or result.error is not None:
             continue
-        describe_renumbering(result.infos, mapping)
+        number_rank_infos(result.infos, mapping)
         for rr in result.ranks:  # (the same metadata, also where a pickle made it a copy)
             rr.info = result.infos[rr.rank]
 

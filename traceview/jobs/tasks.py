@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from traceview.errors import TraceviewError
 from traceview.findings import Options
-from traceview.loading import load_file, renumber_ranks
-from traceview.model import RankInfo, Trace
+from traceview.loading import apply_rank_numbers, load_file
+from traceview.model import RankInfo
 from traceview.pipeline import RankResult, analyze_rank, select_rank
 
 
@@ -92,35 +92,6 @@ def memory_bytes(key: str) -> int | None:
     return None
 
 
-def unranked_warning(source_path: str, rank: int) -> str:
-    """What ``traceview.load`` says of a file that states no rank."""
-    return f"{source_path}: no rank in distributedInfo or file name; treated as rank {rank}"
-
-
-def describe_renumbering(infos: dict[int, RankInfo], mapping: dict[int, int]) -> None:
-    """Rank metadata as ``traceview.load`` leaves it when it numbers a file's ranks (``{old: new}``,
-    keys of ``infos`` are the old numbers): the new rank, how it was found, a warning when the file
-    stated none."""
-    for old, new in mapping.items():
-        info = infos.get(old)
-        if info is None:
-            continue
-        info.rank = new
-        if old < 0:
-            info.rank_source = "assigned (no rank in file or file name)"
-            info.warnings.append(unranked_warning(info.source_path, new))
-        else:
-            info.rank_source += f"; renumbered {old} -> {new} across files"
-
-
-def rename_ranks(trace: Trace, mapping: dict[int, int]) -> Trace:
-    """``trace`` with its ranks numbered as the job planned (see :func:`describe_renumbering`)."""
-    describe_renumbering(trace.ranks, mapping)
-    if any(old != new for old, new in mapping.items()):
-        trace = renumber_ranks(trace, mapping)
-    return trace
-
-
 def analyze_file(task: FileTask) -> FileResult:
     """The map task: parse one file, analyze each of its ranks alone, return a small result.
 
@@ -158,7 +129,7 @@ def analyze_ranks(task: FileTask, out: FileResult) -> None:
     trace = load_file(task.path, use_cache=task.use_cache, step_marker=options.step_marker)
     out.stats["seconds_load"] = time.perf_counter() - started
     if task.rank_map:
-        trace = rename_ranks(trace, task.rank_map)
+        trace = apply_rank_numbers(trace, task.rank_map)
     out.events = trace.num_events
     out.infos = dict(sorted(trace.ranks.items()))
     out.warnings = list(trace.warnings)

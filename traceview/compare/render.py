@@ -1,0 +1,366 @@
+"""Rendering of a :class:`~traceview.compare.diff.TraceDiff` (text: rich tables; Markdown:
+GitHub-ready; JSON: stable keys, times in int ns) and of a :class:`~traceview.compare.check.CheckReport`
+(text; its JSON is ``to_dict``). Renderers only format: every figure comes from the diff or the
+check, every time and share through :mod:`traceview.units`."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from traceview.compare.check import CheckReport
+from traceview.compare.diff import METRICS, Change, FindingDelta, KernelDelta, Side, TraceDiff
+from traceview.compare.rules import RULES
+from traceview.units import fmt_ns, fmt_pct
+
+__all__ = ["DEFAULT_TOP", "FORMATS", "render", "render_check_text", "render_text", "to_json", "to_markdown",
+           "to_text"]
+
+#: how many kernel rows the text and Markdown outputs show (JSON has all)
+DEFAULT_TOP = 15
+#: the formats of a diff
+FORMATS = ("text", "markdown", "json")
+#: kernel names longer than this are cut (with an ellipsis) in text and Markdown
+NAME_WIDTH = 90
+#: width of the plain text written to a file
+TEXT_WIDTH = 160
+
+_STATUS_TEXT = {
+    "worse": "worse",
+    "better": "better",
+    "within_noise": "within noise",
+    "unchanged": "no change",
+    "only_base": "only in base",
+    "only_new": "only in new",
+    "appeared": "appeared",
+    "vanished": "vanished",
+}
+_STATUS_STYLE = {"worse": "red", "better": "green", "within_noise": "dim", "unchanged": "dim",
+                 "appeared": "yellow", "vanished": "cyan", "new": "red", "fixed": "green"}
+_VERDICT_STYLE = {"regressed": "red", "improved": "green", "changed": "yellow"}
+_VERDICT_ICON = {"regressed": "🔴", "improved": "🟢", "changed": "🟡"}
+
+
+# ------------------------------------------------------------------------------------------------
+# cells shared by text and Markdown
+
+
+def _signed_ns(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    if ns == 0:
+        return "0"
+    return ("+" if ns > 0 else "-") + fmt_ns(abs(ns))
+
+
+def _signed_pct(pct: float) -> str:
+    return ("+" if pct >= 0 else "-") + fmt_pct(abs(pct), 1)
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return fmt_pct(value, 1) if unit == "pct" else fmt_ns(value)
+
+
+def _delta(change: Change, unit: str) -> str:
+    if change.delta is None:
+        return "-"
+    if unit == "pct":
+        return f"{change.delta:+.1f} pp"
+    return _signed_ns(change.delta)
+
+
+def _delta_pct(change: Change, unit: str) -> str:
+    if unit == "pct" or change.delta_pct is None:
+        return "-"
+    return _signed_pct(change.delta_pct)
+
+
+def _threshold(change: Change, unit: str) -> str:
+    if change.threshold is None:
+        return "-"
+    text = f"{change.threshold:.1f} pp" if unit == "pct" else fmt_ns(change.threshold)
+    if not change.noise_estimated:
+        text += " (floor only)"
+    return text
+
+
+def _status(change: Change) -> str:
+    text = _STATUS_TEXT.get(change.status, change.status)
+    if change.status in ("worse", "better") and not change.noise_estimated:
+        text += " (noise n/a)"
+    return text
+
+
+def _styled_status(change: Change) -> str:
+    style = _STATUS_STYLE.get(change.status)
+    return f"[{style}]{_status(change)}[/]" if style else _status(change)
+
+
+def _where(rank: int | None, device: int | None) -> str:
+    if rank is None:
+        return "all ranks"
+    return f"rank {rank}" + (f" GPU {device}" if device is not None else "")
+
+
+def _short(name: str, width: int = NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _kernel_label(k: KernelDelta) -> str:
+    if k.renamed:
+        if len(k.base_names) == 1 and len(k.new_names) == 1:
+            return f"{_short(k.base_names[0], 45)} -> {_short(k.new_names[0], 45)}"
+        return f"{k.key} ({len(k.base_names)} -> {len(k.new_names)} names)"
+    return _short(k.name)
+
+
+def _finding_ref(f: FindingDelta) -> str:
+    """Where the finding is in the reports: ``F2`` (the new report's id) or ``base F3``."""
+    return f.new_id if f.new_id else (f"base {f.base_id}" if f.base_id else "")
+
+
+def _headline(diff: TraceDiff) -> str:
+    parts = [f"{_where(m.rank, m.device)} {_signed_pct(m.change.delta_pct)}" for m in diff.metrics
+             if m.metric == "step_time_ns" and m.change.delta_pct is not None]
+    text = diff.verdict()
+    if parts:
+        text += " (step time: " + ", ".join(parts) + ")"
+    return text
+
+
+def _side(side: Side) -> str:
+    steps = sorted(set(side.steps.values()))
+    if steps in ([], [0]):
+        step_text = "no steps"
+    else:
+        n = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+        step_text = f"{n} step{'s' if steps[-1] != 1 else ''} per rank"
+    return f"{side.label} ({len(side.ranks)} rank{'s' if len(side.ranks) != 1 else ''}, {step_text})"
+
+
+def _noise_rule(diff: TraceDiff) -> str:
+    o = diff.options
+    return (f"mean per step; a change is significant when |delta| > max({o.k:g} x pooled per-step std, "
+            f"{fmt_ns(o.abs_floor_ns)}, {100 * o.rel_floor:g}% of base)")
+
+
+def _kernel_rows(diff: TraceDiff, top: int) -> tuple[list[KernelDelta], int]:
+    """Significant, appeared, vanished and renamed kernels, largest change first; and how many rows
+    are within noise or not shown."""
+    shown = [k for k in diff.kernels if k.change.significant or k.renamed]
+
+    def size(k: KernelDelta) -> float:
+        c = k.change
+        if c.delta is not None:
+            return abs(c.delta)
+        return abs(c.new if c.new is not None else (c.base or 0.0))
+
+    shown.sort(key=lambda k: (-size(k), k.rank, k.key))
+    quiet = len(diff.kernels) - len(shown)
+    return shown[:top], quiet + max(0, len(shown) - top)
+
+
+def _finding_cost(f: FindingDelta, arrow: str = "->") -> str:
+    b = fmt_ns(f.base_cost_ns) if f.base_cost_ns else "-"
+    n = fmt_ns(f.new_cost_ns) if f.new_cost_ns else "-"
+    return f"{b} {arrow} {n}"
+
+
+# ------------------------------------------------------------------------------------------------
+# text
+
+
+def _metrics_table(diff: TraceDiff) -> Table:
+    table = Table(title=f"Per-step figures ({_noise_rule(diff)})", title_justify="left")
+    for col in ("figure", "where", "base", "new", "delta", "delta %", "noise threshold", "verdict"):
+        table.add_column(col, justify="left" if col in ("figure", "where", "verdict") else "right")
+    for m in diff.metrics:
+        c = m.change
+        table.add_row(METRICS[m.metric][2], _where(m.rank, m.device), _value(c.base, m.unit), _value(c.new, m.unit),
+                      _delta(c, m.unit), _delta_pct(c, m.unit), _threshold(c, m.unit), _styled_status(c))
+    return table
+
+
+def _kernels_table(rows: list[KernelDelta]) -> Table:
+    table = Table(title="Kernels: GPU time per step (changed, appeared, vanished, renamed)", title_justify="left")
+    for col in ("kernel", "where", "match", "base", "new", "delta", "delta %", "threshold", "verdict"):
+        table.add_column(col, overflow="fold", justify="left" if col in ("kernel", "where", "match", "verdict")
+                         else "right")
+    for k in rows:
+        c = k.change
+        table.add_row(_kernel_label(k), _where(k.rank, k.device), k.match, _value(c.base, "ns"), _value(c.new, "ns"),
+                      _delta(c, "ns"), _delta_pct(c, "ns"), _threshold(c, "ns"), _styled_status(c))
+    return table
+
+
+def _findings_table(diff: TraceDiff) -> Table:
+    table = Table(title="Findings by code and rank", title_justify="left")
+    for col in ("status", "finding", "where", "severity", "cost / step"):
+        table.add_column(col, overflow="fold")
+    for f in diff.findings:
+        sev = f"{f.base_severity or '-'} -> {f.new_severity or '-'}"
+        ref = _finding_ref(f)
+        table.add_row(f"[{_STATUS_STYLE.get(f.status, 'dim')}]{f.status}[/]",
+                      f"{f.title}\n[dim]{f.code}{'  ' + ref if ref else ''}[/dim]", _where(f.rank, None), sev,
+                      _finding_cost(f))
+    return table
+
+
+def render_text(diff: TraceDiff, console: Console, top: int = DEFAULT_TOP) -> None:
+    """The diff as rich tables on ``console``."""
+    console.print(f"[bold]traceview diff[/bold]: {_side(diff.base)} -> {_side(diff.new)}", highlight=False,
+                  soft_wrap=True)
+    console.print(f"Verdict: [{_VERDICT_STYLE.get(diff.verdict(), 'green')}]{_headline(diff)}[/]", highlight=False)
+    console.print(_metrics_table(diff))
+    rows, quiet = _kernel_rows(diff, top)
+    if rows:
+        console.print(_kernels_table(rows))
+        if quiet:
+            console.print(f"  {quiet} more kernel rows are within noise or not shown (--format json lists all)",
+                          style="dim", highlight=False)
+    else:
+        console.print(f"Kernels: all {len(diff.kernels)} kernel rows are within noise or unchanged.", highlight=False)
+    if diff.findings:
+        console.print(_findings_table(diff))
+    else:
+        console.print("Findings: none in either trace.")
+    for note in diff.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+
+
+def to_text(diff: TraceDiff, top: int = DEFAULT_TOP, width: int = TEXT_WIDTH) -> str:
+    """The text rendering as a plain string (no colour), e.g. for ``-o FILE``."""
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None, force_terminal=False)
+    render_text(diff, console, top=top)
+    return console.export_text()
+
+
+# ------------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_code(text: str) -> str:
+    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _md_metrics(diff: TraceDiff) -> list[str]:
+    out = ["### Per-step figures", "", f"_{_md(_noise_rule(diff))}_", "",
+           "| figure | where | base | new | delta | delta % | noise threshold | verdict |",
+           "|---|---|---:|---:|---:|---:|---:|---|"]
+    for m in diff.metrics:
+        c = m.change
+        verdict = f"**{_status(c)}**" if c.status in ("worse", "better") else _status(c)
+        out.append(f"| {METRICS[m.metric][2]} | {_where(m.rank, m.device)} | {_value(c.base, m.unit)} | "
+                   f"{_value(c.new, m.unit)} | {_delta(c, m.unit)} | {_delta_pct(c, m.unit)} | "
+                   f"{_threshold(c, m.unit)} | {verdict} |")
+    return out + [""]
+
+
+def _md_kernels(diff: TraceDiff, top: int) -> list[str]:
+    rows, quiet = _kernel_rows(diff, top)
+    out = ["### Kernels", ""]
+    if not rows:
+        return out + [f"All {len(diff.kernels)} kernel rows are within noise or unchanged.", ""]
+    out += ["| kernel | where | match | base | new | delta | delta % | verdict |",
+            "|---|---|---|---:|---:|---:|---:|---|"]
+    for k in rows:
+        c = k.change
+        out.append(f"| {_md_code(_kernel_label(k))} | {_where(k.rank, k.device)} | {k.match} | "
+                   f"{_value(c.base, 'ns')} | {_value(c.new, 'ns')} | {_delta(c, 'ns')} | {_delta_pct(c, 'ns')} | "
+                   f"{_status(c)} |")
+    out.append("")
+    if quiet:
+        out.append(f"{quiet} more kernel rows are within noise or not shown (`--format json` lists all).")
+    return out + [""]
+
+
+def _md_findings(diff: TraceDiff) -> list[str]:
+    out = ["### Findings", ""]
+    if not diff.findings:
+        return out + ["No findings in either trace."]
+    out += ["| status | finding | code | where | severity | cost / step |", "|---|---|---|---|---|---|"]
+    for f in diff.findings:
+        status = f"**{f.status}**" if f.status in ("new", "worse") else f.status
+        ref = _finding_ref(f)
+        title = f"{ref}: {f.title}" if ref else f.title
+        out.append(f"| {status} | {_md(title)} | `{f.code}` | {_where(f.rank, None)} | "
+                   f"{f.base_severity or '-'} → {f.new_severity or '-'} | {_md(_finding_cost(f, '→'))} |")
+    return out
+
+
+def to_markdown(diff: TraceDiff, top: int = DEFAULT_TOP) -> str:
+    """The diff as GitHub-flavoured Markdown (PR comments, job summaries)."""
+    icon = _VERDICT_ICON.get(diff.verdict(), "⚪")
+    out = ["## traceview diff", "", f"**{_md(_side(diff.base))}** → **{_md(_side(diff.new))}**", "",
+           f"**Verdict: {icon} {_md(_headline(diff))}**", ""]
+    out += _md_metrics(diff) + _md_kernels(diff, top) + _md_findings(diff)
+    if diff.notes:
+        out.append("")
+        out += [f"> **Note:** {_md(note)}" for note in diff.notes]
+    out.append("")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# JSON and dispatch
+
+
+def to_json(diff: TraceDiff) -> str:
+    return json.dumps(diff.to_dict(), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def render(diff: TraceDiff, fmt: str, top: int = DEFAULT_TOP) -> str:
+    """``text`` (plain), ``markdown`` or ``json`` as a string."""
+    if fmt == "json":
+        return to_json(diff)
+    if fmt == "markdown":
+        return to_markdown(diff, top=top)
+    return to_text(diff, top=top)
+
+
+# ------------------------------------------------------------------------------------------------
+# check
+
+
+def _check_where(r: Any) -> str:
+    return " ".join(x for x in (f"rank {r.rank}" if r.rank is not None else "",
+                                f"GPU {r.device}" if r.device is not None else "") if x) or "-"
+
+
+def render_check_text(check: CheckReport, console: Console) -> None:
+    """The check as a table (per rule, its worst result), its notes, each violation on one ``FAIL``
+    line and the verdict (``PASSED``/``FAILED``)."""
+    title = f"traceview check {check.path}" + (f" against {check.baseline}" if check.baseline else "")
+    table = Table(title=title, title_justify="left")
+    for col in ("rule", "limit", "measured", "where", "result", "detail"):
+        table.add_column(col, overflow="fold")
+    for r in check.worst():
+        failing = sum(1 for x in check.results if x.rule == r.rule and not x.passed)
+        total = sum(1 for x in check.results if x.rule == r.rule)
+        result = "[red]FAIL[/red]" if not r.passed else "[green]ok[/green]"
+        if total > 1:
+            result += f" ({failing}/{total} failing)" if failing else f" ({total} checked)"
+        op = ">=" if RULES[r.rule].kind == "min" else "<="
+        table.add_row(r.rule, f"{op} {r.limit}", r.measured, _check_where(r), result, r.detail)
+    console.print(table)
+    for note in check.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    violations = check.violations
+    if not violations:
+        console.print(f"[green]PASSED[/green]: {len(check.rules)} rules hold", highlight=False)
+        return
+    for v in violations:
+        console.print(f"FAIL {v.line()}", highlight=False, soft_wrap=True)
+    rules = sorted({v.rule for v in violations})
+    console.print(f"[red]FAILED[/red]: {len(rules)} of {len(check.rules)} rules violated ({', '.join(rules)})",
+                  highlight=False)
