@@ -1,15 +1,14 @@
-"""Input formats: each module here declares an :class:`traceview.registry.InputFormat` (name, sniff,
-parse) and registers it on import; :mod:`traceview.loading` tries them in order. Adding a format is
-adding a module here and its name to ``FORMAT_MODULES``."""
+"""Input formats: each module here that declares an :class:`traceview.registry.InputFormat` registers
+it on import; :mod:`traceview.loading` imports them all (:func:`register_all`) and tries the formats
+in their declared order. Adding a format is adding a module here."""
 
 from __future__ import annotations
 
 import importlib
-
-#: modules that declare input formats (imported, so they register themselves)
-FORMAT_MODULES = ("nsys", "kineto")
+import pkgutil
 
 
 def register_all() -> None:
-    for name in FORMAT_MODULES:
-        importlib.import_module(f"{__name__}.{name}")
+    """Import every module of this package (each registers the formats it declares)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
