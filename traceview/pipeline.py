@@ -31,7 +31,7 @@ import pyarrow as pa
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.loading import find_trace_files, load
 from traceview.model import RankInfo, Trace
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.registry import ANALYSES, AnalysisSpec, TableSpec
 from traceview.report import REPORT_TABLE_ROWS, Report, TraceOverview, build_report
 from traceview.tables import concat_tables, drop_unused_categories, sample_mask, top_order
 
@@ -165,19 +165,13 @@ def analyze_rank(trace: Trace, rank: int, rows: np.ndarray | None, options: Opti
                 gathered[spec.name] = spec.gather(trace, options).remap_rows(rows, 0).compact()
         table_rows = {(a, t): int(len(f)) for a, ts in tables.items() for t, f in ts.items()}
         if bounded:
-            tables = {a: bound_rank_tables(_spec(a), ts, options) for a, ts in tables.items()}
+            tables = {a: bound_rank_tables(ANALYSES[a], ts, options) for a, ts in tables.items()}
         tables = {a: {t: map_rows(f, rows) for t, f in ts.items()} for a, ts in tables.items()}
         return RankResult(rank=rank, info=trace.ranks[rank], summary=trace.summary().get(rank, {}), tables=tables,
                           table_rows=table_rows, findings=findings, warnings=warnings, gathered=gathered,
                           trace_warnings=list(trace.warnings))
     finally:
         clear_cache()
-
-
-def _spec(name: str) -> AnalysisSpec:
-    from traceview.registry import ANALYSES
-
-    return ANALYSES[name]
 
 
 # ------------------------------------------------------------------------------------ bounding
