@@ -116,7 +116,8 @@ def _whole_rows(results: Mapping[str, AnalysisResult]) -> pd.DataFrame:
     return bd[bd["step"].isna()].reset_index(drop=True)
 
 
-def _step_counts(results: Mapping[str, AnalysisResult]) -> dict[int, int]:
+def step_counts(results: Mapping[str, AnalysisResult]) -> dict[int, int]:
+    """Number of steps per rank (from the temporal analysis's steps table)."""
     steps = _table(results, "temporal", "steps")
     if steps is None or steps.empty:
         return {}
@@ -129,7 +130,7 @@ def _per_step(total: int, steps: int) -> int:
 
 def summary(trace: "TraceOverview", results: Mapping[str, AnalysisResult], env: Mapping[str, Any]) -> dict[str, Any]:
     whole = _whole_rows(results)
-    counts = _step_counts(results)
+    counts = step_counts(results)
     steps = _table(results, "temporal", "steps")
     notes: dict[str, str] = {}
     out: dict[str, Any] = {
@@ -213,35 +214,35 @@ def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> 
     dirs = sorted({str(Path(str(info.source_path)).parent) for info in trace.ranks.values()}, key=len, reverse=True)
     dirs = [d for d in dirs if d not in ("", ".")]
 
-    def add(scope: str, message: str, applies_to: list[str]) -> None:
+    def add(scope: str, message: str, applies_to: list[str], kind: str) -> None:
         for d in dirs:
             message = message.replace(d + "/", "").replace(d + "\\", "")
         if (scope, message) in seen:
             return
         seen.add((scope, message))
-        out.append({"scope": scope, "message": message, "applies_to": applies_to})
+        out.append({"scope": scope, "kind": kind, "message": message, "applies_to": applies_to})
 
     for w in trace.warnings:
-        add("trace", w, ["all"])
+        add("trace", w, ["all"], "input")
     for rank in trace.rank_ids:
         info = trace.ranks[rank]
         for w in info.warnings:
-            add(f"rank {rank}", w, [f"rank {rank}"])
+            add(f"rank {rank}", w, [f"rank {rank}"], "input")
         if info.unmapped:
             total = sum(info.unmapped.values())
             cats = ", ".join(f"{k} ({v:,})" for k, v in sorted(info.unmapped.items(), key=lambda kv: -kv[1])[:8])
             add(f"rank {rank}", f"{total:,} events of categories traceview does not map were kept as kind 'other' and "
-                "are in no figure: " + cats, [f"rank {rank}"])
+                "are in no figure: " + cats, [f"rank {rank}"], "unmapped")
     for name, result in results.items():
         for w in result.warnings:
-            add(name, w, [name])
+            add(name, w, [name], "analysis")
     return out
 
 
 def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], results: Mapping[str, AnalysisResult],
            summ: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
     whole = _whole_rows(results)
-    counts = _step_counts(results)
+    counts = step_counts(results)
     out = []
     for rank in trace.rank_ids:
         info = safe[rank]

@@ -20,9 +20,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from traceview.compare.diff import DiffOptions, diff_reports, require_whole_tables
+from traceview.compare.diff import DiffOptions, diff_reports, multi_device, require_whole_tables
 from traceview.compare.rules import RULES, Limit, RuleError, RuleSpec
-from traceview.report import Report
+from traceview.report import Report, step_counts
 from traceview.units import fmt_ns, fmt_share
 
 __all__ = ["CheckReport", "RuleResult", "evaluate"]
@@ -108,19 +108,8 @@ def _measured(form: str, value: float) -> str:
     return _share(value) if form == "share" else fmt_ns(value)
 
 
-def _step_counts(report: Report) -> dict[int, int]:
-    steps = report.table("temporal", "steps")
-    if steps.empty:
-        return {}
-    return {int(r): int(n) for r, n in steps.groupby("rank").size().items()}
-
-
 def _passes(spec: RuleSpec, value: float, limit: Limit) -> bool:
     return value >= limit.value if spec.kind == "min" else value <= limit.value
-
-
-def _multi_device(table: pd.DataFrame, rank: int) -> bool:
-    return bool(table[table["rank"] == rank]["device"].nunique() > 1)
 
 
 def _worst_step(table: pd.DataFrame, rank: int, device: int, column: str) -> str:
@@ -142,7 +131,8 @@ def _share_or_time_rule(name: str, limit: Limit, report: Report, column: str, wh
     table = report.table("temporal", "breakdown")
     if table.empty:
         return []
-    counts = _step_counts(report)
+    counts = step_counts(report.results)
+    multi = multi_device(table)
     out = []
     for _, row in table[table["step"].isna()].iterrows():
         rank, device = int(row["rank"]), int(row["device"])
@@ -160,7 +150,7 @@ def _share_or_time_rule(name: str, limit: Limit, report: Report, column: str, wh
         if worst:
             detail += f"; {worst}"
         out.append(RuleResult(name, limit.text, limit.form, value, _measured(limit.form, value),
-                              _passes(spec, value, limit), rank, device if _multi_device(table, rank) else None,
+                              _passes(spec, value, limit), rank, device if multi.get(rank, False) else None,
                               None, detail))
     return out
 
@@ -171,6 +161,7 @@ def _overlap_rule(limit: Limit, report: Report) -> tuple[list[RuleResult], list[
     out: list[RuleResult] = []
     if table.empty:
         return out, []
+    multi = multi_device(table)
     for _, row in table[table["step"].isna()].iterrows():
         comm = int(row["communication_ns"])
         if comm <= 0:
@@ -179,7 +170,7 @@ def _overlap_rule(limit: Limit, report: Report) -> tuple[list[RuleResult], list[
         value = int(row["overlap_ns"]) / comm
         detail = f"{fmt_ns(int(row['overlap_ns']))} of {fmt_ns(comm)} communication under compute"
         out.append(RuleResult("min-overlap", limit.text, "share", value, _share(value), _passes(spec, value, limit),
-                              rank, device if _multi_device(table, rank) else None, None, detail))
+                              rank, device if multi.get(rank, False) else None, None, detail))
     notes = [] if out else ["min-overlap: no rank has communication kernels; the rule does not apply"]
     return out, notes
 

@@ -307,7 +307,7 @@ def steps_per_rank(report: Report) -> dict[int, list[int]]:
     return out
 
 
-def _multi_device(frame: pd.DataFrame) -> dict[int, bool]:
+def multi_device(frame: pd.DataFrame) -> dict[int, bool]:
     """rank -> whether it drives more than one device (then device ids are part of the key)."""
     if frame.empty:
         return {}
@@ -324,7 +324,7 @@ def metric_samples(report: Report) -> dict[tuple[str, int, int | None], list[flo
     table = report.table("temporal", "breakdown")
     if table.empty:
         return out
-    multi = _multi_device(table)
+    multi = multi_device(table)
     for (rank, device), group in table.groupby(["rank", "device"], sort=True):
         per_step = group[group["step"].notna()]
         rows = (per_step if len(per_step) else group[group["step"].isna()]).sort_values("first_start_ns")
@@ -360,7 +360,7 @@ def kernel_samples(report: Report) -> dict[Where, dict[str, KernelSamples]]:
         return out
     by_step = report.table("kernels", "kernels_by_step")
     step_groups = dict(iter(by_step.groupby(["rank", "device"], sort=False, observed=True))) if len(by_step) else {}
-    multi = _multi_device(whole)
+    multi = multi_device(whole)
     steps = steps_per_rank(report)
     for (rank, device), group in whole.groupby(["rank", "device"], sort=True, observed=True):
         rank, device = int(rank), int(device)
