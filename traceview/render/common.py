@@ -18,7 +18,6 @@ HIDDEN_COLUMNS = frozenset({
 })
 #: how the report's warnings about unmapped event categories begin (``traceview.report``): they are
 #: collapsed into one line, shown only when the events are many
-UNMAPPED_MARK = "events of categories traceview does not map"
 #: unmapped events matter (shown on the first screen and in the summaries) from this many ...
 UNMAPPED_MIN_EVENTS = 1000
 #: ... or this share of all events
@@ -195,14 +194,13 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def is_unmapped_warning(w: Mapping[str, Any]) -> bool:
-    return UNMAPPED_MARK in str(w.get("message", ""))
+    return w.get("kind") == "unmapped"
 
 
 def input_warnings(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Trust warnings about the inputs (scope ``trace`` or ``rank N``), without the per-rank lists of
-    unmapped categories (see :func:`unmapped_line`)."""
-    return [w for w in report.get("warnings", [])
-            if (w["scope"] == "trace" or w["scope"].startswith("rank ")) and not is_unmapped_warning(w)]
+    """Trust warnings about the inputs (kind ``input``: scope ``trace`` or ``rank N``), without the
+    per-rank lists of unmapped categories (see :func:`unmapped_line`)."""
+    return [w for w in report.get("warnings", []) if w.get("kind") == "input"]
 
 
 def unmapped_counts(report: Mapping[str, Any]) -> dict[str, int]:
