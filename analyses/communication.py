@@ -3,15 +3,18 @@ skew, stragglers and compute imbalance.
 
 Definitions (docs/metrics.md, "Communication"), per rank and GPU device; all times int64 ns:
 
-- Communication kernel (``analyses/classify.py``): the name contains ``nccl``/``rccl`` (any case),
-  or the event carries collective args. Compute = the other kernels (not memcpy/memset).
+- Communication kernel: a kernel a rule of the communication table matches
+  (``analyses/comm_rules.py``: NCCL/RCCL, DeepEP, NVSHMEM, symmetric memory, custom all-reduce,
+  MSCCL/MSCCL++, all-to-all, send/recv, collective args; the user's rules first). Compute = the
+  other kernels (not memcpy/memset).
 - Collective kind: the ``collective`` column when present (``allreduce``, ``all_gather_into_tensor``,
-  ...), else parsed from the kernel name (``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` ->
+  ...), else from the name: NCCL names parsed (``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` ->
   ``AllReduce``; ``ncclKernel_SendRecv_...`` -> ``SendRecv``), normalised to ``AllReduce``,
   ``AllGather``, ``ReduceScatter``, ``AllToAll``, ``Broadcast``, ``Reduce``, ``Gather``,
   ``Scatter``, ``SendRecv``, ``Send``, ``Recv``, ``Barrier``; ``unknown`` when neither says
-  (``ncclDevKernel_Generic`` without args). Process group: the ``process_group`` column, else
-  ``process_group_ranks``, else empty.
+  (``ncclDevKernel_Generic`` without args); other families ``family:operation``
+  (``deepep:combine``, ``symmetric_memory:AllReduce``, ``user:unknown``; :func:`rule_kind`).
+  Process group: the ``process_group`` column, else ``process_group_ranks``, else empty.
 - Per rank, device [, step] and kind: ``count``; ``total_ns`` = sum of kernel durations;
   ``communication_ns`` = |U(kernels of that kind)|; ``overlap_ns`` = |U(kind) ∩ U(compute)|;
   ``overlap_pct`` = 100 x overlap / communication; ``exposed_ns`` = communication - overlap;
@@ -42,7 +45,11 @@ Definitions (docs/metrics.md, "Communication"), per rank and GPU device; all tim
     (what the average rank waits for the slowest at the next collective); ``imbalance_pct`` =
     100 x imbalance / mean.
 
-Tables: ``collectives``, ``summary``, and (multi-rank) ``skew`` (one row per matched
+- ``rules`` (per rank, device and classification rule, whole trace): ``family``, ``rule``,
+  ``kernels``, ``total_ns`` (sum of durations), ``communication_ns`` (|U|): which rule classified how
+  much time; the ``summary`` table's ``families`` lists them per rank and device, most time first.
+
+Tables: ``collectives``, ``summary``, ``rules``, and (multi-rank) ``skew`` (one row per matched
 collective), ``arrivals`` (one row per matched collective and rank), ``stragglers``,
 ``compute_by_rank`` (rank x step compute time), ``compute_imbalance`` (per step).
 
@@ -51,18 +58,23 @@ Findings:
 - ``exposed_collective``: a collective kind whose exposed time is at least 5% of the step's GPU
   window (mean over ranks; medium, high from 20%); cost = exposed ns per step (mean over ranks).
   The temporal analysis reports exposed communication per rank as a whole; this finding says
-  which collective it is.
+  which collective it is (nested under it). Claims: U(that kind's kernels) - U(compute) per rank and
+  device (``CrossRankInputs.exposed``).
 - ``straggler_rank``: a rank that is last to arrive in at least half of the matched collectives
   (and at least 1.5/n of them, n ranks), in at least 3 of them, and whose caused wait is at least
-  1% of the step window; judged on end-aligned figures when the ranks' clocks look offset
+  1% of the step window; judged on clock-corrected figures when the ranks' clocks look offset
   (|clock_offset| above 20 us on some rank), else on raw ones; cost = the mean wait it causes each
-  other rank, per step.
+  other rank, per step. Claims: on each other rank, from its own kernel start for the time it
+  waits for the straggler (on the judged clock basis), clipped to its kernel, on its own clock;
+  ``part_of`` = ``exposed_communication``.
 - ``compute_imbalance``: mean imbalance over steps at least 10% of the mean compute time
-  (medium from 25%) and at least 1% of the step window; cost = mean imbalance_ns per step.
+  (medium from 25%) and at least 1% of the step window; cost = mean imbalance_ns per step; no
+  claims (it costs no GPU time of its own).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -71,7 +83,9 @@ import numpy as np
 import pandas as pd
 
 from . import classify
+from .comm_rules import CommRule, rule_table
 from traceview import intervals as iv
+from traceview.claims import Claims, split_gpu_key
 from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
@@ -147,14 +161,37 @@ def _optional_int(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:
     return np.asarray(filled.to_numpy(), dtype=np.int64)[rows] if len(col) else np.empty(0, np.int64)
 
 
-def comm_kernels(trace: Trace, act: Activity) -> pd.DataFrame:
-    """One row per communication kernel of the activity context, with kind and process group."""
+def comm_rule_of(trace: Trace, act: Activity, options: Options) -> np.ndarray:
+    """Per activity entry: the index in ``comm_rules.rule_table(options.comm_patterns)`` of the rule
+    that made it communication (``classify.NONE`` for compute and memory); cached per trace."""
+    every = cached(trace, "comm_rule_of", options, lambda: classify.comm_rule_of(trace, options.comm_patterns))
+    return np.asarray(every[act.row])
+
+
+def rule_kind(rule: CommRule, name: str) -> str:
+    """The collective kind of a kernel without collective args, from the rule that matched it:
+    NCCL/RCCL names are parsed (``ncclDevKernel_AllReduce_...`` -> ``AllReduce``); other families
+    say ``family:operation`` (``deepep:combine``, ``symmetric_memory:AllReduce``), the operation
+    normalised like the args when it is a known collective, ``unknown`` when the name says nothing."""
+    if rule.family == "nccl":
+        return collective_from_kernel(name) or UNKNOWN
+    op = rule.operation(name)
+    return f"{rule.family}:{canonical_collective(op) or op or UNKNOWN}"
+
+
+def comm_kernels(trace: Trace, act: Activity, options: Options) -> pd.DataFrame:
+    """One row per communication kernel of the activity context, with kind, process group and the
+    rule family that classified it."""
     sel = np.flatnonzero(act.cls == classify.COMMUNICATION)
     rows = act.row[sel]
+    rules = rule_table(options.comm_patterns)
+    rule = comm_rule_of(trace, act, options)[sel].astype(np.int64)
+    names = _dict_column(trace, "name", rows, lambda v: v or "")
     from_args = _dict_column(trace, "collective", rows, canonical_collective)
-    from_name = _dict_column(trace, "name", rows, collective_from_kernel)
-    kind = np.where(pd.isna(from_args), from_name, from_args)
-    kind = np.where(pd.isna(kind), UNKNOWN, kind)
+    # the kind from the name is worked out once per distinct (name, rule)
+    pair_codes, pairs = pd.factorize(pd.MultiIndex.from_arrays([names, rule]))
+    by_pair = np.array([rule_kind(rules[r], n) for n, r in pairs] + [UNKNOWN], dtype=object)
+    kind = np.where(pd.isna(from_args), by_pair[pair_codes], from_args)
     pg = _dict_column(trace, "process_group", rows, lambda v: v or "")
     pg_ranks = _dict_column(trace, "process_group_ranks", rows, lambda v: v or "")
     pg = np.where(pg == "", pg_ranks, pg)
@@ -172,6 +209,33 @@ def comm_kernels(trace: Trace, act: Activity) -> pd.DataFrame:
             "group_size": _optional_int(trace, "group_size", rows),
         }
     )
+
+
+RULE_COLUMNS = ["rank", "device", "family", "rule", "kernels", "total_ns", "communication_ns"]
+
+
+def rules_table(trace: Trace, act: Activity, options: Options) -> pd.DataFrame:
+    """Per rank, device and classification rule (whole trace): how many kernels the rule made
+    communication, the sum of their durations and |U| of them."""
+    comm = act.cls == classify.COMMUNICATION
+    if not comm.any():
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("family", "rule") else np.int64)
+                             for c in RULE_COLUMNS})
+    rules = rule_table(options.comm_patterns)
+    rule = comm_rule_of(trace, act, options)[comm].astype(np.int64)
+    codes, (r, d, k) = iv.combine_keys(act.rank[comm], act.device[comm], rule)
+    start, end = act.start[comm], act.end[comm]
+    groups = np.arange(r.size, dtype=np.int64)
+    nk, n = iv.sum_by(codes, np.ones(codes.size, dtype=np.int64))
+    tk, t = iv.sum_by(codes, end - start)
+    uk, u = iv.total_by(codes, start, end)
+    out = pd.DataFrame({
+        "rank": r.astype(np.int64), "device": d.astype(np.int64),
+        "family": [rules[i].family for i in k.tolist()], "rule": [rules[i].name for i in k.tolist()],
+        "kernels": iv.lookup(nk, n, groups), "total_ns": iv.lookup(tk, t, groups),
+        "communication_ns": iv.lookup(uk, u, groups),
+    })
+    return out.sort_values(["rank", "device", "total_ns"], ascending=[True, True, False]).reset_index(drop=True)
 
 
 def _finish(frame: pd.DataFrame, keys: list[str], columns: list[str]) -> pd.DataFrame:
@@ -619,7 +683,10 @@ class CrossRankInputs:
     - ``windows``: per-step GPU window per rank, device and step; ``whole_windows``: per rank and
       device over the whole trace;
     - ``steps``: number of steps per rank (ranks with at least one);
-    - ``active_ranks``: ranks with any GPU activity.
+    - ``active_ranks``: ranks with any GPU activity;
+    - ``exposed``: the exposed intervals of each collective kind over the whole trace, U(kernels of
+      that kind) - U(compute), per rank and device (``rank``, ``device``, ``collective``,
+      ``process_group``, ``start_ns``, ``end_ns``): the claims of ``exposed_collective``.
     """
 
     kernels: pd.DataFrame
@@ -629,6 +696,7 @@ class CrossRankInputs:
     whole_windows: pd.DataFrame
     steps: pd.DataFrame
     active_ranks: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    exposed: pd.DataFrame = field(default_factory=lambda: _exposed_frame_empty())
 
     def remap_rows(self, rows: np.ndarray | None, offset: int = 0) -> "CrossRankInputs":
         """The same inputs with ``kernels.row`` moved to the rows of a larger trace: ``rows[row]`` (a
@@ -640,8 +708,7 @@ class CrossRankInputs:
         if rows is not None:
             row = rows[row]
         kernels["row"] = row + np.int64(offset)
-        return CrossRankInputs(kernels, self.collectives, self.compute, self.windows, self.whole_windows,
-                               self.steps, self.active_ranks)
+        return dataclasses.replace(self, kernels=kernels)
 
     def renumber(self, mapping: dict[int, int]) -> "CrossRankInputs":
         """The same inputs with ranks renamed (``{old: new}``)."""
@@ -657,7 +724,7 @@ class CrossRankInputs:
 
         active = np.asarray([mapping.get(int(r), int(r)) for r in self.active_ranks], dtype=np.int64)
         return CrossRankInputs(ren(self.kernels), ren(self.collectives), ren(self.compute), ren(self.windows),
-                               ren(self.whole_windows), ren(self.steps), np.sort(active))
+                               ren(self.whole_windows), ren(self.steps), np.sort(active), ren(self.exposed))
 
     @classmethod
     def concat(cls, parts: list["CrossRankInputs"]) -> "CrossRankInputs":
@@ -687,6 +754,7 @@ class CrossRankInputs:
             whole_windows=cat([p.whole_windows for p in parts]),
             steps=cat([p.steps for p in parts]),
             active_ranks=np.unique(np.concatenate([np.asarray(p.active_ranks, dtype=np.int64) for p in parts])),
+            exposed=cat([p.exposed for p in parts]),
         )
 
     def compact(self) -> "CrossRankInputs":
@@ -701,12 +769,15 @@ class CrossRankInputs:
             k[c] = k[c].astype("category")
         for c in ("rank", "device", "group_size"):
             k[c] = k[c].to_numpy().astype(np.int32)
-        return CrossRankInputs(k, self.collectives, self.compute, self.windows, self.whole_windows, self.steps,
-                               self.active_ranks)
+        exposed = self.exposed
+        if len(exposed):
+            exposed = exposed.astype({c: "category" for c in _KERNEL_TEXT})
+        return dataclasses.replace(self, kernels=k, exposed=exposed)
 
     def nbytes(self) -> int:
         """Memory held by the tables (deep, strings included)."""
-        frames = (self.kernels, self.collectives, self.compute, self.windows, self.whole_windows, self.steps)
+        frames = (self.kernels, self.collectives, self.compute, self.windows, self.whole_windows, self.steps,
+                  self.exposed)
         return int(sum(f.memory_usage(deep=True).sum() for f in frames)) + int(self.active_ranks.nbytes)
 
 
@@ -716,6 +787,33 @@ _KERNEL_TEXT = ("collective", "process_group")
 
 def _int_frame(columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in columns})
+
+
+def _exposed_frame_empty() -> pd.DataFrame:
+    frame = _int_frame(("rank", "device", "start_ns", "end_ns"))
+    frame.insert(2, "collective", pd.Series(dtype=object))
+    frame.insert(3, "process_group", pd.Series(dtype=object))
+    return frame
+
+
+def exposed_intervals(act: Activity, comm: pd.DataFrame) -> pd.DataFrame:
+    """Per collective kind and process group: U(its kernels) - U(compute), per rank and device, over
+    the whole trace (the intervals whose measure is the ``collectives`` table's ``exposed_ns``)."""
+    if comm.empty:
+        return _exposed_frame_empty()
+    comp = act.cls == classify.COMPUTE
+    compute = Claims.of(act.rank[comp], act.device[comp], act.start[comp], act.end[comp])
+    frames = []
+    # one pass per kind (a handful), every rank and device at once
+    for (kind, pg), idx in comm.groupby(["collective", "process_group"], sort=True).indices.items():
+        g = comm.iloc[idx]
+        exposed = Claims.of(g["rank"].to_numpy(), g["device"].to_numpy(), g["start"].to_numpy(),
+                            g["end"].to_numpy()).subtract(compute)
+        rank, device = split_gpu_key(exposed.key)
+        frames.append(pd.DataFrame({"rank": rank, "device": device, "collective": kind, "process_group": pg,
+                                    "start_ns": exposed.start_ns, "end_ns": exposed.end_ns}))
+    out = pd.concat(frames, ignore_index=True)
+    return out.astype({"rank": np.int64, "device": np.int64, "start_ns": np.int64, "end_ns": np.int64})
 
 
 def _kernel_frame_empty() -> pd.DataFrame:
@@ -732,7 +830,7 @@ def cross_rank_inputs(trace: Trace, options: Options) -> CrossRankInputs:
 
 def _build_inputs(trace: Trace, options: Options) -> CrossRankInputs:
     act = activity(trace, options)
-    comm = comm_kernels(trace, act)
+    comm = comm_kernels(trace, act, options)
     counts = act.steps.counts()
     return CrossRankInputs(
         kernels=comm,
@@ -743,6 +841,7 @@ def _build_inputs(trace: Trace, options: Options) -> CrossRankInputs:
         steps=pd.DataFrame({"rank": np.asarray(list(counts), dtype=np.int64),
                             "steps": np.asarray(list(counts.values()), dtype=np.int64)}),
         active_ranks=np.unique(act.rank).astype(np.int64),
+        exposed=exposed_intervals(act, comm),
     )
 
 
@@ -787,6 +886,7 @@ def _canonical(inputs: CrossRankInputs) -> CrossRankInputs:
         whole_windows=by(inputs.whole_windows, ["rank", "device"]),
         steps=by(inputs.steps, ["rank"]),
         active_ranks=np.unique(np.asarray(inputs.active_ranks, dtype=np.int64)),
+        exposed=inputs.exposed,
     )
 
 
@@ -823,9 +923,10 @@ def cross_rank(inputs: CrossRankInputs, arrivals_table: bool = True) -> CrossRan
         out.warnings.append("no steps found: communication figures are for the whole trace; costs are not per step")
     windows = inputs.windows
     whole = _whole_windows(inputs.whole_windows)
-    out.findings.extend(_exposed_findings(inputs.collectives, windows, step_counts, whole))
+    out.findings.extend(_exposed_findings(inputs.collectives, windows, step_counts, whole, inputs.exposed))
     if multi:
-        out.findings.extend(_straggler_findings(tables["stragglers"], tables["skew"], windows, step_counts, whole))
+        out.findings.extend(_straggler_findings(tables["stragglers"], tables["skew"], windows, step_counts, whole,
+                                                arrivals))
     if several:
         out.findings.extend(_imbalance_findings(imbalance, windows, whole))
     return out
@@ -845,8 +946,26 @@ def analyze(trace: Trace, options: Options) -> AnalysisResult:
 def analyze_rank(trace: Trace, options: Options) -> AnalysisResult:
     """The per-rank part: the communication summary (overlap, exposed time) of each rank and GPU."""
     result = AnalysisResult(name=NAME)
-    result.tables["summary"] = summary_table(activity(trace, options))
+    act = activity(trace, options)
+    rules = rules_table(trace, act, options)
+    result.tables["summary"] = with_families(summary_table(act), rules)
+    result.tables["rules"] = rules
     return result
+
+
+def with_families(summary: pd.DataFrame, rules: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with a ``families`` column: the rule families of each rank's and device's
+    communication (whole trace, most time first), so the headline says what was counted."""
+    summary = summary.copy()
+    if summary.empty:
+        summary["families"] = pd.Series(dtype=object)
+        return summary
+    per_family = rules.groupby(["rank", "device", "family"], sort=False)["total_ns"].sum().reset_index()
+    per_family = per_family.sort_values(["rank", "device", "total_ns"], ascending=[True, True, False])
+    label = per_family.groupby(["rank", "device"], sort=False)["family"].agg(", ".join)
+    at = pd.MultiIndex.from_arrays([summary["rank"], summary["device"]])
+    summary["families"] = label.reindex(at).fillna("").to_numpy(dtype=object)
+    return summary
 
 
 def reduce_ranks(parts: list[CrossRankInputs], options: Options) -> AnalysisResult:
@@ -894,8 +1013,18 @@ class _ExposedRank(TypedDict):
     share: float | None
 
 
+def _exposed_claims(exposed: pd.DataFrame, kind: str, pg: str) -> Claims:
+    """The exposed intervals of one collective kind and process group, on every rank and device."""
+    if exposed.empty:
+        return Claims.empty()
+    mine = exposed[(exposed["collective"].astype(object) == kind) & (exposed["process_group"].astype(object) == pg)]
+    return Claims.of(mine["rank"].to_numpy(), mine["device"].to_numpy(), mine["start_ns"].to_numpy(),
+                     mine["end_ns"].to_numpy())
+
+
 def _exposed_findings(
-    coll: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int], whole_windows: dict[tuple[int, int], int]
+    coll: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int], whole_windows: dict[tuple[int, int], int],
+    exposed_frame: pd.DataFrame,
 ) -> list[Finding]:
     whole = coll[coll["step"].isna()]
     if whole.empty:
@@ -939,17 +1068,17 @@ def _exposed_findings(
         findings.append(
             Finding(
                 code="exposed_collective",
-                title=f"{kind}{pg_text} is exposed for {_us(cost)} per step ({100 * share:.1f}% of the step, "
-                f"{np.mean(overlap):.0f}% overlapped with compute; {where})",
+                title=f"{kind}{pg_text} is exposed: {np.mean(overlap):.0f}% of it overlapped with compute ({where})",
                 severity="high" if share >= EXPOSED_SHARE_HIGH else "medium",
                 analysis=NAME,
-                recommendation=_EXPOSED_ADVICE.get(kind, _EXPOSED_ADVICE["default"]),
+                recommendation=exposed_advice(kind),
                 cost_ns_per_step=cost,
                 cost_share=share,
                 rank=ranks[0] if len(ranks) == 1 else None,
                 evidence={"collective": kind, "process_group": pg, "worst_rank": worst["rank"], "per_rank": per_rank},
                 # temporal's exposed_communication (per rank) already counts this time
                 part_of="exposed_communication",
+                claims=_exposed_claims(exposed_frame, kind, pg),
             )
         )
     return findings
@@ -966,6 +1095,27 @@ _EXPOSED_ADVICE = {
     "default": "Launch the collective asynchronously (async_op=True) and wait for it as late as possible, on a "
     "separate stream, so it runs under compute; make messages larger and fewer if they are latency-bound.",
 }
+
+
+#: advice for the families whose kernels are not torch.distributed collectives
+_FAMILY_ADVICE = {
+    "deepep": "Overlap DeepEP dispatch/combine with compute: launch them asynchronously (async_finish=True, "
+    "passing previous_event) or, in low-latency mode, with return_recv_hook=True so the receive completes "
+    "later; split the batch into two micro-batches so one's dispatch/combine runs under the other's compute.",
+    "symmetric_memory": "This all-reduce runs in line with the model's compute (tensor parallelism): overlap it "
+    "with independent work (micro-batch or async tensor-parallel overlap), fuse it with the neighbouring "
+    "kernels, or lower the tensor-parallel degree if the layers are too small to hide it.",
+}
+_FAMILY_ADVICE["custom_allreduce"] = _FAMILY_ADVICE["symmetric_memory"]
+
+
+def exposed_advice(kind: str) -> str:
+    """The recommendation of an exposed_collective finding: by collective kind (``AllReduce``), by
+    family for ``family:operation`` kinds (``deepep:combine``), else the general advice."""
+    family = kind.split(":", 1)[0] if ":" in kind else None
+    if family in _FAMILY_ADVICE:
+        return _FAMILY_ADVICE[family]
+    return _EXPOSED_ADVICE.get(kind, _EXPOSED_ADVICE["default"])
 
 
 def _us(ns: float) -> str:
@@ -1032,9 +1182,40 @@ def _straggler_finding(row: pd.Series, skew: pd.DataFrame, *, prefix: str, ranks
     )
 
 
+def straggler_waits(arrivals: pd.DataFrame, rel_column: str) -> pd.DataFrame:
+    """Per matched arrival on the clock basis ``rel_column`` (``start_rel``, ``aligned_rel``,
+    ``corrected_rel``): the occurrence's straggler (the unique latest rank; -1 on a tie) and the
+    interval this rank waits for it, ``[start, start + min(wait, dur))`` on its own clock, wait =
+    the straggler's relative start - its own (zero for the straggler itself)."""
+    occ = ["collective", "process_group", "step", "occurrence"]
+    occ_id = arrivals.groupby(occ, sort=False).ngroup().to_numpy()
+    n_occ = int(occ_id.max()) + 1 if occ_id.size else 0
+    rel = arrivals[rel_column].to_numpy().astype(np.int64)
+    rank = arrivals["rank"].to_numpy().astype(np.int64)
+    last = np.full(n_occ, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, occ_id, rel)
+    at_last = rel == last[occ_id]
+    straggler = np.full(n_occ, -1, dtype=np.int64)
+    unique_last = np.bincount(occ_id[at_last], minlength=n_occ) == 1
+    straggler[occ_id[at_last & unique_last[occ_id]]] = rank[at_last & unique_last[occ_id]]
+    start = arrivals["start"].to_numpy().astype(np.int64)
+    dur = arrivals["end"].to_numpy().astype(np.int64) - start
+    wait = last[occ_id] - rel
+    return pd.DataFrame({"rank": rank, "device": arrivals["device"].to_numpy().astype(np.int64),
+                         "straggler": straggler[occ_id], "start_ns": start,
+                         "end_ns": start + np.minimum(wait, np.maximum(dur, 0))})
+
+
+def _straggler_claims(waits: pd.DataFrame, rank: int) -> Claims:
+    """The time the other ranks spend waiting in the collectives where ``rank`` was last."""
+    mine = waits[(waits["straggler"] == rank) & (waits["rank"] != rank)]
+    return Claims.of(mine["rank"].to_numpy(), mine["device"].to_numpy(), mine["start_ns"].to_numpy(),
+                     mine["end_ns"].to_numpy())
+
+
 def _straggler_findings(
     strag: pd.DataFrame, skew: pd.DataFrame, windows: pd.DataFrame, step_counts: dict[int, int],
-    whole: dict[tuple[int, int], int],
+    whole: dict[tuple[int, int], int], arrivals: pd.DataFrame,
 ) -> list[Finding]:
     """A finding per rank that is the last to reach a collective often enough, and costly enough;
     judged on clock-corrected times when some rank's clock is off by more than CLOCK_OFFSET_NS."""
@@ -1043,6 +1224,7 @@ def _straggler_findings(
     n = len(strag)
     max_offset = int(strag["clock_offset_ns"].abs().max())
     p = "corrected_" if max_offset > CLOCK_OFFSET_NS else ""
+    waits = straggler_waits(arrivals, "corrected_rel" if p else "start_rel")
     findings = []
     for _, row in strag.iterrows():
         matched = int(row["matched"])
@@ -1054,8 +1236,12 @@ def _straggler_findings(
         cost, cost_share = _straggler_cost(int(row[f"{p}wait_caused_ns"]), windows, step_counts, whole)
         if cost_share is not None and cost_share < STRAGGLER_MIN_COST_SHARE:
             continue
-        findings.append(_straggler_finding(row, skew, prefix=p, ranks=n, max_offset=max_offset, cost=cost,
-                                           cost_share=cost_share))
+        finding = _straggler_finding(row, skew, prefix=p, ranks=n, max_offset=max_offset, cost=cost,
+                                     cost_share=cost_share)
+        # the waiting is exposed communication on the other ranks: the engine clips it to that
+        finding.claims = _straggler_claims(waits, int(row["rank"]))
+        finding.part_of = "exposed_communication"
+        findings.append(finding)
     return findings
 
 
@@ -1114,6 +1300,7 @@ SPEC = AnalysisSpec(
     tables=(
         TableSpec("collectives", "Collectives per kind", cross_rank=True),
         TableSpec("summary", "Communication and overlap"),
+        TableSpec("rules", "Communication by classification rule (whole trace)", sort_by="total_ns"),
         TableSpec("skew", "Cross-rank skew per collective", sort_by="skew_ns", cross_rank=True),
         TableSpec("arrivals", "Arrivals per collective and rank", sort_by="lateness_ns", cross_rank=True),
         TableSpec("stragglers", "Stragglers", cross_rank=True),
@@ -1122,6 +1309,8 @@ SPEC = AnalysisSpec(
         TableSpec("compute_imbalance", "Compute imbalance across ranks", cross_rank=True),
     ),
     finding_codes=("exposed_collective", "straggler_rank", "compute_imbalance"),
+    finding_parents=(("exposed_collective", "exposed_communication"), ("straggler_rank", "exposed_communication")),
+    finding_precedence=(("straggler_rank", 10), ("exposed_collective", 30)),
     page=("/communication", "Communication"),
     gather=cross_rank_inputs,
     reduce=reduce_ranks,

@@ -15,10 +15,15 @@ Definitions (docs/metrics.md), per rank and GPU device; all times int64 ns:
      Python function or ``aten::item``; step ranges (names matching the step marker) do not count.
      When no range spans the gap (typically the data loader returned just before the launch), the
      innermost range running at the gap start is reported instead and ``context_at_gap_start`` is
-     True.
+     True; when nothing ran at that instant either (the pause between two NVTX-ranged ops of an
+     Nsight export), the top-level range overlapping the gap the most (flag True as well).
   2. ``sync_bound``: a synchronize call (runtime API whose name contains ``Synchronize``) or a
      blocking copy (``cudaMemcpy``/``cuMemcpy``/``hipMemcpy`` without ``Async``) on the CPU of the
-     same rank spans the gap (starts at or before its start, ends at or after its end).
+     same rank spans the gap (starts at or before its start, ends at or after its end); or the
+     launch call started after the GPU went idle (rule 1) but the launching thread was blocked in
+     such a call when the GPU went idle (it runs at the gap's start) and launched again within
+     ``DRAIN_REFILL_NS`` (100 us) after it returned: the synchronisation drained the queue
+     (``.item()``, ``.cpu()``), and the host refills it. Checked before rule 1.
      ``cpu_context`` is that call.
   3. ``launch_latency``: launched before the gap started, started late. ``cpu_context`` is the
      launch API.
@@ -39,6 +44,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from traceview.claims import Claims
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
@@ -54,6 +60,10 @@ SYNC_BOUND = "sync_bound"
 LAUNCH_LATENCY = "launch_latency"
 UNATTRIBUTED = "unattributed"
 CAUSES = (HOST_BOUND, SYNC_BOUND, LAUNCH_LATENCY, UNATTRIBUTED)
+
+#: a host-launched gap is sync-bound when the launching thread was in a synchronize call as the GPU
+#: went idle and launched again within this long after the call returned (the queue refill)
+DRAIN_REFILL_NS = 100_000
 
 BLOCKING_COPY = re.compile(r"^(cuda|cu|hip)Memcpy(?!.*Async)", re.IGNORECASE)
 CONTEXT_KINDS = (Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.ANNOTATION)
@@ -93,6 +103,11 @@ class _CpuContext:
             (int(r), int(p), int(t)): i for i, (r, p, t) in enumerate(zip(*self.threads))
         }
         self.index = iv.NestedIndex(codes, start, end)
+        # top-level ranges per thread, by (thread, start): what the thread ran at the outermost level
+        top = iv.nesting_depth(codes, start, end) == 0
+        order = np.lexsort((start[top], codes[top]))
+        self.top_rows = self.rows[np.flatnonzero(top)[order]]  # rows in trace.events
+        self.top_code, self.top_start, self.top_end = codes[top][order], start[top][order], end[top][order]
 
     def innermost_spanning(
         self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray
@@ -106,6 +121,35 @@ class _CpuContext:
                        dtype=np.int64)
         hit = self.index.covering(lut[qcodes], lo, hi)
         return np.where(hit >= 0, self.rows[np.clip(hit, 0, None)], -1)
+
+    def most_overlapping(
+        self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> np.ndarray:
+        """Row of the top-level range on each thread overlapping ``[lo, hi)`` the most; -1 if none.
+
+        For a gap that starts in the short pause between two ops (Nsight NVTX ranges have no Python
+        frames to fill it): the op the thread then ran for most of the gap."""
+        out = np.full(rank.size, -1, dtype=np.int64)
+        if self.top_rows.size == 0 or rank.size == 0:
+            return out
+        qcodes, (qr, qp, qt) = iv.combine_keys(rank, pid, tid)
+        lut = np.array([self.thread_code.get((int(r), int(p), int(t)), -1) for r, p, t in zip(qr, qp, qt)],
+                       dtype=np.int64)
+        q = lut[qcodes]
+        # from the last range starting at or before lo (it may reach into the gap), within the thread
+        first = np.maximum(iv.searchsorted_by(self.top_code, self.top_start, q, lo, side="right") - 1,
+                           np.searchsorted(self.top_code, q, side="left"))
+        last = iv.searchsorted_by(self.top_code, self.top_start, q, hi, side="left")
+        count = np.maximum(last - first, 0) * (q >= 0)
+        which = np.repeat(np.arange(rank.size), count)
+        cand = np.repeat(first, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        overlap = np.minimum(self.top_end[cand], hi[which]) - np.maximum(self.top_start[cand], lo[which])
+        ok = (self.top_code[cand] == q[which]) & (overlap > 0)
+        which, cand, overlap = which[ok], cand[ok], overlap[ok]
+        best = np.lexsort((-overlap, which))
+        first_of = best[np.r_[True, which[best][1:] != which[best][:-1]]] if best.size else best
+        out[which[first_of]] = self.top_rows[cand[first_of]]
+        return out
 
 
 def _sync_calls(trace: Trace, options: Options) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -121,6 +165,22 @@ def _sync_calls(trace: Trace, options: Options) -> tuple[np.ndarray, np.ndarray,
         rows, rank = rows[keep], rank[keep]
     start = trace.column("start_ns")[rows]
     return rows, rank, start, start + np.maximum(trace.column("dur_ns")[rows], 0)
+
+
+def _blocked_at(
+    trace: Trace, syncs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], rank: np.ndarray,
+    api_row: np.ndarray, t: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Row (-1 if none) and end of the synchronize call or blocking copy running at ``t`` on the
+    thread of each launch call ``api_row`` (of ``rank``)."""
+    rows, s_rank, s_start, s_end = syncs
+    pid, tid = trace.column("pid"), trace.column("tid")
+    n = rows.size
+    codes, _ = iv.combine_keys(np.concatenate([s_rank, rank]), np.concatenate([pid[rows], pid[api_row]]),
+                               np.concatenate([tid[rows], tid[api_row]]))
+    hit = iv.innermost_covering(codes[:n], s_start, s_end, codes[n:], t, t + 1)
+    safe = np.clip(hit, 0, None)
+    return np.where(hit >= 0, rows[safe] if n else -1, -1), np.where(hit >= 0, s_end[safe] if n else 0, 0)
 
 
 def _gaps_of(
@@ -164,12 +224,25 @@ def _attribute(
     rows, s_rank, s_start, s_end = _sync_calls(trace, options)
     sync_hit = iv.innermost_covering(s_rank, s_start, s_end, act.rank[nxt], gs, ge)
     sync = (sync_hit >= 0) & ~host
-    latency = linked & ~host & ~sync
+    # launched after the GPU went idle, but the launching thread was blocked in a synchronize call or
+    # a blocking copy at that instant: the sync drained the queue (``.item()``), not a slow host
+    drained = np.full(n, -1, dtype=np.int64)
+    if host.any() and rows.size:
+        h = np.flatnonzero(host)
+        blocked, blocked_end = _blocked_at(trace, (rows, s_rank, s_start, s_end), act.rank[nxt[h]], api_row[h], gs[h])
+        # ... and went straight back to launching: a host that then works on something else for
+        # longer (a data loader after the step's sync) is the cause, not the sync
+        refill = api_start[h] - blocked_end
+        drained[h] = np.where((blocked >= 0) & (refill <= DRAIN_REFILL_NS), blocked, -1)
+    host &= drained < 0
+    latency = linked & ~host & ~sync & (drained < 0)
 
     cause[latency] = CAUSES.index(LAUNCH_LATENCY)
     context[latency] = api_row[latency]
     cause[sync] = CAUSES.index(SYNC_BOUND)
     context[sync] = rows[sync_hit[sync]]
+    cause[drained >= 0] = CAUSES.index(SYNC_BOUND)
+    context[drained >= 0] = drained[drained >= 0]
     cause[host] = CAUSES.index(HOST_BOUND)
     if host.any():
         cpu = cached(trace, "idle_gaps.cpu_context", options, lambda: _CpuContext(trace, options))
@@ -182,6 +255,9 @@ def _attribute(
         none = found < 0
         if none.any():
             found[none] = cpu.innermost_spanning(rank[none], pid[none], tid[none], gs[h][none], gs[h][none] + 1)
+            # nothing ran at that instant either (a pause between two ops): the op run most in the gap
+            still = found < 0
+            found[still] = cpu.most_overlapping(rank[still], pid[still], tid[still], gs[h][still], ge[h][still])
             fallback[h[none]] = found[none] >= 0
         context[h] = found
     return cause, context, fallback
@@ -401,6 +477,8 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
                     cost_ns_per_step=per_step(cause_idle, n_steps),
                     cost_share=share,
                     rank=int(rank),
+                    claims=Claims.of(int(rank), int(device), mine["start_ns"].to_numpy(np.int64),
+                                     mine["end_ns"].to_numpy(np.int64)),
                     time_range_ns=(
                         (int(largest["start_ns"].iloc[0]), int(largest["end_ns"].iloc[0])) if len(largest) else None
                     ),
@@ -435,6 +513,9 @@ SPEC = AnalysisSpec(
         TableSpec("cpu_contexts", "What the host was doing in host-bound gaps", sort_by="idle_ns"),
     ),
     finding_codes=tuple(f"{cause}_gaps" for cause in CAUSES),
+    finding_parents=tuple((f"{cause}_gaps", "low_utilization") for cause in CAUSES),
+    finding_precedence=((f"{SYNC_BOUND}_gaps", 50), (f"{HOST_BOUND}_gaps", 70), (f"{LAUNCH_LATENCY}_gaps", 80),
+                        (f"{UNATTRIBUTED}_gaps", 90)),
     page=("/gaps", "Gaps"),
     headline_table="by_cause",
 )

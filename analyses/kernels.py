@@ -14,8 +14,8 @@ Definitions (docs/metrics.md, "Kernel breakdown"), per rank and GPU device; all 
   [and step]); the shares of one rank and device add up to 100.
 - Category, first rule that matches (regexes on the name, case-insensitive):
 
-  1. ``communication``: a communication kernel (``analyses/classify.py``: name contains
-     ``nccl``/``rccl``, or the event has collective args);
+  1. ``communication``: a communication kernel (the rule table of ``analyses/comm_rules.py``,
+     docs/metrics.md "Common definitions");
   2. ``memory``: memcpy and memset events (by kind, not by name);
   3. ``attention``: ``flash|fmha|attention|attn|sdpa``;
   4. ``convolution``: ``conv`` (not ``convert``), ``implicit_gemm``/``implicitgemm``, ``winograd``,
@@ -35,7 +35,8 @@ Definitions (docs/metrics.md, "Kernel breakdown"), per rank and GPU device; all 
 - Tiny kernel: a compute kernel (not communication, not memcpy/memset) shorter than 10 us.
   ``tiny_gap_ns`` = for each tiny kernel, the idle time on its stream just before it (its start
   minus the end of the previous activity on the same stream), capped at 10 us: an estimate of the
-  launch/scheduling overhead that fusing those kernels would remove.
+  launch/scheduling overhead that fusing those kernels would remove. ``tiny_graph_kernels`` = the
+  tiny kernels replayed from a CUDA/HIP graph (``launch_overhead.graph_replayed``).
 
 Tables: ``kernels`` (every name; per rank and device, by total time), ``top_kernels`` (the top
 ``Options.top_n`` per rank and device), ``kernels_by_step`` (the same figures per step),
@@ -45,7 +46,12 @@ Tables: ``kernels`` (every name; per rank and device, by total time), ``top_kern
 
 Findings: ``dominant_kernels`` (info: one category, or one kernel, takes most of the GPU time; a
 fact to know, not a problem) and ``many_tiny_kernels`` (a fusion opportunity: at least half of the
-compute kernels are tiny and there are at least 100 per step; cost = ``tiny_gap_ns`` per step).
+compute kernels are tiny and there are at least 100 per step). Its claims are GPU idle time: each
+device-wide idle gap (idle_gaps' ``gaps``) that a tiny kernel launched on its own (not from a graph)
+ends, cut to its last 10 us, so they
+are part of low_utilization's idle. Its advice never says "use CUDA graphs" for work already
+replayed from graphs: when most tiny kernels are graph-replayed it names what the host was doing in
+the host-bound gaps instead.
 """
 
 from __future__ import annotations
@@ -59,6 +65,11 @@ import pandas as pd
 
 from . import classify
 from traceview import intervals as iv
+from traceview.claims import Claims
+from traceview.units import fmt_ns
+from .idle_gaps import HOST_BOUND
+from .idle_gaps import compute as idle_gap_tables
+from .launch_overhead import graph_replayed
 from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
@@ -222,9 +233,12 @@ def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataF
     return {"kernels": kernels, "top_kernels": top, "kernels_by_step": by_step, "categories": categories}
 
 
-def tiny_table(act: Activity) -> pd.DataFrame:
-    """Tiny compute kernels per rank and device (step None = whole trace) and per step."""
-    cols = ["rank", "device", "step", "compute_kernels", "tiny_kernels", "tiny_share", "tiny_total_ns", "tiny_gap_ns"]
+def tiny_table(act: Activity, graph: np.ndarray | None = None) -> pd.DataFrame:
+    """Tiny compute kernels per rank and device (step None = whole trace) and per step; ``graph``
+    flags the graph-replayed activity entries (none when not given)."""
+    cols = ["rank", "device", "step", "compute_kernels", "tiny_kernels", "tiny_share", "tiny_total_ns", "tiny_gap_ns",
+            "tiny_graph_kernels"]
+    graph = np.zeros(len(act), dtype=bool) if graph is None else graph
     if len(act) == 0:
         return _empty_frame(cols)
     # idle on the same stream before each activity (capped): its start minus the latest end of the
@@ -259,6 +273,7 @@ def tiny_table(act: Activity) -> pd.DataFrame:
                 "tiny_kernels": t.astype(np.int64),
                 "tiny_total_ns": np.where(t, dur[sel], 0),
                 "tiny_gap_ns": np.where(t, gap[sel], 0),
+                "tiny_graph_kernels": (t & graph[sel]).astype(np.int64),
             }
         )
         frames.append(f.groupby(["rank", "device", "step"], as_index=False).sum())
@@ -267,7 +282,7 @@ def tiny_table(act: Activity) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True).sort_values(["rank", "device", "step"]).reset_index(drop=True)
     out["tiny_share"] = out["tiny_kernels"] / out["compute_kernels"]
     out["step"] = step_column(out["step"].to_numpy())
-    for c in ("compute_kernels", "tiny_kernels", "tiny_total_ns", "tiny_gap_ns"):
+    for c in ("compute_kernels", "tiny_kernels", "tiny_total_ns", "tiny_gap_ns", "tiny_graph_kernels"):
         out[c] = out[c].astype(np.int64)
     return out[cols]
 
@@ -283,13 +298,14 @@ def _empty_frame(columns: list[str]) -> pd.DataFrame:
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
     tables = dict(_cached_tables(trace, act, options))  # a copy: the cached dict stays as computed
-    tables["tiny_kernels"] = tiny_table(act)
+    tables["tiny_kernels"] = tiny_table(act, graph_replayed(trace, options))
     result = AnalysisResult(name=NAME, tables=tables)
     if len(act) == 0:
         result.warnings.append("no GPU activity (kernels, memcpy, memset) in the trace: no kernel breakdown")
         return result
     result.findings.extend(_dominant_findings(tables["categories"], tables["kernels"]))
-    result.findings.extend(_tiny_findings(tables["tiny_kernels"], act))
+    result.findings.extend(_tiny_findings(tables["tiny_kernels"], act, idle_gap_tables(trace, options)["gaps"],
+                                          _tiny_rows(trace, act, graph_replayed(trace, options))))
     return result
 
 
@@ -323,10 +339,12 @@ class _TinyGpu(TypedDict):
     steps: int
     compute_kernels: int
     tiny_kernels: int
+    tiny_graph_kernels: int
     tiny_share: float
     tiny_per_step: float
     tiny_total_ns: int
     tiny_gap_ns: int
+    idle_before_tiny_ns: int
     cost_ns_per_step: int
     cost_share: float | None
 
@@ -396,36 +414,57 @@ _DOMINANT_ADVICE = {
 }
 
 
-def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
-    """One finding over every rank/device where tiny kernels qualify (see module docstring)."""
+def _tiny_rows(trace: Trace, act: Activity, graph: np.ndarray) -> np.ndarray:
+    """Boolean per event row of ``trace``: a tiny compute kernel launched on its own (the idle before a
+    graph-replayed kernel is not its launch cost: a graph replay has one launch, and the host time
+    before it is the host's, claimed by the host-bound gaps)."""
+    tiny = (act.cls == classify.COMPUTE) & (act.kind == int(Kind.KERNEL)) & (act.end - act.start < TINY_NS) & ~graph
+    out = np.zeros(trace.num_events, dtype=bool)
+    out[act.row[tiny]] = True
+    return out
+
+
+def _tiny_claims(gaps: pd.DataFrame, tiny_rows: np.ndarray, gpus: list[tuple[int, int]]) -> Claims:
+    """The idle before each tiny kernel on ``gpus``: every device-wide idle gap a tiny kernel ends,
+    cut to its last ``TINY_GAP_CAP_NS``."""
+    if gaps.empty or not gpus:
+        return Claims.empty()
+    rank, device = gaps["rank"].to_numpy(), gaps["device"].to_numpy()
+    on_gpu = pd.MultiIndex.from_arrays([rank, device]).isin(gpus)
+    sel = tiny_rows[gaps["next_row"].to_numpy()] & on_gpu
+    end = gaps["end_ns"].to_numpy()[sel]
+    start = np.maximum(gaps["start_ns"].to_numpy()[sel], end - TINY_GAP_CAP_NS)
+    return Claims.of(rank[sel], device[sel], start, end)
+
+
+def _tiny_gpus(tiny: pd.DataFrame, act: Activity, claimed: dict[tuple[int, int], int]) -> list[_TinyGpu]:
+    """The rank/devices where tiny kernels qualify (see module docstring), with their evidence."""
     step_counts = act.steps.counts()
     windows = _step_windows(act)
     per_gpu: list[_TinyGpu] = []
-    for _, row in tiny[tiny["step"].isna()].iterrows():
-        rank, device = int(row["rank"]), int(row["device"])
+    for row in tiny[tiny["step"].isna()].itertuples(index=False):  # one row per GPU
+        rank, device = int(row.rank), int(row.device)
         n_steps = step_counts.get(rank, 0)
-        n_tiny = int(row["tiny_kernels"])
-        share = float(row["tiny_share"])
-        per = n_tiny / n_steps if n_steps else float(n_tiny)
-        if share < TINY_SHARE or per < TINY_MIN_PER_STEP:
+        per = row.tiny_kernels / n_steps if n_steps else float(row.tiny_kernels)
+        if row.tiny_share < TINY_SHARE or per < TINY_MIN_PER_STEP:
             continue
-        cost = per_step(int(row["tiny_gap_ns"]), n_steps)
+        cost = per_step(claimed.get((rank, device), 0), n_steps)
         window = windows.get((rank, device))
-        per_gpu.append(
-            {
-                "rank": rank,
-                "device": device,
-                "steps": n_steps,
-                "compute_kernels": int(row["compute_kernels"]),
-                "tiny_kernels": n_tiny,
-                "tiny_share": share,
-                "tiny_per_step": per,
-                "tiny_total_ns": int(row["tiny_total_ns"]),
-                "tiny_gap_ns": int(row["tiny_gap_ns"]),
-                "cost_ns_per_step": cost,
-                "cost_share": cost / window if window else None,
-            }
-        )
+        per_gpu.append({
+            "rank": rank, "device": device, "steps": n_steps, "compute_kernels": int(row.compute_kernels),
+            "tiny_kernels": int(row.tiny_kernels), "tiny_graph_kernels": int(row.tiny_graph_kernels),
+            "tiny_share": float(row.tiny_share), "tiny_per_step": per, "tiny_total_ns": int(row.tiny_total_ns),
+            "tiny_gap_ns": int(row.tiny_gap_ns), "idle_before_tiny_ns": claimed.get((rank, device), 0),
+            "cost_ns_per_step": cost, "cost_share": cost / window if window else None,
+        })
+    return per_gpu
+
+
+def _tiny_findings(tiny: pd.DataFrame, act: Activity, gaps: pd.DataFrame, tiny_rows: np.ndarray) -> list[Finding]:
+    """One finding over every rank/device where tiny kernels qualify (see module docstring)."""
+    qualifying = [(p["rank"], p["device"]) for p in _tiny_gpus(tiny, act, {})]
+    claims = _tiny_claims(gaps, tiny_rows, qualifying)
+    per_gpu = _tiny_gpus(tiny, act, claims.by_gpu())
     if not per_gpu:
         return []
     cost = int(round(float(np.mean([p["cost_ns_per_step"] for p in per_gpu]))))
@@ -433,28 +472,64 @@ def _tiny_findings(tiny: pd.DataFrame, act: Activity) -> list[Finding]:
     cost_share = float(np.mean(shares)) if shares else None
     tiny_share = float(np.mean([p["tiny_share"] for p in per_gpu]))
     per = float(np.mean([p["tiny_per_step"] for p in per_gpu]))
+    graphed = sum(p["tiny_graph_kernels"] for p in per_gpu) / max(sum(p["tiny_kernels"] for p in per_gpu), 1)
     ranks = sorted({p["rank"] for p in per_gpu})
     where = f"GPU {per_gpu[0]['device']} of rank {ranks[0]}" if len(per_gpu) == 1 else f"{len(ranks)} ranks"
+    in_graphs = f", {100 * graphed:.0f}% of them replayed from graphs" if graphed else ""
+    recommendation, contexts = _tiny_advice(graphed, gaps, qualifying)
     return [
         Finding(
             code="many_tiny_kernels",
-            part_of="low_utilization",  # its cost is idle time before tiny kernels
+            part_of="low_utilization",  # its claims are idle time before tiny kernels
             title=f"{100 * tiny_share:.0f}% of the compute kernels on {where} are shorter than {TINY_NS // 1000} us "
-            f"({per:.0f} per step): a fusion opportunity",
+            f"({per:.0f} per step{in_graphs}): a fusion opportunity",
             severity="medium" if tiny_share >= TINY_SHARE_MEDIUM or (cost_share or 0) >= 0.1 else "low",
             analysis=NAME,
-            recommendation="Fuse small kernels: torch.compile (or fused optimizers, foreach=True / fused=True "
-            "in torch.optim, fused LayerNorm/activation kernels); if the sequence repeats every step, "
-            "capture it in a CUDA graph (torch.compile mode='reduce-overhead').",
+            recommendation=recommendation,
             cost_ns_per_step=cost,
             cost_share=cost_share,
             rank=ranks[0] if len(ranks) == 1 else None,
+            claims=claims,
             evidence={
-                "cost_estimate": "idle on the stream before each tiny kernel, capped at 10 us each",
+                "cost_estimate": "device idle gaps ended by a tiny kernel, each cut to its last 10 us",
+                "graph_replayed_share": graphed,
+                "host_contexts": contexts,
                 "per_gpu": per_gpu,
             },
         )
     ]
+
+
+#: tiny kernels mostly graph-replayed from this share: no "use CUDA graphs" advice
+TINY_GRAPHED_SHARE = 0.5
+#: CPU contexts of host-bound gaps named when the work is already graphed
+TINY_TOP_CONTEXTS = 3
+
+
+def _tiny_advice(graphed: float, gaps: pd.DataFrame, gpus: list[tuple[int, int]]) -> tuple[str, list[dict]]:
+    """The recommendation, and the top CPU contexts of host-bound gaps on ``gpus`` (graphed work)."""
+    if graphed <= TINY_GRAPHED_SHARE:
+        text = ("Fuse small kernels: torch.compile (or fused optimizers, foreach=True / fused=True in torch.optim, "
+                "fused LayerNorm/activation kernels); if the sequence repeats every step, capture it in a CUDA graph "
+                "(torch.compile mode='reduce-overhead').")
+        if graphed:
+            text += f" ({100 * graphed:.0f}% of the tiny kernels are already replayed from graphs.)"
+        return text, []
+    on_gpu = pd.MultiIndex.from_arrays([gaps["rank"].to_numpy(), gaps["device"].to_numpy()]).isin(gpus)
+    host = gaps[on_gpu & (gaps["cause"] == HOST_BOUND).to_numpy()]
+    top = (host.assign(ctx=host["cpu_context"].astype(str).replace("", "(no CPU op)"))
+           .groupby("ctx")["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False).head(TINY_TOP_CONTEXTS))
+    contexts = [{"cpu_context": str(c), "gaps": int(v["size"]), "idle_ns": int(v["sum"])} for c, v in top.iterrows()]
+    text = (f"{100 * graphed:.0f}% of the tiny kernels are already replayed from CUDA/HIP graphs, so their launches "
+            "cost nothing more to remove; fusing them (torch.compile, fused kernels) still trims per-kernel GPU "
+            "overhead. ")
+    if contexts:
+        named = ", ".join(f"`{c['cpu_context']}` ({fmt_ns(c['idle_ns'])})" for c in contexts)
+        text += (f"Where the GPU idles, it waits for the host, which was in {named}: make that host work faster "
+                 "or overlap it with the replays (e.g. schedule the next batch while the current one runs).")
+    else:
+        text += "The GPU does not wait on the host between replays."
+    return text, contexts
 
 
 # ------------------------------------------------------------------------ job-wide totals per kernel
@@ -535,6 +610,8 @@ SPEC = AnalysisSpec(
         TableSpec("tiny_kernels", "Tiny kernels"),
     ),
     finding_codes=("dominant_kernels", "many_tiny_kernels"),
+    finding_parents=(("many_tiny_kernels", "low_utilization"),),
+    finding_precedence=(("many_tiny_kernels", 61),),
     page=("/kernels", "Kernels"),
     gather=kernel_totals,
     reduce=job_kernels,

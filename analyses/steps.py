@@ -1,8 +1,10 @@
 """Steps and the per-trace GPU activity context that the time-based analyses share.
 
-Steps: Kineto ``ProfilerStep#N``; for Nsight, NVTX ranges chosen by a step-marker regex
-(``Options.step_marker``, default ``traceview.model.DEFAULT_STEP_MARKER``). Every figure exists for
-the whole trace and per step.
+Steps: CPU ranges chosen by ``Options.step_marker`` (a regex searched in the names of Kineto user
+annotations / ``record_function`` ranges, CPU ops and NVTX ranges). Without one, per rank:
+``ProfilerStep#N`` (Kineto, or NVTX under ``emit_nvtx``), else ``step_N`` / ``iteration N`` ranges
+(``traceview.model.steps_from_annotations``). Every figure exists for the whole trace and per step.
+With no steps, :func:`step_marker_candidates` lists the repeated ranges that could mark them.
 
 Each GPU activity is assigned to a step via its launch call (the step whose CPU range contains the
 launch call's start), falling back to the step range containing the activity's start; per-step GPU
@@ -16,6 +18,8 @@ launch-overhead analyses all need (it is cached on the trace object, by identity
 from __future__ import annotations
 
 import dataclasses
+import re
+import shlex
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from traceview.findings import Options
-from traceview.model import Trace
+from traceview.model import Kind, Trace, step_range_rows
 
 from . import classify
 from traceview import intervals as iv
@@ -142,7 +146,7 @@ def activity(trace: Trace, options: Options) -> Activity:
 
 
 def _build_activity(trace: Trace, options: Options) -> Activity:
-    cls_all = classify.activity_class(trace)
+    cls_all = classify.activity_class(trace, options.comm_patterns)
     rank_all = trace.column("rank").astype(np.int64)
     keep = cls_all != classify.NONE
     if options.ranks is not None:
@@ -190,6 +194,128 @@ def _build_activity(trace: Trace, options: Options) -> Activity:
     )
 
 
+#: columns of :func:`step_marker_candidates`
+CANDIDATE_COLUMNS = ["marker", "name", "kind", "count", "ranks", "median_dur_ns", "covered_ns", "coverage",
+                     "typical_coverage", "sequential"]
+#: the "no steps found" warning suggests candidates whose typical coverage is at least this
+HINT_MIN_COVERAGE = 0.25
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$", re.DOTALL)
+_REGEX_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def _escape(text: str) -> str:
+    """``re.escape`` for the characters that are special in a regex only (``#``, spaces and ``:``
+    stay readable in the suggested ``--step-marker``)."""
+    return _REGEX_SPECIAL.sub(r"\\\1", text)
+
+
+def fold_step_name(name: str) -> tuple[str, str]:
+    """(shown name, regex) of a range name with its trailing number folded: ``step_12`` ->
+    (``step_#``, ``^step_\\d+$``); a name without one stands for itself."""
+    m = _TRAILING_NUMBER.match(name)
+    if m is None:
+        return name, f"^{_escape(name)}$"
+    prefix = m.group(1)
+    shown = prefix + ("N" if prefix.endswith("#") else "#")  # ProfilerStep#12 -> ProfilerStep#N
+    return shown, f"^{_escape(prefix)}\\d+$"
+
+
+def step_marker_candidates(trace: Trace, options: Options) -> pd.DataFrame:
+    """Repeated CPU ranges that could mark steps, best first (one row per folded name).
+
+    Ranges: annotations (Kineto user annotations, NVTX ranges) and top-level CPU ops, names with a
+    trailing number folded (``step_12`` -> ``step_#``); a candidate repeats (>= 2 ranges) on at
+    least one rank. Columns: ``marker`` (the ``--step-marker`` regex that selects them), ``name``,
+    ``kind`` (annotation / cpu_op), ``count`` (ranges, all ranks), ``ranks`` (ranks that have
+    them), ``median_dur_ns``, ``covered_ns`` (their union, summed over ranks), ``coverage``
+    (``covered_ns`` over the summed time spans of those ranks: how much of the trace they cover),
+    ``typical_coverage`` (the same with every range lasting the median, capped at ``coverage``:
+    high for step-like markers, low for a name such as ``aten::to`` whose coverage is a few long
+    outliers), ``sequential`` (no two of them overlap on a rank, as steps do). Sorted by
+    sequential, typical coverage, count; ``Options.top_n`` rows.
+    """
+    return cached(trace, "steps.candidates", options, lambda: _candidates(trace, options))
+
+
+def _candidate_rows(trace: Trace, options: Options) -> np.ndarray:
+    """Annotation rows, and the CPU ops that are outermost on their thread, of the selected ranks."""
+    rows = step_range_rows(trace.events)
+    rank = trace.column("rank")[rows].astype(np.int64)
+    if options.ranks is not None:
+        rows, rank = rows[np.isin(rank, list(options.ranks))], rank[np.isin(rank, list(options.ranks))]
+    is_op = trace.kind_codes()[rows] == int(Kind.CPU_OP)
+    if is_op.any():
+        ops = rows[is_op]
+        start = trace.column("start_ns")[ops]
+        end = start + np.maximum(trace.column("dur_ns")[ops], 0)
+        codes, _ = iv.combine_keys(rank[is_op], trace.column("pid")[ops], trace.column("tid")[ops])
+        outer = iv.nesting_depth(codes, start, end) == 0
+        rows = np.concatenate([rows[~is_op], ops[outer]])
+    return np.sort(rows)
+
+
+def _candidates(trace: Trace, options: Options) -> pd.DataFrame:
+    rows = _candidate_rows(trace, options)
+    if rows.size == 0:
+        return pd.DataFrame({c: [] for c in CANDIDATE_COLUMNS})
+    names = trace.events.column("name").combine_chunks()
+    dictionary = names.dictionary.to_pylist()
+    folded = [fold_step_name(n or "") for n in dictionary]
+    shown, shown_code = np.unique(np.array([f[0] for f in folded], dtype=object), return_inverse=True)
+    marker_of = {f[0]: f[1] for f in folded}
+    group = shown_code[names.indices.to_numpy(zero_copy_only=False)[rows]].astype(np.int64)
+    rank = trace.column("rank")[rows].astype(np.int64)
+    start = trace.column("start_ns")[rows]
+    dur = np.maximum(trace.column("dur_ns")[rows], 0)
+    frame = pd.DataFrame({"group": group, "rank": rank, "dur": dur,
+                          "kind": trace.kind_codes()[rows] == int(Kind.CPU_OP)})
+    per_rank = frame.groupby(["group", "rank"], sort=True).agg(n=("dur", "size"), total=("dur", "sum"))
+    keys, _ = iv.combine_keys(group, rank)
+    covered_keys, covered = iv.total_by(keys, start, start + dur)
+    per_rank["covered"] = iv.lookup(covered_keys, covered, np.arange(len(per_rank)))
+    per_rank["span"] = per_rank.index.get_level_values("rank").map(_rank_spans(trace)).to_numpy()
+    repeated = per_rank.groupby(level="group")["n"].transform("max") >= 2
+    per_rank = per_rank[repeated]
+    if per_rank.empty:
+        return pd.DataFrame({c: [] for c in CANDIDATE_COLUMNS})
+    agg = per_rank.groupby(level="group").agg(count=("n", "sum"), ranks=("n", "size"), covered_ns=("covered", "sum"),
+                                              total=("total", "sum"), span=("span", "sum"))
+    kept = frame[frame["group"].isin(agg.index)].groupby("group").agg(median=("dur", "median"), op=("kind", "all"))
+    out = pd.DataFrame({
+        "marker": [marker_of[shown[g]] for g in agg.index],
+        "name": [shown[g] for g in agg.index],
+        "kind": np.where(kept.loc[agg.index, "op"], "cpu_op", "annotation"),
+        "count": agg["count"].to_numpy(np.int64),
+        "ranks": agg["ranks"].to_numpy(np.int64),
+        "median_dur_ns": kept.loc[agg.index, "median"].round().to_numpy(np.int64),
+        "covered_ns": agg["covered_ns"].to_numpy(np.int64),
+        "coverage": agg["covered_ns"].to_numpy(np.float64) / np.maximum(agg["span"].to_numpy(np.float64), 1.0),
+        "typical_coverage": np.minimum(agg["covered_ns"].to_numpy(np.float64),
+                                       agg["count"].to_numpy(np.float64) * kept.loc[agg.index, "median"].to_numpy())
+        / np.maximum(agg["span"].to_numpy(np.float64), 1.0),
+        "sequential": agg["total"].to_numpy() <= agg["covered_ns"].to_numpy(),
+    })
+    out = out.sort_values(["sequential", "typical_coverage", "count", "name"], ascending=[False, False, False, True])
+    return out.head(options.top_n).reset_index(drop=True)[CANDIDATE_COLUMNS]
+
+
+def _rank_spans(trace: Trace) -> dict[int, int]:
+    """Time span (first start .. last end, ns) of every rank's events."""
+    spans = trace.summary()
+    return {int(r): int(v["span_ns"]) for r, v in spans.items()}
+
+
+def candidates_hint(candidates: pd.DataFrame, limit: int = 3) -> str:
+    """The best few candidates as command-line options, for the "no steps found" warning; names
+    only (no figures), so the same hint from several ranks merges into one warning."""
+    best = candidates[candidates["sequential"] & (candidates["typical_coverage"] >= HINT_MIN_COVERAGE)].head(limit)
+    if best.empty:
+        return (f"no repeated range covers {HINT_MIN_COVERAGE:.0%} of the trace as steps would "
+                "(pass --step-marker REGEX to choose step ranges)")
+    shown = [f"--step-marker {shlex.quote(m)} ({n})" for m, n in zip(best["marker"], best["name"])]
+    return "ranges that could mark steps: " + "; ".join(shown)
+
+
 def per_step(total: int, steps: int) -> int:
     """A whole-trace cost spread over the steps (the cost itself when there are no steps)."""
     return int(round(total / steps)) if steps > 0 else int(total)
@@ -208,6 +334,9 @@ __all__ = [
     "activity",
     "assign_to_steps",
     "cached",
+    "candidates_hint",
+    "fold_step_name",
+    "step_marker_candidates",
     "clear_cache",
     "per_step",
     "step_column",

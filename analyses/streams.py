@@ -20,13 +20,15 @@ per-step rows); all times int64 ns:
   largest number of streams busy at one instant; ``concurrent_ns`` = time during which two or more
   streams are busy. Intervals are half-open: streams that only touch do not overlap.
 
-Finding ``communication_on_compute_stream``: a stream runs both communication kernels and compute
-kernels. Work on one stream runs in order, so that communication can never overlap the compute of
-its own stream. Cost = the part of the stream's communication time that no compute kernel on any
+Finding ``communication_on_compute_stream``: a stream runs both communication kernels (any family of
+the communication rule table, ``analyses/comm_rules.py``, and the user's rules) and compute kernels.
+Work on one stream runs in order, so that communication can never overlap the compute of its own
+stream. Cost = the part of the stream's communication time that no compute kernel on any
 stream of the device overlaps (|U(comm on the stream) - U(compute on the device)|), the share of
 the device's exposed communication this stream placement accounts for. Reported when that is at
 least 5% of the device's GPU window (high from 20%: the thresholds of ``exposed_communication``),
-under which it is nested (``part_of``): its time is part of that finding's.
+under which it is nested (``part_of``): its time is part of that finding's. Its claims are those
+intervals: U(comm on the stream) - U(compute on the device).
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ import numpy as np
 import pandas as pd
 
 from traceview import intervals as iv
+from traceview.claims import Claims
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
 
 from . import classify
+from .comm_rules import rule_table
 from .steps import Activity, activity, per_step
 from .temporal import EXPOSED_COMM_SHARE, EXPOSED_COMM_SHARE_HIGH, breakdown
 
@@ -197,6 +201,23 @@ def exposed_on_shared_streams(act: Activity, codes: np.ndarray, device_of_stream
     return iv.lookup(comm_keys, comm_ns, shared) - iv.lookup(overlap_keys, overlap_ns, shared)
 
 
+def exposed_claims_on_stream(act: Activity, codes: np.ndarray, device_of_stream: np.ndarray, group: int) -> Claims:
+    """The intervals of stream group ``group`` where its communication runs and no compute of its
+    device does: U(comm on the stream) - U(compute on the device), on the rank's own clock."""
+    comm = (act.cls == classify.COMMUNICATION) & (codes == group)
+    compute = (act.cls == classify.COMPUTE) & (device_of_stream[codes] == device_of_stream[group])
+    mine = Claims.of(act.rank[comm], act.device[comm], act.start[comm], act.end[comm])
+    return mine.subtract(Claims.of(act.rank[compute], act.device[compute], act.start[compute], act.end[compute]))
+
+
+def families_on_stream(trace: Trace, options: Options, act: Activity, codes: np.ndarray, group: int) -> list[str]:
+    """The families (``comm_rules``: nccl, deepep, ...) of the communication kernels of a stream group."""
+    comm = (act.cls == classify.COMMUNICATION) & (codes == group)
+    rules = rule_table(options.comm_patterns)
+    used = np.unique(classify.comm_rule_of(trace, options.comm_patterns)[act.row[comm]])
+    return sorted({rules[int(i)].family for i in used if i >= 0})
+
+
 def shared_stream_findings(trace: Trace, options: Options, streams: pd.DataFrame,
                            per_device: pd.DataFrame) -> list[Finding]:
     act = activity(trace, options)
@@ -213,27 +234,37 @@ def shared_stream_findings(trace: Trace, options: Options, streams: pd.DataFrame
         if window_ns <= 0 or exposed_ns < EXPOSED_COMM_SHARE * window_ns:
             continue
         row = streams.iloc[g]
-        rank, device, stream = int(row["rank"]), int(row["device"]), int(row["stream"])
-        share = exposed_ns / window_ns
-        findings.append(Finding(
-            code="communication_on_compute_stream",
-            title=f"Communication kernels on GPU {device} of rank {rank} run on compute stream {stream}, "
-            f"so they cannot overlap its compute: {100 * share:.1f}% of the time is exposed communication there",
-            severity="high" if share >= EXPOSED_COMM_SHARE_HIGH else "medium",
-            analysis=NAME,
-            recommendation="Issue collectives on a stream of their own, ordered against compute with CUDA "
-            "events, so they can run during compute (torch.distributed's NCCL backend does this by default: "
-            "look for NCCL calls made on the current stream, e.g. custom NCCL bindings or synchronous P2P).",
-            cost_ns_per_step=per_step(int(exposed_ns), step_counts.get(rank, 0)),
-            cost_share=share,
-            rank=rank,
-            time_range_ns=(int(row["first_start_ns"]), int(row["last_end_ns"])),
-            evidence={"device": device, "stream": stream, "communication_ns": int(row["communication_ns"]),
-                      "compute_ns": int(row["compute_ns"]), "exposed_comm_ns": int(exposed_ns),
-                      "window_ns": int(window_ns), "steps": step_counts.get(rank, 0)},
-            part_of="exposed_communication",
-        ))
+        finding = stream_finding(row, int(exposed_ns), int(window_ns), step_counts.get(int(row["rank"]), 0),
+                                 families_on_stream(trace, options, act, codes, g))
+        finding.claims = exposed_claims_on_stream(act, codes, device_of_stream, g)
+        findings.append(finding)
     return findings
+
+
+def stream_finding(row: pd.Series, exposed_ns: int, window_ns: int, steps: int, families: list[str]) -> Finding:
+    """The communication_on_compute_stream finding of one row of the ``streams`` table."""
+    rank, device, stream = int(row["rank"]), int(row["device"]), int(row["stream"])
+    share = exposed_ns / window_ns
+    return Finding(
+        code="communication_on_compute_stream",
+        title=f"Communication kernels ({', '.join(families)}) on GPU {device} of rank {rank} run on compute "
+        f"stream {stream}, so they cannot overlap its compute: {100 * share:.1f}% of the time is exposed "
+        "communication there",
+        severity="high" if share >= EXPOSED_COMM_SHARE_HIGH else "medium",
+        analysis=NAME,
+        recommendation="Issue collectives on a stream of their own, ordered against compute with CUDA "
+        "events, so they can run during compute (torch.distributed's NCCL backend does this by default: "
+        "look for communication issued on the current stream, e.g. custom NCCL bindings, custom all-reduce "
+        "kernels or synchronous P2P).",
+        cost_ns_per_step=per_step(exposed_ns, steps),
+        cost_share=share,
+        rank=rank,
+        time_range_ns=(int(row["first_start_ns"]), int(row["last_end_ns"])),
+        evidence={"device": device, "stream": stream, "communication_ns": int(row["communication_ns"]),
+                  "compute_ns": int(row["compute_ns"]), "exposed_comm_ns": exposed_ns,
+                  "window_ns": window_ns, "steps": steps, "families": families},
+        part_of="exposed_communication",
+    )
 
 
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
@@ -253,6 +284,8 @@ SPEC = AnalysisSpec(
         TableSpec("devices", "Stream concurrency per rank and device (whole trace)"),
     ),
     finding_codes=("communication_on_compute_stream",),
+    finding_parents=(("communication_on_compute_stream", "exposed_communication"),),
+    finding_precedence=(("communication_on_compute_stream", 20),),
     order=70,
     page=None,
     headline_table="streams",

@@ -62,6 +62,7 @@ from . import classify
 from traceview import intervals as iv
 from .idle_gaps import BLOCKING_COPY
 from .steps import NO_STEP, Activity, activity, assign_to_steps, per_step, step_column
+from traceview.claims import Claims
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
@@ -78,7 +79,8 @@ COST_MEDIUM = 0.03
 COST_HIGH = 0.10
 
 CALL_COLUMNS = ["rank", "row", "api", "call_type", "step", "tid", "start_ns", "dur_ns", "cpu_op", "top_cpu_op",
-                "copy_kind", "memory", "bytes", "gpu_row", "gpu_idle_during_ns", "gpu_idle_after_ns", "cost_ns"]
+                "copy_kind", "memory", "bytes", "gpu_row", "gpu_idle_during_ns", "gpu_idle_after_ns", "cost_ns",
+                "cost_from_ns", "cost_to_ns"]
 
 
 def _sync_type(name: str) -> str | None:
@@ -288,6 +290,8 @@ def _gpu_idle(calls: pd.DataFrame, act: Activity) -> None:
     during = np.zeros(n, dtype=np.int64)
     after = np.zeros(n, dtype=np.int64)
     cost = np.zeros(n, dtype=np.int64)
+    cost_from = np.zeros(n, dtype=np.int64)
+    cost_to = np.zeros(n, dtype=np.int64)
     gk, gs, ge = _rank_gaps(act)
     idx = np.flatnonzero(calls["call_type"].to_numpy() != "stream_wait_event")
     if gs.size and idx.size:
@@ -317,9 +321,15 @@ def _gpu_idle(calls: pd.DataFrame, act: Activity) -> None:
         c = np.zeros(idx.size, dtype=np.int64)
         c[order] = np.minimum(counted, dur_o)
         cost[idx] = c
+        # the window the cost was counted in: the call's claims are the idle in it (capped at cost)
+        lo, hi = np.zeros(idx.size, dtype=np.int64), np.zeros(idx.size, dtype=np.int64)
+        lo[order], hi[order] = lo_o, np.maximum(w_o, lo_o)
+        cost_from[idx], cost_to[idx] = lo, hi
     calls["gpu_idle_during_ns"] = during
     calls["gpu_idle_after_ns"] = after
     calls["cost_ns"] = cost
+    calls["cost_from_ns"] = cost_from
+    calls["cost_to_ns"] = cost_to
 
 
 def _covered(
@@ -504,7 +514,7 @@ def _step_window(act: Activity, rank: int) -> float | None:
 
 
 #: umbrella findings whose cost already holds ours (docs/metrics.md: the costs overlap)
-_PART_OF = {"blocking_copy": "sync_bound_gaps", "sync_calls": "sync_bound_gaps"}
+_PART_OF = {"blocking_copy": "sync_bound_gaps", "sync_calls": "sync_bound_gaps", "pageable_copy": "sync_bound_gaps"}
 
 _ADVICE = {
     "blocking_copy": "Keep values on the GPU inside the loop: avoid .item(), .cpu(), .tolist(), .numpy(), printing "
@@ -538,6 +548,38 @@ _WHAT = {"blocking_copy": "blocking copies", "sync_calls": "synchronize calls",
          "pageable_copy": "pageable-memory copies"}
 
 
+def call_claims(calls: pd.DataFrame, act: Activity) -> Claims:
+    """The GPU idle the ``calls`` cost, as claims: the idle of the rank's GPUs inside each call's
+    cost window (``cost_from_ns`` .. ``cost_to_ns``), earliest first, capped at the call's
+    ``cost_ns``; on every device of the rank (the rank's GPUs are all idle then)."""
+    c = calls[calls["cost_ns"] > 0]
+    gk, gs, ge = _rank_gaps(act)
+    if c.empty or gs.size == 0:
+        return Claims.empty()
+    rank = c["rank"].to_numpy(np.int64)
+    lo, hi = c["cost_from_ns"].to_numpy(np.int64), c["cost_to_ns"].to_numpy(np.int64)
+    # the gaps (sorted by rank, start; disjoint) overlapping each window: gaps j0 .. j1-1
+    j0 = iv.searchsorted_by(gk, ge, rank, lo, side="right")
+    j1 = iv.searchsorted_by(gk, gs, rank, hi, side="left")
+    n = np.maximum(j1 - j0, 0)
+    owner = np.repeat(np.arange(rank.size), n)
+    first = np.cumsum(n) - n
+    j = j0[owner] + (np.arange(owner.size) - first[owner])
+    ok = gk[j] == rank[owner] if j.size else np.zeros(0, dtype=bool)
+    owner, j = owner[ok], j[ok]
+    ps, pe = np.maximum(gs[j], lo[owner]), np.minimum(ge[j], hi[owner])
+    # cap each call's pieces at its cost: keep the earliest pieces up to cost_ns (pieces are in order)
+    length = np.maximum(pe - ps, 0)
+    before = pd.Series(length).groupby(owner).cumsum().to_numpy() - length
+    room = np.maximum(c["cost_ns"].to_numpy(np.int64)[owner] - before, 0)
+    pe = np.minimum(pe, ps + room)
+    k = rank[owner]
+    devices = pd.DataFrame({"rank": act.rank, "device": act.device}).drop_duplicates()
+    pieces = pd.DataFrame({"rank": k, "start_ns": ps, "end_ns": pe}).merge(devices, on="rank")
+    return Claims.of(pieces["rank"].to_numpy(np.int64), pieces["device"].to_numpy(np.int64),
+                     pieces["start_ns"].to_numpy(np.int64), pieces["end_ns"].to_numpy(np.int64))
+
+
 def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
     """One finding per kind of problem, over the ranks where it costs at least COST_LOW."""
     findings = []
@@ -549,6 +591,7 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
     }
     for code, sel in groups.items():
         per_rank = []
+        counted = []
         for rank in sorted(calls["rank"].unique().tolist()):
             n_steps = step_counts.get(int(rank), 0)
             mine = sel & (calls["rank"] == rank)
@@ -560,8 +603,9 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
             evidence = _rank_evidence(code, c, int(rank), n_steps, _step_window(act, int(rank)))
             if evidence is not None:
                 per_rank.append(evidence)
+                counted.append(c)
         if per_rank:
-            findings.append(_finding(code, per_rank))
+            findings.append(_finding(code, per_rank, call_claims(pd.concat(counted), act)))
     return findings
 
 
@@ -597,7 +641,7 @@ def _rank_evidence(code: str, c: pd.DataFrame, rank: int, n_steps: int, window: 
     }
 
 
-def _finding(code: str, per_rank: list[_SyncRank]) -> Finding:
+def _finding(code: str, per_rank: list[_SyncRank], claims: Claims) -> Finding:
     """One finding of kind ``code`` over the ranks where it costs enough."""
     cost = int(round(float(np.mean([p["cost_ns_per_step"] for p in per_rank]))))
     share = float(np.mean([p["share"] for p in per_rank]))
@@ -608,8 +652,8 @@ def _finding(code: str, per_rank: list[_SyncRank]) -> Finding:
     where = f"Rank {per_rank[0]['rank']}" if len(per_rank) == 1 else f"{len(per_rank)} ranks"
     return Finding(
         code=code,
-        title=f"{where}: {per:.0f} {_WHAT[code]} per step{lead} leave the GPU idle {cost / 1000:.1f} us per "
-        f"step ({100 * share:.1f}%)",
+        title=f"{where}: {per:.0f} {_WHAT[code]} per step{lead} block the host while the GPU has nothing "
+        "queued",
         severity="high" if worst["share"] >= COST_HIGH else "medium" if worst["share"] >= COST_MEDIUM else "low",
         analysis=NAME,
         recommendation=_ADVICE[code],
@@ -617,6 +661,7 @@ def _finding(code: str, per_rank: list[_SyncRank]) -> Finding:
         cost_share=share,
         rank=per_rank[0]["rank"] if len(per_rank) == 1 else None,
         evidence={"worst_rank": worst["rank"], "top_cpu_ops": worst["top_cpu_ops"], "per_rank": per_rank},
+        claims=claims,
         # the idle-gap analysis's sync_bound gaps are the idle during these calls
         part_of=_PART_OF.get(code),
     )
@@ -636,5 +681,7 @@ SPEC = AnalysisSpec(
         TableSpec("gpu_sync_events", "GPU-side sync events"),
     ),
     finding_codes=("sync_calls", "blocking_copy", "pageable_copy"),
+    finding_parents=tuple(_PART_OF.items()),
+    finding_precedence=(("sync_calls", 40), ("blocking_copy", 41), ("pageable_copy", 42)),
     headline_table="sync_summary",
 )

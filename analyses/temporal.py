@@ -3,8 +3,9 @@
 Definitions (docs/metrics.md), per rank and GPU device; all times int64 ns:
 
 - GPU activity = kernels, memcpy and memset on that device, all streams (not sync events).
-- Communication kernel: name contains ``nccl`` or ``rccl`` (any case; covers ``ncclKernel_*``,
-  ``ncclDevKernel_*``), or the event carries collective args (non-null ``collective`` column).
+- Communication kernel: a kernel that a rule of the communication table matches
+  (``analyses/comm_rules.py``: NCCL/RCCL, DeepEP, NVSHMEM, symmetric memory, custom all-reduce,
+  MSCCL, all-to-all, send/recv, collective args, and the user's ``--comm-pattern`` rules).
   Compute = the other kernels. Memory = memcpy + memset.
 - window = last activity end - first activity start; busy = |union of activity|;
   idle = window - busy.
@@ -22,13 +23,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traceview.claims import Claims, gpu_key
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
 from traceview.registry import AnalysisSpec, TableSpec
 
 from . import classify
 from traceview import intervals as iv
-from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
+from .idle_gaps import compute as idle_gap_tables
+from .steps import (HINT_MIN_COVERAGE, NO_STEP, Activity, activity, cached, candidates_hint, per_step,
+                    step_column, step_marker_candidates)
 
 NAME = "temporal"
 
@@ -145,6 +149,21 @@ def breakdown(trace: Trace, options: Options) -> pd.DataFrame:
     return cached(trace, "temporal.breakdown", options, lambda: breakdown_table(activity(trace, options)))
 
 
+def exposed_claims(act: Activity, comm: np.ndarray | None = None) -> Claims:
+    """Exposed communication as claims: U(communication ``comm``, default all) - U(compute), per GPU."""
+    comm = (act.cls == classify.COMMUNICATION) if comm is None else comm
+    comp = act.cls == classify.COMPUTE
+    key = gpu_key(act.rank, act.device)
+    k, s, e = iv.subtract_by((key[comm], act.start[comm], act.end[comm]), (key[comp], act.start[comp], act.end[comp]))
+    return Claims(k, s, e, normalized=True)
+
+
+def idle_claims(gaps: pd.DataFrame) -> Claims:
+    """Idle time as claims: the intervals of an idle-gap table (rank, device, start_ns, end_ns)."""
+    return Claims.of(gaps["rank"].to_numpy(np.int64), gaps["device"].to_numpy(np.int64),
+                     gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64))
+
+
 def analyze(trace: Trace, options: Options) -> AnalysisResult:
     act = activity(trace, options)
     table = breakdown(trace, options)
@@ -153,12 +172,32 @@ def analyze(trace: Trace, options: Options) -> AnalysisResult:
         result.warnings.append("no GPU activity (kernels, memcpy, memset) in the trace: nothing to break down")
         return result
     if not act.has_steps:
+        candidates = step_marker_candidates(trace, options)
         result.warnings.append(
             "no steps found (no ProfilerStep#N and no annotation matching the step marker): "
-            "figures are for the whole trace only and costs are not per step"
+            "figures are for the whole trace only and costs are not per step; "
+            + candidates_hint(candidates)
         )
-    result.findings.extend(_findings(table, act))
+        ranks = np.unique(act.rank) if len(act) else np.unique(trace.column("rank"))
+        # what the user could pass as --step-marker (a rank's trace: its own candidates)
+        result.tables["step_candidates"] = candidates.assign(
+            rank=int(ranks[0]) if ranks.size else 0,
+            suggested=candidates["sequential"] & (candidates["typical_coverage"] >= HINT_MIN_COVERAGE))
+    findings = _findings(table, act)
+    if findings:
+        _claim(findings, trace, options, act)
+    result.findings.extend(findings)
     return result
+
+
+def _claim(findings: list[Finding], trace: Trace, options: Options, act: Activity) -> None:
+    """Each finding claims its GPU's idle gaps (low_utilization) or exposed communication."""
+    gaps = idle_gap_tables(trace, options)["gaps"]
+    idle = idle_claims(gaps)
+    exposed = exposed_claims(act)
+    for f in findings:
+        whole = idle if f.code == "low_utilization" else exposed
+        f.claims = whole.only_gpu(int(f.rank or 0), int(f.evidence["device"]))
 
 
 def _findings(table: pd.DataFrame, act: Activity) -> list[Finding]:
@@ -263,8 +302,11 @@ SPEC = AnalysisSpec(
     tables=(
         TableSpec("breakdown", "GPU time per rank, device and step (step empty = whole trace)"),
         TableSpec("steps", "Steps (CPU ranges)"),
+        TableSpec("step_candidates", "Candidate step markers (no steps found): repeated ranges to pass as "
+                  "--step-marker"),
     ),
     finding_codes=("low_utilization", "exposed_communication"),
+    finding_precedence=(("exposed_communication", 190), ("low_utilization", 200)),
     page=("/overview", "Overview"),
     headline_table="breakdown",
 )

@@ -202,4 +202,20 @@ def subset_trace(trace: Trace, filters: Filters, info: StepInfo, step_marker: st
             sk &= (sstart >= info.origin_ns + filters.time_ns[0]) & (sstart < info.origin_ns + filters.time_ns[1])
         steps = steps.filter(pa.array(sk))
     ranks = trace.ranks if filters.ranks is None else {r: i for r, i in trace.ranks.items() if r in filters.ranks}
-    return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=list(trace.warnings))
+    return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=list(trace.warnings),
+                 memory=_subset_memory(trace.memory, filters, info))
+
+
+def _subset_memory(memory: pa.Table, filters: Filters, info: StepInfo) -> pa.Table:
+    """The ``[memory]`` rows of the selected ranks and time range (steps select by time: their rows
+    stay, the memory analysis assigns them to steps)."""
+    if memory.num_rows == 0:
+        return memory
+    keep = np.ones(memory.num_rows, dtype=bool)
+    if filters.ranks is not None:
+        rank = memory.column("rank").to_numpy()
+        keep &= np.isin(rank, np.asarray(filters.ranks, dtype=rank.dtype))
+    if filters.time_ns is not None:
+        ts = memory.column("ts_ns").to_numpy()
+        keep &= (ts >= info.origin_ns + filters.time_ns[0]) & (ts < info.origin_ns + filters.time_ns[1])
+    return memory if keep.all() else memory.filter(pa.array(keep))

@@ -24,6 +24,7 @@ import traceview.analyses  # noqa: F401  (fills the registry of analyses)
 from traceview.pipeline import row_columns
 from traceview.registry import ANALYSES, analysis_specs
 from traceview.tables import top_order
+from traceview.render.common import per_step_text
 from traceview.units import fmt_ns, fmt_share
 
 from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards
@@ -107,8 +108,10 @@ def finding_card(f: dict, *, compact: bool = False, origin_ns: int = 0) -> html.
             html.Span(f.get("title", ""), className="tv-ftitle", style={"fontWeight": "600"})]
     meta = []
     if cost:
-        of_step = f" ({fmt_share(share)} of the step)" if share is not None else ""
-        meta.append(f"costs {fmt_ns(cost)} per step{of_step}")
+        per_step = f.get("cost_basis") != "whole trace"
+        of = (" of the step" if per_step else " of the trace")
+        of_step = f" ({fmt_share(share)}{of})" if share is not None else ""
+        meta.append(f"costs {fmt_ns(cost)} {'per step' if per_step else 'over the whole trace'}{of_step}")
     if f.get("rank") is not None:
         meta.append(f"rank {f['rank']}")
     meta.append(f"{f.get('analysis')} · {f.get('code')}" + (f" · part of {f['part_of']}" if f.get("part_of") else ""))
@@ -154,8 +157,8 @@ def overview(ctx: RunContext) -> list[Any]:
         ("steps", str(s.get("steps", 0)), f"median {fmt_ns(s.get('median_step_time_ns'))}"
          if s.get("median_step_time_ns") else "no steps found"),
         ("GPU utilization", fmt_share(util), "busy / window, all GPUs"),
-        ("idle per step", fmt_ns(s.get("idle_ns_per_step")), None),
-        ("exposed comm. per step", fmt_ns(s.get("exposed_comm_ns_per_step")), None),
+        (f"idle, {per_step_text(rep)}", fmt_ns(s.get("idle_ns_per_step")), None),
+        (f"exposed comm., {per_step_text(rep)}", fmt_ns(s.get("exposed_comm_ns_per_step")), None),
     ])
     out: list[Any] = [cards]
     for note in (s.get("notes") or {}).values():
@@ -182,7 +185,7 @@ def overview(ctx: RunContext) -> list[Any]:
     # top findings (when the analyses are still running: a placeholder the poll callback replaces)
     if ctx.partial:
         out.append(html.Div([
-            section("Top findings, by what they cost per step",
+            section("Top findings, by what they cost",
                     message(f"Running the other analyses ({_other_analyses()})… the findings appear here "
                             "in a moment.")),
         ], id="ov-findings"))
@@ -202,7 +205,7 @@ def overview_findings(rep: Any) -> list[Any]:
     top = [f for f in rep["findings"] if f.get("parent") is None][:6]
     body: list[Any] = [finding_card(f, compact=True) for f in top] or [message("No findings.")]
     body.append(dcc.Link("all findings and the downloadable reports →", href="/findings"))
-    return [section("Top findings, by what they cost per step", *body), *warnings_details(rep)]
+    return [section(f"Top findings, by what they cost ({per_step_text(rep)})", *body), *warnings_details(rep)]
 
 
 def warnings_details(rep: Any) -> list[Any]:
@@ -313,10 +316,10 @@ def launch(ctx: RunContext) -> list[Any]:
                                    filter_=True, empty="No kernel shorter than its launch call.")))
     steps = ctx.table("launch_overhead", "steps")
     if steps is not None and len(steps):
-        steps = steps.sort_values(["launch_bound", "host_bound_share"], ascending=[False, False], kind="stable")
+        steps = steps.sort_values(["launch_bound", "launch_scale_share"], ascending=[False, False], kind="stable")
         n_bound = int(steps["launch_bound"].fillna(False).astype(bool).sum())
-        note = (f"{n_bound} launch-bound step(s): host-bound gaps dominate idle and most kernels are shorter than "
-                "their launch.")
+        note = (f"{n_bound} launch-bound step(s): launch-scale gaps are most of the host-bound idle and most kernels "
+                "launched one by one are shorter than their launch (docs/metrics.md, Launch overhead).")
     else:
         note = None
     out.append(section("Launch-bound steps", frame_table(steps, "launch-steps", page_size=10,

@@ -17,6 +17,14 @@ chunk's structure (quotes, escapes, brackets) finds the real boundary. The same 
 of the array at end of file, so metadata written after the events (``baseTimeNanoseconds``,
 ``traceName``) is read too.
 
+Allocator events
+----------------
+``[memory]`` instants (``profile_memory=True``) become ``Trace.memory``, not event rows. Their six
+args would cost every event of every file time if the event struct declared them (each unknown key
+is compared with every field), so chunks are decoded without them until the first chunk that has
+allocator events; that chunk's args are read again from its text, from its first allocator event on,
+and the rest of the file is decoded with them.
+
 Exact nanoseconds
 -----------------
 Kineto writes microseconds, recent versions as decimals with three fractional digits. A float64
@@ -55,10 +63,12 @@ from traceview.model import (
     DeviceInfo,
     Trace,
     empty_links,
+    empty_memory,
     join_on_keys,
     kind_array,
     make_events_table,
     make_links_table,
+    make_memory_table,
     steps_from_annotations,
 )
 
@@ -89,6 +99,9 @@ CATEGORY_KINDS: dict[str, Kind] = {
     "user_annotation": Kind.ANNOTATION,
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
 }
+#: The name of the allocator's instant events (``ph: "i"``, category ``cpu_instant_event``, or none
+#: before PyTorch 1.10): they go to ``Trace.memory``, not to the events.
+MEMORY_EVENT_NAME = "[memory]"
 #: Flow categories that link a launch to its GPU activity (already covered by correlation ids).
 LAUNCH_FLOW_CATEGORIES = {"ac2g", "async_cpu_to_gpu", "async"}
 
@@ -125,7 +138,22 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     name: str = ""  # metadata events: process_name / thread_name
 
 
+class _MemoryArgs(_Args, frozen=True, gc=False):
+    """``_Args`` plus those of the allocator's ``[memory]`` instants (-1: absent; totals and
+    addresses are never negative). A separate struct because every field costs time on every
+    decoded event (each unknown key is compared with every field): files without allocator events
+    never pay for these."""
+
+    mem_bytes: int = msgspec.field(default=0, name="Bytes")
+    total_allocated: int = msgspec.field(default=-1, name="Total Allocated")
+    total_reserved: int = msgspec.field(default=-1, name="Total Reserved")
+    device_id: int = msgspec.field(default=-1, name="Device Id")
+    device_type: int = msgspec.field(default=-1, name="Device Type")
+    addr: int = msgspec.field(default=-1, name="Addr")
+
+
 _NO_ARGS = _Args()
+_NO_MEMORY_ARGS = _MemoryArgs()
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -141,12 +169,26 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args = _NO_ARGS
 
 
+class _MemoryEvent(_Event, gc=False):
+    """An event decoded with the allocator's args (once a file has shown it has allocator events)."""
+
+    args: _MemoryArgs = _NO_MEMORY_ARGS
+
+
+class _MemoryProbe(msgspec.Struct, gc=False):
+    """Only the allocator's args of an event (every other key is skipped)."""
+
+    args: _MemoryArgs = _NO_MEMORY_ARGS
+
+
 class _RawTimes(msgspec.Struct, gc=False):
     ts: msgspec.Raw = msgspec.Raw(b"0")
     dur: msgspec.Raw = msgspec.Raw(b"0")
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_MEMORY_EVENTS_DECODER = msgspec.json.Decoder(list[_MemoryEvent])
+_MEMORY_PROBE_DECODER = msgspec.json.Decoder(list[_MemoryProbe])
 _get_ph, _get_cat, _get_name = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
 _get_pid, _get_tid, _get_args = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
 _get_collective = attrgetter("collective")
@@ -180,6 +222,8 @@ class _Chunk:
 
     events: list[_Event]
     piece: Callable[[], bytes]  # the chunk's JSON text (slow paths only)
+    # the chunk's text decoded by another decoder (from the event holding a marker on, if given)
+    decode_again: Callable[[msgspec.json.Decoder, bytes | None], list[Any]]
     kind: np.ndarray  # int8 Kind codes, from the category
     category: np.ndarray  # codes in the category memo
     pid: np.ndarray
@@ -198,6 +242,9 @@ class _KinetoFile:
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[str, str] = {}
         self.flows: list[dict[str, np.ndarray]] = []  # per chunk: ph, cat codes, id, pid, tid, ts_ns
+        self.memory: list[dict[str, np.ndarray]] = []  # per chunk: the memory table's columns
+        # _MEMORY_EVENTS_DECODER from the first allocator event on
+        self.decoder: msgspec.json.Decoder[Any] = _EVENTS_DECODER
         self.counts: dict[str, int] = {}
         self.unmapped: dict[str, int] = {}
         self.warnings: list[str] = []
@@ -322,7 +369,7 @@ class _KinetoFile:
         if start >= end:
             return end
         try:
-            events = self._decode_in_place(buf, start, end)
+            events = self._decode_in_place(buf, start, end, self.decoder)
         except msgspec.ValidationError:
             events = self._decode_loose(_piece(buf, start, end))
         except msgspec.DecodeError:
@@ -335,11 +382,12 @@ class _KinetoFile:
                 raise TraceFormatError(self.path, f"malformed JSON in traceEvents near byte {start}",
                                        "the file is damaged or not a Chrome trace") from None
             return self._decode_events(buf, start, boundary)
-        self._ingest(events, lambda: _piece(buf, start, end))
+        self._ingest(events, lambda: _piece(buf, start, end),
+                     lambda decoder, marker: self._decode_tail(buf, start, end, decoder, marker))
         return end
 
     @staticmethod
-    def _decode_in_place(buf: bytearray, start: int, end: int) -> list[_Event]:
+    def _decode_in_place(buf: bytearray, start: int, end: int, decoder: msgspec.json.Decoder) -> list[Any]:
         appended = end == len(buf)
         if appended:
             buf.append(0x5D)
@@ -347,11 +395,22 @@ class _KinetoFile:
         buf[start - 1], buf[end] = 0x5B, 0x5D
         try:
             with memoryview(buf) as view, view[start - 1 : end + 1] as piece:
-                return _EVENTS_DECODER.decode(piece)
+                return decoder.decode(piece)
         finally:
             buf[start - 1], buf[end] = before, after
             if appended:
                 del buf[-1]
+
+    def _decode_tail(self, buf: bytearray, start: int, end: int, decoder: msgspec.json.Decoder,
+                     marker: bytes | None) -> list[Any]:
+        """The events of ``buf[start:end]`` decoded by ``decoder``; with ``marker``, only those from
+        the event holding its first occurrence on, found as the last ``{`` before it (a guess: the
+        caller checks the count, and a wrong guess fails to decode)."""
+        if marker is not None:
+            at = buf.find(marker, start, end)
+            brace = buf.rfind(b"{", start, at) if at >= 0 else -1
+            start = max(start, brace)
+        return self._decode_in_place(buf, start, end, decoder)
 
     def _last_event_boundary(self, buf: bytearray, start: int, end: int) -> int | None:
         """End (exclusive) of the last complete top-level event in ``buf[start:end]``."""
@@ -370,7 +429,8 @@ class _KinetoFile:
         fixed = sum(_coerce_event(item) for item in items if isinstance(item, dict))
         if fixed:
             self.counts["coerced_fields"] = self.counts.get("coerced_fields", 0) + fixed
-        return _EVENTS_DECODER.decode(msgspec.json.encode(items))
+        # with the allocator's args: a slow path already, and its events may be the first of them
+        return list(_MEMORY_EVENTS_DECODER.decode(msgspec.json.encode(items)))
 
     def _final_chunk(self, buf: bytearray, array_document: bool) -> None:
         brackets, depth = _structure(memoryview(buf)[1:])
@@ -428,7 +488,8 @@ class _KinetoFile:
         raise TraceFormatError(self.path, "is JSON but not a trace")
 
     # -- columns --------------------------------------------------------------------------
-    def _ingest(self, events: list[_Event], piece: Callable[[], bytes]) -> None:
+    def _ingest(self, events: list[_Event], piece: Callable[[], bytes],
+                decode_again: Callable[[msgspec.json.Decoder, bytes | None], list[Any]]) -> None:
         """Turn one decoded chunk into columns. Each field is read once for all events (C-level
         ``map(attrgetter)``), then rows are selected with numpy masks."""
         n = len(events)
@@ -461,6 +522,7 @@ class _KinetoFile:
         chunk = _Chunk(
             events=events,
             piece=piece,
+            decode_again=decode_again,
             kind=cat_kinds[cat_codes],
             category=cat_codes,
             pid=_int_ids(list(map(_get_pid, events)), self.string_ids),
@@ -469,8 +531,55 @@ class _KinetoFile:
         )
         if is_flow.any():
             self._keep_flows(chunk, ph_codes, is_flow)
+        is_instant = ph_mask(("i", "I"))
+        if is_instant.any():  # a few per file, or one per allocation when memory is profiled
+            is_memory = self._memory_rows(chunk, is_instant)
+            is_complete &= ~is_memory
         if is_complete.any():
             self._ingest_complete(chunk, is_complete)
+
+    def _memory_rows(self, chunk: _Chunk, is_instant: np.ndarray) -> np.ndarray:
+        """Keep the allocator events among the chunk's instants as memory rows; returns their mask."""
+        rows = np.flatnonzero(is_instant)
+        names = map(_get_name, compress(chunk.events, is_instant))
+        rows = rows[np.fromiter(map(MEMORY_EVENT_NAME.__eq__, names), dtype=bool, count=rows.size)]
+        is_memory = np.zeros(len(chunk.events), dtype=bool)
+        if rows.size == 0:
+            return is_memory
+        is_memory[rows] = True
+        m = int(rows.size)
+        args = self._memory_args(chunk, is_memory)
+        self.memory.append({
+            "device": _int_arg(args, "device_id", m), "device_type": _int_arg(args, "device_type", m),
+            "ts_ns": chunk.start_ns[rows], "bytes": _int_arg(args, "mem_bytes", m),
+            "total_allocated_bytes": _int_arg(args, "total_allocated", m),
+            "total_reserved_bytes": _int_arg(args, "total_reserved", m),
+            "addr": _int_arg(args, "addr", m), "pid": chunk.pid[rows], "tid": chunk.tid[rows],
+        })
+        self._count("memory", m)
+        return is_memory
+
+    def _memory_args(self, chunk: _Chunk, is_memory: np.ndarray) -> list[_MemoryArgs]:
+        """The allocator args of the chunk's memory rows. The first chunk that has any was decoded
+        without them (files without allocator events never pay for their fields): read them from
+        its text, from the first allocator event on, every other key skipped; then decode the rest
+        of the file with them."""
+        args = list(map(_get_args, compress(chunk.events, is_memory)))
+        if isinstance(args[0], _MemoryArgs):
+            return args
+        self.decoder = _MEMORY_EVENTS_DECODER
+        first = int(np.argmax(is_memory))
+        try:
+            tail = chunk.decode_again(_MEMORY_PROBE_DECODER, b'"' + MEMORY_EVENT_NAME.encode() + b'"')
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            tail = []
+        if len(tail) == len(chunk.events) - first:  # the tail starts at the first allocator event
+            return list(map(_get_args, compress(tail, is_memory[first:])))
+        try:
+            probe = chunk.decode_again(_MEMORY_PROBE_DECODER, None)
+        except msgspec.ValidationError:
+            probe = self._decode_loose(chunk.piece())
+        return list(map(_get_args, compress(probe, is_memory)))
 
     def _metadata_names(self, events: list[_Event], is_meta: np.ndarray) -> None:
         """Process and thread names from the metadata (``ph == "M"``) events."""
@@ -684,7 +793,18 @@ class _KinetoFile:
         events = self._events_table(rank, base_time_ns)
         links = self._links(events, rank)
         steps = steps_from_annotations(events)
-        return Trace(events=events, links=links, ranks={rank: info}, steps=steps, warnings=[])
+        return Trace(events=events, links=links, ranks={rank: info}, steps=steps, warnings=[],
+                     memory=self._memory_table(rank, base_time_ns))
+
+    def _memory_table(self, rank: int, base_time_ns: int) -> pa.Table:
+        if not self.memory:
+            return empty_memory()
+        cols = {key: np.concatenate([part[key] for part in self.memory]) for key in self.memory[0]}
+        cols["ts_ns"] = cols["ts_ns"] + base_time_ns
+        cols["rank"] = np.full(cols["ts_ns"].size, rank, dtype=np.int32)
+        # -1 marks an absent total or address (Kineto before PyTorch 1.10 wrote only Bytes)
+        masks = {key: cols[key] < 0 for key in ("total_allocated_bytes", "total_reserved_bytes", "addr")}
+        return make_memory_table(cols, masks)
 
     def _events_table(self, rank: int, base_time_ns: int) -> pa.Table:
         n = self.n_rows
@@ -879,14 +999,14 @@ def _coerce_event(item: dict[str, Any]) -> int:
 
 
 def _coerce_args(args: dict[str, Any]) -> int:
-    """Coerce the ``args`` of one event to the types of ``_Args``, in place (a value that cannot be
+    """Coerce the ``args`` of one event to the types of ``_MemoryArgs``, in place (a value that cannot be
     coerced is dropped); returns how many values were changed or dropped."""
     fixed = 0
-    for fld, encoded in zip(_Args.__struct_fields__, _Args.__struct_encode_fields__):
+    for fld, encoded in zip(_MemoryArgs.__struct_fields__, _MemoryArgs.__struct_encode_fields__):
         if encoded not in args:
             continue
         value = args[encoded]
-        default = getattr(_NO_ARGS, fld)
+        default = getattr(_NO_MEMORY_ARGS, fld)
         if isinstance(default, int) and not isinstance(value, int) or isinstance(value, bool):
             try:
                 args[encoded] = int(value)
@@ -924,7 +1044,7 @@ def _copy_kind(name: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-def _int_arg(args: list[_Args], field: str, n: int) -> np.ndarray:
+def _int_arg(args: Sequence[_Args], field: str, n: int) -> np.ndarray:
     """One integer arg as int64; values beyond 64 bits (seen in real traces) become -1."""
     try:
         return np.fromiter(map(attrgetter(field), args), dtype=np.int64, count=n)

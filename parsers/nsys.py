@@ -16,13 +16,23 @@ source table                          kind         category
 ``CUPTI_ACTIVITY_KIND_RUNTIME``       runtime      ``cuda_runtime`` or ``cuda_driver``
 ``NVTX_EVENTS`` push/pop, start/end   annotation   ``nvtx`` (default domain) or ``nvtx:<domain>``
 ``NVTX_EVENTS`` marks                 other        ``nvtx_mark`` (duration 0)
+``OSRT_API`` (``--trace osrt``)       annotation   ``os_runtime`` (``poll``, ``pthread_mutex_lock`` ...)
 ===================================== ============ =========================================
+
+NVTX ranges and OS runtime calls sit on the thread that made them (``globalTid``), which for a
+PyTorch process is the thread that also makes the CUDA calls, so the CPU context of a host-bound
+idle gap (``analyses/idle_gaps.py``, which looks at annotations) names them. OS runtime calls are
+annotations rather than runtime calls so that nothing counts them as CUDA API calls; they never
+become steps (``traceview.model.NON_STEP_CATEGORIES``).
 
 * Names come from ``StringIds``: kernels by ``demangledName``, else ``shortName``, else
   ``mangledName``; API calls by ``nameId``, with the CUPTI version suffix of runtime names removed
   (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``; driver names such as ``cuMemAlloc_v2`` keep
   theirs, as only suffixes of four or more digits are removed); NVTX ranges by ``text``, else
-  ``textId``.
+  ``textId``, without what ``torch.autograd.profiler.emit_nvtx`` appends (``aten::addmm, seq = 7,
+  op_id = 9, sizes = [...]`` -> ``aten::addmm``), so that the ranges of one op share a name (each
+  name was unique before, and no context or step marker could group them); OS runtime calls by
+  ``nameId``.
 * Runtime vs driver: ``eventClass`` through ``ENUM_NSYS_EVENT_CLASS`` (built-in: 0 runtime,
   1 driver); for an unknown class, a name starting with ``cu`` but not ``cuda`` is a driver call.
 * Memcpy direction (``copy_kind``): ``ENUM_CUDA_MEMCPY_OPER`` when present (``CUDA_MEMCPY_KIND_HTOD``
@@ -57,6 +67,12 @@ Nsight tables but no events gives one empty rank 0 (so its metadata and devices 
 Launch links join a runtime/driver call to the kernels, copies, memsets and sync records it caused
 on correlation id **and** process (ids repeat across processes), with category ``correlation``.
 
+Steps
+-----
+With ``step_marker`` (``--step-marker``), the NVTX ranges whose names match it; else, per rank,
+PyTorch profiler steps recorded as NVTX (``ProfilerStep#N``) where the rank has them, else
+``step_N`` / ``iteration N`` ranges (``traceview.model.steps_from_annotations``).
+
 Times
 -----
 Nsight stores int64 nanoseconds. ``start_ns`` is kept on the export's own timeline;
@@ -76,7 +92,10 @@ Metadata and counts
 ``TARGET_INFO_CUDA_GPU`` (whose ``globalMemorySize`` is in MiB; it is converted to bytes).
 
 ``event_counts`` has, per source table, ``<TABLE>.read`` (rows of this rank's process) and
-``<TABLE>.mapped`` (rows that became events), plus ``mapped`` (all events of the rank). Tables
+``<TABLE>.mapped`` (rows that became events), plus ``mapped`` (all events of the rank). Rows read
+but not mapped are counted by reason: ``NVTX_EVENTS.skipped_domain_create`` (domain names, used
+for the category) and ``NVTX_EVENTS.skipped_other_type`` (NVTX categories, thread names and other
+non-range records); ``NVTX_EVENTS.emit_nvtx_suffix_removed`` counts renamed ranges. Tables
 traceview does not map (OS runtime, scheduling, profiler overhead, ...) are counted once, in the
 first rank's ``unmapped``, by table name, so nothing is dropped silently.
 """
@@ -103,7 +122,6 @@ import pyarrow.compute as pc
 from traceview.errors import TraceFormatError
 from traceview.registry import InputFormat, register_input_format
 from traceview.model import (
-    DEFAULT_STEP_MARKER,
     EVENT_SCHEMA,
     DeviceInfo,
     Kind,
@@ -129,7 +147,8 @@ MEMSET_T = "CUPTI_ACTIVITY_KIND_MEMSET"
 SYNC_T = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 RUNTIME_T = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_T = "NVTX_EVENTS"
-EVENT_TABLES = (KERNEL_T, MEMCPY_T, MEMSET_T, SYNC_T, RUNTIME_T, NVTX_T)
+OSRT_T = "OSRT_API"
+EVENT_TABLES = (KERNEL_T, MEMCPY_T, MEMSET_T, SYNC_T, RUNTIME_T, NVTX_T, OSRT_T)
 #: A file is an Nsight export only if it has at least one of these.
 CORE_TABLES = (KERNEL_T, RUNTIME_T, NVTX_T)
 
@@ -151,6 +170,9 @@ NVTX_MARK_TYPES_BUILTIN = (34, 65)
 NVTX_DOMAIN_CREATE_BUILTIN = 75
 
 _RUNTIME_VERSION_SUFFIX = r"_v\d{4,}$"
+#: What ``torch.autograd.profiler.emit_nvtx`` appends to an op's NVTX range name: sequence number,
+#: op id, input shapes (``record_shapes``), input op ids. Removed so ranges of one op share a name.
+EMIT_NVTX_SUFFIX = r", (?:seq = -?\d+|op_id = \d+|sizes = \[|input_op_ids = \[).*$"
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _NCCL_COLLECTIVES = {
     "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reduce_scatter",
@@ -301,7 +323,7 @@ def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None) 
     except sqlite3.Error as exc:
         raise TraceFormatError(path, f"cannot be opened as SQLite ({exc})") from None
     try:
-        return _Parser(con, path, step_marker or DEFAULT_STEP_MARKER).run()
+        return _Parser(con, path, step_marker).run()
     except sqlite3.DatabaseError as exc:
         raise TraceFormatError(path, f"is a damaged or unreadable SQLite database ({exc})",
                                "export it again with nsys export --type sqlite") from None
@@ -360,6 +382,19 @@ class _Strings:
         codes[found] = base + inverse
         return codes
 
+    def ids_matching(self, ids: np.ndarray, pattern: str) -> np.ndarray:
+        """Boolean per id: its ``StringIds`` value matches ``pattern`` (unknown ids: False)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.zeros(len(ids), dtype=bool)
+        if len(self.ids) == 0 or len(ids) == 0:
+            return out
+        pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        found = self.ids[pos] == ids
+        uniq, inverse = _used_positions(pos[found], len(self.ids))
+        hits = pc.match_substring_regex(self.blocks[0].take(pa.array(uniq)), pattern).fill_null(False)
+        out[found] = np.asarray(hits, dtype=bool)[inverse]
+        return out
+
     def from_strings(self, values: pa.Array) -> np.ndarray:
         """Codes for a string array (nulls -> ``""``)."""
         encoded = values.cast(pa.string()).dictionary_encode()
@@ -408,10 +443,12 @@ class _Group:
     keep: np.ndarray
     copy_kind: np.ndarray  # codes in the name pool of the copy kind (memcpy rows), -1 elsewhere
     optional: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # name -> (values, valid)
+    #: rows counted in ``event_counts["<table>.<note>"]``: why a row was skipped, or what was done to it
+    notes: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class _Parser:
-    def __init__(self, con: sqlite3.Connection, path: Path, step_marker: str) -> None:
+    def __init__(self, con: sqlite3.Connection, path: Path, step_marker: str | None) -> None:
         self.con = con
         self.path = path
         self.step_marker = step_marker
@@ -648,10 +685,13 @@ class _Parser:
         is_mark = np.isin(event_type, marks)
         # names: text, else textId
         has_text = np.asarray(text.is_valid())
-        name_codes = names.from_ids(np.where(has_text, -1, text_id))
+        name_codes = names.from_ids(np.where(has_text, -1, text_id), transform=_strip_emit_nvtx)
         names.missing -= int((has_text | (text_id < 0)).sum())  # rows without textId are not "missing"
+        suffixed = names.ids_matching(np.where(has_text, -1, text_id), EMIT_NVTX_SUFFIX)
         if has_text.any():
-            name_codes[has_text] = names.from_strings(text.filter(pa.array(has_text)))
+            texts = text.filter(pa.array(has_text))
+            name_codes[has_text] = names.from_strings(_strip_emit_nvtx(texts))
+            suffixed[has_text] = np.asarray(pc.match_substring_regex(texts, EMIT_NVTX_SUFFIX).fill_null(False))
         # domain names from domain-create rows (text holds the name)
         domain_names: dict[int, str] = {}
         created = np.flatnonzero(event_type == domain_create)
@@ -671,7 +711,25 @@ class _Parser:
         tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
         g = self.group(t, proc, tid, start, end, kind, category, name_codes, keep=is_range | is_mark)
         g.optional["_open"] = (open_ranges.astype(np.int64), open_ranges)
+        skipped = ~(is_range | is_mark)
+        g.notes["skipped_domain_create"] = event_type == domain_create
+        g.notes["skipped_other_type"] = skipped & (event_type != domain_create)
+        g.notes["emit_nvtx_suffix_removed"] = suffixed & (is_range | is_mark)
         return g
+
+    def read_osrt(self, names: _Strings) -> _Group | None:
+        """OS runtime calls (``--trace osrt``: ``poll``, ``pthread_mutex_lock``, ``read`` ...) as
+        annotations of category ``os_runtime`` on their thread, so the CPU-context lookup of
+        host-bound gaps sees them; they never become steps or launch calls."""
+        t = OSRT_T
+        if t not in self.tables:
+            return None
+        exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "globalTid"), self.col(t, "nameId")]
+        (start, end, gtid, name_id), _ = self.fetch(t, exprs)
+        proc = np.where(gtid == -1, -1, gtid >> 24)
+        tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
+        category = np.full(len(start), self.categories.const("os_runtime"), dtype=np.int64)
+        return self.group(t, proc, tid, start, end, Kind.ANNOTATION, category, names.from_ids(name_id))
 
     def _nvtx_types(self) -> tuple[list[int], list[int], int]:
         table = self.enum("ENUM_NSYS_EVENT_TYPE")
@@ -807,7 +865,8 @@ class _Parser:
         self._check_core_tables()
         names = self.read_strings()
         groups = [g for g in (self.read_kernels(names), self.read_memcpy(names), self.read_memset(names),
-                              self.read_sync(names), self.read_runtime(names), self.read_nvtx(names)) if g is not None]
+                              self.read_sync(names), self.read_runtime(names), self.read_nvtx(names),
+                              self.read_osrt(names)) if g is not None]
         if names.missing:
             self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
         rank_map = _rank_map(groups)
@@ -1084,6 +1143,10 @@ def _tally_rows(groups: list[_Group], rank_map: _RankMap, sync_fixed: np.ndarray
         if "_open" in g.optional:
             opened = g.optional.pop("_open")[1]
             open_per_rank += np.bincount(r_all[opened & (r_all >= 0)], minlength=n_ranks)
+        for note, rows in g.notes.items():
+            per_rank = np.bincount(r_all[rows & (r_all >= 0)], minlength=n_ranks)
+            for hit in np.flatnonzero(per_rank).tolist():
+                counts[hit][f"{g.table}.{note}"] = int(per_rank[hit])
     for r in range(n_ranks):
         if sync_fixed[r]:
             counts[r][f"{SYNC_T}.device_from_activity"] = int(sync_fixed[r])
@@ -1150,6 +1213,11 @@ def _threads_of(proc: int, pid: int, t_proc: np.ndarray, t_tid: np.ndarray,
             if label:
                 threads[f"{pid}:{tid}"] = label
     return threads
+
+
+def _strip_emit_nvtx(values: pa.Array) -> pa.Array:
+    """NVTX names without the ``emit_nvtx`` suffix (``aten::addmm, seq = 7, op_id = 9`` -> ``aten::addmm``)."""
+    return pc.replace_substring_regex(values, EMIT_NVTX_SUFFIX, "")
 
 
 def _is_sqlite(_path: Path, head: bytes) -> bool:

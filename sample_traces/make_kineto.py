@@ -28,6 +28,8 @@ written events; an independent interval union is only used as an internal assert
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import gzip
 import json
@@ -298,6 +300,9 @@ class Gap:
     ended_by: Gpu
     step: int | None
     expect_context: str | None = None
+    #: a host-launched gap that starts while the launching thread sits in a synchronize call (the
+    #: sync drained the queue: ``.item()``): its cause is sync_bound (docs/metrics.md, idle gaps rule 0)
+    drained: bool = False
 
 
 @dataclass
@@ -1120,6 +1125,10 @@ def _context(b: RankBuilder, gap: Gap) -> dict | None:
         inner = max(cover, key=lambda o: (o.start, -o.end))
         assert inner.name == gap.expect_context, (b.rank, gap.step, inner.name, gap.expect_context)
         return {"name": inner.name, "cat": inner.cat, "tid": tid}
+    if gap.cause == "sync_bound" and gap.drained:
+        sync = _drained_by(b, dataclasses.replace(gap, cause="host_bound"))
+        assert sync is not None and sync.name == gap.expect_context
+        return {"name": sync.name, "cat": "cuda_runtime", "tid": sync.tid}
     if gap.cause == "sync_bound":
         syncs = [a for a in b.apis if a.name in SYNC_APIS and a.start <= gap.start and a.end >= gap.end]
         assert len(syncs) == 1 and syncs[0].name == gap.expect_context
@@ -1159,10 +1168,29 @@ def _kernel_stats(gpus: list[Gpu]) -> dict:
     return out
 
 
+def _drained_by(b: RankBuilder, gap: Gap) -> Api | None:
+    """The synchronize call the launching thread of a host-bound gap sits in when the GPU goes idle."""
+    g = gap.ended_by
+    if gap.cause != "host_bound" or g.api is None:
+        return None
+    hits = [a for a in b.apis if a.name in SYNC_APIS and a.tid == g.api.tid and a.start <= gap.start < a.end]
+    sync = max(hits, key=lambda a: a.start) if hits else None
+    # the host launched again soon after the sync returned (DRAIN_REFILL_NS in analyses/idle_gaps.py)
+    return sync if sync is not None and g.api.start - sync.end <= 100_000 else None
+
+
+def _reclassify(b: RankBuilder, gap: Gap) -> Gap:
+    sync = _drained_by(b, gap)
+    if sync is None:
+        return gap
+    return dataclasses.replace(gap, cause="sync_bound", expect_context=sync.name, drained=True)
+
+
 def _metrics(b: RankBuilder, steps: list[StepResult], extra_gaps: list[Gap]) -> dict:
     items = [g for s in steps for g in s.items]
     comm = [g for s in steps for g in s.comm]
-    gaps = sorted([gp for s in steps for gp in s.gaps] + extra_gaps, key=lambda gp: gp.start)
+    gaps = sorted([_reclassify(b, gp) for s in steps for gp in s.gaps] + [_reclassify(b, gp) for gp in extra_gaps],
+                  key=lambda gp: gp.start)
     first = min(g.start for g in items + comm)
     last = max(g.end for g in items + comm)
     compute = sum(g.dur for g in items if g.cls == "compute")

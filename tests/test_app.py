@@ -661,6 +661,7 @@ def test_an_analysis_without_a_page_gets_the_generic_page(ctl: AppController) ->
 def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> None:
     """An analysis registered as one module (here: a spec added to the registry) gets a nav entry and
     a generic page with its table, its title and its finding, with no change to the app."""
+    from traceview.claims import Claims
     from traceview.findings import AnalysisResult, Finding
     from traceview.registry import ANALYSES, AnalysisSpec, TableSpec
 
@@ -668,9 +669,13 @@ def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> N
         kernels = trace.events.to_pandas()[["rank", "stream", "dur_ns"]]
         table = kernels[kernels["stream"] >= 0].groupby(["rank", "stream"], as_index=False)["dur_ns"].sum()
         rank = int(table["rank"].iloc[0])  # the pipeline runs analyses one rank at a time
+        gpu = trace.events.to_pandas()
+        gpu = gpu[(gpu["stream"] >= 0) & (gpu["device"] >= 0)]
+        # the GPU time it costs: every interval of GPU activity (the findings engine needs claims)
         finding = Finding(code="zz_busy_stream", severity="low", title=f"Rank {rank} has busy streams",
                           analysis="zz_streams", recommendation="none", rank=rank,
-                          cost_ns_per_step=int(table["dur_ns"].sum()))
+                          claims=Claims.of(gpu["rank"].to_numpy(), gpu["device"].to_numpy(), gpu["start_ns"].to_numpy(),
+                                           (gpu["start_ns"] + gpu["dur_ns"]).to_numpy()))
         return AnalysisResult("zz_streams", tables={"busy": table}, findings=[finding])
 
     spec = AnalysisSpec(name="zz_streams", title="Busy streams", run=per_stream, order=999,
@@ -686,9 +691,11 @@ def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(rows) == 4 * 2  # 4 ranks x 2 streams, the largest first
     assert [r["dur_ns"] for r in rows] == sorted((r["dur_ns"] for r in rows), reverse=True)
     # every rank raised it: one finding of the job, about its busiest rank, numbered by the report
-    busy = new_ctl.store.context(0).table("zz_streams", "busy").groupby("rank")["dur_ns"].sum()
-    worst = int(busy.idxmax())
     report = new_ctl.store.context(0).report
+    [job] = [f for f in report["findings"] if f["analysis"] == "zz_streams"]
+    per_rank = job["evidence"]["per_rank"]
+    assert len(per_rank) == 4 and job["claims"]["claimed_ns"] > 0
+    worst = max(per_rank, key=lambda p: p["cost_ns_per_step"])["rank"]
     mine = [(f["id"], f["title"]) for f in report["findings"] if f["analysis"] == "zz_streams"]
     assert [t for _, t in mine] == [f"On all ranks (worst: rank {worst}): Rank {worst} has busy streams"]
     assert _finding_cards(body) == mine

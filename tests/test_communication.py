@@ -450,3 +450,218 @@ def test_dlrm_8_ranks_cross_rank_tables() -> None:
     assert set(result.tables["arrivals"]["rank"]) == set(range(8))
     assert sorted(result.tables["compute_by_rank"]["rank"].unique()) == list(range(8))
     assert not result.warnings
+
+
+# ------------------------------------------------------------------------------ communication not named nccl
+
+DISPATCH = "void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, int*, long*)"
+COMBINE = "void dpsk::ep::internode::combine<false, 8, 4>(int4*, float*, int const*)"
+FP8_GEMM = "void dpsk::gemm::fp8_gemm_kernel<4096, 7168, 128, 128>(float*, int*)"
+CUB_SCAN = "void cdpsk::ep::CUB_DeviceScanKernel<int*, int*>(int*, int*, int)"
+
+
+def deepep_trace() -> Trace:
+    """Compute [0, 1000) and a DeepSeek FP8 GEMM [1500, 2200) (compute, despite its namespace);
+    DeepEP dispatch [500, 1500) and combine [2000, 2500) on stream 20; a CUB scan [2600, 2700).
+
+    U(comm) = 1500; U(compute) = 1000 + 700 + 100 = 1800; overlap = [500, 1000) + [2000, 2200) = 700.
+    """
+    b = Builder()
+    b.kernel(0, 1000)
+    b.kernel(1500, 700, name=FP8_GEMM)
+    b.kernel(500, 1000, name=DISPATCH, stream=20)
+    b.kernel(2000, 500, name=COMBINE, stream=20)
+    b.kernel(2600, 100, name=CUB_SCAN)
+    return b.build()
+
+
+def test_deepep_is_communication_and_its_overlap_is_measured() -> None:
+    result = run(deepep_trace())
+    s = whole(result.tables["summary"]).iloc[0]
+    assert (s["communication_ns"], s["compute_ns"], s["overlap_ns"], s["exposed_ns"]) == (1500, 1800, 700, 800)
+    assert s["families"] == "deepep"
+    c = whole(result.tables["collectives"]).set_index("collective")
+    assert sorted(c.index) == ["deepep:combine", "deepep:dispatch"]
+    assert (c.loc["deepep:dispatch", "communication_ns"], c.loc["deepep:dispatch", "overlap_ns"]) == (1000, 500)
+    assert (c.loc["deepep:combine", "communication_ns"], c.loc["deepep:combine", "overlap_ns"]) == (500, 200)
+    rules = result.tables["rules"]
+    assert rules[["family", "rule", "kernels", "total_ns", "communication_ns"]].values.tolist() == \
+        [["deepep", "deepep", 2, 1500, 1500]]
+
+
+def test_symmetric_memory_and_custom_allreduce_kinds() -> None:
+    b = Builder()
+    b.kernel(0, 100, name="void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>("
+             "c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)", stream=20)
+    b.kernel(200, 50, name="void (anonymous namespace)::multimem_all_gather_kernel<16>(char*, char*)", stream=20)
+    b.kernel(300, 70, name="void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)", stream=20)
+    b.kernel(400, 30, name="void tensorrt_llm::kernels::twoShotAllReduceKernel<half, 8>(AllReduceParams)",
+             stream=20)
+    b.kernel(500, 10)
+    result = run(b.build())
+    c = whole(result.tables["collectives"]).set_index("collective")
+    assert c["count"].to_dict() == {"custom_allreduce:AllReduce": 2, "symmetric_memory:AllGather": 1,
+                                    "symmetric_memory:AllReduce": 1}
+    rules = result.tables["rules"].set_index("family")
+    assert rules["total_ns"].to_dict() == {"symmetric_memory": 150, "custom_allreduce": 100}
+    assert list(result.tables["rules"]["family"]) == ["symmetric_memory", "custom_allreduce"]  # most time first
+    assert whole(result.tables["summary"]).iloc[0]["families"] == "symmetric_memory, custom_allreduce"
+
+
+def test_lookalike_gemm_stays_compute() -> None:
+    """A GEMM and a CUB kernel in DeepSeek's `dpsk::`/`cdpsk::ep::` namespaces are compute: alone,
+    they give no communication at all."""
+    b = Builder()
+    b.kernel(0, 100, name=FP8_GEMM)
+    b.kernel(100, 100, name=CUB_SCAN)
+    b.kernel(200, 100, name="void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*)")
+    b.kernel(300, 100, name="void moe_combine_kernel<float>(float*, float const*, int)")
+    result = run(b.build())
+    assert result.tables["summary"].empty and result.tables["rules"].empty
+
+
+def test_comm_pattern_adds_a_family_and_the_cache_keys_on_it() -> None:
+    b = Builder()
+    b.kernel(0, 100)
+    b.kernel(50, 200, name="my_fancy_exchange_kernel<float>", stream=20)
+    trace = b.build()
+    assert run(trace).tables["summary"].empty  # unknown to the table: compute
+    result = run(trace, comm_patterns=("fancy=fancy_exchange",))
+    s = whole(result.tables["summary"]).iloc[0]
+    assert (s["communication_ns"], s["overlap_ns"], s["exposed_ns"], s["families"]) == (200, 50, 150, "fancy")
+    rules = result.tables["rules"]
+    assert rules[["family", "rule", "kernels", "total_ns"]].values.tolist() == \
+        [["fancy", "user:fancy_exchange", 1, 200]]
+    assert list(whole(result.tables["collectives"])["collective"]) == ["fancy:unknown"]
+    assert run(trace).tables["summary"].empty  # the cache did not hand back the other options' figures
+
+
+def two_rank_deepep(exposed_ns: int = 400) -> Trace:
+    """Two ranks, each: compute [0, 1000), DeepEP combine [1000 - 100, 1000 + exposed_ns) on stream 20
+    (100 ns overlapped), and a second combine fully under compute [200, 300)."""
+    b = Builder()
+    for r in (0, 1):
+        b.kernel(0, 1000, rank=r)
+        b.kernel(900, 100 + exposed_ns, name=COMBINE, rank=r, stream=20)
+        b.kernel(200, 100, name=COMBINE, rank=r, stream=20)
+    return b.build()
+
+
+def test_exposed_collective_claims_are_its_exposed_intervals() -> None:
+    result = run(two_rank_deepep())
+    [f] = [f for f in result.findings if f.code == "exposed_collective"]
+    assert f.evidence["collective"] == "deepep:combine" and f.part_of == "exposed_communication"
+    assert "DeepEP" in f.recommendation
+    assert f.claims is not None
+    assert f.claims.by_gpu() == {(0, 0): 400, (1, 1): 400}
+    assert f.claims.largest(2) == [(0, 0, 1000, 1400), (1, 1, 1000, 1400)]
+    exposed = whole(result.tables["collectives"]).set_index("rank")["exposed_ns"].to_dict()
+    assert exposed == {0: 400, 1: 400}
+
+
+def test_straggler_claims_are_the_other_ranks_waits() -> None:
+    arrivals = [{0: 600_000, 1: 610_000, 2: 810_000}, {0: 620_000, 1: 600_000, 2: 820_000},
+                {0: 600_000, 1: 605_000, 2: 805_000}]
+    result = run(multi_rank(arrivals, [1_000_000] * 3))
+    [f] = [f for f in result.findings if f.code == "straggler_rank"]
+    assert f.rank == 2 and f.part_of == "exposed_communication" and f.claims is not None
+    # on each other rank: from its own start, for (straggler start - its start)
+    assert f.claims.by_gpu() == {(0, 0): (210 + 200 + 205) * 1000, (1, 1): (200 + 220 + 200) * 1000}
+    first_step = sorted(i for i in f.claims.largest(6) if i[2] < 10_000_000)
+    assert first_step == [(0, 0, 600_000, 810_000), (1, 1, 610_000, 810_000)]
+    assert all(x.claims is None for x in result.findings if x.code == "compute_imbalance")
+
+
+def test_straggler_claims_stay_on_each_ranks_own_clock() -> None:
+    """Rank 1's clock runs 5 ms ahead: the straggler (rank 0) is judged on corrected clocks, but the
+    time rank 1 waits is claimed at rank 1's own timestamps."""
+    arrivals = [{0: 800_000, 1: 600_000, 2: 610_000}, {0: 820_000, 1: 620_000, 2: 600_000},
+                {0: 805_000, 1: 600_000, 2: 605_000}]
+    trace = multi_rank(arrivals, [1_000_000] * 3, offsets={1: 5_000_000})
+    [f] = [f for f in run(trace).findings if f.code == "straggler_rank"]
+    assert f.rank == 0 and f.claims is not None
+    assert f.claims.by_gpu() == {(1, 1): (200 + 200 + 205) * 1000, (2, 2): (190 + 220 + 200) * 1000}
+    rank1 = sorted(i for i in f.claims.largest(6) if i[0] == 1)
+    assert rank1[0] == (1, 1, 5_600_000, 5_800_000)
+
+
+def test_straggler_claims_are_clipped_to_the_waiting_kernel() -> None:
+    """Rank 1 starts after rank 0's kernel has ended: rank 0's claim is its whole kernel, no more."""
+    b = Builder()
+    for k in range(3):
+        t0 = k * 10_000
+        b.kernel(t0, 50, rank=0)
+        b.kernel(t0, 50, rank=1)
+        b.nccl(t0 + 100, 100, rank=0)
+        b.nccl(t0 + 400, 100, rank=1)
+    [f] = [f for f in run(b.build()).findings if f.code == "straggler_rank"]
+    assert f.rank == 1 and f.claims is not None
+    assert f.claims.by_gpu() == {(0, 0): 3 * 100}
+
+
+def test_claims_travel_in_the_cross_rank_inputs() -> None:
+    """Rank by rank (as a job gathers them: compacted and pickled) the claims are the same as on
+    the whole trace."""
+    import pickle
+
+    from traceview.pipeline import select_rank
+
+    arrivals = [{0: 600_000, 1: 610_000, 2: 810_000}, {0: 620_000, 1: 600_000, 2: 820_000},
+                {0: 600_000, 1: 605_000, 2: 805_000}]
+    trace = multi_rank(arrivals, [1_000_000] * 3)
+    whole_trace = {f.code: f.claims for f in run(trace).findings}
+    options = Options()
+    parts = []
+    for rank in trace.rank_ids:
+        sub, rows = select_rank(trace, rank)
+        part = comm.cross_rank_inputs(sub, options).remap_rows(rows, 0).compact()
+        parts.append(pickle.loads(pickle.dumps(part)))
+    by_rank = {f.code: f.claims for f in comm.reduce_ranks(parts, options).findings}
+    assert set(by_rank) == set(whole_trace) and "straggler_rank" in by_rank and "exposed_collective" in by_rank
+    for code, claims in whole_trace.items():
+        assert claims is not None and by_rank[code] is not None
+        assert by_rank[code].by_gpu() == claims.by_gpu(), code
+
+
+def test_dlrm_claims() -> None:
+    if not DLRM.exists():
+        pytest.skip(f"real traces not available: {DLRM} is absent (it sits beside the repo)")
+    result = run(traceview.load(DLRM))
+    exposed = whole(result.tables["collectives"])
+    for f in (f for f in result.findings if f.code == "exposed_collective"):
+        rows = exposed[exposed["collective"] == f.evidence["collective"]]
+        assert f.claims is not None
+        assert f.claims.by_gpu() == {(int(r), int(d)): int(e) for r, d, e in
+                                     zip(rows["rank"], rows["device"], rows["exposed_ns"])}
+    [strag] = [f for f in result.findings if f.code == "straggler_rank"]
+    assert strag.rank == 7 and strag.claims is not None
+    assert strag.claims.ranks() == set(range(7))  # the others wait, on their own GPUs
+    # each claimed interval lies inside a communication kernel of its rank
+    arr = result.tables["arrivals"]
+    for rank, _, start, end in strag.claims.largest(len(strag.claims)):
+        mine = arr[arr["rank"] == rank]
+        assert ((mine["start_ns"] <= start) & (end <= mine["end_ns"])).any()
+    # without clipping the waits would add up to the caused wait times the other ranks
+    stragglers = result.tables["stragglers"].set_index("rank")
+    assert strag.claims.total_ns() <= stragglers.loc[7, "wait_caused_ns"] * 7 + 7 * len(arr)
+    assert result.tables["rules"]["family"].unique().tolist() == ["nccl"]
+
+
+def test_rule_table_reaches_the_report() -> None:
+    """Through the pipeline (rank by rank), with a user rule: the report's communication section
+    has the rules table and the summary's families, and the DeepEP time is communication."""
+    from traceview.pipeline import analyze as pipeline_analyze
+
+    b = Builder()
+    for r in (0, 1):
+        b.kernel(0, 1000, rank=r)
+        b.kernel(900, 500, name=COMBINE, rank=r, stream=20)
+        b.kernel(1400, 300, name="my_fancy_exchange_kernel", rank=r, stream=20)
+    report = pipeline_analyze(b.build(), Options(comm_patterns=("fancy=fancy_exchange",)))
+    rules = report.table("communication", "rules")
+    assert rules[["rank", "family", "kernels", "total_ns"]].values.tolist() == [
+        [0, "deepep", 1, 500], [0, "fancy", 1, 300], [1, "deepep", 1, 500], [1, "fancy", 1, 300]]
+    assert report["analyses"]["communication"]["tables"]["rules"]["title"] == \
+        "Communication by classification rule (whole trace)"
+    summary = report.table("communication", "summary")
+    assert set(summary["families"]) == {"deepep, fancy"} and set(summary["exposed_ns"]) == {700}

@@ -178,8 +178,10 @@ def test_unmapped_events_are_counted_not_dropped(tmp_path):
     ]
     tr = traceview.load(write_trace(tmp_path / "t.json", events), use_cache=False)
     info = tr.ranks[0]
-    assert info.unmapped == {"mtia_ccp_events": 1, "cpu_instant_event": 1, "ph=C": 1}
-    assert tr.num_events == 3  # the counter has no duration semantics: counted, not an event row
+    # the allocator's [memory] instant is a row of Trace.memory, not an unmapped event
+    assert info.unmapped == {"mtia_ccp_events": 1, "ph=C": 1}
+    assert tr.num_events == 2  # the counter has no duration semantics: counted, not an event row
+    assert tr.memory.num_rows == 1 and info.event_counts["memory"] == 1
     assert info.event_counts["events_read"] == 4
 
 
@@ -341,17 +343,20 @@ def test_cache_round_trip_is_identical_and_invalidated_by_change(tmp_path, monke
 # ------------------------------------------------------------------------------ real traces
 
 
-def _independent_counts(path: Path) -> tuple[collections.Counter, int]:
+def _independent_counts(path: Path) -> tuple[collections.Counter, int, int]:
+    """(kinds of the event rows, event rows, allocator [memory] instants, which are not event rows)."""
     with gzip.open(path, "rt") as f:
         doc = json.load(f)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     kinds: collections.Counter = collections.Counter()
-    rows = 0
+    rows = memory = 0
     for ev in events:
-        if ev.get("ph") in ("X", "i", "I"):
+        if ev.get("ph") in ("i", "I") and ev.get("name") == "[memory]":
+            memory += 1
+        elif ev.get("ph") in ("X", "i", "I"):
             rows += 1
             kinds[EXPECTED_KIND.get(ev.get("cat", ""), "other")] += 1
-    return kinds, rows
+    return kinds, rows, memory
 
 
 @pytest.mark.parametrize(
@@ -361,11 +366,12 @@ def _independent_counts(path: Path) -> tuple[collections.Counter, int]:
 def test_every_shared_kineto_trace_matches_an_independent_count(name):
     require_shared()
     path = KINETO_DIR / name
-    expected, rows = _independent_counts(path)
+    expected, rows, memory = _independent_counts(path)
     tr = traceview.load(path, use_cache=False)
     got = collections.Counter(tr.events.column("kind").to_pylist())
     assert tr.num_events == rows
     assert got == expected
+    assert tr.memory.num_rows == memory
     # exactness: every start is the file's decimal us value * 1000 + base time, checked on a sample
     info = next(iter(tr.ranks.values()))
     assert (tr.events.column("dur_ns").to_numpy() >= 0).all()

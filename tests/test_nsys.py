@@ -298,6 +298,8 @@ def independent_counts(path: Path) -> dict[tuple[int, str], int]:
                       "WHERE eventType IN (59, 60, 70, 71) GROUP BY 1"), "annotation")
         add(sql(path, "SELECT (globalTid >> 24) & 16777215, COUNT(*) FROM NVTX_EVENTS "
                       "WHERE eventType IN (34, 65) GROUP BY 1"), "other")
+    if "OSRT_API" in tables:  # OS runtime calls are annotations of category os_runtime
+        add(sql(path, "SELECT (globalTid >> 24) & 16777215, COUNT(*) FROM OSRT_API GROUP BY 1"), "annotation")
     return want
 
 
@@ -320,6 +322,17 @@ def test_real_export_counts_equal_raw_tables(path):
     pid = tr.column("pid")
     assert (pid[api] == pid[gpu]).all()
     assert (tr.kind_codes()[api] == int(Kind.RUNTIME)).all()
+    assert_every_row_accounted_for(tr)
+
+
+def assert_every_row_accounted_for(tr) -> None:
+    """Per rank and table: rows read = rows mapped + rows skipped (each counted under its reason)."""
+    for info in tr.ranks.values():
+        counts = info.event_counts
+        for key in [k for k in counts if k.endswith(".read")]:
+            table = key.removesuffix(".read")
+            skipped = sum(n for k, n in counts.items() if k.startswith(f"{table}.skipped_"))
+            assert counts[key] == counts[f"{table}.mapped"] + skipped, (info.rank, table, counts)
 
 
 def test_torchrun_2026_two_ranks_sendrecv_and_links():
@@ -477,3 +490,150 @@ def test_export_with_empty_tables_has_one_empty_rank(synthetic, tmp_path):
     assert tr.num_events == 0 and list(tr.ranks) == [0]
     assert [d.name for d in tr.ranks[0].devices] == ["NVIDIA H100 80GB HBM3"] * 2
     assert any("no events" in w for w in tr.warnings)
+
+
+# ------------------------------------------------------- steps, emit_nvtx names, OS runtime calls
+
+
+def _main_thread(pid: int) -> int:
+    return make_nsys.VM | (pid << 24) | pid
+
+
+def _insert_nvtx(con: sqlite3.Connection, rows: list[tuple[int, int, str, int]]) -> None:
+    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                    "VALUES (?, ?, 59, ?, ?, 0)", rows)
+
+
+def _steps_of(db: Path) -> list[tuple[int, int, int, int]]:
+    """(pid, start, end, N) of the synthetic export's step_N ranges, straight from the table."""
+    rows = sql(db, "SELECT (globalTid >> 24) & 16777215, start, end, text FROM NVTX_EVENTS "
+                   "WHERE text LIKE 'step\\_%' ESCAPE '\\' ORDER BY globalTid, start")
+    return [(pid, start, end, int(text.split("_")[1])) for pid, start, end, text in rows]
+
+
+def test_synthetic_nvtx_steps_are_found_by_default(synthetic):
+    db, truth, tr = synthetic
+    raw = _steps_of(db)
+    assert len(raw) == sum(r["steps"] for r in truth["ranks"].values())
+    steps = tr.steps.to_pandas()
+    by_rank = {r: truth["ranks"][str(r)]["pid"] for r in tr.ranks}
+    got = sorted((by_rank[int(r)], int(s), int(e), int(n)) for r, s, e, n in
+                 zip(steps["rank"], steps["start_ns"], steps["end_ns"], steps["step"]))
+    assert got == sorted(raw)
+
+
+def test_profiler_steps_as_nvtx_win_and_lose_their_emit_nvtx_suffix(synthetic, tmp_path):
+    """emit_nvtx records ProfilerStep#N as an NVTX range with ", op_id = K" appended: it is the
+    default step marker over step_N, and the suffix goes from every name (counted)."""
+    db, truth, _ = synthetic
+    work = copy_db(db, tmp_path / "profiler_steps.sqlite")
+    raw = _steps_of(db)
+    con = sqlite3.connect(work)
+    _insert_nvtx(con, [(s, e, f"ProfilerStep#{n + 10}, op_id = {900 + i}", _main_thread(pid))
+                       for i, (pid, s, e, n) in enumerate(raw)])
+    _insert_nvtx(con, [(s + 1, s + 2, f"aten::add, seq = {i}, op_id = {i + 1}, sizes = [[2, 3], []]",
+                        _main_thread(pid)) for i, (pid, s, e, n) in enumerate(raw)])
+    con.commit()
+    con.close()
+    tr = parse_nsys(work)
+    names = set(tr.steps.column("name").to_pylist())
+    assert names == {f"ProfilerStep#{n + 10}" for _, _, _, n in raw}
+    assert sorted(tr.steps.column("step").to_pylist()) == sorted(n + 10 for _, _, _, n in raw)
+    all_names = set(tr.names())
+    assert "aten::add" in all_names and not any(", op_id =" in str(n) or ", seq =" in str(n) for n in all_names)
+    renamed = sum(i.event_counts.get("NVTX_EVENTS.emit_nvtx_suffix_removed", 0) for i in tr.ranks.values())
+    assert renamed == 2 * len(raw)
+    # the user's marker still picks the other ranges
+    chosen = tr.find_steps(r"^step_\d+$")
+    assert sorted(chosen.column("step").to_pylist()) == sorted(n for _, _, _, n in raw)
+    assert_every_row_accounted_for(tr)
+
+
+def test_step_marker_reaches_the_nsys_parser_through_load_and_analyze(synthetic):
+    db, truth, _ = synthetic
+    tr = traceview.load(db, use_cache=False, step_marker=r"^backward$")
+    assert set(tr.steps.column("name").to_pylist()) == {"backward"}
+    report = traceview.analyze(db, step_marker=r"^backward$", use_cache=False)
+    steps = report.table("temporal", "steps")
+    assert len(steps) == sum(r["steps"] for r in truth["ranks"].values())
+    assert set(steps["name"]) == {"backward"}
+
+
+def _stall_gap(tr) -> tuple[int, int, int]:
+    """(pid, start, end) of rank 0's first host-bound gap between two steps (the data-loader stall)."""
+    from traceview.analyses import idle_gaps
+    from traceview.findings import Options
+
+    gaps = idle_gaps.analyze(tr, Options()).tables["gaps"]
+    stall = gaps[(gaps["cause"] == "host_bound") & (gaps["rank"] == 0)].sort_values("dur_ns").iloc[-1]
+    return int(tr.column("pid")[int(stall["api_row"])]), int(stall["start_ns"]), int(stall["end_ns"])
+
+
+def _host_contexts(tr) -> dict[tuple[int, int], str]:
+    from traceview.analyses import idle_gaps
+    from traceview.findings import Options
+
+    gaps = idle_gaps.analyze(tr, Options()).tables["gaps"]
+    host = gaps[gaps["cause"] == "host_bound"]
+    return {(int(s), int(e)): str(c) for s, e, c in zip(host["start_ns"], host["end_ns"], host["cpu_context"])}
+
+
+def test_os_runtime_calls_and_nvtx_ranges_name_the_host_bound_gap(synthetic, tmp_path):
+    db, truth, tr = synthetic
+    pid, gap_start, gap_end = _stall_gap(tr)
+    assert _host_contexts(tr)[(gap_start, gap_end)] == ""  # nothing on the thread spans the stall
+    work = copy_db(db, tmp_path / "osrt.sqlite")
+    con = sqlite3.connect(work)
+    _insert_nvtx(con, [(gap_start - 50, gap_end + 50, "DataLoader.__next__", _main_thread(pid))])
+    con.execute("CREATE TABLE OSRT_API (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL, "
+                "globalTid INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, nestingLevel INTEGER, "
+                "callchainId INTEGER NOT NULL)")
+    con.execute("INSERT INTO StringIds (id, value) VALUES (90001, 'pthread_cond_wait'), (90002, 'read')")
+    con.executemany("INSERT INTO OSRT_API VALUES (?, ?, 27, ?, ?, 0, 0, 0)", [
+        (gap_start - 20, gap_end + 20, _main_thread(pid), 90001),  # spans the gap, inside the NVTX range
+        (gap_end + 100, gap_end + 200, _main_thread(pid), 90002),
+    ])
+    con.commit()
+    con.close()
+    with_nvtx_only = copy_db(work, tmp_path / "nvtx_only.sqlite")
+    con = sqlite3.connect(with_nvtx_only)
+    con.execute("DROP TABLE OSRT_API")
+    con.commit()
+    con.close()
+
+    assert _host_contexts(parse_nsys(with_nvtx_only))[(gap_start, gap_end)] == "DataLoader.__next__"
+    osrt = parse_nsys(work)
+    assert _host_contexts(osrt)[(gap_start, gap_end)] == "pthread_cond_wait"  # the innermost range
+    rows = np.flatnonzero(osrt.events.column("category").to_numpy(zero_copy_only=False) == "os_runtime")
+    assert rows.size == 2
+    assert set(osrt.kind_codes()[rows]) == {int(Kind.ANNOTATION)}
+    assert set(osrt.column("pid")[rows]) == {pid} and set(osrt.column("tid")[rows]) == {pid}
+    rank0 = osrt.ranks[0].event_counts
+    assert rank0["OSRT_API.read"] == rank0["OSRT_API.mapped"] == 2
+    assert "OSRT_API" not in osrt.ranks[0].unmapped
+    assert osrt.steps.num_rows == tr.steps.num_rows  # OS runtime calls never become steps
+    assert_every_row_accounted_for(osrt)
+
+
+def test_torchrun_host_bound_gaps_name_an_nvtx_range():
+    """Before: 93 of 501 host-bound gaps had no context and rank 1's finding read "mostly during
+    (no CPU op)": they start in the pause between two top-level NVTX ranges, and every emit_nvtx name
+    was unique (", seq = N, op_id = M"). Now each names the NVTX op the thread ran in the gap."""
+    need_shared(TORCHRUN)
+    from traceview.analyses import idle_gaps
+    from traceview.findings import Options
+
+    tr = parse_nsys(TORCHRUN)
+    gaps = idle_gaps.analyze(tr, Options()).tables["gaps"]
+    host = gaps[gaps["cause"] == "host_bound"]
+    assert len(host) > 100
+    contexts = host["cpu_context"].astype(str)
+    assert (contexts != "").all()
+    nvtx_names = set(tr.names()[tr.mask(Kind.ANNOTATION)])
+    assert set(contexts) <= nvtx_names
+    assert not any(", op_id =" in c for c in contexts)
+    top = host.groupby(["rank", contexts])["dur_ns"].sum().groupby(level=0).idxmax()
+    assert all(name.startswith(("aten::", "FlashAttnFunc", "FSDP::")) for _, name in top)
+    report = traceview.analyze(tr)
+    titles = [f["title"] for f in report["findings"] if f["code"] == "host_bound_gaps"]
+    assert titles and all("(no CPU op)" not in t for t in titles)

@@ -22,7 +22,9 @@ import pytest
 
 from traceview import figures
 from traceview.errors import TraceviewError
-from traceview.findings import Finding, nest_findings, rank_findings, top_level_findings
+from traceview import accounting
+from traceview.claims import Claims
+from traceview.findings import Finding
 from traceview.pipeline import analyze
 from traceview.registry import RENDERERS
 from traceview.render import get_renderer
@@ -299,36 +301,42 @@ def test_no_steps_and_no_gpu_say_so(cases):
 # ----------------------------------------------------------------------------- findings nesting
 
 
-def _f(code, cost, *, rank=None, part_of=None, severity="medium", per_rank=None):
+def _f(code, claims, *, rank=None, part_of=None, severity="medium", per_rank=None):
     evidence = {"per_rank": [{"rank": r} for r in per_rank]} if per_rank else {}
     return Finding(code=code, title=code, severity=severity, analysis="x", recommendation="r",
-                   cost_ns_per_step=cost, rank=rank, part_of=part_of, evidence=evidence)
+                   rank=rank, part_of=part_of, evidence=evidence, claims=claims)
 
 
-def test_nest_findings_puts_parts_under_their_umbrella():
-    umbrella0 = _f("exposed_communication", 500, rank=0)
-    umbrella1 = _f("exposed_communication", 300, rank=1)
-    part = _f("exposed_collective", 450, part_of="exposed_communication", per_rank=[0, 1])
-    other = _f("low_utilization", 400, rank=0)
-    nested = nest_findings([part, umbrella1, other, umbrella0])
+def _nested(findings, windows):
+    acc = accounting.account(findings, accounting.Denominator(windows, {}))
+    return [(top.finding, [k.finding for k, _ in kids]) for top, kids in accounting.tree(acc)]
+
+
+def test_findings_nest_under_their_umbrella_by_the_time_they_share():
+    windows = {(0, 0): (0, 1000), (1, 0): (0, 1000)}
+    umbrella0 = _f("exposed_communication", Claims.of(0, 0, [0], [500]), rank=0)
+    umbrella1 = _f("exposed_communication", Claims.of(1, 0, [0], [300]), rank=1)
+    part = _f("exposed_collective", Claims.of([0, 1], [0, 0], [0, 0], [450, 100]), part_of="exposed_communication")
+    other = _f("low_utilization", Claims.of(0, 0, [600], [1000]), rank=0)
+    nested = _nested([part, umbrella1, other, umbrella0], windows)
     assert [(p.code, p.rank, [k.code for k in kids]) for p, kids in nested] == [
         ("exposed_communication", 0, ["exposed_collective"]),
         ("low_utilization", 0, []),
         ("exposed_communication", 1, []),
     ]
-    flat = rank_findings([part, umbrella1, other, umbrella0])
-    assert flat == [umbrella0, part, other, umbrella1]
-    assert part not in top_level_findings(flat)
+    # clipped to the umbrella it is nested in: its rank-1 time is that umbrella's, not its parent's
+    assert part.cost_ns_per_step <= umbrella0.cost_ns_per_step
 
 
 def test_part_without_its_umbrella_stands_alone_and_counts_once():
-    part = _f("sync_calls", 100, part_of="sync_bound_gaps", per_rank=[2])
-    umbrella_elsewhere = _f("sync_bound_gaps", 50, rank=0)
-    nested = nest_findings([part, umbrella_elsewhere])
+    windows = {(0, 0): (0, 1000), (2, 0): (0, 1000)}
+    part = _f("sync_calls", Claims.of(2, 0, [0], [100]), part_of="sync_bound_gaps", per_rank=[2])
+    umbrella_elsewhere = _f("sync_bound_gaps", Claims.of(0, 0, [0], [50]), rank=0)
+    nested = _nested([part, umbrella_elsewhere], windows)
     assert [(p.code, len(k)) for p, k in nested] == [("sync_calls", 0), ("sync_bound_gaps", 0)]
-    assert nest_findings([part])[0][0] is part
-    # same rank: nested
-    nested = nest_findings([part, _f("sync_bound_gaps", 120, rank=2)])
+    assert _nested([part], windows)[0][0] is part
+    # the umbrella holds its time: nested
+    nested = _nested([part, _f("sync_bound_gaps", Claims.of(2, 0, [0], [120]), rank=2)], windows)
     assert [(p.code, [k.code for k in kids]) for p, kids in nested] == [("sync_bound_gaps", ["sync_calls"])]
 
 
@@ -345,8 +353,12 @@ def test_analyses_mark_overlapping_findings(cases):
     fs = case.report["findings_summary"]
     assert fs["nested"] == sum(1 for f in records if f["parent"]) >= 1
     assert fs["top_level"] == len(findings_tree(case.report)) == sum(fs["by_severity"].values())
-    # blocking_copy has no sync_bound_gaps umbrella in this sample: it stands on its own
-    assert next(f for f in records if f["code"] == "blocking_copy")["parent"] is None
+    # blocking_copy has no sync_bound_gaps umbrella in this sample: it goes under the next umbrella of
+    # its chain that holds its time (the idle), never beside it at top level
+    copy = next(f for f in records if f["code"] == "blocking_copy")
+    direct = next(f for f in records if f["id"] == copy["part_of_id"])
+    assert direct["code"] in ("sync_bound_gaps", "low_utilization")
+    assert copy["cost_ns_per_step"] <= direct["cost_ns_per_step"]
 
 
 # ----------------------------------------------------------------------------- figures
@@ -521,19 +533,15 @@ def test_cli_formats_and_output_file(tmp_path):
 
 
 def test_findings_nest_under_the_root_of_their_part_of_chain():
-    from traceview.findings import Finding, nest_findings
-
-    util = Finding("low_utilization", "idle", "medium", "temporal", "r", cost_ns_per_step=100, rank=0)
-    sync_gaps = Finding("sync_bound_gaps", "sync gaps", "medium", "idle_gaps", "r", cost_ns_per_step=40, rank=0,
-                        part_of="low_utilization")
-    calls = Finding("sync_calls", "sync calls", "low", "synchronization", "r", cost_ns_per_step=30, rank=0,
-                    part_of="sync_bound_gaps")
-    other_rank = Finding("sync_calls", "sync calls r1", "low", "synchronization", "r", cost_ns_per_step=50, rank=1,
-                         part_of="sync_bound_gaps")
-    nested = nest_findings([calls, other_rank, sync_gaps, util])
-    assert [(p.title, [c.title for c in kids]) for p, kids in nested] == [
-        ("idle", ["sync gaps", "sync calls"]),
-        ("sync calls r1", []),  # no umbrella on rank 1: stands alone, counted once
+    windows = {(0, 0): (0, 1000), (1, 0): (0, 1000)}
+    util = _f("low_utilization", Claims.of(0, 0, [0], [100]), rank=0)
+    sync_gaps = _f("sync_bound_gaps", Claims.of(0, 0, [0], [40]), rank=0, part_of="low_utilization")
+    calls = _f("sync_calls", Claims.of(0, 0, [0], [30]), rank=0, part_of="sync_bound_gaps")
+    other_rank = _f("sync_calls", Claims.of(1, 0, [0], [50]), rank=1, part_of="sync_bound_gaps")
+    nested = _nested([calls, other_rank, sync_gaps, util], windows)
+    assert [(p.code, p.rank, [c.code for c in kids]) for p, kids in nested] == [
+        ("low_utilization", 0, ["sync_bound_gaps", "sync_calls"]),
+        ("sync_calls", 1, []),  # no umbrella on rank 1: stands alone, counted once
     ]
 
 

@@ -222,8 +222,15 @@ def _recount(doc: dict) -> tuple[dict, list[dict], dict, dict]:
             ender = min((a for a in sel if a["_s"] == s2), key=lambda a: a["_e"])
             launch = ender["_launch"]
             ctx = None
+            # rule 0: the launching thread sat in a synchronize call as the GPU went idle and
+            # launched again within 100 us of its return (the sync drained the queue)
+            drained = [s for s in syncs if launch is not None and s["tid"] == launch["tid"] and s["_s"] <= e1 < s["_e"]
+                       and launch["_s"] >= e1 and launch["_s"] - s["_e"] <= 100_000]
             if launch is None:
                 cause = "unattributed"
+            elif drained:
+                cause = "sync_bound"
+                ctx = max(drained, key=lambda c: c["_s"])["name"]
             elif launch["_s"] >= e1:
                 cause = "host_bound"
                 cover = [c for c in contexts if c["tid"] == launch["tid"] and c["_s"] <= e1 and c["_e"] >= s2]

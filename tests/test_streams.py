@@ -118,6 +118,36 @@ def test_communication_on_compute_stream_finding():
     assert f.code in streams.SPEC.finding_codes
 
 
+def test_communication_on_compute_stream_claims():
+    """The claims are U(comm on the stream) - U(compute on the device): stream 7's all-reduce
+    [50, 70) minus [65, 68) of stream 11."""
+    (f,) = streams.analyze(three_streams(), Options()).findings
+    assert f.claims is not None and f.claims.total_ns() == f.evidence["exposed_comm_ns"] == 17
+    assert sorted(f.claims.largest(5)) == [(0, 0, 50, 65), (0, 0, 68, 70)]
+    assert f.evidence["families"] == ["nccl"]
+
+
+DEEPEP_COMBINE = "void deep_ep::intranode::combine<8, 768, 8192>(int4*, float*, int const*)"
+
+
+def test_deepep_on_the_compute_stream_is_recognised():
+    """DeepEP kernels are communication (analyses/comm_rules.py): on the compute stream they are
+    exposed by construction, and said so; a user rule does the same for a kernel the table misses."""
+    b = TraceBuilder()
+    b.kernel(0, 100, name="gemm", stream=7)
+    b.kernel(100, 100, name=DEEPEP_COMBINE, stream=7)
+    b.kernel(150, 20, name="attn", stream=9)  # compute elsewhere on the device hides [150, 170)
+    b.kernel(200, 100, name="my_exchange_kernel", stream=7)
+    trace = b.build()
+    (f,) = streams.analyze(trace, Options()).findings
+    assert f.evidence["families"] == ["deepep"] and "(deepep)" in f.title
+    assert f.claims is not None and f.claims.by_gpu() == {(0, 0): 80} and f.evidence["exposed_comm_ns"] == 80
+    assert f.part_of == "exposed_communication"
+    (g,) = streams.analyze(trace, Options(comm_patterns=("mylib=my_exchange",))).findings
+    assert g.evidence["families"] == ["deepep", "mylib"] and g.claims is not None
+    assert g.claims.by_gpu() == {(0, 0): 180}
+
+
 def test_no_finding_when_communication_has_its_own_stream_or_is_small():
     b = TraceBuilder()
     b.kernel(0, 100, name="gemm", stream=7)

@@ -162,9 +162,7 @@ def test_docs_state_the_definitions_verbatim():
         "window = last activity end - first activity start; busy = |union of activity|; idle = window - busy.",
         "compute, communication, memory = |union| of each class; overlap % = 100 x |U(compute) ∩ U(comm)| / "
         "|U(comm)| (none when there is no communication); exposed communication = |U(comm)| - that intersection.",
-        "Communication kernel: name contains `nccl` or `rccl` (any case; covers `ncclKernel_*`, "
-        "`ncclDevKernel_*`), or the event carries collective args (non-null `collective` column). Compute = "
-        "the other kernels. Memory = memcpy + memset.",
+        "Communication kernel: a kernel that a rule of the communication table matches",
     ):
         assert sentence in text
     for heading in ("Temporal breakdown", "Idle gaps", "Launch overhead", "Communication", "Kernel breakdown",

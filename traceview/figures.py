@@ -238,9 +238,12 @@ def launch_scatter_figure(report: Mapping[str, Any]) -> go.Figure:
             x=[max(p["api_dur_ns"] / 1e3, floor) for p in sel], y=gpu, mode="markers", name=name,
             legendgroup=name, marker=dict(color=color, size=5, opacity=0.6), text=hover,
             hovertemplate="%{text}<br>launch call %{x:.2f} us, kernel %{y:.2f} us<extra></extra>"), row=1, col=1)
+        # the later activities of a graph replay have no launch delay of their own (None): not drawn
+        timed = [i for i, p in enumerate(sel) if p["launch_delay_ns"] is not None]
         fig.add_trace(go.Scatter(
-            x=[max(p["launch_delay_ns"] / 1e3, floor) for p in sel], y=gpu, mode="markers", name=name,
-            legendgroup=name, showlegend=False, marker=dict(color=color, size=5, opacity=0.6), text=hover,
+            x=[max(sel[i]["launch_delay_ns"] / 1e3, floor) for i in timed], y=[gpu[i] for i in timed],
+            mode="markers", name=name, legendgroup=name, showlegend=False,
+            marker=dict(color=color, size=5, opacity=0.6), text=[hover[i] for i in timed],
             hovertemplate="%{text}<br>launch delay %{x:.2f} us, kernel %{y:.2f} us<extra></extra>"), row=1, col=2)
     hi = max(max(p["api_dur_ns"], p["gpu_dur_ns"]) for p in points) / 1e3
     lo = max(min(min(p["api_dur_ns"], p["gpu_dur_ns"]) for p in points) / 1e3, floor)

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceview.claims import Claims
+
 SEVERITIES = ("high", "medium", "low", "info")
 
 
@@ -31,6 +33,14 @@ class Options:
     #: keep only the whole-trace rows of per-rank tables, and no per-event tables (jobs of
     #: thousands of ranks: per-step figures then exist only in the cross-rank tables)
     whole_only: bool = False
+    #: the user's communication rules, ``REGEX`` or ``FAMILY=REGEX`` each, tried before the built-in
+    #: table (``analyses/comm_rules.py``; CLI ``--comm-pattern``/``--comm-config``). A tuple of
+    #: strings, so options stay a cache key (``analyses.steps.cached``) and travel to job workers
+    comm_patterns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a list from the Python API would make the options unhashable as a cache key
+        self.comm_patterns = tuple(self.comm_patterns)
 
 
 @dataclass
@@ -55,15 +65,25 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     #: the ``code`` of an umbrella finding whose cost already includes this one (e.g. an
     #: ``exposed_collective`` is part of ``exposed_communication``); such findings are listed
-    #: under their umbrella and never added to totals twice (see :func:`nest_findings`)
+    #: under their umbrella and never added to totals twice (see :mod:`traceview.accounting`)
     part_of: str | None = None
+    #: the GPU time this finding's cost is made of (intervals per rank and device). When set, the
+    #: findings engine (:mod:`traceview.accounting`) derives ``cost_ns_per_step``, ``cost_share``
+    #: and ``severity`` from it; a finding without claims costs no GPU time (e.g. a memory finding)
+    claims: Claims | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        claims, self.claims = self.claims, None
+        try:
+            out = asdict(self)
+            out.pop("claims", None)
+            return out
+        finally:
+            self.claims = claims
 
 
 @dataclass
@@ -77,88 +97,12 @@ class AnalysisResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _sort_key(f: Finding) -> tuple:
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    return (f.severity == "info", -(f.cost_ns_per_step or 0), order[f.severity], f.code,
-            -1 if f.rank is None else f.rank)
-
-
-def finding_ranks(f: Finding) -> set[int] | None:
-    """The ranks a finding covers: its ``rank``, else the ranks of its per-rank evidence (None: all)."""
-    if f.rank is not None:
-        return {int(f.rank)}
-    per_rank = f.evidence.get("per_rank") if isinstance(f.evidence, dict) else None
-    if isinstance(per_rank, list):
-        ranks = {int(p["rank"]) for p in per_rank if isinstance(p, dict) and p.get("rank") is not None}
-        return ranks or None
-    return None
-
-
-def nest_findings(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
-    """Ranked top-level findings, each with the findings nested under it.
-
-    A finding with ``part_of = X`` belongs under a finding of code ``X`` that covers one of its
-    ranks (the most costly such one). Umbrellas can themselves be part of another (``sync_calls``
-    -> ``sync_bound_gaps`` -> ``low_utilization``): a finding is listed under the root of its
-    chain. When no umbrella is present (it was under its own threshold, or concerns other ranks)
-    the finding stands on its own, so its cost is counted once either way. Top-level findings are
-    most costly first, severity breaking ties, info last; nested ones keep that order under their
-    root.
-    """
-    ranked = sorted(findings, key=_sort_key)
-    parent: dict[int, Finding | None] = {}
-    for f in ranked:
-        parent[id(f)] = None
-        if f.part_of is None:
-            continue
-        mine = finding_ranks(f)
-        for u in ranked:
-            if u is f or u.code != f.part_of:
-                continue
-            theirs = finding_ranks(u)
-            if mine is None or theirs is None or mine & theirs:
-                parent[id(f)] = u
-                break
-
-    def root(f: Finding) -> Finding:
-        seen = {id(f)}
-        while parent[id(f)] is not None and id(parent[id(f)]) not in seen:
-            f = parent[id(f)]  # type: ignore[assignment]
-            seen.add(id(f))
-        return f
-
-    top = [f for f in ranked if parent[id(f)] is None]
-    children: dict[int, list[Finding]] = {id(f): [] for f in top}
-    for f in ranked:
-        if parent[id(f)] is not None:
-            r = root(f)
-            if id(r) not in children:  # a cycle of part_of: keep it visible on its own
-                top.append(f)
-                children[id(f)] = []
-            else:
-                children[id(r)].append(f)
-    top.sort(key=_sort_key)
-    return [(f, children[id(f)]) for f in top]
-
-
-def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Most costly first; severity breaks ties; info findings last. A finding that is ``part_of``
-    an umbrella present in the list comes right after that umbrella (see :func:`nest_findings`)."""
-    return [f for parent, kids in nest_findings(findings) for f in (parent, *kids)]
-
-
-def top_level_findings(findings: list[Finding]) -> list[Finding]:
-    """The findings that are not nested under an umbrella: the ones whose costs may be compared or
-    counted without counting any time twice."""
-    return [parent for parent, _ in nest_findings(findings)]
-
-
 def merge_findings(per_rank: list[tuple[int, Finding]], n_ranks: int) -> list[Finding]:
     """Findings of the same code from several ranks become one job-level finding.
 
-    Severity = the worst; ``cost_ns_per_step`` = the mean over the affected ranks of each rank's
-    cost (a rank with several findings of that code, e.g. one per GPU, counts its largest);
-    ``cost_share`` likewise; ``rank`` = the rank when only one is affected. The evidence lists every
+    Severity = the worst; its claims = every rank's claims (:mod:`traceview.accounting` then costs
+    it on the job's denominator; for uncosted findings ``cost_ns_per_step`` = the mean over the
+    affected ranks of each rank's cost); ``rank`` = the rank when only one is affected. The evidence lists every
     affected rank (``per_rank``), the worst rank and that rank's own evidence. A code raised by one
     rank only is kept as it is. Findings that name a subject (``evidence["category"]``, e.g. the
     dominant kernel category) are merged per code and subject.
@@ -197,7 +141,10 @@ def merge_findings(per_rank: list[tuple[int, Finding]], n_ranks: int) -> list[Fi
                 "worst": worst.evidence,
             },
         )
-        if getattr(worst, "part_of", None) is not None:  # umbrella findings (traceview.findings.nest_findings)
+        if getattr(worst, "part_of", None) is not None:  # umbrella findings (traceview.accounting)
             kwargs["part_of"] = worst.part_of
+        # the job's finding claims every rank's time; traceview.accounting costs it from these
+        kwargs["claims"] = Claims.concat(f.claims for _, f in items) if any(
+            f.claims is not None for _, f in items) else None
         out.append(Finding(**kwargs))
     return out

@@ -29,7 +29,7 @@ from traceview.model import (
 )
 
 #: Bump when parser output changes, so stale cache entries are never read.
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"  # 2: allocator events in Trace.memory (a ".memory" file beside the events)
 
 ProgressFn = Callable[[int, int], None]
 
@@ -152,20 +152,23 @@ def _write_cache(trace: Trace, target: Path) -> None:
     with pa.OSFile(str(tmp), "wb") as sink:
         with ipc.new_file(sink, events.schema) as writer:
             writer.write_table(events)
-    with pa.OSFile(str(tmp) + ".links", "wb") as sink:
-        with ipc.new_file(sink, trace.links.schema) as writer:
-            writer.write_table(trace.links)
-    os.replace(str(tmp) + ".links", str(target) + ".links")
+    for suffix, table in ((".links", trace.links), (".memory", trace.memory)):
+        with pa.OSFile(str(tmp) + suffix, "wb") as sink:
+            with ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+        os.replace(str(tmp) + suffix, str(target) + suffix)
     os.replace(tmp, target)
 
 
 def _read_cache(target: Path) -> Trace | None:
     links_path = Path(str(target) + ".links")
-    if not target.exists() or not links_path.exists():
+    memory_path = Path(str(target) + ".memory")
+    if not target.exists() or not links_path.exists() or not memory_path.exists():
         return None
     try:
         events = ipc.open_file(pa.memory_map(str(target))).read_all()
         links = ipc.open_file(pa.memory_map(str(links_path))).read_all()
+        memory = ipc.open_file(pa.memory_map(str(memory_path))).read_all()
         meta = (events.schema.metadata or {}).get(b"traceview")
         if meta is None:
             return None
@@ -173,7 +176,8 @@ def _read_cache(target: Path) -> Trace | None:
     except (pa.ArrowInvalid, OSError, ValueError, KeyError):
         return None  # a damaged cache entry is re-parsed, never trusted
     events = events.replace_schema_metadata(None)
-    return Trace(events=events, links=links, ranks=ranks, steps=steps_from_annotations(events), warnings=warnings)
+    return Trace(events=events, links=links, ranks=ranks, steps=steps_from_annotations(events), warnings=warnings,
+                 memory=memory)
 
 
 # ------------------------------------------------------------------------------- loading
@@ -334,25 +338,20 @@ def _assign_ranks(traces: list[Trace]) -> Trace:
     return merged
 
 
-def renumber_ranks(tr: Trace, mapping: dict[int, int]) -> Trace:
-    """``tr`` with its ranks renamed (``{old: new}``) in its events, links, steps and ranks dict
-    (``traceview.jobs`` renames a file's ranks with it as :func:`load` does)."""
-    rank = tr.events.column("rank").to_numpy()
+def _with_ranks(table: pa.Table, mapping: dict[int, int]) -> pa.Table:
+    """``table`` with its ``rank`` column (the first) renamed by ``mapping``."""
+    if table.num_rows == 0:
+        return table
+    rank = table.column("rank").to_numpy()
     new_rank = rank.copy()
     for old, new in mapping.items():
         new_rank[rank == old] = new
-    events = tr.events.set_column(0, tr.events.schema.field("rank"), pa.array(new_rank.astype(np.int32)))
-    links = tr.links
-    if links.num_rows:
-        lrank = links.column("rank").to_numpy().copy()
-        for old, new in mapping.items():
-            lrank[lrank == old] = new
-        links = links.set_column(0, links.schema.field("rank"), pa.array(lrank.astype(np.int32)))
-    steps = tr.steps
-    if steps.num_rows:
-        srank = steps.column("rank").to_numpy().copy()
-        for old, new in mapping.items():
-            srank[srank == old] = new
-        steps = steps.set_column(0, steps.schema.field("rank"), pa.array(srank.astype(np.int32)))
+    return table.set_column(0, table.schema.field("rank"), pa.array(new_rank.astype(np.int32)))
+
+
+def renumber_ranks(tr: Trace, mapping: dict[int, int]) -> Trace:
+    """``tr`` with its ranks renamed (``{old: new}``) in its events, links, steps and ranks dict
+    (``traceview.jobs`` renames a file's ranks with it as :func:`load` does)."""
+    events, links, steps, memory = (_with_ranks(t, mapping) for t in (tr.events, tr.links, tr.steps, tr.memory))
     ranks = {mapping.get(r, r): info for r, info in tr.ranks.items()}
-    return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=tr.warnings)
+    return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=tr.warnings, memory=memory)

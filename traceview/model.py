@@ -112,7 +112,34 @@ STEP_SCHEMA = pa.schema(
     ]
 )
 
+#: Every name a step may have by default (ranges with these names never count as CPU context).
 DEFAULT_STEP_MARKER = r"^(ProfilerStep#\d+|[Ss]tep[ _#:-]?\d+|[Ii]teration[ _#:-]?\d+)$"
+
+#: The defaults, in order of precedence per rank: PyTorch profiler steps (Kineto, or NVTX under
+#: ``emit_nvtx``) win; a rank without them takes ``step_N`` / ``iteration N`` style ranges.
+PROFILER_STEP_MARKER = r"^ProfilerStep#\d+$"
+GENERIC_STEP_MARKER = r"^([Ss]tep|[Ii]teration)[ _#:-]?\d+$"
+#: Categories of CPU ranges that are never steps (OS runtime calls of Nsight exports).
+NON_STEP_CATEGORIES = ("os_runtime",)
+
+#: Allocator events (Kineto ``[memory]`` instants): one row per allocation or free, in source order.
+#: ``device_type`` is PyTorch's ``c10::DeviceType`` code (0 CPU, 1 CUDA, 6 HIP, ...); CPU memory has
+#: ``device`` -1. ``bytes`` is signed (allocation > 0, free < 0); the totals are the allocator's
+#: counters for that device after the event, null where the source has none (PyTorch < 1.10).
+MEMORY_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("device", pa.int32(), nullable=False),
+        pa.field("device_type", pa.int16(), nullable=False),
+        pa.field("ts_ns", pa.int64(), nullable=False),
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("total_allocated_bytes", pa.int64()),
+        pa.field("total_reserved_bytes", pa.int64()),
+        pa.field("addr", pa.int64()),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("tid", pa.int64(), nullable=False),
+    ]
+)
 
 
 @dataclass
@@ -170,6 +197,8 @@ class Trace:
     ranks: dict[int, RankInfo]
     steps: pa.Table
     warnings: list[str] = field(default_factory=list)
+    #: allocator events (:data:`MEMORY_SCHEMA`); empty when the source has none
+    memory: pa.Table = field(default_factory=lambda: empty_memory())
 
     # ----------------------------------------------------------------- convenience
     @property
@@ -256,10 +285,11 @@ class Trace:
         )
 
     def find_steps(self, marker: str | None = None) -> pa.Table:
-        """Steps from annotation ranges whose name matches ``marker`` (a regex).
+        """Steps from annotation ranges (Kineto user annotations, NVTX ranges, CPU ops) whose name
+        matches ``marker`` (a regex, searched).
 
-        With no marker, the steps the parser found (Kineto ``ProfilerStep#N``, or NVTX ranges that
-        match :data:`DEFAULT_STEP_MARKER`) are returned.
+        With no marker, the steps the parser found: ``ProfilerStep#N`` (Kineto, or NVTX ranges under
+        ``emit_nvtx``), else ``step_N`` / ``iteration N`` ranges (:func:`steps_from_annotations`).
         """
         if marker is None:
             return self.steps
@@ -303,6 +333,19 @@ def empty_links() -> pa.Table:
 
 def empty_steps() -> pa.Table:
     return STEP_SCHEMA.empty_table()
+
+
+def empty_memory() -> pa.Table:
+    return MEMORY_SCHEMA.empty_table()
+
+
+def make_memory_table(columns: dict[str, np.ndarray], masks: dict[str, np.ndarray] | None = None) -> pa.Table:
+    """A memory table from numpy columns named as in :data:`MEMORY_SCHEMA` (all required);
+    ``masks`` marks the null entries of the nullable ones (True = null)."""
+    masks = masks or {}
+    arrays = [pa.array(np.asarray(columns[f.name]).astype(f.type.to_pandas_dtype(), copy=False),
+                       type=f.type, mask=masks.get(f.name)) for f in MEMORY_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=MEMORY_SCHEMA)
 
 
 def kind_array(codes: np.ndarray) -> pa.DictionaryArray:
@@ -444,46 +487,93 @@ def _arrow_join(left_keys: list[np.ndarray], right_keys: list[np.ndarray]) -> tu
     return lpos[order], rpos[order]
 
 
-def steps_from_annotations(events: pa.Table, marker: str = DEFAULT_STEP_MARKER) -> pa.Table:
-    """Step table from CPU ranges whose name matches ``marker``: annotations (user annotations,
-    NVTX), and CPU ops too, because the oldest Kineto format records ``ProfilerStep#N`` as an
-    ``Operator``.
+def compile_step_marker(marker: str) -> re.Pattern[str]:
+    """The step-marker regex, compiled; a bad one is a :class:`TraceviewError` (one line, exit 2)."""
+    from traceview.errors import TraceviewError
 
-    The step number is the last integer in the name (``ProfilerStep#12`` -> 12), else the ordinal.
-    """
+    try:
+        return re.compile(marker)
+    except re.error as exc:
+        raise TraceviewError(f"--step-marker {marker!r} is not a valid regular expression ({exc})") from None
+
+
+def step_range_rows(events: pa.Table) -> np.ndarray:
+    """Rows that may be steps: annotations (Kineto user annotations, NVTX ranges) and CPU ops (the
+    oldest Kineto format records ``ProfilerStep#N`` as an ``Operator``); OS runtime calls never."""
     if events.num_rows == 0:
-        return empty_steps()
-    kind = events.column("kind").combine_chunks()
-    is_annotation = pc.or_(
-        pc.equal(kind.indices, pa.scalar(int(Kind.ANNOTATION), pa.int8())),
-        pc.equal(kind.indices, pa.scalar(int(Kind.CPU_OP), pa.int8())),
-    )
-    ann = events.filter(is_annotation)
-    if ann.num_rows == 0:
-        return empty_steps()
-    names = ann.column("name").combine_chunks()
+        return np.empty(0, dtype=np.int64)
+    kind = events.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False)
+    keep = np.isin(kind, np.asarray([int(Kind.ANNOTATION), int(Kind.CPU_OP)], dtype=np.int8))
+    category = events.column("category").combine_chunks()
+    excluded = np.isin(np.asarray(category.dictionary.to_pylist(), dtype=object), list(NON_STEP_CATEGORIES))
+    if excluded.any():
+        codes = category.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        keep &= ~excluded[codes]
+    return np.flatnonzero(keep)
+
+
+def _names_matching(names: pa.DictionaryArray, pattern: re.Pattern[str]) -> np.ndarray:
+    """Boolean per row of a dictionary name column: the name matches ``pattern`` (once per name)."""
     dictionary = names.dictionary.to_pylist()
-    pattern = re.compile(marker)
-    matching = np.array([bool(pattern.search(n or "")) for n in dictionary], dtype=bool)
-    if not matching.any():
+    hit = np.array([bool(n is not None and pattern.search(n)) for n in dictionary] + [False], dtype=bool)
+    return hit[names.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)]
+
+
+def _step_numbers(names: pa.DictionaryArray, rank: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The last integer of each step name (``ProfilerStep#12`` -> 12). A rank whose names have no
+    number, or repeat one (a marker matching ``layer_3`` in every step), is numbered 0, 1, ... in
+    time order instead, so step numbers are unique per rank."""
+    dictionary = names.dictionary.to_pylist()
+    last_int = [re.findall(r"\d+", n or "") for n in dictionary]
+    per_name = np.array([int(d[-1]) if d else -1 for d in last_int] + [-1], dtype=np.int64)
+    numbers = per_name[names.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)]
+    order = np.lexsort((start, rank))  # rows by rank, then time (callers pass at least one row)
+    r, n = rank[order], numbers[order]
+    new_rank = np.r_[True, r[1:] != r[:-1]]
+    rank_id = np.cumsum(new_rank) - 1
+    ordinal = np.arange(r.size) - np.flatnonzero(new_rank)[rank_id]
+    by_number = np.lexsort((n, rank_id))
+    repeated = np.zeros(r.size, dtype=bool)
+    repeated[by_number[1:]] = (rank_id[by_number][1:] == rank_id[by_number][:-1]) & (
+        n[by_number][1:] == n[by_number][:-1])
+    needs_ordinals = np.bincount(rank_id, weights=(repeated | (n < 0)).astype(np.float64)) > 0
+    out = np.empty(r.size, dtype=np.int64)
+    out[order] = np.where(needs_ordinals[rank_id], ordinal, n)
+    return out
+
+
+def steps_from_annotations(events: pa.Table, marker: str | None = None) -> pa.Table:
+    """Step table from CPU ranges (:func:`step_range_rows`) whose name matches ``marker`` (a regex,
+    searched). With no marker, the defaults per rank: ``ProfilerStep#N`` where the rank has it, else
+    ``step_N`` / ``iteration N`` style names (:data:`GENERIC_STEP_MARKER`).
+
+    The step number is the last integer in the name, else (or where numbers repeat) the ordinal."""
+    rows = step_range_rows(events)
+    if rows.size == 0:
         return empty_steps()
-    codes = names.indices.to_numpy(zero_copy_only=False)
-    keep = matching[codes]
+    ann = events.take(pa.array(rows))
+    names = ann.column("name").combine_chunks()
+    rank = ann.column("rank").to_numpy()
+    if marker is None:
+        profiler = _names_matching(names, re.compile(PROFILER_STEP_MARKER))
+        generic = _names_matching(names, re.compile(GENERIC_STEP_MARKER))
+        keep = profiler | (generic & ~np.isin(rank, np.unique(rank[profiler])))
+    else:
+        keep = _names_matching(names, compile_step_marker(marker))
+    if not keep.any():
+        return empty_steps()
     ann = ann.filter(pa.array(keep))
+    names = ann.column("name").combine_chunks()
     rank = ann.column("rank").to_numpy()
     start = ann.column("start_ns").to_numpy()
-    end = start + ann.column("dur_ns").to_numpy()
-    step_names = ann.column("name").to_pylist()
-    numbers = []
-    for i, name in enumerate(step_names):
-        digits = re.findall(r"\d+", name)
-        numbers.append(int(digits[-1]) if digits else i)
+    end = start + np.maximum(ann.column("dur_ns").to_numpy(), 0)
+    numbers = _step_numbers(names, rank, start)
     order = np.lexsort((start, rank))
     return pa.Table.from_arrays(
         [
             pa.array(rank[order], pa.int32()),
-            pa.array(np.asarray(numbers, dtype=np.int64)[order]),
-            pa.array([step_names[i] for i in order], pa.string()),
+            pa.array(numbers[order]),
+            names.take(pa.array(order)).cast(pa.string()),
             pa.array(start[order]),
             pa.array(end[order]),
         ],
@@ -515,8 +605,10 @@ def concat_traces(traces: list[Trace]) -> Trace:
         pa.concat_tables(link_tables).unify_dictionaries().combine_chunks() if link_tables else empty_links()
     )
     steps = pa.concat_tables([t.steps for t in traces]).combine_chunks()
+    memory = pa.concat_tables([t.memory for t in traces]).combine_chunks()
     warnings = [w for t in traces for w in t.warnings]
-    return Trace(events=events, links=links, ranks=dict(sorted(ranks.items())), steps=steps, warnings=warnings)
+    return Trace(events=events, links=links, ranks=dict(sorted(ranks.items())), steps=steps, warnings=warnings,
+                 memory=memory)
 
 
 def metadata_to_bytes(ranks: dict[int, RankInfo], warnings: list[str]) -> bytes:

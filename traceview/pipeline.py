@@ -108,8 +108,11 @@ def select_rank(trace: Trace, rank: int) -> tuple[Trace, np.ndarray | None]:
     steps = trace.steps
     if steps.num_rows:
         steps = steps.filter(pa.array(steps.column("rank").to_numpy() == rank))
+    memory = trace.memory
+    if memory.num_rows:
+        memory = memory.filter(pa.array(memory.column("rank").to_numpy() == rank))
     sub = Trace(events=events, links=links, ranks={rank: trace.ranks[rank]}, steps=steps,
-                warnings=list(trace.warnings))
+                warnings=list(trace.warnings), memory=memory)
     return sub, rows
 
 

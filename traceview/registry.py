@@ -90,6 +90,13 @@ class AnalysisSpec:
     reduce: Callable[[list[Any], Options], AnalysisResult] | None = None
     #: the table shown first for this analysis by renderers that show one table per analysis
     headline_table: str | None = None
+    #: finding code -> the code of the umbrella finding whose time includes it (``Finding.part_of``),
+    #: declared so the findings engine (traceview.accounting) knows a chain even when a link of it
+    #: raised no finding (``blocking_copy`` -> ``sync_bound_gaps`` -> ``low_utilization``)
+    finding_parents: tuple[tuple[str, str], ...] = ()
+    #: finding code -> its place on ``traceview.accounting.PRECEDENCE_SCALE`` (lower wins time two
+    #: top-level findings claim)
+    finding_precedence: tuple[tuple[str, int], ...] = ()
 
     def table(self, name: str) -> TableSpec:
         """The spec of table ``name`` (an undeclared table gets a default one: its name as title)."""
@@ -97,6 +104,16 @@ class AnalysisSpec:
             if t.name == name:
                 return t
         return TableSpec(name=name, title=name.replace("_", " ").capitalize())
+
+
+def finding_parents() -> dict[str, str]:
+    """Every declared finding code -> umbrella code, over all registered analyses."""
+    return {code: parent for spec in ANALYSES.values() for code, parent in spec.finding_parents}
+
+
+def finding_precedence() -> dict[str, int]:
+    """Every declared finding code -> its precedence, over all registered analyses."""
+    return {code: rank for spec in ANALYSES.values() for code, rank in spec.finding_precedence}
 
 
 #: name -> spec, filled when ``traceview.analyses`` is imported

@@ -19,21 +19,22 @@ import json
 import math
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
 
 import traceview
 from traceview.environment import environment
-from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings, nest_findings
+from traceview import accounting
+from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
-from traceview.registry import ANALYSES
+from traceview.registry import ANALYSES, finding_parents, finding_precedence
 from traceview.secrets import scrub, scrub_metadata
 from traceview.tables import sample_mask, top_order
 
 #: the report format version (see docs/reports.md for the rule)
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 #: rows kept per table (the largest first for tables with a sort key: see
 #: ``traceview.registry.TableSpec``); the total is stated
 REPORT_TABLE_ROWS = 50
@@ -128,6 +129,18 @@ def _per_step(total: int, steps: int) -> int:
     return int(round(total / steps)) if steps > 0 else int(total)
 
 
+def _candidates_text(candidates: pd.DataFrame | None, top: int = 3) -> str:
+    """The best few candidate step markers, as --step-marker options to try."""
+    if candidates is None or candidates.empty or "marker" not in candidates:
+        return ""
+    if "suggested" not in candidates:
+        return ""
+    good = candidates[candidates["suggested"].astype(bool)]
+    markers = list(dict.fromkeys(str(m) for m in good["marker"]))[:top]
+    return ("; repeated ranges that could be steps: " + ", ".join(f"--step-marker '{m}'" for m in markers)
+            if markers else "")
+
+
 def summary(trace: "TraceOverview", results: Mapping[str, AnalysisResult], env: Mapping[str, Any]) -> dict[str, Any]:
     whole = _whole_rows(results)
     counts = step_counts(results)
@@ -150,7 +163,8 @@ def summary(trace: "TraceOverview", results: Mapping[str, AnalysisResult], env: 
         out["p90_step_time_ns"] = int(round(float(np.percentile(durations, 90))))
     else:
         notes["median_step_time_ns"] = ("no steps found (no ProfilerStep#N or annotation matching the step marker): "
-                                        "no step time, and per-step figures are whole-trace figures")
+                                        "no step time, and every figure is for the whole trace"
+                                        + _candidates_text(_table(results, "temporal", "step_candidates")))
     keys = ("window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "exposed_comm_ns")
     if len(whole):
         for k in keys:
@@ -180,31 +194,84 @@ def summary(trace: "TraceOverview", results: Mapping[str, AnalysisResult], env: 
     return out
 
 
-def job_findings(findings: list[Finding], n_ranks: int) -> list[Finding]:
+def denominator(results: Mapping[str, AnalysisResult], ranks: Iterable[int] | None = None) -> accounting.Denominator:
+    """The one denominator of the report's costs: every GPU's whole-trace window (temporal
+    breakdown) and the steps of its rank (``ranks``: only those ranks)."""
+    whole = _whole_rows(results)
+    if ranks is not None and len(whole):
+        whole = whole[whole["rank"].isin(list(ranks))]
+    if whole.empty:
+        return accounting.Denominator({}, {})
+    windows = {(int(r), int(d)): (int(lo), int(hi)) for r, d, lo, hi in zip(
+        whole["rank"], whole["device"], whole["first_start_ns"], whole["last_end_ns"]) if hi > lo}
+    counts = step_counts(results)
+    return accounting.Denominator(windows, {r: n for r, n in counts.items() if ranks is None or r in set(ranks)})
+
+
+def job_findings(findings: list[Finding], n_ranks: int,
+                 results: Mapping[str, AnalysisResult] | None = None) -> list[Finding]:
     """The findings of a job: a problem several ranks have is one finding listing its ranks and its
     worst rank (per-rank detail in its evidence, see :func:`traceview.findings.merge_findings`);
-    findings about the job as a whole (no rank) are kept as they are."""
+    findings about the job as a whole (no rank) are kept as they are. With ``results``, each rank's
+    findings are first accounted on that rank's own denominator (:mod:`traceview.accounting`), so
+    the per-rank figures in the evidence are the ones that rank's own report shows."""
     if n_ranks <= 1:
         return list(findings)
-    per_rank = [(int(f.rank), f) for f in findings if f.rank is not None]
-    return [f for f in findings if f.rank is None] + merge_findings(per_rank, n_ranks)
+    if results is not None:
+        _account_per_rank(findings, results)
+    per_rank = [(int(f.rank), f) for f in findings if f.rank is not None and _own_rank(f)]
+    kept = [f for f in findings if f.rank is None or not _own_rank(f)]
+    return kept + merge_findings(per_rank, n_ranks)
 
 
-def _finding_records(findings: list[Finding]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    nested = nest_findings(findings)
+def _own_rank(f: Finding) -> bool:
+    """The finding's claims (if any) lie on its own rank (not e.g. a straggler's waiting peers)."""
+    return f.claims is None or not f.claims or f.claims.ranks() <= {int(f.rank or 0)}
+
+
+def _account_per_rank(findings: list[Finding], results: Mapping[str, AnalysisResult]) -> None:
+    by_rank: dict[int, list[Finding]] = {}
+    for f in findings:
+        if f.rank is not None and _own_rank(f):
+            by_rank.setdefault(int(f.rank), []).append(f)
+    for rank, mine in by_rank.items():
+        accounting.account(mine, denominator(results, [rank]), finding_parents(), finding_precedence())
+
+
+def _finding_records(findings: list[Finding], denom: accounting.Denominator
+                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Account the findings (nesting, precedence, costs, severity) and list them in rank order with
+    ids F1, F1.1, ...: nested findings under their top-level finding, ``part_of_id`` naming the
+    finding whose time they are part of."""
+    accounted = accounting.account(findings, denom, finding_parents(), finding_precedence())
     records = []
-    n = 0
     by_severity = {s: 0 for s in SEVERITIES}
-    for parent, children in nested:
-        n += 1
+    ids: dict[int, str] = {}
+    tops = accounting.tree(accounted)
+    for n, (top, descendants) in enumerate(tops, start=1):
         pid = f"F{n}"
-        by_severity[parent.severity] += 1
-        records.append({"id": pid, "parent": None, **plain(parent.to_dict())})
-        for j, child in enumerate(children, start=1):
-            records.append({"id": f"{pid}.{j}", "parent": pid, **plain(child.to_dict())})
-    stats = {"total": len(records), "top_level": len(nested), "nested": len(records) - len(nested),
-             "by_severity": by_severity}
+        ids[id(top.finding)] = pid
+        by_severity[top.finding.severity] += 1
+        records.append(_record(top, pid, None, None, denom))
+        for j, (child, direct) in enumerate(descendants, start=1):
+            cid = f"{pid}.{j}"
+            ids[id(child.finding)] = cid
+            records.append(_record(child, cid, pid, ids.get(id(direct.finding)), denom))
+    top_shares = [t.finding.cost_share for t, _ in tops if t.finding.cost_share is not None]
+    stats = {"total": len(records), "top_level": len(tops), "nested": len(records) - len(tops),
+             "by_severity": by_severity, "denominator": denom.describe(),
+             "top_level_cost_share": float(sum(top_shares)) if top_shares else None}
     return records, stats
+
+
+def _record(a: accounting.Accounted, fid: str, parent: str | None, part_of_id: str | None,
+            denom: accounting.Denominator) -> dict[str, Any]:
+    record = {"id": fid, "parent": parent, **plain(a.finding.to_dict()), "part_of_id": part_of_id,
+              "cost_basis": denom.describe()["basis"], "claims": plain(accounting.claims_record(a, denom))}
+    if a.claims is not None and not a.claims and a.ceded_to:
+        # its time is all another cause's (precedence): say so beside the figure its title quotes
+        record["title"] += f" (its time is already counted in {', '.join(a.ceded_to)})"
+    return record
 
 
 def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:
@@ -497,8 +564,8 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     safe_ranks = scrub_metadata(overview.ranks)
     used = {rank: s.get("devices", []) for rank, s in overview.summaries.items()}
     env = environment(safe_ranks, used)
-    findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks))
-    finding_records, finding_stats = _finding_records(findings)
+    findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks), results)
+    finding_records, finding_stats = _finding_records(findings, denominator(results))
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": {"name": "traceview", "version": traceview.__version__},
@@ -509,7 +576,8 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
             for r in overview.rank_ids
         ],
         "options": {"step_marker": options.step_marker, "top_n": options.top_n, "min_gap_ns": options.min_gap_ns,
-                    "ranks": list(options.ranks) if options.ranks is not None else None},
+                    "ranks": list(options.ranks) if options.ranks is not None else None,
+                    "comm_patterns": list(options.comm_patterns)},
         "execution": dict(execution or {}),
         "summary": summary(overview, results, env),
         "environment": env,

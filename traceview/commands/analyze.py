@@ -43,6 +43,12 @@ def command(
     scheduler: Optional[str] = typer.Option(
         None, "--scheduler", envvar="TRACEVIEW_SCHEDULER", help="Analyze rank by rank on a running Dask cluster "
         "(tcp://HOST:PORT; its workers must see the trace files at the same paths)."),
+    comm_pattern: Optional[List[str]] = typer.Option(
+        None, "--comm-pattern", help="[FAMILY=]REGEX: kernels whose name matches are communication (repeatable; "
+        "tried before the built-in table, docs/metrics.md)."),
+    comm_config: Optional[Path] = typer.Option(
+        None, "--comm-config", help="TOML file of communication rules (comm_patterns = [...] or [[comm_rules]], "
+        "top level or [tool.traceview])."),
 ) -> None:
     """Analyze traces: the answer first (step time, utilization, where time goes, top findings and
     kernels); --details or --format markdown|html|json for everything."""
@@ -51,7 +57,8 @@ def command(
     renderer_cls = get_renderer(fmt_name)  # a bad --format fails before any work
     if output is not None and output.is_dir():
         raise TraceviewError(f"{output}: is a directory; -o takes a file name")
-    options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N))
+    options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
+                      comm_patterns=comm_patterns(comm_pattern or [], comm_config))
     report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler)
     renderer = renderer_cls(top=top, details=details, summary_only=summary_only)
     if output is None:
@@ -65,6 +72,16 @@ def command(
     tmp.replace(output)
     Console().print(f"wrote the {renderer.name} report to {output} ({fmt_bytes(len(data))})", highlight=False,
                     soft_wrap=True)
+
+
+def comm_patterns(patterns: List[str], config: Optional[Path]) -> tuple[str, ...]:
+    """The user's communication rules: the config file's, then the ``--comm-pattern`` ones, checked
+    here so that a bad regex or file stops before any work (one line, exit 2)."""
+    from traceview.analyses.comm_rules import load_config, rule_table
+
+    found = (*(load_config(config) if config is not None else ()), *patterns)
+    rule_table(found)  # raises TraceviewError on a bad rule
+    return found
 
 
 def run_pipeline(paths: List[str], options: Options, *, use_cache: bool, workers: Optional[int],

@@ -84,6 +84,32 @@ def finding_where(f: Mapping[str, Any]) -> str:
     return ", ".join(where) or "all"
 
 
+def per_step_basis(report: Mapping[str, Any]) -> bool:
+    """True when the report's costs are per step; False when they are for the whole trace (no steps)."""
+    denom = (report.get("findings_summary") or {}).get("denominator") or {}
+    if denom.get("basis"):
+        return bool(denom["basis"] == "step")
+    return bool((report.get("summary") or {}).get("steps"))
+
+
+def cost_heading(report: Mapping[str, Any]) -> str:
+    """The heading of the findings' cost column: what the cost is per, and what the share is of."""
+    if per_step_basis(report):
+        return "cost/step (share of step)"
+    return "cost, whole trace (share of trace)"
+
+
+def per_step_text(report: Mapping[str, Any]) -> str:
+    """``per step`` or, without steps, ``whole trace``."""
+    return "per step" if per_step_basis(report) else "whole trace"
+
+
+def nested_note(f: Mapping[str, Any]) -> str:
+    """Why a nested finding's cost is not added again: it is part of its parent's time."""
+    parent = f.get("part_of_id") or f.get("parent")
+    return f"part of {parent}: its time is included there" if parent else ""
+
+
 def finding_cost(f: Mapping[str, Any]) -> str:
     """Cost per step and its share of the step: ``7.68 ms (54.5%)``; ``-`` when it has none."""
     cost = fmt_ns(f["cost_ns_per_step"]) if f.get("cost_ns_per_step") else "-"
@@ -172,7 +198,8 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         ("GPUs", gpu_text(report), ""),
         ("ranks", rank_text(report), ""),
         ("steps", f"{steps} per rank" if steps else "none found", ""),
-        ("step time", f"median {fmt_ns(s.get('median_step_time_ns'))}, p90 {fmt_ns(s.get('p90_step_time_ns'))}",
+        ("step time", f"median {fmt_ns(s.get('median_step_time_ns'))}, p90 {fmt_ns(s.get('p90_step_time_ns'))}"
+         if s.get("median_step_time_ns") is not None else "no steps: figures are for the whole trace",
          notes.get("median_step_time_ns", "")),
     ]
     if s.get("window_ns"):
@@ -181,7 +208,7 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                      f"{fmt_ns(s['window_ns'])}, summed over {gpus} GPU{'s' if gpus != 1 else ''})",
                      notes.get("utilization", "")))
         rows.append(("where GPU time goes", shares_text(report), notes.get("exposed_comm_ns", "")))
-        per = "per step and GPU" if steps else "per GPU, whole trace"
+        per = "per step and GPU" if per_step_basis(report) else "per GPU, whole trace"
         rows.append(("GPU idle", f"{fmt_ns(s.get('idle_ns_per_step'))} {per}", ""))
         rows.append(("exposed communication", f"{fmt_ns(s.get('exposed_comm_ns_per_step'))} {per}", ""))
     else:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from traceview.model import Trace
 from traceview.registry import Renderer, register_renderer
 from traceview.render.common import (
+    cost_heading,
+    nested_note,
     column_label,
     display_rows,
     finding_cost,
@@ -150,13 +152,12 @@ def _findings(report: Mapping[str, Any]) -> str:
     """Every finding of the report, in its order, with its id (row ``id="finding-F1"``)."""
     findings = report.get("findings", [])
     if not findings:
-        return "<p>No findings: nothing here costs a noticeable share of the step time.</p>"
+        return "<p>No findings: nothing here costs a noticeable share of the GPU time.</p>"
     out = ["<table><thead><tr><th>id</th><th>severity</th><th>finding</th><th>where</th>"
-           "<th>cost per step (share)</th><th>recommendation</th></tr></thead><tbody>"]
+           f"<th>{esc(cost_heading(report))}</th><th>recommendation</th></tr></thead><tbody>"]
     for f in findings:
         nested = f.get("parent") is not None
-        part = (f'<div class="meta">part of {esc(f["parent"])}: its cost is already included there</div>'
-                if nested else "")
+        part = f'<div class="meta">{esc(nested_note(f))}</div>' if nested else ""
         evidence = (f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details>"
                     if f.get("evidence") else "")
         out.append(

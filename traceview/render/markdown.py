@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from traceview.registry import ANALYSES, Renderer, register_renderer
 from traceview.render.common import (
+    cost_heading,
+    nested_note,
     column_label,
     display_rows,
     finding_cost,
@@ -102,18 +104,18 @@ def _findings(report: Mapping[str, Any]) -> str:
     """Every finding of the report, in its order, with its id (``F1``, nested ``F1.1``)."""
     findings = report.get("findings", [])
     if not findings:
-        return "No findings: nothing here costs a noticeable share of the step time."
+        return "No findings: nothing here costs a noticeable share of the GPU time."
     rows = []
     evidence = []
     for f in findings:
         fid = f["id"]
         title = f"**{md_escape(f['title'])}**<br>`{f['code']}`" if f.get("parent") is None else (
-            f"↳ {md_escape(f['title'])}<br>`{f['code']}`, part of {f['parent']}: its cost is included there")
+            f"↳ {md_escape(f['title'])}<br>`{f['code']}`, {nested_note(f)}")
         rows.append([fid, SEVERITY_MARK.get(f["severity"], f["severity"]), title,
                      md_escape(finding_where(f)), md_escape(finding_cost(f)), md_escape(f["recommendation"])])
         if f.get("evidence"):
             evidence.append(f"**{fid}. {md_escape(f['title'])}**\n\n" + "\n".join(_evidence_lines(f["evidence"])))
-    text = md_table(["id", "severity", "finding", "where", "cost per step (share)", "recommendation"], rows,
+    text = md_table(["id", "severity", "finding", "where", cost_heading(report), "recommendation"], rows,
                     ["---", "---", "---", "---", "---:", "---"])
     if evidence:
         text += "\n\n" + details("Evidence for each finding", "\n\n".join(evidence))

@@ -21,6 +21,8 @@ from rich.text import Text
 
 from traceview.registry import ANALYSES, Renderer, register_renderer
 from traceview.render.common import (
+    cost_heading,
+    nested_note,
     column_label,
     display_rows,
     finding_cost,
@@ -99,8 +101,11 @@ def print_headline(report: Mapping[str, Any], console: Console) -> None:
     """The job in one line, then step time, utilization and where the GPU window goes."""
     s = report["summary"]
     console.print(f"[bold]traceview[/bold] · {safe(job_line(report))}", highlight=False)
-    line = (f"[bold]step time[/bold] median {fmt_ns(s.get('median_step_time_ns'))}, "
-            f"p90 {fmt_ns(s.get('p90_step_time_ns'))}")
+    if s.get("median_step_time_ns") is not None:
+        line = (f"[bold]step time[/bold] median {fmt_ns(s.get('median_step_time_ns'))}, "
+                f"p90 {fmt_ns(s.get('p90_step_time_ns'))}")
+    else:
+        line = "[bold]no steps[/bold]: every figure is for the whole trace"
     if s.get("window_ns"):
         gpus = s.get("gpus") or 0
         line += (f" · [bold]GPU utilization[/bold] {fmt_share(s.get('utilization'))} (busy {fmt_ns(s['busy_ns'])} of "
@@ -133,13 +138,13 @@ def print_top_findings(report: Mapping[str, Any], console: Console, top: int) ->
     """The first ``top`` top-level findings, one line each, in the report's order and with its ids."""
     parents = top_level(report)
     if not parents:
-        console.print("[green]No findings: nothing here costs a noticeable share of the step time.[/green]")
+        console.print("[green]No findings: nothing here costs a noticeable share of the GPU time.[/green]")
         return
     rows = [[f["id"], f"[{SEVERITY_STYLE.get(f['severity'], '')}]{f['severity']}[/]", safe(str(f["title"])),
              finding_where(f), finding_cost(f)] for f in parents[:top]]
     table = _fitted_table(console, f"Findings: {findings_count_text(report)}",
-                          ["id", "severity", "finding", "where", "cost/step (share)"], rows, flexible=2,
-                          right=("cost/step (share)",))
+                          ["id", "severity", "finding", "where", cost_heading(report)], rows, flexible=2,
+                          right=(cost_heading(report),))
     console.print(table)
     total = len(report.get("findings", []))
     if len(parents) > top:
@@ -214,13 +219,13 @@ def print_all_findings(report: Mapping[str, Any], console: Console) -> None:
         return
     table = Table(title=f"All findings: {findings_count_text(report)}", title_justify="left", title_style="bold",
                   show_lines=True, box=box.SQUARE)
-    for col in ("id", "severity", "finding", "where", "cost/step (share)", "recommendation"):
+    for col in ("id", "severity", "finding", "where", cost_heading(report), "recommendation"):
         table.add_column(col, overflow="fold", justify="right" if col.startswith("cost") else "left")
     for f in findings:
         sev = f["severity"]
         name = f"{safe(str(f['title']))}\n[dim]{safe(f['code'])}[/dim]"
         if f.get("parent"):
-            name = f"↳ {name}\n[dim](part of {f['parent']}: its cost is included there)[/dim]"
+            name = f"↳ {name}\n[dim]({nested_note(f)})[/dim]"
         table.add_row(f["id"], f"[{SEVERITY_STYLE.get(sev, '')}]{sev}[/]", name, finding_where(f), finding_cost(f),
                       safe(str(f.get("recommendation") or "")))
     console.print(table)

@@ -1,0 +1,199 @@
+"""Which kernels are communication: one table of rules (docs/metrics.md, "Common definitions").
+
+A kernel is communication when a rule of the table matches it; the first rule that matches names
+its ``rule`` and ``family`` (the library that issued it), which the communication analysis reports
+(``rules`` table: how much time each rule classified). A rule is either a name rule (a regex searched
+in the kernel name) or an argument rule (a column of the event that must be present, e.g. the
+``collective`` args PyTorch writes for collectives).
+
+Built-in rules, in order (kernel names as the libraries' sources spell them):
+
+========================  ==================  =====================================================
+rule                      family              matches
+========================  ==================  =====================================================
+``msccl``                 msccl               ``msccl`` as a word start: MSCCL (``mscclKernel_*``, whose
+                                              arguments name NCCL types, hence first) and MSCCL++
+                                              (``mscclpp::``)
+``nccl``                  nccl                ``nccl`` or ``rccl``, any case (``ncclKernel_*``,
+                                              ``ncclDevKernel_*``; RCCL keeps NCCL's kernel names)
+``deepep``                deepep              a kernel in DeepEP's ``internode``/``intranode``/
+                                              ``internode_ll`` namespaces under ``deep_ep::`` or
+                                              ``dpsk::ep::`` (``dispatch``, ``combine``,
+                                              ``notify_dispatch``, ``cached_notify``, ...). The
+                                              namespace is anchored: ``cdpsk::ep::`` CUB kernels
+                                              and the local ``get_dispatch_layout`` are compute
+``nvshmem``               nvshmem             ``nvshmem`` in the name (NVSHMEM's own kernels)
+``symmetric_memory``      symmetric_memory    PyTorch symmetric memory: ``multimem_all_reduce``,
+                                              ``multimem_one_shot_all_reduce``,
+                                              ``multimem_all_gather``, ``one_shot_all_reduce``,
+                                              ``two_shot_all_reduce`` kernels
+``custom_allreduce``      custom_allreduce    vLLM/SGLang ``cross_device_reduce_1stage/2stage``,
+                                              TensorRT-LLM ``oneShotAllReduceKernel`` /
+                                              ``twoShotAllReduceKernel``, ``allreduce_fusion_kernel_*``
+                                              (TensorRT-LLM / FlashInfer, lamport and sync variants)
+``all_to_all``            all_to_all          ``all_to_all`` / ``alltoall`` / ``AllToAll`` as a word
+``send_recv``             send_recv           ``SendRecv`` / ``send_recv`` or ``p2p_send`` / ``p2p_recv``
+                                              as a word
+``collective_args``       collective_args     the event carries collective args (``collective``)
+========================  ==================  =====================================================
+
+User rules (``--comm-pattern [FAMILY=]REGEX``, a ``--comm-config`` TOML file; ``Options.comm_patterns``)
+come first, so they can add kernels the table misses and relabel the family of ones it knows.
+Rules only ever add communication: a kernel no rule matches is compute.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from traceview.errors import TraceviewError
+
+#: the family of a ``--comm-pattern`` given without ``FAMILY=``
+USER_FAMILY = "user"
+_FAMILY = re.compile(r"[A-Za-z_][\w.-]{0,63}")
+#: the words of the collective a kernel name speaks of (generic kinds, for families other than nccl)
+_COLLECTIVE_WORD = re.compile(
+    r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|send_?recv|barrier)")
+
+
+@dataclass(frozen=True)
+class CommRule:
+    """One row of the table. ``pattern``: a regex searched in the kernel name; ``arg``: else, a
+    column that must be non-null. ``kind``: the collective kind of every kernel it matches (None:
+    from ``op`` or the collective words of the name); ``op``: a regex whose first group names the
+    operation (DeepEP's ``dispatch``, ``combine``, ...)."""
+
+    name: str
+    family: str
+    pattern: str | None = None
+    arg: str | None = None
+    kind: str | None = None
+    op: str | None = None
+    source: str = "built-in"
+
+    def matches_name(self, name: str) -> bool:
+        return self.pattern is not None and compiled(self.pattern).search(name) is not None
+
+    def operation(self, name: str) -> str | None:
+        """What the kernel does, from its name: ``kind``, the ``op`` group, else a collective word
+        (``multimem_all_reduce_kernel`` -> ``all_reduce``); None when the name says nothing."""
+        if self.kind is not None:
+            return self.kind
+        if self.op is not None:
+            match = compiled(self.op).search(name)
+            if match:
+                return match.group(1)
+        match = _COLLECTIVE_WORD.search(name)
+        return match.group(1) if match else None
+
+
+BUILTIN_RULES: tuple[CommRule, ...] = (
+    # before nccl: MSCCL kernels take NCCL types (`mscclKernel_Sum_half_Simple_false(ncclDevComm*, ...)`)
+    CommRule("msccl", "msccl", pattern=r"(?<![A-Za-z])msccl"),
+    CommRule("nccl", "nccl", pattern=r"(?i)nccl|rccl"),
+    # namespaces anchored on both sides: `cdpsk::ep::` (CUB scan kernels) and
+    # `dpsk::ep::cuda::get_dispatch_layout` (a local layout computation) are compute
+    CommRule("deepep", "deepep", pattern=r"(?<![\w:])(?:deep_ep|dpsk::ep)::(?:intra|inter)node\w*::\w",
+             op=r"::(?:intra|inter)node\w*::(\w+)"),
+    CommRule("nvshmem", "nvshmem", pattern=r"(?i)nvshmem"),
+    CommRule("symmetric_memory", "symmetric_memory",
+             pattern=r"(?<![A-Za-z0-9])(?:multimem_(?:one_shot_)?all_reduce|multimem_all_gather"
+             r"|one_shot_all_reduce|two_shot_all_reduce)_kernel"),
+    CommRule("custom_allreduce", "custom_allreduce",
+             pattern=r"cross_device_reduce_[12]stage|(?<![A-Za-z])(?:[Oo]ne|[Tt]wo)ShotAllReduceKernel"
+             r"|allreduce_fusion_kernel_", kind="all_reduce"),
+    CommRule("all_to_all", "all_to_all", pattern=r"(?<![A-Za-z])[Aa]ll_?[Tt]o_?[Aa]ll(?:v|_?single)?(?![a-z])",
+             kind="all_to_all"),
+    CommRule("send_recv", "send_recv",
+             pattern=r"(?<![A-Za-z])(?:[Ss]end_?[Rr]ecv|[Pp]2[Pp]_?(?:[Ss]end|[Rr]ecv))(?![a-z])"),
+    CommRule("collective_args", "collective_args", arg="collective"),
+)
+
+
+@lru_cache(maxsize=256)
+def compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def parse_pattern(spec: str, *, source: str = "--comm-pattern") -> CommRule:
+    """``REGEX`` or ``FAMILY=REGEX`` -> a user rule (family ``user`` without one).
+
+    The text before the first ``=`` is a family only when it looks like one (a name of letters,
+    digits, ``_``, ``.``, ``-``); write ``user=a=b`` for a regex that itself starts with ``name=``.
+    Raises :class:`TraceviewError` (one line) for a bad regex or one that matches every name."""
+    family, regex = USER_FAMILY, spec
+    head, sep, tail = spec.partition("=")
+    if sep and _FAMILY.fullmatch(head):
+        family, regex = head, tail
+    if not regex:
+        raise TraceviewError(f"{source} {spec!r}: the regex is empty")
+    try:
+        pattern = compiled(regex)
+    except re.error as exc:
+        raise TraceviewError(f"{source} {spec!r}: not a regular expression ({exc})") from None
+    if pattern.search("") is not None:
+        # it would match every kernel name: every kernel would become communication
+        raise TraceviewError(f"{source} {spec!r}: the regex matches the empty string (so every kernel name)")
+    return CommRule(name=f"user:{regex}", family=family, pattern=regex, source=source)
+
+
+@lru_cache(maxsize=64)
+def rule_table(patterns: tuple[str, ...] = ()) -> tuple[CommRule, ...]:
+    """The rules in the order they are tried: the user's (``Options.comm_patterns``), then the
+    built-in ones."""
+    return tuple(parse_pattern(p) for p in patterns) + BUILTIN_RULES
+
+
+def load_config(path: str | Path) -> tuple[str, ...]:
+    """The user rules of a TOML file, as ``FAMILY=REGEX`` strings (what ``Options.comm_patterns``
+    holds). Accepted, at the top level or under ``[tool.traceview]`` (so a ``pyproject.toml`` works)::
+
+        comm_patterns = ["mylib=my_allreduce_kernel", "other_kernel"]
+
+        [[comm_rules]]
+        family = "mylib"
+        pattern = "my_alltoall_\\\\w+"
+
+    Raises :class:`TraceviewError` (one line) for a missing or malformed file or a bad rule."""
+    where = str(path)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TraceviewError(f"--comm-config {where}: cannot read it ({exc.strerror or exc})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TraceviewError(f"--comm-config {where}: not a TOML file ({exc})") from None
+    section: Any = data.get("tool", {}).get("traceview", data) if isinstance(data.get("tool"), dict) else data
+    specs = [*_string_list(section.get("comm_patterns", []), where),
+             *_rule_tables(section.get("comm_rules", []), where)]
+    if not specs:
+        raise TraceviewError(f"--comm-config {where}: no comm_patterns or [[comm_rules]] in it")
+    for spec in specs:
+        parse_pattern(spec, source=f"--comm-config {where}:")
+    return tuple(specs)
+
+
+def _string_list(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TraceviewError(f"--comm-config {where}: comm_patterns must be a list of strings")
+    return list(value)
+
+
+def _rule_tables(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise TraceviewError(f"--comm-config {where}: comm_rules must be [[comm_rules]] tables")
+    out = []
+    for i, rule in enumerate(value, 1):
+        pattern, family = rule.get("pattern"), rule.get("family", USER_FAMILY)
+        if not isinstance(pattern, str) or not isinstance(family, str) or not _FAMILY.fullmatch(family):
+            raise TraceviewError(f"--comm-config {where}: comm_rules #{i} needs a string pattern and a family "
+                                 "name (letters, digits, _ . -)")
+        out.append(f"{family}={pattern}")
+    return out
+
+
+__all__ = ["BUILTIN_RULES", "USER_FAMILY", "CommRule", "compiled", "load_config", "parse_pattern", "rule_table"]

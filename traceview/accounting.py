@@ -1,0 +1,311 @@
+"""The findings engine's cost accounting: findings whose costs add up (docs/metrics.md, "Findings").
+
+Every finding that costs GPU time carries :class:`~traceview.claims.Claims` (the intervals its cost is
+made of). :func:`account` turns the findings of a report into a tree whose figures can be trusted:
+
+1. **Windows.** Claims are clipped to the whole-trace GPU window of their (rank, device).
+2. **Nesting.** A finding with ``part_of`` goes under the nearest present ancestor of its chain
+   (``launch_bound`` -> ``host_bound_gaps`` -> ``low_utilization``) whose claims overlap its own
+   (uncosted findings: whose ranks overlap); with none, it is top-level.
+3. **Precedence.** Top-level findings never claim the same time twice: in precedence order (each
+   analysis places its codes on :data:`PRECEDENCE_SCALE`) each takes its claims minus the time
+   earlier ones took (a root cause before the symptom it explains: a straggler's waiting before
+   exposed communication, a synchronisation before the host-bound gap it causes).
+4. **Subsets.** A nested finding claims only time its parent claims (its claims are clipped to its
+   parent's), so its cost never exceeds its parent's.
+5. **One denominator.** ``cost_ns_per_step`` = sum over GPUs g of claimed_g / (steps_g x GPUs) and
+   ``cost_share`` = cost / (the same sum over each GPU's window): the claimed GPU time per step of an
+   average GPU of the job, as a share of that GPU's time per step. ``steps_g`` is the number of
+   steps of g's rank (1 when it has none: then every figure is for the whole trace).
+6. **Severity** follows the share by one rule (:data:`SEVERITY_RULE`); findings that claim no GPU
+   time (memory, imbalance) are at most "low" and rank after costed ones.
+
+Top-level shares therefore add up to at most 100% and nested costs never exceed their parent's;
+``tests/test_accounting.py`` checks these invariants on generated findings (hypothesis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from traceview.claims import Claims
+from traceview.findings import SEVERITIES, Finding
+
+#: The precedence scale (lower wins time claimed by two top-level findings). Each analysis declares
+#: where its codes sit (``AnalysisSpec.finding_precedence``), so adding a finding is one module:
+#: root causes before the symptoms they explain, umbrellas last (an orphaned cause keeps its time and
+#: the umbrella is what is left). Undeclared codes come after every declared one, by name.
+PRECEDENCE_SCALE: tuple[tuple[int, str], ...] = (
+    (10, "waiting on a peer rank (straggler)"),
+    (20, "communication placed where it cannot overlap (e.g. on the compute stream)"),
+    (30, "exposure of one collective kind"),
+    (40, "a synchronisation or blocking copy on the host"),
+    (50, "idle while the host synchronises"),
+    (60, "launch overhead (launch-bound steps, tiny kernels)"),
+    (70, "idle while the host does other work"),
+    (80, "idle with work queued (late start)"),
+    (90, "idle with no known cause"),
+    (190, "umbrella: exposed communication"),
+    (200, "umbrella: idle GPU"),
+)
+
+#: (severity, minimum cost share): the first row whose share the finding reaches; else "info"
+SEVERITY_RULE: tuple[tuple[str, float], ...] = (("high", 0.25), ("medium", 0.10), ("low", 0.02))
+#: the highest severity a finding that claims no GPU time can have
+UNCOSTED_MAX_SEVERITY = "low"
+
+
+def severity_for_share(share: float) -> str:
+    """The severity of a finding costing ``share`` of the GPU time (:data:`SEVERITY_RULE`)."""
+    for severity, minimum in SEVERITY_RULE:
+        if share >= minimum:
+            return severity
+    return "info"
+
+
+@dataclass(frozen=True)
+class Denominator:
+    """The one denominator of every cost and share in a report: each GPU's whole-trace window and
+    the number of steps of its rank."""
+
+    #: (rank, device) -> (window start ns, window end ns)
+    windows: Mapping[tuple[int, int], tuple[int, int]]
+    #: rank -> number of steps (0 or absent: no steps, figures are for the whole trace)
+    steps: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def per_step(self) -> bool:
+        """True when every GPU's rank has steps (costs are per step), else whole-trace figures."""
+        return bool(self.windows) and all(self.steps.get(r, 0) > 0 for r, _ in self.windows)
+
+    def weight(self, rank: int) -> float:
+        n = max(len(self.windows), 1)
+        return 1.0 / (max(self.steps.get(rank, 0), 1) * n)
+
+    def gpu_time_per_step_ns(self) -> float:
+        """The GPU time per step of an average GPU (the share denominator)."""
+        return float(sum((hi - lo) * self.weight(r) for (r, _), (lo, hi) in self.windows.items()))
+
+    def window_claims(self) -> Claims:
+        if not self.windows:
+            return Claims.empty()
+        keys = list(self.windows)
+        lo = np.array([self.windows[k][0] for k in keys], dtype=np.int64)
+        hi = np.array([self.windows[k][1] for k in keys], dtype=np.int64)
+        return Claims.of(np.array([k[0] for k in keys]), np.array([k[1] for k in keys]), lo, hi)
+
+    def cost(self, claims: Claims) -> tuple[int, float | None]:
+        """(cost ns per step, share) of ``claims``."""
+        total = sum(ns * self.weight(r) for (r, _), ns in claims.by_gpu().items())
+        denom = self.gpu_time_per_step_ns()
+        return int(round(total)), (total / denom if denom > 0 else None)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "basis": "step" if self.per_step else "whole trace",
+            "gpus": len(self.windows),
+            "gpu_time_per_step_ns": int(round(self.gpu_time_per_step_ns())) if self.per_step else None,
+            "gpu_time_ns": int(sum(hi - lo for lo, hi in self.windows.values())),
+            "rule": "cost = claimed GPU time per step of an average GPU (whole trace without steps); "
+                    "share = cost / that GPU's time per step",
+        }
+
+
+def _precedence(code: str, precedence: Mapping[str, int]) -> tuple[int, str]:
+    return (precedence.get(code, 1_000), code)
+
+
+def _ancestors(code: str | None, parents: Mapping[str, str]) -> list[str]:
+    out: list[str] = []
+    while code is not None and code not in out:
+        out.append(code)
+        code = parents.get(code)
+    return out
+
+
+def _ranks_of(f: Finding) -> set[int] | None:
+    if f.claims is not None and f.claims:
+        return f.claims.ranks()
+    if f.rank is not None:
+        return {int(f.rank)}
+    per_rank = f.evidence.get("per_rank") if isinstance(f.evidence, dict) else None
+    if isinstance(per_rank, list):
+        return {int(p["rank"]) for p in per_rank if isinstance(p, dict) and p.get("rank") is not None} or None
+    return None
+
+
+def _overlap(child: Finding, candidate: Finding, raw: Mapping[int, Claims]) -> float:
+    """How much of ``child`` ``candidate`` covers (ns for costed children, 1/0 for uncosted)."""
+    c, p = raw.get(id(child)), raw.get(id(candidate))
+    if c is not None and p is not None:
+        return float(c.intersect(p).total_ns())
+    mine, theirs = _ranks_of(child), _ranks_of(candidate)
+    return 1.0 if mine is None or theirs is None or bool(mine & theirs) else 0.0
+
+
+def _choose_parent(f: Finding, by_code: Mapping[str, list[Finding]], parents: Mapping[str, str],
+                   raw: Mapping[int, Claims]) -> Finding | None:
+    """The nearest present ancestor of ``f`` that covers some of it (the one covering most)."""
+    for code in _ancestors(f.part_of, parents):
+        best, best_overlap = None, 0.0
+        for cand in by_code.get(code, []):
+            if cand is f:
+                continue
+            ov = _overlap(f, cand, raw)
+            if ov > best_overlap:
+                best, best_overlap = cand, ov
+        if best is not None:
+            return best
+    return None
+
+
+@dataclass
+class Accounted:
+    """One finding after accounting: its place in the tree and its claimed time."""
+
+    finding: Finding
+    parent: Finding | None
+    raw_ns: int
+    claims: Claims | None
+    ceded_to: list[str] = field(default_factory=list)
+
+
+def _tree(findings: list[Finding], parents: Mapping[str, str], raw: Mapping[int, Claims]) -> dict[int, Finding | None]:
+    by_code: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_code.setdefault(f.code, []).append(f)
+    parent: dict[int, Finding | None] = {}
+    for f in findings:
+        parent[id(f)] = _choose_parent(f, by_code, parents, raw) if f.part_of else None
+    # a cycle of part_of (two findings each under the other) is broken by making the first top-level
+    for f in findings:
+        seen = {id(f)}
+        p = parent[id(f)]
+        while p is not None:
+            if id(p) in seen:
+                parent[id(f)] = None
+                break
+            seen.add(id(p))
+            p = parent[id(p)]
+    return parent
+
+
+def _depth(f: Finding, parent: Mapping[int, Finding | None]) -> int:
+    d, p = 0, parent[id(f)]
+    while p is not None:
+        d, p = d + 1, parent[id(p)]
+    return d
+
+
+def account(findings: list[Finding], denominator: Denominator, parents: Mapping[str, str] | None = None,
+            precedence: Mapping[str, int] | None = None) -> list[Accounted]:
+    """Nest, de-duplicate and cost ``findings`` (see the module docstring). ``parents``: code ->
+    umbrella code; ``precedence``: code -> place on :data:`PRECEDENCE_SCALE` (both declared by the
+    analyses, ``traceview.registry``). Returns one entry per finding, parents before their children;
+    findings are updated in place (cost, share, severity)."""
+    precedence = precedence or {}
+    parents = dict(parents or {})
+    for f in findings:
+        if f.part_of and f.code not in parents:
+            parents[f.code] = f.part_of
+    window = denominator.window_claims()
+    raw: dict[int, Claims] = {id(f): f.claims.intersect(window) for f in findings if f.claims is not None}
+    parent = _tree(findings, parents, raw)
+    order = sorted(findings, key=lambda f: (_depth(f, parent), _precedence(f.code, precedence)))
+    final: dict[int, Claims] = {}
+    out: list[Accounted] = []
+    taken = Claims.empty()
+    owner: list[tuple[str, Claims]] = []
+    for f in order:
+        claims = raw.get(id(f))
+        ceded: list[str] = []
+        p = parent[id(f)]
+        if claims is not None:
+            if p is None:
+                mine = claims.subtract(taken)
+                ceded = [code for code, c in owner if claims.intersect(c)]
+                taken = taken.union(mine)
+                owner.append((f.code, mine))
+                claims = mine
+            elif id(p) in final:
+                claims = claims.intersect(final[id(p)])
+            final[id(f)] = claims
+        _set_cost(f, claims, denominator)
+        out.append(Accounted(f, p, raw[id(f)].total_ns() if id(f) in raw else 0, claims, ceded))
+    return out
+
+
+def _set_cost(f: Finding, claims: Claims | None, denominator: Denominator) -> None:
+    if claims is None:
+        f.cost_ns_per_step, f.cost_share = 0, None
+        cap = SEVERITIES.index(UNCOSTED_MAX_SEVERITY)
+        f.severity = SEVERITIES[max(SEVERITIES.index(f.severity), cap)]
+        return
+    f.cost_ns_per_step, f.cost_share = denominator.cost(claims)
+    f.severity = severity_for_share(f.cost_share or 0.0)
+
+
+def rank_key(a: Accounted) -> tuple:
+    """Most costly first; severity breaks ties; uncosted after costed; info last."""
+    f = a.finding
+    return (f.severity == "info", a.claims is None, -(f.cost_ns_per_step or 0), SEVERITIES.index(f.severity),
+            f.code, -1 if f.rank is None else f.rank)
+
+
+def tree(accounted: list[Accounted]) -> list[tuple[Accounted, list[tuple[Accounted, Accounted]]]]:
+    """Ranked top-level entries, each with its descendants in depth-first order as (entry, direct
+    parent entry) pairs; siblings ranked by :func:`rank_key`."""
+    by_id = {id(a.finding): a for a in accounted}
+    kids: dict[int, list[Accounted]] = {}
+    top: list[Accounted] = []
+    for a in accounted:
+        if a.parent is None:
+            top.append(a)
+        else:
+            kids.setdefault(id(a.parent), []).append(a)
+
+    def walk(a: Accounted) -> list[tuple[Accounted, Accounted]]:
+        out: list[tuple[Accounted, Accounted]] = []
+        for k in sorted(kids.get(id(a.finding), []), key=rank_key):
+            out.append((k, by_id[id(a.finding)]))
+            out.extend(walk(k))
+        return out
+
+    return [(a, walk(a)) for a in sorted(top, key=rank_key)]
+
+
+def claims_record(a: Accounted, denominator: Denominator, *, max_gpus: int = 16,
+                  max_intervals: int = 10) -> dict[str, Any] | None:
+    """What the report says of a finding's claims: claimed time per GPU (the largest ``max_gpus``),
+    the longest intervals, and the time it ceded to findings ranked before it."""
+    if a.claims is None:
+        return None
+    per_gpu = sorted(a.claims.by_gpu().items(), key=lambda kv: -kv[1])
+    windows = denominator.windows
+    gpus = []
+    for (r, d), ns in per_gpu[:max_gpus]:
+        lo, hi = windows.get((r, d), (0, 0))
+        steps = denominator.steps.get(r, 0)
+        gpus.append({"rank": r, "device": d, "claimed_ns": ns,
+                     "claimed_ns_per_step": int(round(ns / steps)) if steps else ns,
+                     "share_of_gpu": ns / (hi - lo) if hi > lo else None})
+    return {
+        "claimed_ns": a.claims.total_ns(),
+        "unclaimed_ns": max(0, a.raw_ns - a.claims.total_ns()),
+        "ceded_to": a.ceded_to,
+        "intervals": len(a.claims),
+        "gpus": len(per_gpu),
+        "per_gpu": gpus,
+        "largest_intervals": [list(x) for x in a.claims.largest(max_intervals)],
+    }
+
+
+def windows_from_breakdown(rank: np.ndarray, device: np.ndarray, first_start_ns: np.ndarray,
+                           last_end_ns: np.ndarray) -> dict[tuple[int, int], tuple[int, int]]:
+    """The denominator's windows from the temporal analysis's whole-trace rows."""
+    return {(int(r), int(d)): (int(lo), int(hi))
+            for r, d, lo, hi in zip(rank, device, first_start_ns, last_end_ns) if hi > lo}
