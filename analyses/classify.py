@@ -115,6 +115,8 @@ def names_categorical(trace: Trace, rows: np.ndarray, column: str = "name", miss
     codes = np.full(rows.size, len(dictionary) - 1, dtype=np.int64)
     ok = rows >= 0
     codes[ok] = codes_all[rows[ok]]
-    # the dictionary may repeat values (and holds ``missing``): map codes onto distinct categories
-    categories, remap = np.unique(dictionary.astype(str), return_inverse=True)
-    return pd.Categorical.from_codes(remap.reshape(-1)[codes], categories=categories)
+    # the dictionary may repeat values (and holds ``missing``): map codes onto distinct categories.
+    # Hashing the object array keeps each name's own size; ``np.unique(dictionary.astype(str))``
+    # made a fixed-width array of (distinct names x longest name): 1 MB name -> 1 GB resident.
+    remap, categories = pd.factorize(dictionary, sort=True)
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype=object))

@@ -116,34 +116,21 @@ class Filters:
     # ------------------------------------------------------------------ from the browser
     @classmethod
     def from_controls(cls, ranks: Any, steps: Any, t0_ms: Any, t1_ms: Any) -> "Filters":
-        """Build from the header controls' values (anything malformed is ignored)."""
-        rank_t = None
-        if isinstance(ranks, (list, tuple)) and ranks:
-            try:
-                rank_t = tuple(sorted({int(r) for r in ranks}))
-            except (TypeError, ValueError):
-                rank_t = None
-        step_t = None
-        if isinstance(steps, (list, tuple)) and len(steps) == 2:
-            try:
-                step_t = (int(steps[0]), int(steps[1]))
-            except (TypeError, ValueError):
-                step_t = None
-        time_t = None
-        lo, hi = _ms(t0_ms), _ms(t1_ms)
-        if lo is not None or hi is not None:
-            time_t = (int(round((lo or 0.0) * 1e6)), int(round(hi * 1e6)) if hi is not None else 2**62)
-        return cls(ranks=rank_t, steps=step_t, time_ns=time_t)
+        """Build from the header controls' values, ignoring each control whose value is unusable
+        (callbacks use :func:`traceview.app.validate.filters`, which says what was wrong instead)."""
+        from . import validate  # validate builds Filters: imported here, not at the top
 
+        def lenient(fn: Any, *args: Any) -> Any:
+            try:
+                return fn(*args)
+            except validate.BadValue:
+                return None
 
-def _ms(value: Any) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if np.isfinite(v) else None
+        time = lenient(validate.filters, None, None, t0_ms, t1_ms)
+        if time is None:  # one end unusable: keep the other, as a typed-in half range
+            time = (lenient(validate.filters, None, None, t0_ms, None)
+                    or lenient(validate.filters, None, None, None, t1_ms) or cls())
+        return cls(ranks=lenient(validate.ranks, ranks), steps=lenient(validate.steps, steps), time_ns=time.time_ns)
 
 
 def event_mask(trace: Trace, filters: Filters, info: StepInfo, step_marker: str | None = None) -> np.ndarray:

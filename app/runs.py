@@ -12,6 +12,7 @@ named on the command line too). A folder given on the command line is searched r
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -31,6 +32,8 @@ from traceview.pipeline import analyze
 from traceview.report import Report, build_report
 
 from .filters import Filters, StepInfo, step_info, subset_trace
+
+log = logging.getLogger("traceview.app")
 
 #: a rank number in a file name: what distinguishes the files of one multi-rank run
 _RANK_TOKEN = re.compile(r"(?:^|(?<=[^a-z]))(rank|worker)([-_]?)(\d+)", re.IGNORECASE)
@@ -115,8 +118,12 @@ def _rank_number(path: Path) -> tuple[int, str]:
 # step marker, and the code that computes the report (size and mtime of the core modules, the
 # analyses and the parsers), so editing an analysis never serves stale figures.
 
-RESULT_CACHE_VERSION = "2"
+RESULT_CACHE_VERSION = "3"
 RESULT_CACHE_KEEP = 16
+#: the first bytes of a result cache file; the cache is data (JSON and Arrow IPC), never pickle, so
+#: a file planted in the cache folder can at worst show wrong figures, not run code
+RESULT_CACHE_MAGIC = b"TRACEVIEW-RESULTS\n"
+RESULT_CACHE_SUFFIX = ".tvresults"
 #: the core modules a report depends on (besides every module of the analyses and parsers packages)
 CORE_MODULES = ("model.py", "loading.py", "errors.py", "findings.py", "registry.py", "pipeline.py", "report.py",
                 "environment.py", "tables.py", "units.py", "secrets.py", "intervals.py")
@@ -129,11 +136,17 @@ def result_cache_dir() -> Path:
     return cache_dir() / "app-results"
 
 
+def result_cache_path(key: str) -> Path:
+    """The file of the cached report ``key``."""
+    return result_cache_dir() / f"{key}{RESULT_CACHE_SUFFIX}"
+
+
 def clear_result_cache() -> None:
-    """Forget every cached report of the app (the Arrow cache of traces is kept)."""
+    """Forget every cached report of the app (the Arrow cache of traces is kept); also removes the
+    pickle files of older versions, which are never read."""
     folder = result_cache_dir()
     if folder.is_dir():
-        for f in folder.glob("*.pkl"):
+        for f in [*folder.glob("*.pkl"), *folder.glob("*" + RESULT_CACHE_SUFFIX)]:
             try:
                 f.unlink()
             except OSError:
@@ -179,35 +192,44 @@ def result_key(spec: "RunSpec", step_marker: str | None) -> str | None:
 
 
 def read_report(key: str, trace: Trace) -> Report | None:
-    """The cached report of ``key`` (its data and its analyses' results), attached to ``trace``;
-    None when absent, damaged or from another version."""
-    import pickle
+    """The cached report of ``key`` (its data and its analyses' tables and warnings), attached to
+    ``trace``; None when absent. A damaged, foreign or older file is ignored with a log line."""
+    from .result_cache import CacheFormatError, decode_report
 
-    path = result_cache_dir() / f"{key}.pkl"
+    path = result_cache_path(key)
     try:
-        with open(path, "rb") as fh:
-            stored = pickle.load(fh)
-        if stored.get("version") != RESULT_CACHE_VERSION:
-            return None
-        os.utime(path)  # recently used: pruned last
-        return Report(stored["data"], stored["results"], trace)
-    except Exception:  # missing, damaged or from another version: compute again
+        raw = path.read_bytes()
+    except OSError:
+        return None  # not cached yet
+    try:
+        data, results = decode_report(raw, magic=RESULT_CACHE_MAGIC, version=RESULT_CACHE_VERSION)
+    except CacheFormatError as exc:
+        log.info("result cache: ignoring %s (%s); the analyses run again", path.name, exc)
         return None
+    try:
+        os.utime(path)  # recently used: pruned last
+    except OSError:
+        pass
+    return Report(data, results, trace)
 
 
 def write_report(key: str, report: Report) -> None:
-    """Store a report (its JSON-able data and its analyses' results; not the trace) under ``key``."""
-    import pickle
+    """Store a report (its JSON data, its analyses' tables as Arrow IPC and warnings; not the
+    trace, nor the findings objects, whose content is in the data) under ``key``."""
+    from .result_cache import CacheFormatError, encode_report
 
+    try:
+        blob = encode_report(report.data, report.results, magic=RESULT_CACHE_MAGIC, version=RESULT_CACHE_VERSION)
+    except CacheFormatError as exc:
+        log.info("result cache: not storing run report %s (%s)", key, exc)
+        return
     folder = result_cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{key}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            pickle.dump({"version": RESULT_CACHE_VERSION, "data": report.data, "results": report.results}, fh,
-                        protocol=5)
-        os.replace(tmp, folder / f"{key}.pkl")
-        entries = sorted(folder.glob("*.pkl"), key=lambda f: f.stat().st_mtime, reverse=True)
+        tmp.write_bytes(blob)
+        os.replace(tmp, result_cache_path(key))
+        entries = sorted(folder.glob("*" + RESULT_CACHE_SUFFIX), key=lambda f: f.stat().st_mtime, reverse=True)
         for old in entries[RESULT_CACHE_KEEP:]:
             old.unlink()
     except OSError:
@@ -291,7 +313,7 @@ class RunStore:
         """The run with this id; ids come from the browser, so anything else is rejected."""
         try:
             idx = int(run_id)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
             raise RunError(f"unknown run {run_id!r}") from None
         if isinstance(run_id, bool) or not 0 <= idx < len(self.runs) or str(run_id).strip() != str(idx):
             raise RunError(f"unknown run {run_id!r}")

@@ -97,7 +97,25 @@ def _dash_app() -> dash.Dash:
         assets_folder=str(empty_assets), assets_ignore=".*", serve_locally=True, compress=False,
     )
     app.index_string = _INDEX
+    # Dash always registers an assets route that serves files under ``assets_folder`` (a path taken
+    # from the request); the app has no assets, so that route answers 404 whatever it is asked
+    for rule in list(server.url_map.iter_rules()):
+        if rule.endpoint.endswith("dash_assets.static"):
+            server.view_functions[rule.endpoint] = serves_no_files
+    # Dash serves only its registered bundle paths; any other path raises, which would be a 500
+    server.register_error_handler(dash.exceptions.DependencyException, _not_found)
     return app
+
+
+def _not_found(_exc: Exception) -> tuple[str, int]:
+    return "not found", 404
+
+
+def serves_no_files(**_path: Any) -> Any:
+    """The view of every route that would serve a file named by the request: always 404."""
+    import flask
+
+    flask.abort(404)
 
 
 def _filter_states() -> list[State]:
@@ -137,8 +155,7 @@ def _add_page_callbacks(app: dash.Dash, controller: AppController) -> None:
         Input("url", "pathname"),
     )
     def _nav(pathname: Any) -> list[str]:
-        current = controller.page(pathname).path
-        return ["active" if p.path == current else "" for p in controller.pages]
+        return controller.nav_classes(pathname)
 
 
 def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:

@@ -19,25 +19,18 @@ from dash import dcc, html, no_update
 from . import pages
 from traceview.units import fmt_ns
 
+from . import validate
 from .components import CARD, frame_table, graph, message, section
 from .features import DOWNLOADS, diff_reports, metric_label, render_report
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
+from .validate import BadValue
 from .timeline import clamp_window, render
 
 log = logging.getLogger("traceview.app")
 
 #: the smallest timeline window (ns)
 MIN_WINDOW_NS = 1_000
-
-
-def _int(value: Any) -> int | None:
-    try:
-        if isinstance(value, bool):
-            return None
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
 
 
 def parse_search(search: str | None) -> dict[str, int]:
@@ -47,7 +40,10 @@ def parse_search(search: str | None) -> dict[str, int]:
         return out
     for key, values in parse_qs(search.lstrip("?")).items():
         if key in ("t0", "t1", "f0", "f1") and values:
-            v = _int(values[0])
+            try:
+                v = validate.integer(values[0], key, -validate.MAX_ABS_NS, validate.MAX_ABS_NS)
+            except BadValue:
+                continue  # a hand-edited URL: the window falls back to the whole run
             if v is not None:
                 out[key] = v
     return out
@@ -68,9 +64,16 @@ class AppController:
         default = self._by_path.get(pages.DEFAULT_PATH, self.pages[0])
         return self._by_path.get(pathname, default) if isinstance(pathname, str) else default
 
+    def nav_classes(self, pathname: Any) -> list[str]:
+        """The class of each navigation link: "active" for the page at ``pathname``."""
+        current = self.page(pathname).path
+        return ["active" if p.path == current else "" for p in self.pages]
+
     # ------------------------------------------------------------------ helpers
     def _context(self, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> RunContext:
-        return self.store.context(run, Filters.from_controls(ranks, steps, t0, t1))
+        """The context of ``run`` under the header's filters; raises :class:`RunError` for an unknown
+        run and :class:`BadValue` for an unusable control value (callers put either on the page)."""
+        return self.store.context(run, validate.filters(ranks, steps, t0, t1))
 
     def _timed(self, name: str, start: float) -> None:
         self.timings.append((name, time.perf_counter() - start))
@@ -110,11 +113,13 @@ class AppController:
         page = self.page(pathname)
         try:
             if page.path == pages.DEFAULT_PATH:  # draws as soon as the temporal breakdown is there
-                ctx = self.store.partial_context(run, Filters.from_controls(ranks, steps, t0, t1))
+                ctx = self.store.partial_context(run, validate.filters(ranks, steps, t0, t1))
             else:
                 ctx = self._context(run, ranks, steps, t0, t1)
         except RunError as exc:
             return [message(f"This run cannot be shown: {exc}", "error")], ""
+        except BadValue as exc:
+            return [message(f"This selection cannot be shown: {exc}", "error")], ""
         if ctx.partial:
             how = "analyses running: temporal breakdown ready"
         elif ctx.from_disk:
@@ -143,13 +148,13 @@ class AppController:
     def overview_poll(self, _n_intervals: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                       t1: Any = None) -> tuple:
         """While the Overview shows a partial result: the findings once every analysis is done."""
-        filters = Filters.from_controls(ranks, steps, t0, t1)
         try:
+            filters = validate.filters(ranks, steps, t0, t1)
             if not self.store.ready(run, filters):
                 return no_update, no_update
             ctx = self.store.context(run, filters)
             return pages.overview_findings(ctx.report), True
-        except RunError as exc:
+        except (RunError, BadValue) as exc:
             return [message(str(exc), "error")], True
 
     # ------------------------------------------------------------------ timeline
@@ -219,34 +224,14 @@ class AppController:
         start = time.perf_counter()
         try:
             ctx = self._context(run, ranks, steps, t0, t1)
-        except RunError as exc:
+            state = validate.window_state(state)
+            window = self._new_window(ctx, trigger if isinstance(trigger, str) else "", relayout, click, state)
+        except (RunError, BadValue) as exc:
             return no_update, no_update, str(exc)
-        lo, hi = self.extent(ctx)
+        if window is None:  # not a zoom (autosize, a legend click) nor a click on a gap
+            return no_update, no_update, no_update
+        (a, b), new_focus = window
         o = ctx.origin_ns
-        state = dict(state) if isinstance(state, dict) else {}
-        cur0 = _int(state.get("t0"))
-        cur1 = _int(state.get("t1"))
-        if cur0 is None or cur1 is None:
-            cur0, cur1 = lo - o, hi - o
-        a, b = o + cur0, o + cur1
-        new_focus = None
-        trig = trigger or ""
-        if trig.startswith("tl-graph.relayoutData"):
-            window = _relayout_window(relayout, o, (lo, hi))
-            if window is None:  # not a zoom (autosize, a legend click) or junk
-                return no_update, no_update, no_update
-            a, b = window
-        elif trig.startswith("tl-graph.clickData"):
-            gap = _clicked_gap(click)
-            if gap is None:
-                return no_update, no_update, no_update
-            g0, g1 = o + gap[0], o + gap[1]
-            pad = max(2 * (g1 - g0), 20_000)
-            a, b = g0 - pad, g1 + pad
-            new_focus = (gap[0], gap[1])
-        else:
-            a, b = _button_window(trig, a, b, (lo, hi))
-        a, b = clamp_window(a, b, lo, hi, MIN_WINDOW_NS)
         state["t0"], state["t1"] = a - o, b - o
         if new_focus is not None:
             state["f0"], state["f1"] = new_focus
@@ -255,18 +240,46 @@ class AppController:
         self._timed("timeline", start)
         return fig, state, text
 
+    def _new_window(self, ctx: RunContext, trig: str, relayout: Any, click: Any,
+                    state: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int] | None] | None:
+        """The absolute window after the event ``trig`` (clamped to the selection) and the gap to
+        highlight, if one was clicked; None when the event changes nothing."""
+        lo, hi = self.extent(ctx)
+        o = ctx.origin_ns
+        cur0, cur1 = state.get("t0"), state.get("t1")
+        if cur0 is None or cur1 is None:
+            cur0, cur1 = lo - o, hi - o
+        a, b = o + cur0, o + cur1
+        new_focus = None
+        if trig.startswith("tl-graph.relayoutData"):
+            window = _relayout_window(relayout, o, (lo, hi))
+            if window is None:
+                return None
+            a, b = window
+        elif trig.startswith("tl-graph.clickData"):
+            gap = _clicked_gap(click)
+            if gap is None:
+                return None
+            g0, g1 = o + gap[0], o + gap[1]
+            pad = max(2 * (g1 - g0), 20_000)
+            a, b = g0 - pad, g1 + pad
+            new_focus = gap
+        else:
+            a, b = _button_window(trig, a, b, (lo, hi))
+        return clamp_window(a, b, lo, hi, MIN_WINDOW_NS), new_focus
+
     # ------------------------------------------------------------------ gaps
     def gap_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                     t1: Any = None) -> tuple:
         """A row of the largest-gaps table was clicked: open the timeline around that gap."""
+        # this callback's outputs are the URL: a bad value changes nothing (the page itself says
+        # what is wrong with the filters, as it renders with the same ones)
         if not isinstance(active_cell, dict):
             return no_update, no_update
-        row_id = _int(active_cell.get("row_id"))
-        if row_id is None:
-            return no_update, no_update
         try:
+            row_id = validate.row_id(active_cell.get("row_id"))
             ctx = self._context(run, ranks, steps, t0, t1)
-        except RunError:
+        except (RunError, BadValue):
             return no_update, no_update
         gaps = ctx.table("idle_gaps", "gaps")
         if gaps is None or row_id not in gaps.index:
@@ -294,7 +307,11 @@ class AppController:
 
     def compare_update(self, base: Any, new: Any, _run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                        t1: Any = None) -> list[Any]:
-        return self.compare(base, new, Filters.from_controls(ranks, steps, t0, t1))
+        try:
+            filters = validate.filters(ranks, steps, t0, t1)
+        except BadValue as exc:
+            return [message(str(exc), "error")]
+        return self.compare(base, new, filters)
 
     def compare(self, base: Any, new: Any, filters: Filters) -> list[Any]:
         """The Compare page's body: the diff of two runs' reports under the same filters."""
@@ -327,11 +344,11 @@ class AppController:
                  t1: Any = None) -> Any:
         """The report of the run under the filters, as a dcc.Download payload (``no_update`` for
         an unknown run or format)."""
+        if not isinstance(fmt, str) or fmt not in DOWNLOADS:
+            return no_update
         try:
             ctx = self._context(run, ranks, steps, t0, t1)
-        except RunError:
-            return no_update
-        if fmt not in DOWNLOADS:
+        except (RunError, BadValue):  # the page shows the same filters' message
             return no_update
         text, ext = render_report(fmt, ctx.report)
         return dcc.send_string(text, filename=f"traceview-report-run{ctx.run.id}.{ext}")
@@ -351,10 +368,8 @@ def _relayout_window(relayout: Any, origin_ns: int, extent: tuple[int, int]) -> 
     if r0 is None and isinstance(rel.get("xaxis.range"), (list, tuple)) and len(rel["xaxis.range"]) == 2:
         r0, r1 = rel["xaxis.range"]
     if r0 is not None and r1 is not None:
-        try:
-            return origin_ns + int(round(float(r0) * 1e6)), origin_ns + int(round(float(r1) * 1e6))
-        except (TypeError, ValueError):
-            return None
+        a, b = validate.zoom_range_ms(r0, r1)  # raises BadValue: said on the page
+        return origin_ns + int(round(a * 1e6)), origin_ns + int(round(b * 1e6))
     if rel.get("xaxis.autorange"):
         return extent
     return None
@@ -378,17 +393,17 @@ def _button_window(trigger: str, a: int, b: int, extent: tuple[int, int]) -> tup
 
 
 def _clicked_gap(click: Any) -> tuple[int, int] | None:
+    """The gap range of a click on a gap bar; None for a click on anything else (a bar without
+    ``customdata``). A gap bar with an unusable range raises :class:`BadValue`."""
     if not isinstance(click, dict):
         return None
-    points = click.get("points") or []
-    if not points or not isinstance(points[0], dict):
+    points = click.get("points")
+    if not isinstance(points, list) or not points or not isinstance(points[0], dict):
         return None
     cd = points[0].get("customdata")
-    if isinstance(cd, (list, tuple)) and len(cd) == 2:
-        a, b = _int(cd[0]), _int(cd[1])
-        if a is not None and b is not None and b > a:
-            return a, b
-    return None
+    if cd is None:
+        return None
+    return validate.clicked_range_ns(cd)
 
 
 def _compare_sections(d: dict[str, Any]) -> list[Any]:

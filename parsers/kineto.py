@@ -32,6 +32,19 @@ cannot hold every such value exactly once it exceeds 2**43 us, so times are reco
 integer values are scaled in int64; a decimal below 2**43 us is the unique integer ``c`` with
 ``float(c) / 1000 == ts`` (IEEE division is correctly rounded, and distinct ``c`` give distinct
 doubles there); larger fractional values are re-read from the JSON text of that chunk.
+
+Every event's fate
+------------------
+Each entry of ``traceEvents`` is counted once in ``RankInfo.event_counts``: ``mapped`` (a row;
+``X``, instants, and ``B`` events paired with their ``E``, whose ``E`` is ``paired_end``),
+``metadata``, ``flow``, ``memory``, or ``skipped_<reason>`` (no or out-of-range ``ts``/``dur``,
+counters, async events, other phases, unmatched ``B``/``E``, non-objects, absurd nesting), so
+``events_read`` is their sum. Values changed on the way are counted as ``coerced_<what>`` or
+``clamped_<what>``: times beyond +-2**61 ns, integers beyond int64, ``args`` of odd types, bytes
+that are not UTF-8 (replaced in ``jsonstream.Blocks``). Every non-zero count becomes one warning
+line (``fate_warnings``) that says exactly what was done; the report carries them to every format.
+Chunks with odd value types take a slow path (``_loose_text``) that coerces field by field; clean
+traces never pay for it.
 """
 
 from __future__ import annotations
@@ -55,7 +68,12 @@ import pyarrow.compute as pc
 from traceview.errors import TraceFormatError
 from traceview.registry import InputFormat, register_input_format
 from traceview.intervals import NestedIndex
-from traceview.parsers.jsonstream import bracket_depths as _structure, open_bytes as _open_bytes
+from traceview.parsers.jsonstream import (
+    UTF8_BOM,
+    bracket_depths as _structure,
+    find_top_level_key,
+    open_bytes as _open_bytes,
+)
 from traceview.model import (
     hash_keys,
     Kind,
@@ -114,6 +132,18 @@ _EVENT_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 _COPY_KIND = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP|HtoA|AtoH|AtoD|DtoA|AtoA)\b")
 
 TS_EXACT_LIMIT_US = float(2**43)
+#: Times (``ts``, ``dur``, ``baseTimeNanoseconds``) must lie within +-2**61 ns (73 years): the sum
+#: of a base time, a start and a duration then still fits int64. Beyond it an event is skipped.
+TIME_LIMIT_NS = 2**61
+TIME_LIMIT_US = TIME_LIMIT_NS / 1000
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+#: Phases (``ph``) and what becomes of them (the Chrome trace event format's phases).
+COMPLETE_PHASES = ("X",)
+INSTANT_PHASES = ("i", "I")
+FLOW_PHASES = ("s", "f", "t")
+COUNTER_PHASES = ("C",)
+ASYNC_PHASES = ("b", "e", "n", "S", "T", "p", "F")
 
 
 # ---------------------------------------------------------------------- typed decoding
@@ -162,7 +192,7 @@ class _Event(msgspec.Struct, gc=False):
     name: str = ""
     pid: Union[int, str] = -1
     tid: Union[int, str] = -1
-    ts: Union[int, float] = 0
+    ts: Union[int, float] = float("nan")  # missing: skipped with a reason, never put at t=0
     dur: Union[int, float] = 0
     id: Union[int, str] = -1
     bp: str = ""
@@ -185,6 +215,9 @@ class _RawTimes(msgspec.Struct, gc=False):
     ts: msgspec.Raw = msgspec.Raw(b"0")
     dur: msgspec.Raw = msgspec.Raw(b"0")
 
+
+#: States of a decoded time (``_KinetoFile._times_ns``).
+_VALID, _MISSING, _OUT_OF_RANGE = 0, 1, 2
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _MEMORY_EVENTS_DECODER = msgspec.json.Decoder(list[_MemoryEvent])
@@ -229,6 +262,7 @@ class _Chunk:
     pid: np.ndarray
     tid: np.ndarray
     start_ns: np.ndarray
+    dur_ns: np.ndarray
 
 
 class _KinetoFile:
@@ -251,6 +285,11 @@ class _KinetoFile:
         self.string_ids: dict[str, int] = {}
         self.n_rows = 0
         self.imprecise_ts = 0
+        # B and E events (Chrome duration pairs), paired per thread once the file is read
+        self.begins: list[dict[str, np.ndarray]] = []  # row (in the events table), pid, tid, ts, seq
+        self.ends: list[dict[str, np.ndarray]] = []  # pid, tid, ts, seq
+        self.unsupported_phases: dict[str, int] = {}
+        self.dur_fixes = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # B rows, their durations
         self._need_more = False
         # string -> code memos shared by all chunks, so codes agree without unifying dictionaries
         self.ph_memo = _Codes()
@@ -262,6 +301,7 @@ class _KinetoFile:
         raw, chunks = _open_bytes(self.path)
         with raw:
             self._read(raw, chunks)
+        self._count("coerced_invalid_utf8", chunks.invalid_utf8)
         return self._build()
 
     def _report(self, raw: io.BufferedReader) -> None:
@@ -335,13 +375,8 @@ class _KinetoFile:
             del buf[1:consumed]
 
     def _find_events_key(self, buf: bytearray) -> int:
-        for match in _TRACE_EVENTS_KEY.finditer(buf):
-            brackets, depth = _structure(bytes(buf[: match.start()]))
-            # a real top-level key: outside any string, directly inside the outer object
-            quotes_before = bytes(buf[: match.start()]).count(b'"') - bytes(buf[: match.start()]).count(b'\\"')
-            if (len(depth) == 0 or depth[-1] == 1) and quotes_before % 2 == 0:
-                return match.end()
-        return -1
+        # a real top-level key: outside any string, directly inside the outer object
+        return find_top_level_key(buf, _TRACE_EVENTS_KEY)
 
     def _find_cut(self, buf: bytearray) -> int | None:
         """Position just after the last complete event in ``buf`` (the ``}``), or None."""
@@ -370,21 +405,30 @@ class _KinetoFile:
             return end
         try:
             events = self._decode_in_place(buf, start, end, self.decoder)
-        except msgspec.ValidationError:
-            events = self._decode_loose(_piece(buf, start, end))
+        except (msgspec.ValidationError, RecursionError):
+            # odd value types, non-object entries or absurd nesting: the slow path, value by value
+            try:
+                text = self._loose_text(_piece(buf, start, end))
+            except msgspec.DecodeError:  # and the cut fell inside a string (the typed decoder stopped before it)
+                return self._decode_to_boundary(buf, start, end)
+            self._ingest_text(text)
+            return end
         except msgspec.DecodeError:
-            # the cut fell inside a string or nested object: find the real last event boundary
-            boundary = self._last_event_boundary(buf, start, end)
-            if boundary is None:
-                self._need_more = True
-                return start
-            if boundary >= end:
-                raise TraceFormatError(self.path, f"malformed JSON in traceEvents near byte {start}",
-                                       "the file is damaged or not a Chrome trace") from None
-            return self._decode_events(buf, start, boundary)
+            return self._decode_to_boundary(buf, start, end)
         self._ingest(events, lambda: _piece(buf, start, end),
                      lambda decoder, marker: self._decode_tail(buf, start, end, decoder, marker))
         return end
+
+    def _decode_to_boundary(self, buf: bytearray, start: int, end: int) -> int:
+        """The cut fell inside a string or nested object: decode up to the real last event boundary."""
+        boundary = self._last_event_boundary(buf, start, end)
+        if boundary is None:
+            self._need_more = True
+            return start
+        if boundary >= end:
+            raise TraceFormatError(self.path, f"malformed JSON in traceEvents near byte {start}",
+                                   "the file is damaged or not a Chrome trace")
+        return self._decode_events(buf, start, boundary)
 
     @staticmethod
     def _decode_in_place(buf: bytearray, start: int, end: int, decoder: msgspec.json.Decoder) -> list[Any]:
@@ -420,22 +464,55 @@ class _KinetoFile:
             return None
         return int(closes[-1]) + start + 1
 
-    def _decode_loose(self, piece: bytes) -> list[_Event]:
-        """Slow path for chunks with unexpected value types: coerce field by field."""
+    def _loose_text(self, piece: bytes) -> bytes:
+        """Slow path for chunks with unexpected values: decode as plain JSON, keep the objects,
+        coerce their fields to the types ``_Event`` expects (each change counted by reason), and
+        return them re-encoded, ready for the typed decoder."""
         try:
             items = _ANY_DECODER.decode(piece)
-        except msgspec.DecodeError as exc:
-            raise TraceFormatError(self.path, f"malformed JSON in traceEvents ({exc})") from None
-        fixed = sum(_coerce_event(item) for item in items if isinstance(item, dict))
-        if fixed:
-            self.counts["coerced_fields"] = self.counts.get("coerced_fields", 0) + fixed
-        # with the allocator's args: a slow path already, and its events may be the first of them
-        return list(_MEMORY_EVENTS_DECODER.decode(msgspec.json.encode(items)))
+        except RecursionError:
+            items = self._decode_each(piece)
+        objects = [item for item in items if isinstance(item, dict)]
+        # entries that never reach the typed decoder are read (and skipped) here
+        self._count("events_read", len(items) - len(objects))
+        self._count("skipped_not_an_object", len(items) - len(objects))
+        for item in objects:
+            for reason in _coerce_event(item):
+                self._count(reason, 1)
+        return msgspec.json.encode(objects)
+
+    def _decode_each(self, piece: bytes) -> list[Any]:
+        """The entries of a chunk decoded one by one, for a chunk nested too deeply to decode whole:
+        the entries too deep to decode are skipped (counted)."""
+        brackets, depth = _structure(piece)
+        opens = np.diff(depth, prepend=0) > 0
+        firsts = brackets[opens & (depth == 2)]  # entries are at depth 1 inside the chunk's [ ]
+        lasts = brackets[~opens & (depth == 1)]
+        if len(firsts) != len(lasts) or depth[-1] != 0:
+            raise msgspec.DecodeError("truncated: the chunk does not end with a whole event")
+        items: list[Any] = []
+        for first, last in zip(firsts.tolist(), lasts.tolist()):
+            try:
+                items.append(_ANY_DECODER.decode(piece[first : last + 1]))
+            except (RecursionError, msgspec.DecodeError):
+                self._count("events_read", 1)
+                self._count("skipped_nested_too_deep", 1)
+        return items
+
+    def _ingest_text(self, text: bytes) -> None:
+        """Decode and ingest a standalone JSON array of well-typed events (the slow paths' output)."""
+        holder = bytearray(text)
+        events: list[_Event] = list(_MEMORY_EVENTS_DECODER.decode(text))
+        self._ingest(events, lambda: text,
+                     lambda decoder, marker: self._decode_tail(holder, 1, len(holder) - 1, decoder, marker))
 
     def _final_chunk(self, buf: bytearray, array_document: bool) -> None:
         brackets, depth = _structure(memoryview(buf)[1:])
         brackets = brackets + 1
         ends = np.flatnonzero(depth == -1)
+        if len(ends) == 0 and array_document:
+            # the Chrome JSON array format may omit the closing bracket: the events end with the file
+            brackets, depth, ends = np.append(brackets, len(buf)), np.append(depth, -1), np.array([len(depth)])
         if len(ends) == 0:
             raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
                                    "the file was cut short (profiler killed, or an incomplete copy)")
@@ -454,6 +531,20 @@ class _KinetoFile:
                                        "the file was cut short")
             tail = tail.lstrip(b", \t\r\n")
             self.tail = self._decode_object(b"{" + tail, closing=False) if tail != b"}" else {}
+            self._second_events_array(self.tail.pop("traceEvents", None))
+
+    def _second_events_array(self, extra: Any) -> None:
+        """A second top-level ``traceEvents`` (scripts that merge traces write one): its events are
+        read too, and said; anything else under that key is said to be ignored."""
+        if extra is None:
+            return
+        if not isinstance(extra, list):
+            self.warnings.append("a second top-level 'traceEvents' key holds no array; ignored")
+            return
+        if extra:
+            self._ingest_text(self._loose_text(msgspec.json.encode(extra)))
+        self.warnings.append(f"the file has a second top-level traceEvents array: its {len(extra):,} entries were "
+                             "read too (their fates are counted with the others)")
 
     @staticmethod
     def _rstrip_separators(buf: bytearray, end: int) -> int:
@@ -471,11 +562,16 @@ class _KinetoFile:
             value = _ANY_DECODER.decode(text)
         except msgspec.DecodeError as exc:
             raise TraceFormatError(self.path, f"malformed JSON outside traceEvents ({exc})") from None
+        except RecursionError:
+            raise TraceFormatError(self.path, "metadata outside traceEvents is nested too deeply to read",
+                                   "the file is damaged or not a profiler trace") from None
         return value if isinstance(value, dict) else {}
 
     def _no_events_array(self, text: bytes) -> None:
         try:
             value = _ANY_DECODER.decode(text)
+        except RecursionError:
+            raise TraceFormatError(self.path, "is JSON nested too deeply to be a trace") from None
         except msgspec.DecodeError as exc:
             msg = str(exc)
             if "truncated" in msg or "end of" in msg.lower():
@@ -491,52 +587,83 @@ class _KinetoFile:
     def _ingest(self, events: list[_Event], piece: Callable[[], bytes],
                 decode_again: Callable[[msgspec.json.Decoder, bytes | None], list[Any]]) -> None:
         """Turn one decoded chunk into columns. Each field is read once for all events (C-level
-        ``map(attrgetter)``), then rows are selected with numpy masks."""
+        ``map(attrgetter)``), then rows are selected with numpy masks. Every event gets one fate,
+        counted in ``self.counts``: mapped, metadata, flow, memory, or ``skipped_<reason>``."""
         n = len(events)
         if n == 0:
             return
+        first_seq = self.counts.get("events_read", 0)
+        self._count("events_read", n)
         ph_codes = self.ph_memo.codes(map(_get_ph, events), n)
         ph_values = self.ph_memo.values()
 
         def ph_mask(wanted: tuple[str, ...]) -> np.ndarray:
             return np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in wanted])
 
-        is_complete = ph_mask(("X", "i", "I"))
-        is_flow = ph_mask(("s", "f", "t"))
         is_meta = ph_mask(("M",))
-        other_ph = ~(is_complete | is_flow | is_meta)
-        self._count("events_read", n)
         self._count("metadata", int(is_meta.sum()))
-        self._count("flow", int(is_flow.sum()))
-        if other_ph.any():
-            for code, count in zip(*np.unique(ph_codes[other_ph], return_counts=True)):
-                key = f"ph={ph_values[code]}"
-                self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
-            self._count("unmapped_ph", int(other_ph.sum()))
         if is_meta.any():  # a few dozen per file
             self._metadata_names(events, is_meta)
+        start_ns, ts_state = self._times_ns(events, "ts", piece)
+        self._count("skipped_no_ts", int((~is_meta & (ts_state == _MISSING)).sum()))
+        self._count("skipped_ts_out_of_range", int((~is_meta & (ts_state == _OUT_OF_RANGE)).sum()))
+        timed = ~is_meta & (ts_state == _VALID)
+        dur_ns, dur_state = self._times_ns(events, "dur", piece)
+        is_complete = ph_mask(COMPLETE_PHASES + INSTANT_PHASES) & timed
+        bad_dur = is_complete & (dur_state != _VALID)
+        self._count("skipped_dur_out_of_range", int(bad_dur.sum()))
+        is_complete &= ~bad_dur
+        is_flow = ph_mask(FLOW_PHASES) & timed
+        is_begin, is_end = ph_mask(("B",)) & timed, ph_mask(("E",)) & timed
+        self._count("flow", int(is_flow.sum()))
+        self._skip_phases(ph_codes, timed & ~(is_complete | is_flow | is_begin | is_end | bad_dur))
 
         cat_codes = self.cat_memo.codes(map(_get_cat, events), n)
         cat_values = self.cat_memo.values()
         cat_kinds = np.array([int(CATEGORY_KINDS.get(c.lower(), Kind.OTHER)) for c in cat_values] or [0], dtype=np.int8)
         chunk = _Chunk(
-            events=events,
-            piece=piece,
-            decode_again=decode_again,
-            kind=cat_kinds[cat_codes],
-            category=cat_codes,
-            pid=_int_ids(list(map(_get_pid, events)), self.string_ids),
-            tid=_int_ids(list(map(_get_tid, events)), self.string_ids),
-            start_ns=self._exact_ns(events, "ts", piece),
+            events=events, piece=piece, decode_again=decode_again, kind=cat_kinds[cat_codes], category=cat_codes,
+            pid=self._ids(list(map(_get_pid, events))), tid=self._ids(list(map(_get_tid, events))),
+            start_ns=start_ns, dur_ns=dur_ns,
         )
         if is_flow.any():
             self._keep_flows(chunk, ph_codes, is_flow)
-        is_instant = ph_mask(("i", "I"))
+        is_instant = ph_mask(INSTANT_PHASES) & is_complete
         if is_instant.any():  # a few per file, or one per allocation when memory is profiled
             is_memory = self._memory_rows(chunk, is_instant)
             is_complete &= ~is_memory
-        if is_complete.any():
-            self._ingest_complete(chunk, is_complete)
+        if is_end.any():
+            self.ends.append({"pid": chunk.pid[is_end], "tid": chunk.tid[is_end], "ts": start_ns[is_end],
+                              "seq": first_seq + np.flatnonzero(is_end)})
+        if is_begin.any():
+            rows = np.flatnonzero(is_complete | is_begin)
+            begins = np.flatnonzero(is_begin[rows])
+            self.begins.append({"row": self.n_rows + begins, "pid": chunk.pid[rows[begins]],
+                                "tid": chunk.tid[rows[begins]], "ts": start_ns[rows[begins]],
+                                "seq": first_seq + rows[begins]})
+        if (is_complete | is_begin).any():
+            self._ingest_complete(chunk, is_complete | is_begin)
+
+    def _skip_phases(self, ph_codes: np.ndarray, skipped: np.ndarray) -> None:
+        """Count the events of phases traceview keeps no rows for, by reason."""
+        if not skipped.any():
+            return
+        ph_values = self.ph_memo.values()
+        for code, count in zip(*np.unique(ph_codes[skipped], return_counts=True)):
+            ph = ph_values[code]
+            if ph in COUNTER_PHASES:
+                self._count("skipped_counter", int(count))
+            elif ph in ASYNC_PHASES:
+                self._count("skipped_async", int(count))
+            else:
+                self._count("skipped_unsupported_phase", int(count))
+                shown = ph if ph.isascii() and ph.isprintable() and 0 < len(ph) <= 4 else "(other)"
+                self.unsupported_phases[shown] = self.unsupported_phases.get(shown, 0) + int(count)
+
+    def _ids(self, values: list[Any]) -> np.ndarray:
+        ids, beyond = _int_ids(values, self.string_ids)
+        self._count("coerced_id_beyond_64_bits", beyond)
+        return ids
 
     def _memory_rows(self, chunk: _Chunk, is_instant: np.ndarray) -> np.ndarray:
         """Keep the allocator events among the chunk's instants as memory rows; returns their mask."""
@@ -550,11 +677,12 @@ class _KinetoFile:
         m = int(rows.size)
         args = self._memory_args(chunk, is_memory)
         self.memory.append({
-            "device": _int_arg(args, "device_id", m), "device_type": _int_arg(args, "device_type", m),
-            "ts_ns": chunk.start_ns[rows], "bytes": _int_arg(args, "mem_bytes", m),
-            "total_allocated_bytes": _int_arg(args, "total_allocated", m),
-            "total_reserved_bytes": _int_arg(args, "total_reserved", m),
-            "addr": _int_arg(args, "addr", m), "pid": chunk.pid[rows], "tid": chunk.tid[rows],
+            "device": _int_arg(args, "device_id", m, self.counts),
+            "device_type": _int_arg(args, "device_type", m, self.counts),
+            "ts_ns": chunk.start_ns[rows], "bytes": _int_arg(args, "mem_bytes", m, self.counts),
+            "total_allocated_bytes": _int_arg(args, "total_allocated", m, self.counts),
+            "total_reserved_bytes": _int_arg(args, "total_reserved", m, self.counts),
+            "addr": _int_arg(args, "addr", m, self.counts), "pid": chunk.pid[rows], "tid": chunk.tid[rows],
         })
         self._count("memory", m)
         return is_memory
@@ -577,8 +705,8 @@ class _KinetoFile:
             return list(map(_get_args, compress(tail, is_memory[first:])))
         try:
             probe = chunk.decode_again(_MEMORY_PROBE_DECODER, None)
-        except msgspec.ValidationError:
-            probe = self._decode_loose(chunk.piece())
+        except (msgspec.ValidationError, RecursionError):
+            probe = _MEMORY_EVENTS_DECODER.decode(self._loose_text(chunk.piece()))
         return list(map(_get_args, compress(probe, is_memory)))
 
     def _metadata_names(self, events: list[_Event], is_meta: np.ndarray) -> None:
@@ -618,17 +746,17 @@ class _KinetoFile:
         self._count_unmapped_categories(category[kind == int(Kind.OTHER)])
         self._count("mapped", m)
         name_codes = self.name_memo.codes(map(_get_name, events if every_row else compress(events, is_complete)), m)
-        dur_ns = take(self._exact_ns(events, "dur", chunk.piece))
+        dur_ns = take(chunk.dur_ns)
         negative = dur_ns < 0
         if negative.any():
-            self.warnings.append(f"{int(negative.sum())} events had a negative duration; set to 0")
+            self._count("coerced_negative_dur", int(negative.sum()))
             dur_ns = np.where(negative, 0, dur_ns)
         pid = take(chunk.pid)
         tid = take(chunk.tid)
         args = list(map(_get_args, events if every_row else compress(events, is_complete)))
-        external_id = _int_arg(args, "external_id", m)
-        device, stream = _device_stream(kind, args, pid, tid, m)
-        nbytes = _int_arg(args, "bytes", m)
+        external_id = _int_arg(args, "external_id", m, self.counts)
+        device, stream = _device_stream(kind, args, pid, tid, m, self.counts)
+        nbytes = _int_arg(args, "bytes", m, self.counts)
         cols: dict[str, Any] = {
             "kind": kind,
             "category": category,
@@ -639,8 +767,8 @@ class _KinetoFile:
             "tid": tid,
             "device": device.astype(np.int32),
             "stream": stream,
-            "correlation": _int_arg(args, "correlation", m),
-            "external_id": np.where(external_id < 0, _int_arg(args, "external_id_old", m), external_id),
+            "correlation": _int_arg(args, "correlation", m, self.counts),
+            "external_id": np.where(external_id < 0, _int_arg(args, "external_id_old", m, self.counts), external_id),
             "bytes": pa.array(nbytes, mask=nbytes < 0),
         }
         self._launch_geometry(cols, kind, args, m)
@@ -667,8 +795,9 @@ class _KinetoFile:
             key = cat_values[code] or "(no category)"
             self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
 
-    @staticmethod
-    def _launch_geometry(cols: dict[str, Any], kind: np.ndarray, args: list[_Args], m: int) -> None:
+    def _launch_geometry(self, cols: dict[str, Any], kind: np.ndarray, args: list[_Args], m: int) -> None:
+        """Grid and block dimensions of kernels (int32 columns): a dimension outside 0..2**31-1
+        is read as absent and counted, never wrapped."""
         kernel_rows = np.flatnonzero(kind == int(Kind.KERNEL))
         for prefix in ("grid", "block"):
             dims = np.full((m, 3), -1, dtype=np.int64)
@@ -676,20 +805,23 @@ class _KinetoFile:
                 values = [getattr(args[i], prefix) for i in kernel_rows.tolist()]
                 try:
                     dims[kernel_rows] = np.array(values, dtype=np.int64).reshape(len(values), 3)
-                except ValueError:  # missing or not 3-dimensional: pad with 1s, absent stays -1
-                    padded = [tuple(v[:3]) + (1,) * (3 - len(v[:3])) if v else (-1, -1, -1) for v in values]
-                    dims[kernel_rows] = np.asarray(padded, dtype=np.int64)
+                except (ValueError, OverflowError):  # not 3-dimensional, or beyond int64: row by row
+                    dims[kernel_rows] = np.asarray([_three_dims(v) for v in values], dtype=np.int64)
+                beyond = (dims > INT32_MAX) | (dims < -1)
+                self._count("clamped_launch_dims", int(beyond.sum()))
+                dims[beyond] = -1
             for axis, suffix in enumerate("xyz"):
                 col = dims[:, axis]
                 cols[f"{prefix}_{suffix}"] = pa.array(col.astype(np.int32), mask=col < 0)
 
-    @staticmethod
-    def _collective_columns(cols: dict[str, Any], args: list[_Args], m: int) -> None:
+    def _collective_columns(self, cols: dict[str, Any], args: list[_Args], m: int) -> None:
         collective = list(map(_get_collective, args))
         has_collective = np.fromiter(map(len, collective), dtype=np.int64, count=m) > 0
         if not has_collective.any():
             return
         idx = np.flatnonzero(has_collective).tolist()
+        chosen = [args[i] for i in idx]
+        k = len(chosen)
 
         def strings(values: Sequence[str | None]) -> pa.Array:
             full = np.full(m, None, dtype=object)
@@ -697,44 +829,68 @@ class _KinetoFile:
             return pa.array(full, pa.string())
 
         cols["collective"] = strings([collective[i] for i in idx])
-        in_nelems = np.array([args[i].in_nelems for i in idx], dtype=np.int64)
-        out_nelems = np.array([args[i].out_nelems for i in idx], dtype=np.int64)
+        in_nelems = _int_arg(chosen, "in_nelems", k, self.counts)
+        out_nelems = _int_arg(chosen, "out_nelems", k, self.counts)
         nelems_full = np.full(m, -1, dtype=np.int64)
         nelems_full[idx] = np.maximum(in_nelems, out_nelems)
         cols["msg_nelems"] = pa.array(nelems_full, mask=nelems_full < 0)
-        dtypes = [args[i].dtype for i in idx]
+        dtypes = [a.dtype for a in chosen]
         cols["msg_dtype"] = strings(dtypes)
         elem_size = np.array([_DTYPE_BYTES.get(d.lower(), -1) for d in dtypes], dtype=np.int64)
+        # bytes = elements x element size only where the product fits int64
+        fits = nelems_full[idx] <= INT64_MAX // np.maximum(elem_size, 1)
+        self._count("clamped_collective_values", int((~fits & (elem_size > 0)).sum()))
         msg_bytes = np.full(m, -1, dtype=np.int64)
-        msg_bytes[idx] = np.where((elem_size > 0) & (nelems_full[idx] >= 0), nelems_full[idx] * elem_size, -1)
+        msg_bytes[idx] = np.where((elem_size > 0) & (nelems_full[idx] >= 0) & fits,
+                                  np.where(fits, nelems_full[idx], 0) * elem_size, -1)
         cols["msg_bytes"] = pa.array(msg_bytes, mask=msg_bytes < 0)
         group = np.full(m, -1, dtype=np.int64)
-        group[idx] = [args[i].group_size for i in idx]
+        group[idx] = _int_arg(chosen, "group_size", k, self.counts)
+        too_big = group > INT32_MAX
+        self._count("clamped_collective_values", int(too_big.sum()))
+        group[too_big] = -1
         cols["group_size"] = pa.array(group.astype(np.int32), mask=group < 0)
-        cols["process_group"] = strings([args[i].pg_name for i in idx])
-        cols["process_group_ranks"] = strings([_ranks_text(args[i].pg_ranks) for i in idx])
+        cols["process_group"] = strings([a.pg_name for a in chosen])
+        cols["process_group_ranks"] = strings([_ranks_text(a.pg_ranks) for a in chosen])
 
-    def _exact_ns(self, events: list[_Event], field: str, piece: Callable[[], bytes]) -> np.ndarray:
-        """Exact int64 ns for ``ts`` or ``dur`` of all the events of a chunk (``piece``: its JSON text)."""
+    def _times_ns(self, events: list[_Event], field: str, piece: Callable[[], bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Exact int64 ns for ``ts`` or ``dur`` of all the events of a chunk (``piece``: its JSON
+        text), and each value's state: ``_VALID``, ``_MISSING`` (absent, null or not a number: NaN
+        from the decoder's default or the slow path) or ``_OUT_OF_RANGE`` (not finite, or beyond
+        ``TIME_LIMIT_NS``); only valid values are converted, so nothing wraps int64."""
         raw_values = list(map(attrgetter(field), events))
+        n = len(raw_values)
         if set(map(type, raw_values)) == {int}:  # older traces: integers, exact in int64
             try:
-                return np.fromiter(raw_values, dtype=np.int64, count=len(raw_values)) * 1000
+                us = np.fromiter(raw_values, dtype=np.int64, count=n)
+                valid = (us > -TIME_LIMIT_US) & (us < TIME_LIMIT_US)
+                if valid.all():
+                    return us * 1000, np.zeros(n, dtype=np.int8)
             except OverflowError:
                 pass
-        values = np.array(raw_values)
-        if values.dtype.kind in "iu":
-            return values.astype(np.int64) * 1000
-        ns, ambiguous = microseconds_to_ns(values.astype(np.float64))
+        try:
+            values = np.array(raw_values, dtype=np.float64)
+        except OverflowError:  # an integer beyond a double's range
+            values = np.array([v if isinstance(v, float) or abs(v) < 2**1000 else np.inf for v in raw_values],
+                              dtype=np.float64)
+        finite = np.isfinite(values)
+        valid = finite & (np.abs(values) < TIME_LIMIT_US)
+        state = np.where(valid, _VALID, np.where(np.isnan(values), _MISSING, _OUT_OF_RANGE)).astype(np.int8)
+        ns = np.zeros(n, dtype=np.int64)
+        if valid.all():
+            ns, ambiguous, where = *microseconds_to_ns(values), None
+        else:
+            where = np.flatnonzero(valid)
+            ns[where], ambiguous = microseconds_to_ns(values[where])
         n_ambiguous = int(ambiguous.sum())
         if n_ambiguous:
             # a float64 cannot tell these decimals apart: re-read them from the JSON text
+            rows = np.flatnonzero(ambiguous) if where is None else where[ambiguous]
             raw = _RAW_TIMES_DECODER.decode(piece())
-            where = np.flatnonzero(ambiguous)
             get = attrgetter(field)
-            ns[where] = decimal_text_to_ns([bytes(get(raw[r])) for r in where.tolist()])
+            ns[rows] = decimal_text_to_ns([bytes(get(raw[r])) for r in rows.tolist()])
             self.imprecise_ts += n_ambiguous
-        return ns
+        return ns, state
 
     def _count(self, key: str, n: int) -> None:
         if n:
@@ -743,34 +899,22 @@ class _KinetoFile:
     # -- assembling ---------------------------------------------------------------------
     def _build(self) -> Trace:
         meta = {**self.head, **self.tail}
-        base_time_ns = meta.get("baseTimeNanoseconds")
-        base_time_ns = int(base_time_ns) if isinstance(base_time_ns, (int, float)) else 0
+        base_time_ns = self._base_time()
         raw_dist = meta.get("distributedInfo")
         dist: dict[str, Any] = raw_dist if isinstance(raw_dist, dict) else {}
         rank, rank_source = -1, "unknown"
-        if isinstance(dist.get("rank"), int):
-            rank, rank_source = int(dist["rank"]), "distributedInfo"
+        dist_rank = dist.get("rank")
+        if isinstance(dist_rank, int) and not isinstance(dist_rank, bool) and 0 <= dist_rank <= INT32_MAX:
+            rank, rank_source = int(dist_rank), "distributedInfo"
         else:
+            if dist_rank is not None:
+                self.warnings.append("distributedInfo.rank is not a rank (an integer 0..2**31-1); ignored")
             from_name = rank_from_filename(self.path)
-            if from_name is not None:
+            if from_name is not None and from_name <= INT32_MAX:
                 rank, rank_source = from_name, "file name"
         world_size = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
-        devices: list[DeviceInfo] = []
-        for dev in meta.get("deviceProperties") or []:
-            if not isinstance(dev, dict):
-                continue
-            major, minor = dev.get("computeMajor"), dev.get("computeMinor")
-            devices.append(
-                DeviceInfo(
-                    id=int(dev.get("id", len(devices))),
-                    name=str(dev.get("name", "")),
-                    sm_count=dev.get("numSms"),
-                    total_memory_bytes=dev.get("totalGlobalMem"),
-                    compute_capability=f"{major}.{minor}" if major is not None else None,
-                    extra={k: v for k, v in dev.items() if k not in ("id", "name", "numSms", "totalGlobalMem")},
-                )
-            )
         version = meta.get("schemaVersion")
+        drop = self._pair_begin_end()
         info = RankInfo(
             rank=rank,
             source_path=str(self.path),
@@ -778,7 +922,7 @@ class _KinetoFile:
             format_version=f"schemaVersion {version}" if version is not None else "unversioned (pre-2021 format)",
             rank_source=rank_source,
             world_size=world_size,
-            devices=devices,
+            devices=self._devices(meta.get("deviceProperties")),
             distributed_info=dist,
             process_names=self.process_names,
             thread_names=self.thread_names,
@@ -786,15 +930,74 @@ class _KinetoFile:
             raw_metadata={k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")},
             event_counts=dict(self.counts),
             unmapped=dict(self.unmapped),
-            warnings=list(self.warnings),
+            warnings=list(self.warnings) + fate_warnings(self.counts, self.unsupported_phases),
         )
         if self.imprecise_ts:
             info.event_counts["times_reread_exactly"] = self.imprecise_ts
-        events = self._events_table(rank, base_time_ns)
+        events = self._events_table(rank, base_time_ns, drop)
         links = self._links(events, rank)
         steps = steps_from_annotations(events)
         return Trace(events=events, links=links, ranks={rank: info}, steps=steps, warnings=[],
                      memory=self._memory_table(rank, base_time_ns))
+
+    def _devices(self, properties: Any) -> list[DeviceInfo]:
+        """``deviceProperties``: a list of objects; anything else, or an entry whose id is not an
+        integer, is left out with a warning."""
+        if properties is None:
+            return []
+        if not isinstance(properties, list):
+            self.warnings.append("deviceProperties is not a list; ignored")
+            return []
+        devices: list[DeviceInfo] = []
+        odd = 0
+        for dev in properties:
+            dev_id = dev.get("id", len(devices)) if isinstance(dev, dict) else None
+            if not isinstance(dev_id, int) or isinstance(dev_id, bool) or not 0 <= dev_id <= INT32_MAX:
+                odd += 1
+                continue
+            major, minor = dev.get("computeMajor"), dev.get("computeMinor")
+            devices.append(DeviceInfo(
+                id=dev_id, name=str(dev.get("name", "")), sm_count=_plain_int(dev.get("numSms")),
+                total_memory_bytes=_plain_int(dev.get("totalGlobalMem")),
+                compute_capability=f"{major}.{minor}" if major is not None else None,
+                extra={k: v for k, v in dev.items() if k not in ("id", "name", "numSms", "totalGlobalMem")},
+            ))
+        if odd:
+            self.warnings.append(f"{odd} deviceProperties entries are not objects with an integer id; ignored")
+        return devices
+
+    def _pair_begin_end(self) -> np.ndarray:
+        """Pair ``B`` and ``E`` events into durations, per thread in stack order (the Chrome trace
+        format's rule); sets the duration of each paired B row and returns the rows of the B events
+        that never end (dropped, counted). A loop over B/E events only: Kineto writes none."""
+        begins, ends = _concat(self.begins), _concat(self.ends)
+        if not begins and not ends:
+            return np.zeros(0, dtype=np.int64)
+        n_begin = len(begins["row"]) if begins else 0
+        parts = [p for p in (begins, ends) if p]
+        keys = {k: np.concatenate([p[k] for p in parts]) for k in ("pid", "tid", "ts", "seq")}
+        row = np.concatenate([begins["row"] if begins else np.zeros(0, np.int64),
+                              np.full(len(keys["ts"]) - n_begin, -1, dtype=np.int64)])
+        order = np.lexsort((keys["seq"], keys["ts"], keys["tid"], keys["pid"]))
+        open_rows: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        paired_rows, paired_durs, unmatched_ends = [], [], 0
+        for i in order.tolist():
+            thread = (int(keys["pid"][i]), int(keys["tid"][i]))
+            if row[i] >= 0:
+                open_rows.setdefault(thread, []).append((int(row[i]), int(keys["ts"][i])))
+            elif open_rows.get(thread):
+                begin_row, begin_ts = open_rows[thread].pop()
+                paired_rows.append(begin_row)
+                paired_durs.append(int(keys["ts"][i]) - begin_ts)
+            else:
+                unmatched_ends += 1
+        never_end = np.array(sorted(r for stack in open_rows.values() for r, _ in stack), dtype=np.int64)
+        self.dur_fixes = (np.array(paired_rows, dtype=np.int64), np.array(paired_durs, dtype=np.int64))
+        self._count("paired_end", len(paired_rows))
+        self._count("skipped_unmatched_end", unmatched_ends)
+        self._count("skipped_unmatched_begin", len(never_end))
+        self._count("mapped", -len(never_end))
+        return never_end
 
     def _memory_table(self, rank: int, base_time_ns: int) -> pa.Table:
         if not self.memory:
@@ -806,7 +1009,7 @@ class _KinetoFile:
         masks = {key: cols[key] < 0 for key in ("total_allocated_bytes", "total_reserved_bytes", "addr")}
         return make_memory_table(cols, masks)
 
-    def _events_table(self, rank: int, base_time_ns: int) -> pa.Table:
+    def _events_table(self, rank: int, base_time_ns: int, drop: np.ndarray) -> pa.Table:
         n = self.n_rows
         if n == 0:
             return make_events_table({}, 0)
@@ -824,7 +1027,14 @@ class _KinetoFile:
                     else pa.chunked_array(parts).unify_dictionaries().combine_chunks()
         cols["start_ns"] = cols["start_ns"] + base_time_ns
         cols["rank"] = np.full(n, rank, dtype=np.int32)
-        return make_events_table(cols, n)
+        paired_rows, paired_durs = self.dur_fixes
+        cols["dur_ns"][paired_rows] = paired_durs
+        table = make_events_table(cols, n)
+        if len(drop):
+            keep = np.ones(n, dtype=bool)
+            keep[drop] = False
+            table = table.filter(pa.array(keep))
+        return table
 
     def _links(self, events: pa.Table, rank: int) -> pa.Table:
         if events.num_rows == 0:
@@ -925,9 +1135,18 @@ class _KinetoFile:
         return make_links_table(np.full(int(ok.sum()), rank), "flow", cat_list, src[ok], dst[ok])
 
     def _base_time(self) -> int:
+        """``baseTimeNanoseconds``, or 0 with a warning when it is not a time within +-2**61 ns
+        (beyond it, start times would overflow int64)."""
         meta = {**self.head, **self.tail}
         value = meta.get("baseTimeNanoseconds")
-        return int(value) if isinstance(value, (int, float)) else 0
+        if value is None:
+            return 0
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < TIME_LIMIT_NS:
+            return int(value)
+        warning = "baseTimeNanoseconds is not a time within +-2**61 ns; ignored (times are relative)"
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+        return 0
 
 
 #: Optional columns a chunk may lack; filled with nulls so every chunk has every column.
@@ -970,67 +1189,113 @@ def _piece(buf: bytearray, start: int, end: int) -> bytes:
     return b"[" + bytes(buf[start:end]) + b"]"
 
 
-def _coerce_event(item: dict[str, Any]) -> int:
+_EVENT_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(_Event))
+_ARG_KEYS = frozenset(_MemoryArgs.__struct_encode_fields__)
+_INT64_RANGE = range(-(2**63), 2**63)
+
+
+def _coerce_event(item: dict[str, Any]) -> list[str]:
     """Coerce the fields of one decoded event to the types ``_Event`` expects, in place; returns
-    how many fields were changed or dropped."""
-    fixed = 0
+    the reason of each change (``coerced_*``). Keys traceview does not read are dropped first, so
+    nothing unread can fail the typed decoder. A ``ts`` that is not a number is removed (the
+    event is then skipped as having none); a ``dur`` that is not a number becomes 0."""
+    reasons: list[str] = []
+    for key in [k for k in item if k not in _EVENT_KEYS]:
+        del item[key]
     for key in ("ph", "cat", "name", "bp"):
         if key in item and not isinstance(item[key], str):
             item[key] = "" if item[key] is None else str(item[key])
-            fixed += 1
+            reasons.append("coerced_field_to_text")
     for key in ("pid", "tid", "id"):
-        if key in item and not isinstance(item[key], (int, str)) or (key in item and isinstance(item[key], bool)):
-            item[key] = str(item[key])
-            fixed += 1
+        value = item.get(key)
+        if key in item and (isinstance(value, bool) or not isinstance(value, (int, str))):
+            item[key] = str(value)
+            reasons.append("coerced_field_to_text")
+        elif isinstance(value, int) and value not in _INT64_RANGE:
+            item[key] = str(value)  # a stable id of its own (``_int_ids``), counted there
     for key in ("ts", "dur"):
-        if key in item and (not isinstance(item[key], (int, float)) or isinstance(item[key], bool)):
-            try:
-                item[key] = float(item[key])
-            except (TypeError, ValueError):
-                item.pop(key)
-            fixed += 1
+        value = item.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value not in _INT64_RANGE:
+            item[key] = float("inf") if abs(value) >= 2**1000 else float(value)  # out of range: skipped later
+        elif key in item and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            if key == "ts":
+                del item[key]
+            else:
+                item[key] = 0
+                reasons.append("coerced_dur_not_a_number")
     args = item.get("args")
     if isinstance(args, dict):
-        fixed += _coerce_args(args)
-    elif args is not None:
-        item.pop("args")
-        fixed += 1
-    return fixed
+        reasons += _coerce_args(args)
+    elif "args" in item:
+        del item["args"]
+        if args is not None:
+            reasons.append("coerced_args_not_an_object")
+    return reasons
 
 
-def _coerce_args(args: dict[str, Any]) -> int:
-    """Coerce the ``args`` of one event to the types of ``_MemoryArgs``, in place (a value that cannot be
-    coerced is dropped); returns how many values were changed or dropped."""
-    fixed = 0
+def _coerce_args(args: dict[str, Any]) -> list[str]:
+    """Coerce the ``args`` of one event to the types of ``_MemoryArgs``, in place (a value that
+    cannot be coerced is dropped: read as absent); returns the reason of each change."""
+    reasons: list[str] = []
+    for key in [k for k in args if k not in _ARG_KEYS]:
+        del args[key]
     for fld, encoded in zip(_MemoryArgs.__struct_fields__, _MemoryArgs.__struct_encode_fields__):
         if encoded not in args:
             continue
-        value = args[encoded]
-        default = getattr(_NO_MEMORY_ARGS, fld)
-        if isinstance(default, int) and not isinstance(value, int) or isinstance(value, bool):
-            try:
-                args[encoded] = int(value)
-            except (TypeError, ValueError, OverflowError):
-                args.pop(encoded)
-            fixed += 1
-        elif isinstance(default, str) and not isinstance(value, str):
-            args[encoded] = str(value)
-            fixed += 1
-        elif isinstance(default, tuple) and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
-            args.pop(encoded)
-            fixed += 1
-        elif isinstance(value, int) and not -(2**63) <= value < 2**63:
-            args.pop(encoded)
-            fixed += 1
-    return fixed
+        value, default = args[encoded], getattr(_NO_MEMORY_ARGS, fld)
+        reason = _coerce_arg(args, encoded, value, default)
+        if reason:
+            reasons.append(reason)
+    return reasons
+
+
+def _coerce_arg(args: dict[str, Any], key: str, value: Any, default: Any) -> str | None:
+    """Coerce one arg in place; returns the reason, or None when it was fine."""
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value in _INT64_RANGE:
+                return None
+            del args[key]
+            return "coerced_arg_out_of_range"
+        try:
+            number = int(value)
+        except (TypeError, ValueError, OverflowError):
+            del args[key]
+            return "coerced_arg_not_a_number"
+        if number not in _INT64_RANGE:
+            del args[key]
+            return "coerced_arg_out_of_range"
+        args[key] = number
+        return "coerced_arg_to_number"
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return None
+        args[key] = "" if value is None else str(value)
+        return "coerced_arg_to_text"
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            del args[key]
+            return "coerced_arg_not_a_number"
+        if not all(v in _INT64_RANGE for v in value):
+            del args[key]
+            return "coerced_arg_out_of_range"
+        return None
+    # Process Group Ranks: text or a list of ranks; anything else is kept as its text
+    if value is None or isinstance(value, str):
+        return None
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v in _INT64_RANGE
+                                       for v in value):
+        return None
+    args[key] = _ranks_text(value)
+    return "coerced_arg_to_text"
 
 
 def _device_stream(kind: np.ndarray, args: list[_Args], pid: np.ndarray, tid: np.ndarray,
-                   m: int) -> tuple[np.ndarray, np.ndarray]:
+                   m: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Device and stream of each row: from the args on GPU rows, else (older traces) the trace's
     pid and tid, which Kineto sets to the device and stream there; -1 on other rows."""
-    device = _int_arg(args, "device", m)
-    stream = _int_arg(args, "stream", m)
+    device = _int_arg(args, "device", m, counts)
+    stream = _int_arg(args, "stream", m, counts)
     is_gpu = np.isin(kind, _GPU_KINDS)
     device = np.where(is_gpu & (device < 0), pid, device)
     device = np.where(is_gpu, device, -1)
@@ -1039,18 +1304,76 @@ def _device_stream(kind: np.ndarray, args: list[_Args], pid: np.ndarray, tid: np
     return device, stream
 
 
+def _three_dims(value: tuple[int, ...]) -> tuple[int, int, int]:
+    """Launch dimensions as three (missing ones 1, absent -1; beyond int64 -2: counted and
+    cleared by the caller)."""
+    if not value:
+        return (-1, -1, -1)
+    dims = [v if -1 <= v <= INT64_MAX else -2 for v in value[:3]]
+    dims += [1] * (3 - len(dims))
+    return dims[0], dims[1], dims[2]
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]} if parts else {}
+
+
+def _plain_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+#: What each event count means in words (``fate_warnings``); ``{n}`` is the count.
+FATE_TEXT = {
+    "skipped_no_ts": "{n} events skipped: 'ts' missing, null or not a number (not placed at time 0)",
+    "skipped_ts_out_of_range": "{n} events skipped: 'ts' not finite or beyond +-2**61 ns",
+    "skipped_dur_out_of_range": "{n} events skipped: 'dur' not finite or beyond +-2**61 ns",
+    "skipped_not_an_object": "{n} entries of traceEvents skipped: not JSON objects",
+    "skipped_nested_too_deep": "{n} events skipped: nested too deeply to decode",
+    "skipped_counter": "{n} counter events (ph 'C') skipped: traceview has no counter table",
+    "skipped_async": "{n} async events (ph b/e/n/S/T/p/F) skipped: traceview builds no async tracks",
+    "skipped_unmatched_begin": "{n} 'B' events skipped: no matching 'E' on their thread",
+    "skipped_unmatched_end": "{n} 'E' events skipped: no open 'B' on their thread",
+    "paired_end": "{n} B/E pairs became duration events",
+    "coerced_invalid_utf8": "{n} byte sequences that are not UTF-8 replaced by U+FFFD in strings",
+    "coerced_dur_not_a_number": "{n} events had a 'dur' that is not a number; set to 0",
+    "coerced_negative_dur": "{n} events had a negative duration; set to 0",
+    "coerced_id_beyond_64_bits": "{n} pid/tid values beyond 64 bits given ids of their own",
+    "coerced_arg_not_a_number": "{n} integer args that are not numbers read as absent",
+    "coerced_arg_out_of_range": "{n} integer args beyond 64 bits read as absent",
+    "coerced_arg_to_number": "{n} integer args written as text read as numbers",
+    "coerced_arg_to_text": "{n} text args of another type read as their text",
+    "coerced_field_to_text": "{n} event fields of another type read as text",
+    "coerced_args_not_an_object": "{n} events' args that are not objects ignored",
+    "clamped_launch_dims": "{n} kernel launch dimensions beyond 2**31-1 read as absent",
+    "clamped_collective_values": "{n} collective sizes too large for their column read as absent",
+}
+
+
+def fate_warnings(counts: dict[str, int], unsupported_phases: dict[str, int]) -> list[str]:
+    """One line per skip or coercion reason that occurred, saying exactly what was done."""
+    lines = [text.format(n=f"{counts[key]:,}") for key, text in FATE_TEXT.items() if counts.get(key)]
+    if counts.get("skipped_unsupported_phase"):
+        phases = ", ".join(f"'{ph}' ({n:,})" for ph, n in sorted(unsupported_phases.items()))
+        lines.append(f"{counts['skipped_unsupported_phase']:,} events of phases traceview does not read skipped: "
+                     + phases)
+    return lines
+
+
 def _copy_kind(name: str | None) -> str | None:
     match = _COPY_KIND.search(name or "")
     return match.group(1) if match else None
 
 
-def _int_arg(args: Sequence[_Args], field: str, n: int) -> np.ndarray:
-    """One integer arg as int64; values beyond 64 bits (seen in real traces) become -1."""
+def _int_arg(args: Sequence[_Args], field: str, n: int, counts: dict[str, int]) -> np.ndarray:
+    """One integer arg as int64. Values beyond int64 (the decoder accepts up to 2**64; seen in real
+    traces) become -1, read as absent, and are counted in ``counts``."""
     try:
         return np.fromiter(map(attrgetter(field), args), dtype=np.int64, count=n)
     except OverflowError:
-        limit = 2**63
-        return np.array([v if -limit <= v < limit else -1 for v in map(attrgetter(field), args)], dtype=np.int64)
+        values = [v if -(2**63) <= v <= INT64_MAX else None for v in map(attrgetter(field), args)]
+        beyond = values.count(None)
+        counts["coerced_arg_out_of_range"] = counts.get("coerced_arg_out_of_range", 0) + beyond
+        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
 
 
 def _ranks_text(value: Any) -> str | None:
@@ -1061,28 +1384,42 @@ def _ranks_text(value: Any) -> str | None:
     return str(value)
 
 
-def _int_ids(values: list[Any], string_ids: dict[str, int]) -> np.ndarray:
-    """pid/tid values as int64. Numeric strings ("1890023232", "stream 7") become numbers; other
-    strings ("Spans", "PyTorch Profiler") get stable negative ids."""
+def _int_ids(values: list[Any], string_ids: dict[str, int]) -> tuple[np.ndarray, int]:
+    """pid/tid values as int64, and how many were beyond 64 bits. Numeric strings ("1890023232",
+    "stream 7") become numbers; other strings ("Spans", "PyTorch Profiler") and numbers beyond
+    int64 get stable negative ids of their own."""
     try:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
+        return np.fromiter(values, dtype=np.int64, count=len(values)), 0
     except (TypeError, ValueError, OverflowError):
         pass
     is_int = np.fromiter(map(isinstance, values, repeat(int)), dtype=bool, count=len(values))
     out = np.empty(len(values), dtype=np.int64)
-    out[is_int] = np.fromiter(compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
-    memo: dict[Any, int] = {}
-    for i in np.flatnonzero(~is_int).tolist():  # string ids: a handful, or old formats
+    try:
+        out[is_int] = np.fromiter(compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
+    except OverflowError:  # some beyond int64: those go the slow way below
+        is_int[is_int] = [-(2**63) <= v <= INT64_MAX for v in compress(values, is_int)]
+        out[is_int] = np.fromiter(compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
+    memo: dict[Any, tuple[int, bool]] = {}  # value -> (id, whether it was a number beyond int64)
+    beyond = 0
+    for i in np.flatnonzero(~is_int).tolist():  # string ids: a handful, or old formats; huge numbers
         v = values[i]
         if v not in memo:
-            text = str(v).strip()
-            digits = re.search(r"(\d+)\s*$", text)
-            if digits and (text.isdigit() or text.lower().startswith("stream")):
-                memo[v] = int(digits.group(1))
-            else:
-                memo[v] = string_ids.setdefault(text, -2 - len(string_ids))
-        out[i] = memo[v]
-    return out
+            memo[v] = _string_id(str(v).strip(), string_ids)
+        out[i], huge = memo[v]
+        beyond += huge
+    return out, beyond
+
+
+def _string_id(text: str, string_ids: dict[str, int]) -> tuple[int, bool]:
+    """The id of a pid/tid written as text (or a number beyond int64), and whether it is such a
+    number: digits ("1890023232", "stream 7") are the number; other text a stable negative id."""
+    digits = re.search(r"(\d+)\s*$", text)
+    numeric = text.lstrip("-").isdigit()
+    if digits and (numeric or text.lower().startswith("stream")):
+        number = int(digits.group(1))
+        if number <= INT64_MAX:
+            return (-number if text.startswith("-") else number), False
+    return string_ids.setdefault(text, -2 - len(string_ids)), numeric
 
 
 def microseconds_to_ns(ts_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1150,7 +1487,7 @@ def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
 
 def _claims(_path: Path, head: bytes) -> bool:
     """A JSON document: Kineto's (the parser says clearly when it is JSON of another kind)."""
-    return head.lstrip()[:1] in (b"{", b"[")
+    return head.removeprefix(UTF8_BOM).lstrip()[:1] in (b"{", b"[")
 
 
 def _in_directory(path: Path, head: bytes) -> bool:

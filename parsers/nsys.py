@@ -95,7 +95,17 @@ Metadata and counts
 ``<TABLE>.mapped`` (rows that became events), plus ``mapped`` (all events of the rank). Rows read
 but not mapped are counted by reason: ``NVTX_EVENTS.skipped_domain_create`` (domain names, used
 for the category) and ``NVTX_EVENTS.skipped_other_type`` (NVTX categories, thread names and other
-non-range records); ``NVTX_EVENTS.emit_nvtx_suffix_removed`` counts renamed ranges. Tables
+non-range records); ``NVTX_EVENTS.emit_nvtx_suffix_removed`` counts renamed ranges.
+
+Values a hand-edited or exotic export may hold, each counted under its reason and said in the
+warnings: a NULL ``start`` (``<TABLE>.skipped_null_start``), a GPU row's NULL ``deviceId``
+(``<TABLE>.skipped_null_device``) and a NULL NVTX ``eventType`` (``NVTX_EVENTS.skipped_null_event_type``)
+skip the row; a NULL ``end`` keeps it with duration 0 (``<TABLE>.null_end_duration_0``); a NULL
+``globalPid``/``globalTid`` belongs to no process, so to no rank (``<TABLE>.no_rank_null_process``, in
+the first rank's counts); text that is not UTF-8 (a BLOB, Latin-1) keeps its readable part with U+FFFD
+for the bad bytes (``NVTX_EVENTS.text_not_utf8_replaced``, ``StringIds.value_not_utf8_replaced``) and a
+NULL ``StringIds`` value is an empty name (``StringIds.value_null_empty``). A table without a column
+traceview needs (``start``; ``StringIds.value``) is an error naming table and column. Tables
 traceview does not map (OS runtime, scheduling, profiler overhead, ...) are counted once, in the
 first rank's ``unmapped``, by table name, so nothing is dropped silently.
 """
@@ -119,7 +129,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceview.errors import TraceFormatError
+from traceview.errors import TraceFormatError, os_error, require_regular_file, sqlite_error
 from traceview.registry import InputFormat, register_input_format
 from traceview.model import (
     EVENT_SCHEMA,
@@ -218,13 +228,18 @@ def _used_positions(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _head(path: Path, n: int = 16) -> bytes:
+    require_regular_file(path)  # before open: a FIFO would block it forever
     with open(path, "rb") as f:
         return f.read(n)
 
 
+#: how long a read waits for a lock another program holds before the database is "locked"
+BUSY_TIMEOUT_S = 5.0
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
+    return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
 
 
 def _table_names(con: sqlite3.Connection) -> list[str]:
@@ -242,7 +257,7 @@ def looks_like_nsys(path: str | os.PathLike[str]) -> bool:
             names = set(_table_names(con))
         finally:
             con.close()
-    except (OSError, sqlite3.Error):
+    except (OSError, sqlite3.Error, TraceFormatError):
         return False
     return bool(names & set(CORE_TABLES)) or ("StringIds" in names and any(
         n.startswith("CUPTI_ACTIVITY_KIND_") or n.startswith("TARGET_INFO_") for n in names))
@@ -305,12 +320,8 @@ def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None) 
     path = Path(path)
     try:
         head = _head(path)
-    except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(path, "is a directory") from None
     except OSError as exc:
-        raise TraceFormatError(path, f"cannot be read: {exc.strerror}") from None
+        raise os_error(path, exc) from None
     if head != SQLITE_MAGIC:
         if path.name.endswith(REPORT_SUFFIXES):
             return parse_nsys(export_nsys_rep(path), step_marker=step_marker)
@@ -321,12 +332,11 @@ def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None) 
     try:
         con = _connect(path)
     except sqlite3.Error as exc:
-        raise TraceFormatError(path, f"cannot be opened as SQLite ({exc})") from None
+        raise sqlite_error(path, exc) from None
     try:
         return _Parser(con, path, step_marker).run()
-    except sqlite3.DatabaseError as exc:
-        raise TraceFormatError(path, f"is a damaged or unreadable SQLite database ({exc})",
-                               "export it again with nsys export --type sqlite") from None
+    except sqlite3.Error as exc:  # locked (in use), damaged, unreadable: errors.sqlite_error tells them apart
+        raise sqlite_error(path, exc) from None
     finally:
         con.close()
 
@@ -425,6 +435,10 @@ class _Strings:
 # ------------------------------------------------------------------------------ parser
 
 
+#: times must lie within +-2**61 ns (as the Kineto parser's): beyond it sums of times wrap int64
+TIME_LIMIT_NS = 2**61
+
+
 @dataclass
 class _Group:
     """Rows read from one source table (all rows; ``keep`` marks those that become events)."""
@@ -456,6 +470,12 @@ class _Parser:
         self._columns: dict[str, set[str]] = {}
         self.warnings: list[str] = []
         self.categories = _Strings()
+        #: rows of a table whose text was not UTF-8 (repaired with U+FFFD), by table
+        self.text_replaced: dict[str, np.ndarray] = {}
+        #: NULL flags (start, end, process, device) of the table being read, for repair_nulls
+        self.pending_nulls: list[np.ndarray] = []
+        #: counts about the file rather than a rank's rows (``StringIds`` values): in the first rank's
+        self.file_counts: dict[str, int] = {}
 
     # -- helpers -----------------------------------------------------------------------
     def columns(self, table: str) -> set[str]:
@@ -492,21 +512,54 @@ class _Parser:
                 blocks.append(flat.reshape(-1, k))
         except (TypeError, ValueError) as exc:
             raise TraceFormatError(self.path, f"table {table} holds values of an unexpected type ({exc})") from None
+        except OverflowError:
+            raise TraceFormatError(self.path, f"table {table} holds a number beyond 64-bit integers where nsys writes "
+                                   "integers", "re-export the report with nsys export --type sqlite") from None
         flat = np.concatenate(blocks) if blocks else np.empty((0, k), dtype=np.int64)
         columns = [np.ascontiguousarray(flat[:, i]) for i in range(k)]
         texts = None
         if text is not None:
-            cur = self.con.execute(f'SELECT {text} FROM "{table}" {order}')
-            parts = []
-            while True:
-                batch = cur.fetchmany(_BATCH)
-                if not batch:
-                    break
-                parts.append(pa.array(list(itertools.chain.from_iterable(batch)), pa.string()))
-            texts = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+            texts = self.fetch_text(table, text, order)
             if len(texts) != len(flat):
                 raise TraceFormatError(self.path, f"table {table} changed while it was read")
         return columns, texts
+
+    def fetch_text(self, table: str, text: str, order: str) -> pa.Array:
+        """One text column as a pyarrow string array. Values are read as bytes (``CAST AS BLOB``):
+        a BLOB, an integer or text that is not UTF-8 would otherwise stop sqlite3 or pyarrow. Text
+        that is not UTF-8 is decoded with U+FFFD for the bad bytes; its rows are in
+        ``self.text_replaced[table]`` (counted by the caller)."""
+        cur = self.con.execute(f'SELECT CAST({text} AS BLOB) FROM "{table}" {order}')
+        parts = []
+        while True:
+            batch = cur.fetchmany(_BATCH)
+            if not batch:
+                break
+            parts.append(pa.array(list(itertools.chain.from_iterable(batch)), pa.binary()))
+        raw = pa.concat_arrays(parts) if parts else pa.array([], pa.binary())
+        try:
+            return raw.cast(pa.string())  # validates UTF-8 in C
+        except pa.ArrowInvalid:
+            pass
+        # hostile input only: find and repair the bad values one by one (a clean export never gets here)
+        values = raw.to_pylist()
+        bad = np.zeros(len(values), dtype=bool)
+        for i, v in enumerate(values):
+            if v is not None:
+                try:
+                    values[i] = v.decode("utf-8")
+                except UnicodeDecodeError:
+                    values[i], bad[i] = v.decode("utf-8", "replace"), True
+        self.text_replaced[table] = bad
+        return pa.array(values, pa.string())
+
+    def require(self, table: str, *names: str) -> None:
+        """Stop with one line when ``table`` lacks a column traceview cannot do without (SQLite would
+        read a missing ``"column"`` as the string literal, and every row would be a type error)."""
+        for name in names:
+            if name not in self.columns(table):
+                raise TraceFormatError(self.path, f"the export lacks column {name} of table {table}",
+                                       "nsys version? export it again with a current nsys")
 
     def enum(self, table: str) -> dict[int, tuple[str, str]]:
         if table not in self.tables:
@@ -546,17 +599,72 @@ class _Parser:
         if "StringIds" not in self.tables:
             self.warnings.append("no StringIds table: names are empty")
             return _Strings()
+        self.require("StringIds", "id", "value")
         (ids,), values = self.fetch("StringIds", ['"id"'], text='"value"', order='ORDER BY "id"')
-        return _Strings(ids, values)
+        assert values is not None  # fetch returns the text column it was asked for
+        repaired = int(self.text_replaced.get("StringIds", np.zeros(0, bool)).sum())
+        missing = values.null_count
+        for what, n in (("value_not_utf8_replaced", repaired), ("value_null_empty", missing)):
+            if n:
+                self.file_counts[f"StringIds.{what}"] = n
+        if repaired:
+            self.warnings.append(f"StringIds: {repaired} names are not UTF-8 (bad bytes shown as U+FFFD)")
+        if missing:
+            self.warnings.append(f"StringIds: {missing} names are NULL (left empty)")
+        return _Strings(ids, values.fill_null(""))
+
+    def null_checks(self, table: str, *names: str) -> list[str]:
+        """SQL flags (1/0) for NULL in each of ``names`` (0 where the table lacks the column)."""
+        return [f'"{n}" IS NULL' if n in self.columns(table) else "0" for n in names]
 
     def _gpu_common(self, table: str, extra: list[str]) -> tuple[list[Any], np.ndarray, np.ndarray]:
+        """The columns every GPU activity table has, then ``extra``; the NULL flags of start, end,
+        globalPid and deviceId are kept for :meth:`repair_nulls` in ``self.pending_nulls``."""
         t = table
+        self.require(t, "start")
         exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "deviceId"), self.col(t, "streamId"),
                  self.col(t, "correlationId"), self.col(t, "globalPid")]
-        cols, _ = self.fetch(t, exprs + extra)
+        flags = self.null_checks(t, "start", "end", "globalPid", "deviceId")
+        cols, _ = self.fetch(t, exprs + extra + flags)
+        self.pending_nulls = cols[-4:]
+        cols = cols[:-4]
         gpid = cols[5]
         proc = np.where(gpid == -1, -1, gpid >> 24)
         return cols, proc, np.full(len(gpid), -1, dtype=np.int64)
+
+    def repair_nulls(self, g: _Group) -> _Group:
+        """Rows with NULL where a value is needed: skipped (no start, no process, a GPU row without
+        device) or repaired (no end: duration 0), each counted in ``event_counts`` under its reason
+        and said in the warnings. Without this a NULL start read as -1 (a span of the whole clock),
+        a NULL process became an extra rank and a NULL device a "GPU -1"."""
+        null_start, null_end, null_proc, null_device = (f.astype(bool) for f in self.pending_nulls)
+        self.pending_nulls = []
+        if g.table == SYNC_T:  # sync rows take the device of their stream's activity (_fix_sync_devices)
+            null_device = np.zeros_like(null_device)
+        skipped = np.zeros(len(g.start), dtype=bool)
+        # one range for every time, as the Kineto parser's (+-2**61 ns): beyond it sums of times wrap
+        with np.errstate(over="ignore"):
+            # (not np.abs: the absolute value of the int64 minimum is itself)
+            bad_time = (g.start > TIME_LIMIT_NS) | (g.start < -TIME_LIMIT_NS) | (g.dur < 0) | (g.dur > TIME_LIMIT_NS)
+        bad_time &= ~null_start
+        reasons = (("skipped_null_start", null_start, "have no start (NULL): skipped"),
+                   ("skipped_time_out_of_range", bad_time,
+                    "have a start or duration beyond +-2**61 ns (or an end before the start): skipped"),
+                   ("no_rank_null_process", null_proc, "have no process (NULL globalPid/globalTid): skipped"),
+                   ("skipped_null_device", null_device, "have no device (NULL deviceId): skipped"))
+        for note, flag, said in reasons:
+            rows = flag & ~skipped & g.keep
+            skipped |= rows
+            if rows.any():
+                g.notes[note] = rows
+                self.warnings.append(f"{g.table}: {int(rows.sum())} rows {said}")
+        g.keep = g.keep & ~skipped
+        no_end = null_end & g.keep
+        if no_end.any():
+            g.dur = np.where(no_end, 0, g.dur)
+            g.notes["null_end_duration_0"] = no_end
+            self.warnings.append(f"{g.table}: {int(no_end.sum())} rows have no end (NULL): kept with duration 0")
+        return g
 
     def read_kernels(self, names: _Strings) -> _Group | None:
         t = KERNEL_T
@@ -573,7 +681,7 @@ class _Parser:
         for i, d in enumerate(dims):
             v = cols[7 + i]
             g.optional[f"{d[:-1].lower()}_{d[-1].lower()}"] = (v, v >= 0)
-        return g
+        return self.repair_nulls(g)
 
     def _memcpy_kind_names(self) -> dict[int, str]:
         table = self.enum("ENUM_CUDA_MEMCPY_OPER")
@@ -606,7 +714,7 @@ class _Parser:
                        name_codes, device=device, stream=stream, corr=corr)
         g.optional["bytes"] = (nbytes, nbytes >= 0)
         g.copy_kind = copy_codes
-        return g
+        return self.repair_nulls(g)
 
     def read_memset(self, names: _Strings) -> _Group | None:
         t = MEMSET_T
@@ -618,7 +726,7 @@ class _Parser:
         g = self.group(t, proc, tid, start, end, Kind.MEMSET, np.full(n, self.categories.const("gpu_memset")),
                        np.full(n, names.const("Memset")), device=device, stream=stream, corr=corr)
         g.optional["bytes"] = (nbytes, nbytes >= 0)
-        return g
+        return self.repair_nulls(g)
 
     def read_sync(self, names: _Strings) -> _Group | None:
         t = SYNC_T
@@ -630,16 +738,20 @@ class _Parser:
         uniq, inverse = _factorize(sync_type)
         texts = [SYNC_NAMES_BUILTIN.get(int(k)) or labels.get(int(k)) or f"Sync type {int(k)}" for k in uniq]
         n = len(start)
-        return self.group(t, proc, tid, start, end, Kind.SYNC, np.full(n, self.categories.const("cuda_sync")),
-                          names.consts(texts)[inverse], device=device, stream=stream, corr=corr)
+        return self.repair_nulls(self.group(
+            t, proc, tid, start, end, Kind.SYNC, np.full(n, self.categories.const("cuda_sync")),
+            names.consts(texts)[inverse], device=device, stream=stream, corr=corr))
 
     def read_runtime(self, names: _Strings) -> _Group | None:
         t = RUNTIME_T
         if t not in self.tables:
             return None
+        self.require(t, "start")
         exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "eventClass"), self.col(t, "globalTid"),
                  self.col(t, "correlationId"), self.col(t, "nameId")]
-        (start, end, event_class, gtid, corr, name_id), _ = self.fetch(t, exprs)
+        cols, _ = self.fetch(t, exprs + self.null_checks(t, "start", "end", "globalTid"))
+        start, end, event_class, gtid, corr, name_id = cols[:6]
+        self.pending_nulls = [*cols[6:], np.zeros(len(start), dtype=np.int64)]
         strip = lambda values: pc.replace_substring_regex(values, _RUNTIME_VERSION_SUFFIX, "")  # noqa: E731
         name_codes = names.from_ids(name_id, transform=strip)
         # category: event class through the enum, else the name
@@ -669,20 +781,27 @@ class _Parser:
             category[unknown] = np.where(is_driver, driver_code, runtime_code)[u_inv]
         proc = np.where(gtid == -1, -1, gtid >> 24)
         tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
-        return self.group(t, proc, tid, start, end, Kind.RUNTIME, category, name_codes, corr=corr)
+        return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.RUNTIME, category, name_codes, corr=corr))
 
     def read_nvtx(self, names: _Strings) -> _Group | None:
         t = NVTX_T
         if t not in self.tables:
             return None
+        self.require(t, "start")
         end_exprs = ['"end" IS NULL', 'COALESCE("end", "start")'] if "end" in self.columns(t) else ["1", '"start"']
         exprs = ['"start"', *end_exprs, self.col(t, "eventType", default="59"), self.col(t, "globalTid"),
                  self.col(t, "textId"), self.col(t, "domainId", default="0")]
-        (start, end_null, end, event_type, gtid, text_id, domain), text = self.fetch(t, exprs, text=self.col(t, "text"))
+        flags = self.null_checks(t, "start", "globalTid", "eventType")
+        cols, text = self.fetch(t, exprs + flags, text=self.col(t, "text"))
         assert text is not None  # fetch returns the text column it was asked for
+        start, end_null, end, event_type, gtid, text_id, domain = cols[:7]
+        null_type = cols[9].astype(bool)
+        # a NULL end is an open range (counted apart), not a repair: only start and process are checked
+        self.pending_nulls = [cols[7], np.zeros_like(start), cols[8], np.zeros_like(start)]
         ranges, marks, domain_create = self._nvtx_types()
-        is_range = np.isin(event_type, ranges)
-        is_mark = np.isin(event_type, marks)
+        # NULL eventType read as 59 (COALESCE default for exports without the column): not a range
+        is_range = np.isin(event_type, ranges) & ~null_type
+        is_mark = np.isin(event_type, marks) & ~null_type
         # names: text, else textId
         has_text = np.asarray(text.is_valid())
         name_codes = names.from_ids(np.where(has_text, -1, text_id), transform=_strip_emit_nvtx)
@@ -712,10 +831,17 @@ class _Parser:
         g = self.group(t, proc, tid, start, end, kind, category, name_codes, keep=is_range | is_mark)
         g.optional["_open"] = (open_ranges.astype(np.int64), open_ranges)
         skipped = ~(is_range | is_mark)
-        g.notes["skipped_domain_create"] = event_type == domain_create
-        g.notes["skipped_other_type"] = skipped & (event_type != domain_create)
+        g.notes["skipped_domain_create"] = (event_type == domain_create) & ~null_type
+        g.notes["skipped_other_type"] = skipped & (event_type != domain_create) & ~null_type
         g.notes["emit_nvtx_suffix_removed"] = suffixed & (is_range | is_mark)
-        return g
+        if null_type.any():  # NULL eventType: neither range nor mark can be told, so not guessed
+            g.notes["skipped_null_event_type"] = null_type
+            self.warnings.append(f"{t}: {int(null_type.sum())} rows have no eventType (NULL): skipped")
+        replaced = self.text_replaced.get(t)
+        if replaced is not None and replaced.any():
+            g.notes["text_not_utf8_replaced"] = replaced
+            self.warnings.append(f"{t}: {int(replaced.sum())} texts are not UTF-8 (bad bytes shown as U+FFFD)")
+        return self.repair_nulls(g)
 
     def read_osrt(self, names: _Strings) -> _Group | None:
         """OS runtime calls (``--trace osrt``: ``poll``, ``pthread_mutex_lock``, ``read`` ...) as
@@ -724,12 +850,16 @@ class _Parser:
         t = OSRT_T
         if t not in self.tables:
             return None
+        self.require(t, "start")
         exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "globalTid"), self.col(t, "nameId")]
-        (start, end, gtid, name_id), _ = self.fetch(t, exprs)
+        cols, _ = self.fetch(t, exprs + self.null_checks(t, "start", "end", "globalTid"))
+        start, end, gtid, name_id = cols[:4]
+        self.pending_nulls = [*cols[4:], np.zeros(len(start), dtype=np.int64)]
         proc = np.where(gtid == -1, -1, gtid >> 24)
         tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
         category = np.full(len(start), self.categories.const("os_runtime"), dtype=np.int64)
-        return self.group(t, proc, tid, start, end, Kind.ANNOTATION, category, names.from_ids(name_id))
+        return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.ANNOTATION, category,
+                                            names.from_ids(name_id)))
 
     def _nvtx_types(self) -> tuple[list[int], list[int], int]:
         table = self.enum("ENUM_NSYS_EVENT_TYPE")
@@ -872,6 +1002,9 @@ class _Parser:
         rank_map = _rank_map(groups)
         sync_fixed = _fix_sync_devices(groups, rank_map)
         tally = _tally_rows(groups, rank_map, sync_fixed)  # takes the "_open" markers out: before the columns
+        tally.no_rank.update(self.file_counts)
+        if tally.counts:
+            tally.counts[0].update(self.file_counts)
         rows = self._assemble_events(groups, rank_map, names)
         links = _launch_links(rows.rank, rows.kind, rows.corr)
         ranks, all_warnings = self._rank_infos(rank_map, names, tally, rows)
@@ -1138,8 +1271,12 @@ def _tally_rows(groups: list[_Group], rank_map: _RankMap, sync_fixed: np.ndarray
         for r in range(n_ranks):
             counts[r][f"{g.table}.read"] = int(read[r])
             counts[r][f"{g.table}.mapped"] = int(mapped[r])
-        if (r_all < 0).any():
-            no_rank[f"{g.table}.no_rank"] = int((r_all < 0).sum())
+        # rows with a NULL process have their own reason; the others of no rank are "no_rank"
+        orphan = g.notes.pop("no_rank_null_process", np.zeros(len(r_all), dtype=bool))
+        if orphan.any():
+            no_rank[f"{g.table}.no_rank_null_process"] = int(orphan.sum())
+        if ((r_all < 0) & ~orphan).any():
+            no_rank[f"{g.table}.no_rank"] = int(((r_all < 0) & ~orphan).sum())
         if "_open" in g.optional:
             opened = g.optional.pop("_open")[1]
             open_per_rank += np.bincount(r_all[opened & (r_all >= 0)], minlength=n_ranks)

@@ -637,3 +637,136 @@ def test_torchrun_host_bound_gaps_name_an_nvtx_range():
     report = traceview.analyze(tr)
     titles = [f["title"] for f in report["findings"] if f["code"] == "host_bound_gaps"]
     assert titles and all("(no CPU op)" not in t for t in titles)
+
+
+# ------------------------------------------------------- NULLs, bad text, missing columns, locks
+
+
+def _loosen(con: sqlite3.Connection, table: str) -> None:
+    """Rebuild ``table`` without its NOT NULL constraints (CREATE TABLE AS keeps none), as a
+    hand-edited or exotic export may be."""
+    con.execute(f"CREATE TABLE loose AS SELECT * FROM {table}")
+    con.execute(f"DROP TABLE {table}")
+    con.execute(f"ALTER TABLE loose RENAME TO {table}")
+
+
+def _edited(db: Path, tmp_path: Path, table: str, *statements: str) -> Path:
+    work = copy_db(db, tmp_path / "edited.sqlite")
+    con = sqlite3.connect(work)
+    _loosen(con, table)
+    for statement in statements:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return work
+
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+def _first_kernel_sql(column_sets: str) -> str:
+    return f"UPDATE {KERNEL} SET {column_sets} WHERE rowid = (SELECT MIN(rowid) FROM {KERNEL})"
+
+
+def _count(tr, key: str) -> int:
+    return sum(info.event_counts.get(key, 0) for info in tr.ranks.values())
+
+
+def test_null_start_is_skipped_and_counted(synthetic, tmp_path):
+    db, _, fresh = synthetic
+    tr = parse_nsys(_edited(db, tmp_path, KERNEL, _first_kernel_sql("start = NULL")))
+    assert _count(tr, f"{KERNEL}.skipped_null_start") == 1
+    assert tr.summary()[0]["by_kind"]["kernel"] + tr.summary()[1]["by_kind"]["kernel"] == sum(
+        fresh.summary()[r]["by_kind"]["kernel"] for r in (0, 1)) - 1
+    # it read as -1 before: one kernel spanning the whole clock
+    assert tr.column("start_ns").min() >= fresh.column("start_ns").min()
+    assert (tr.column("dur_ns") <= fresh.column("dur_ns").max()).all()
+    assert any("no start" in w for w in tr.warnings)
+    assert_every_row_accounted_for(tr)
+
+
+def test_null_end_is_duration_zero_counted(synthetic, tmp_path):
+    db, _, _ = synthetic
+    tr = parse_nsys(_edited(db, tmp_path, KERNEL, _first_kernel_sql("end = NULL")))
+    assert _count(tr, f"{KERNEL}.null_end_duration_0") == 1
+    assert any(f"{KERNEL}: 1 rows have no end" in w for w in tr.warnings)
+    assert_every_row_accounted_for(tr)
+
+
+def test_null_device_is_skipped_not_gpu_minus_one(synthetic, tmp_path):
+    db, _, _ = synthetic
+    tr = parse_nsys(_edited(db, tmp_path, KERNEL, _first_kernel_sql("deviceId = NULL")))
+    kernels = tr.kind_codes() == int(Kind.KERNEL)
+    assert (tr.column("device")[kernels] >= 0).all()
+    assert all(d.id >= 0 for info in tr.ranks.values() for d in info.devices)
+    assert _count(tr, f"{KERNEL}.skipped_null_device") == 1
+    assert_every_row_accounted_for(tr)
+
+
+def test_null_global_tid_makes_no_extra_rank(synthetic, tmp_path):
+    db, _, _ = synthetic
+    t = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    tr = parse_nsys(_edited(db, tmp_path, t, f"UPDATE {t} SET globalTid = NULL WHERE rowid <= 3"))
+    assert sorted(tr.ranks) == [0, 1]
+    assert (tr.column("pid") >= 0).all()
+    assert tr.ranks[0].event_counts[f"{t}.no_rank_null_process"] == 3
+    assert any("no process" in w for w in tr.warnings)
+    assert_every_row_accounted_for(tr)
+
+
+def test_null_event_type_is_skipped_with_its_reason(synthetic, tmp_path):
+    db, _, _ = synthetic
+    tr = parse_nsys(_edited(db, tmp_path, "NVTX_EVENTS",
+                            "UPDATE NVTX_EVENTS SET eventType = NULL WHERE rowid = (SELECT MIN(rowid) FROM NVTX_EVENTS)"))
+    assert _count(tr, "NVTX_EVENTS.skipped_null_event_type") == 1
+    assert any("no eventType" in w for w in tr.warnings)
+    assert_every_row_accounted_for(tr)
+
+
+def test_string_values_that_are_null_or_not_utf8(synthetic, tmp_path):
+    db, _, _ = synthetic
+    kernel_name_id = sql(db, f"SELECT demangledName FROM {KERNEL} LIMIT 1")[0][0]
+    work = _edited(db, tmp_path, "StringIds",
+                   f"UPDATE StringIds SET value = CAST(X'6b65726e656cff' AS BLOB) WHERE id = {kernel_name_id}",
+                   "UPDATE StringIds SET value = NULL WHERE id = (SELECT MAX(id) FROM StringIds)")
+    con = sqlite3.connect(work)
+    _loosen(con, "NVTX_EVENTS")
+    con.execute("UPDATE NVTX_EVENTS SET text = X'66ff' WHERE text IS NOT NULL AND "
+                "rowid = (SELECT MIN(rowid) FROM NVTX_EVENTS WHERE text IS NOT NULL AND eventType = 59)")
+    con.commit()
+    con.close()
+    tr = parse_nsys(work)
+    names = set(tr.names())
+    assert "kernel\ufffd" in names and "f\ufffd" in names
+    assert tr.ranks[0].event_counts["StringIds.value_not_utf8_replaced"] == 1
+    assert tr.ranks[0].event_counts["StringIds.value_null_empty"] == 1
+    assert _count(tr, "NVTX_EVENTS.text_not_utf8_replaced") == 1
+    assert any("not UTF-8" in w for w in tr.warnings)
+
+
+@pytest.mark.parametrize("table, column", [(KERNEL, "start"), ("StringIds", "value"), ("NVTX_EVENTS", "start")])
+def test_missing_column_names_table_and_column(synthetic, tmp_path, table, column):
+    db, _, _ = synthetic
+    work = _edited(db, tmp_path, table, f"ALTER TABLE {table} DROP COLUMN {column}")
+    with pytest.raises(TraceFormatError) as exc:
+        parse_nsys(work)
+    text = str(exc.value)
+    assert f"lacks column {column} of table {table}" in text and "nsys version" in text, text
+
+
+def test_locked_database_is_in_use_not_damaged(synthetic, tmp_path, monkeypatch):
+    import traceview.parsers.nsys as nsys_module
+
+    db, _, _ = synthetic
+    work = copy_db(db, tmp_path / "busy.sqlite")
+    monkeypatch.setattr(nsys_module, "BUSY_TIMEOUT_S", 0.05)
+    holder = sqlite3.connect(work)
+    holder.execute("BEGIN EXCLUSIVE")  # another program writing it
+    try:
+        with pytest.raises(TraceFormatError) as exc:
+            parse_nsys(work)
+    finally:
+        holder.rollback()
+        holder.close()
+    text = str(exc.value)
+    assert str(work) in text and "locked" in text and "damaged" not in text, text

@@ -784,3 +784,75 @@ def test_real_traces_have_no_false_positives(tmp_path):
             print(f"    {where}: {rules}")
         assert hits == EXPECTED_REAL_HITS.get(path.name, set()), path.name
         out.unlink()
+
+
+# ------------------------------------------------------------------ every output with metadata (issue 11)
+
+#: planted in names (keys, categories, event names) as well as values: a key is output too
+_AKIA = "AKIAIOSFODNN7EXAMPLE"
+_XOXB = "xoxb-1234567890-abcdefghijkl"
+
+
+def test_scrub_replaces_secret_shaped_keys_and_keeps_ordinary_ones():
+    data = {_AKIA: 1, "env": {_XOXB: "on", "path": "/x"}, "sort_key": 2, 7: "seven"}
+    out, report = scrub_with_report(data)
+    text = json.dumps(out)
+    assert _AKIA not in text and _XOXB not in text
+    assert out["sort_key"] == 2 and out["env"]["path"] == "/x" and out[7] == "seven"
+    assert report.counts["aws_access_key_id"] == 1 and report.counts["slack_token"] == 1
+    # two secret keys in one object stay two entries (no value is lost by a name collision)
+    two = scrub({_AKIA: 1, "AKIAABCDEFGHIJKLMNOP": 2})
+    assert len(two) == 2 and sorted(two.values()) == [1, 2]
+    assert all("AKIA" not in k for k in two)
+
+
+def _planted_kineto(path: Path) -> Path:
+    doc = {
+        "schemaVersion": 1,
+        _AKIA: "top-level key",
+        "note " + _XOXB: 1,
+        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1, "pg_name": _AKIA, _XOXB: 3,
+                            "nested": {_AKIA: [_XOXB]}},
+        "deviceProperties": [{"id": 0, "name": "GPU " + _XOXB, "totalGlobalMem": 1 << 30, _AKIA: _XOXB}],
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python " + _AKIA}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": _XOXB}},
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 2, "ts": 0, "dur": 50},
+            {"ph": "X", "cat": "cpu_op", "name": "load " + _AKIA, "pid": 1, "tid": 2, "ts": 1, "dur": 5},
+            {"ph": "X", "cat": "custom " + _XOXB, "name": "thing", "pid": 1, "tid": 2, "ts": 7, "dur": 5},
+        ],
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_convert_writes_no_planted_secret(tmp_path):
+    import pyarrow.parquet as pq
+
+    src = _planted_kineto(tmp_path / "run.json")
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "traceview.cli", "convert", str(src), "-o", str(out),
+                             "--no-cache"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert _AKIA not in result.stdout + result.stderr and _XOXB not in result.stdout + result.stderr
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["events.parquet", "links.parquet", "ranks.json", "steps.parquet"]
+    ranks = (out / "ranks.json").read_text()
+    assert _AKIA not in ranks and _XOXB not in ranks
+    meta = json.loads(ranks)["ranks"][0]
+    assert meta["distributed_info"]["backend"] == "nccl" and meta["rank"] == 0  # ordinary values stay
+    for name in ("events", "links", "steps"):
+        table = pq.read_table(out / f"{name}.parquet")
+        text = json.dumps(table.to_pylist(), default=str) + str(table.schema.metadata)
+        assert _AKIA not in text and _XOXB not in text, name
+    events = pq.read_table(out / "events.parquet")
+    assert events.num_rows == 3 and "ProfilerStep#1" in events.column("name").to_pylist()
+
+
+def test_info_prints_no_planted_secret(tmp_path):
+    src = _planted_kineto(tmp_path / "run.json")
+    result = subprocess.run([sys.executable, "-m", "traceview.cli", "info", str(src), "--no-cache"],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="300"))
+    assert result.returncode == 0, result.stderr
+    assert "other metadata keys" in result.stdout and "schemaVersion" in result.stdout
+    assert _AKIA not in result.stdout + result.stderr and _XOXB not in result.stdout + result.stderr

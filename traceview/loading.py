@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from traceview.errors import DuplicateRankError, TraceFormatError
+from traceview.errors import DuplicateRankError, TraceFormatError, os_error, require_regular_file
 from traceview.registry import INPUT_FORMATS, InputFormat, input_formats
 from traceview.model import (
     RankInfo,
@@ -47,14 +47,11 @@ def read_head(path: Path, size: int) -> bytes:
 def detect_format(path: Path) -> str:
     """The name of the registered input format that claims the file ("kineto", "nsys", "nsys-rep"),
     decided by content (the extension is only a hint)."""
+    require_regular_file(path)  # before any open: a FIFO would block it forever
     try:
         head = read_head(path, 4096)
-    except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(path, "is a directory") from None
     except OSError as exc:
-        raise TraceFormatError(path, f"cannot be read: {exc.strerror}") from None
+        raise os_error(path, exc) from None
     except zlib.error as exc:
         raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
     if not head:
@@ -89,10 +86,7 @@ def find_trace_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            inside = sorted(
-                q for q in path.rglob("*")
-                if q.is_file() and q.name.endswith(suffixes) and not q.name.startswith(".")
-            )
+            inside = sorted(q for q in _files_under(path) if q.name.endswith(suffixes) and not q.name.startswith("."))
             traces = [q for q in inside if _looks_like_trace(q)]
             if skipped is not None:
                 skipped.extend(q for q in inside if q not in traces)
@@ -104,6 +98,19 @@ def find_trace_files(paths: Sequence[str | os.PathLike[str]], skipped: list[Path
             found.append(path)
         else:
             raise TraceFormatError(path, "no such file or directory")
+    return found
+
+
+def _files_under(folder: Path) -> list[Path]:
+    """The regular files anywhere under ``folder``. A folder that cannot be listed is an error
+    naming it (``Path.rglob`` skips it silently: an unreadable folder looked empty)."""
+
+    def refuse(exc: OSError) -> None:
+        raise os_error(exc.filename or folder, exc) from None
+
+    found: list[Path] = []
+    for root, _dirs, files in os.walk(folder, onerror=refuse):
+        found.extend(q for q in (Path(root, f) for f in files) if q.is_file())
     return found
 
 

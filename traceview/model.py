@@ -171,7 +171,9 @@ class RankInfo:
     base_time_ns: int = 0
     #: other top-level metadata as found in the source (may hold secrets: never render raw)
     raw_metadata: dict[str, Any] = field(default_factory=dict)
-    #: counts of source events by what became of them, e.g. {"mapped": n, "flow": n, ...}
+    #: counts of source events by what became of them: ``events_read`` is the sum of the fates
+    #: (``mapped``, ``metadata``, ``flow``, ``memory``, ``paired_end``, ``skipped_<reason>``);
+    #: ``coerced_<what>`` / ``clamped_<what>`` count values changed or read as absent (not fates)
     event_counts: dict[str, int] = field(default_factory=dict)
     #: source categories that had no mapping (kept as kind "other"), with counts
     unmapped: dict[str, int] = field(default_factory=dict)
@@ -525,7 +527,8 @@ def _step_numbers(names: pa.DictionaryArray, rank: np.ndarray, start: np.ndarray
     time order instead, so step numbers are unique per rank."""
     dictionary = names.dictionary.to_pylist()
     last_int = [re.findall(r"\d+", n or "") for n in dictionary]
-    per_name = np.array([int(d[-1]) if d else -1 for d in last_int] + [-1], dtype=np.int64)
+    # a number beyond int64 (a hand-edited name) counts as no number: the rank gets ordinals
+    per_name = np.array([int(d[-1]) if d and len(d[-1]) < 19 else -1 for d in last_int] + [-1], dtype=np.int64)
     numbers = per_name[names.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)]
     order = np.lexsort((start, rank))  # rows by rank, then time (callers pass at least one row)
     r, n = rank[order], numbers[order]

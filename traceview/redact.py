@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 
 from traceview.errors import TraceFormatError
-from traceview.parsers.jsonstream import bracket_depths, open_bytes
+from traceview.parsers.jsonstream import bracket_depths, find_top_level_key, open_bytes
 from traceview.secrets import (HIGH_ENTROPY_BITS, REDACTED, RedactionReport, Scrubber, is_host_key,
                                is_secret_flag, is_secret_key, is_user_key, looks_secret,
                                scrub, scrub_metadata, scrub_text, scrub_with_report)
@@ -235,13 +235,8 @@ class _KinetoRedactor:
         self.out.write(b"}")
 
     def _find_events_key(self, buf: bytearray) -> int:
-        for match in _TRACE_EVENTS_KEY.finditer(buf):
-            before = bytes(buf[: match.start()])
-            brackets, depth = bracket_depths(before)
-            quotes = before.count(b'"') - before.count(b'\\"')
-            if len(depth) and depth[-1] == 1 and quotes % 2 == 0:
-                return match.end()
-        return -1
+        # the parsers' scan: one pass, escapes counted (a string ending in a backslash), decoys ignored
+        return find_top_level_key(buf, _TRACE_EVENTS_KEY)
 
     @staticmethod
     def _last_event_end(buf: bytearray) -> int | None:
@@ -375,6 +370,16 @@ def redact_kineto(in_path: str | os.PathLike[str], out_path: str | os.PathLike[s
     scrubber = Scrubber(strict)
     scrubber.report.input_format = "kineto"
     compress = _wants_gzip(in_path, out_path)
+    try:
+        _redact_kineto_to(in_path, out_path, scrubber, compress, chunk_bytes)
+    except (RecursionError, UnicodeDecodeError):
+        # msgspec's errors for absurd nesting and undecodable text are not msgspec errors
+        raise TraceFormatError(in_path, "holds JSON nested too deeply (or text not decodable) to redact safely",
+                               "no output was written") from None
+    return scrubber.report
+
+
+def _redact_kineto_to(in_path: Path, out_path: Path, scrubber: Scrubber, compress: bool, chunk_bytes: int) -> None:
     with _atomic_output(out_path) as tmp:
         with open(tmp, "wb") as sink:
             if compress:
@@ -383,7 +388,6 @@ def redact_kineto(in_path: str | os.PathLike[str], out_path: str | os.PathLike[s
                     _KinetoRedactor(in_path, gz, scrubber, chunk_bytes).run()
             else:
                 _KinetoRedactor(in_path, sink, scrubber, chunk_bytes).run()
-    return scrubber.report
 
 
 # ------------------------------------------------------------------------------ Nsight SQLite

@@ -13,8 +13,9 @@ Public API
     True when a string *is or contains* a secret by its shape (``hf_...``, ``AKIA...``, a JWT, a
     ``user:password@`` URL, ``TOKEN=...`` assignments, long random strings).
 ``scrub(obj, *, strict=False)``
-    A deep copy of JSON-like data with secret values replaced by ``"<redacted>"``. Keys and
-    structure are kept; inside longer strings only the secret part is replaced.
+    A deep copy of JSON-like data with secret values replaced by ``"<redacted>"``. Structure is
+    kept; inside longer strings only the secret part is replaced. Keys are scrubbed like values
+    (a token used as a key is output too), numbered when two redacted keys would collide.
 ``scrub_text(text, *, strict=False)``
     The same for one string (command lines, warnings, log lines).
 ``scrub_metadata(ranks, *, strict=False) -> dict[int, dict]``
@@ -500,11 +501,13 @@ class Scrubber:
         if secret:
             return self._secret_value(obj, where)
         if isinstance(obj, dict):
-            out = {}
+            out: dict[Any, Any] = {}
             for k, v in obj.items():
                 ks = str(k)
                 child = f"{where}.{ks}" if where else ks
-                out[k] = self.keyed(ks, v, child)
+                # a key is written out like a value (ranks.json, reports): a token used as a key leaks too
+                name = self._key_name(k, child, out)
+                out[name] = self.keyed(ks, v, child)
             return out
         if isinstance(obj, (list, tuple)):
             return self._list(obj, where + "[]", key)
@@ -524,6 +527,20 @@ class Scrubber:
                 self.hit(where, "username")
                 return REDACTED
         return self.value(value, where, key)
+
+    def _key_name(self, key: Any, where: str, taken: dict[Any, Any]) -> Any:
+        """``key`` with its secret parts replaced (non-strings as they are); a replaced key that
+        collides with one already in ``taken`` gets a number (``<redacted>#2``), so no value is lost."""
+        if not isinstance(key, str):
+            return key
+        new = self.text_cached(key, where + " (key)")
+        if new == key:
+            return key
+        candidate, n = new, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{new}#{n}"
+        return candidate
 
     def _secret_value(self, obj: Any, where: str) -> Any:
         if isinstance(obj, dict):

@@ -1,4 +1,4 @@
-"""Loading with a progress bar, shared by the commands."""
+"""Loading with a progress bar, and writing outputs (``-o``), shared by the commands."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progre
                            TimeRemainingColumn)
 
 import traceview
+from traceview.errors import OutputError, output_error
 from traceview.loading import find_trace_files
 from traceview.model import Trace
 
@@ -70,3 +71,46 @@ def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: st
     """:func:`traceview.load` with a progress bar for big inputs (the commands that need a Trace)."""
     with load_progress(paths, console) as progress:
         return traceview.load(list(paths), use_cache=use_cache, step_marker=step_marker, progress=progress)
+
+
+def check_output_file(path: Path) -> None:
+    """Fail before any work when ``path`` (``-o FILE``) cannot be written: its folders are made and
+    a probe file is written and removed, so a path under a regular file, a read-only folder or
+    /proc is one line (exit 2) at once instead of a traceback after the analysis."""
+    if path.is_dir():
+        raise OutputError(path, "is a directory", "-o takes a file name")
+    check_output_dir(path.parent, named=path)
+    probe = path.with_name(path.name + ".tmp")
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise output_error(path, exc) from None
+
+
+def check_output_dir(folder: Path, named: Path | None = None) -> None:
+    """Make the output folder ``folder`` (and its parents) and check a file can be made in it, or
+    fail with one line naming ``named`` (the user's ``-o``; default ``folder``)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # FileExistsError: a part of the path is a regular file
+        raise output_error(named or folder, exc) from None
+    if named is None:
+        probe = folder / ".traceview-write-test"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise output_error(folder, exc) from None
+
+
+def write_output_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise output_error(path, exc) from None

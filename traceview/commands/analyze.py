@@ -14,8 +14,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from traceview.commands._common import job_progress, load_progress
-from traceview.errors import TraceviewError
+from traceview.commands._common import check_output_file, job_progress, load_progress, write_output_file
 from traceview.findings import Options
 from traceview.units import fmt_bytes
 
@@ -55,8 +54,8 @@ def command(
     from traceview.render import get_renderer
 
     renderer_cls = get_renderer(fmt_name)  # a bad --format fails before any work
-    if output is not None and output.is_dir():
-        raise TraceviewError(f"{output}: is a directory; -o takes a file name")
+    if output is not None:
+        check_output_file(output)  # before the work: a path that cannot be written fails at once
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config))
     report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler)
@@ -66,10 +65,7 @@ def command(
         return
     content = renderer.render(report)
     data = content if isinstance(content, bytes) else content.encode("utf-8")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(output)
+    write_output_file(output, data)
     Console().print(f"wrote the {renderer.name} report to {output} ({fmt_bytes(len(data))})", highlight=False,
                     soft_wrap=True)
 

@@ -1,8 +1,10 @@
 """``traceview convert PATH -o DIR``: write the canonical Arrow tables as Parquet files
 (events, links, steps) plus ranks.json, for use in other tools (DuckDB, Spark, pandas).
 
-ranks.json is scrubbed of secrets (``traceview.secrets``) and lists only the keys of the raw
-metadata; the tables are the trace's own events (``traceview redact`` first to share them)."""
+Every output goes through ``traceview.secrets`` as the reports do: ranks.json is scrubbed (values
+and keys) and lists only the keys of the raw metadata; the string columns of the tables (event
+names, categories, process groups, step names) lose their secret parts. ``traceview redact`` makes
+a shareable copy of the trace file itself."""
 
 from __future__ import annotations
 
@@ -10,12 +12,45 @@ import json
 from pathlib import Path
 from typing import List
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import typer
 
-from traceview.commands._common import load_with_progress
+from traceview.commands._common import check_output_dir, load_with_progress, write_output_file
+from traceview.errors import output_error
 from traceview.render.terminal import make_console
-from traceview.secrets import scrub_metadata, scrub_text
+from traceview.secrets import Scrubber, scrub_metadata, scrub_text
+
+
+def _scrub_strings(values: pa.Array, scrubber: Scrubber, where: str) -> pa.Array:
+    """A string array with each *distinct* value scrubbed once (the scrubber memoises repeats)."""
+    return pa.array([None if v is None else scrubber.text_cached(v, where) for v in values.to_pylist()],
+                    type=values.type)
+
+
+def _scrub_column(column: pa.ChunkedArray, scrubber: Scrubber, where: str) -> pa.ChunkedArray:
+    """A string or dictionary-of-strings column with its secret parts replaced. Only dictionaries
+    (distinct values) are scrubbed, so the cost follows the number of distinct names, not events."""
+    chunks = []
+    for chunk in column.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            new_dict = _scrub_strings(chunk.dictionary, scrubber, where)
+            chunks.append(pa.DictionaryArray.from_arrays(chunk.indices, new_dict))
+        else:
+            encoded = pc.dictionary_encode(chunk)
+            new_dict = _scrub_strings(encoded.dictionary, scrubber, where)
+            chunks.append(pc.take(new_dict, encoded.indices))
+    return pa.chunked_array(chunks, type=column.type)
+
+
+def scrub_table(table: pa.Table, scrubber: Scrubber, label: str) -> pa.Table:
+    """``table`` with every string column (plain or dictionary-encoded) scrubbed of secrets."""
+    for i, field in enumerate(table.schema):
+        kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            table = table.set_column(i, field, _scrub_column(table.column(i), scrubber, f"{label}.{field.name}"))
+    return table
 
 
 def command(
@@ -25,17 +60,22 @@ def command(
 ) -> None:
     """Convert traces to Parquet (events.parquet, links.parquet, steps.parquet, ranks.json)."""
     console = make_console()
+    check_output_dir(output)  # before the work: a folder that cannot be written fails at once
     trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console)
-    output.mkdir(parents=True, exist_ok=True)
-    pq.write_table(trace.events, output / "events.parquet", compression="zstd")
-    pq.write_table(trace.links, output / "links.parquet", compression="zstd")
-    pq.write_table(trace.steps, output / "steps.parquet", compression="zstd")
+    scrubber = Scrubber()
+    for name, table in (("events", trace.events), ("links", trace.links), ("steps", trace.steps)):
+        target = output / f"{name}.parquet"
+        try:
+            pq.write_table(scrub_table(table, scrubber, name), target, compression="zstd")
+        except OSError as exc:  # pyarrow's IO errors are OSErrors
+            raise output_error(target, exc) from None
     ranks = []
     for data in scrub_metadata(dict(trace.ranks)).values():
-        # metadata values can hold secrets the scrubber does not recognise: keep only their keys
+        # metadata values can hold secrets the scrubber does not recognise: keep only their (scrubbed) keys
         data["raw_metadata"] = sorted(data["raw_metadata"])
         ranks.append(data)
     warnings = [scrub_text(w) for w in trace.warnings]
-    (output / "ranks.json").write_text(json.dumps({"ranks": ranks, "warnings": warnings}, indent=2, default=str))
+    write_output_file(output / "ranks.json",
+                      json.dumps({"ranks": ranks, "warnings": warnings}, indent=2, default=str).encode("utf-8"))
     console.print(f"wrote {trace.events.num_rows:,} events, {trace.links.num_rows:,} links, "
                   f"{trace.steps.num_rows} steps to {output}/")

@@ -55,7 +55,7 @@ def command(
         table.add_row("steps", str(s["steps"]))
         table.add_row("processes", ", ".join(f"{pid}" for pid in sorted(info.process_names)) or "-")
         table.add_row("threads named", str(len(info.thread_names)))
-        table.add_row("other metadata keys", ", ".join(sorted(info.raw_metadata)) or "-")
+        table.add_row("other metadata keys", ", ".join(sorted(scrub_text(str(k)) for k in info.raw_metadata)) or "-")
         for w in info.warnings:
             table.add_row("warning", scrub_text(w))
         console.print(table)
