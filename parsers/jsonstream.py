@@ -204,11 +204,14 @@ def structure_at(buf: bytes | memoryview, positions: np.ndarray) -> tuple[np.nda
 def find_top_level_key(buf: bytes | bytearray, pattern: "re.Pattern[bytes]") -> int:
     """End of the first match of ``pattern`` (a key, its colon, and what opens its value) that lies
     directly inside the outermost object and outside any string; -1 when there is none."""
-    matches = list(pattern.finditer(buf))
-    if not matches:
+    # match on an immutable copy: a match object or view of a bytearray locks it against resizing,
+    # and a sampling profiler (Dask's) may hold this frame's locals while the caller trims ``buf``
+    data = bytes(buf)
+    spans = [m.span() for m in pattern.finditer(data)]
+    if not spans:
         return -1
-    starts = np.array([m.start() for m in matches], dtype=np.int64)
+    starts = np.array([s for s, _ in spans], dtype=np.int64)
     # only the text before the last look-alike matters (the events after it can be megabytes)
-    in_string, depth = structure_at(memoryview(buf)[: int(starts[-1]) + 1], starts)
+    in_string, depth = structure_at(data[: int(starts[-1]) + 1], starts)
     ok = np.flatnonzero(~in_string & (depth == 1))
-    return matches[int(ok[0])].end() if len(ok) else -1
+    return spans[int(ok[0])][1] if len(ok) else -1

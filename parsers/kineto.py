@@ -382,11 +382,10 @@ class _KinetoFile:
         """Position just after the last complete event in ``buf`` (the ``}``), or None."""
         search_from = max(0, len(buf) - 1024 * 1024)
         while True:
-            last = None
-            for match in _EVENT_SEPARATOR.finditer(buf, search_from):
-                last = match
-            if last is not None:
-                return last.start() + 1
+            # positions only: a match object locks ``buf`` against resizing while it lives
+            starts = [m.start() for m in _EVENT_SEPARATOR.finditer(buf, search_from)]
+            if starts:
+                return starts[-1] + 1
             if search_from == 0:
                 return None
             search_from = max(0, search_from - 8 * 1024 * 1024)
