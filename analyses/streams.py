@@ -45,7 +45,7 @@ from traceview.registry import AnalysisSpec, TableSpec
 from . import classify
 from .comm_rules import rule_table
 from .steps import Activity, activity, per_step
-from .temporal import EXPOSED_COMM_SHARE, EXPOSED_COMM_SHARE_HIGH, breakdown
+from .temporal import EXPOSED_COMM_SHARE, EXPOSED_COMM_SHARE_HIGH, breakdown, exposed_claims
 
 NAME = "streams"
 
@@ -201,13 +201,11 @@ def exposed_on_shared_streams(act: Activity, codes: np.ndarray, device_of_stream
     return iv.lookup(comm_keys, comm_ns, shared) - iv.lookup(overlap_keys, overlap_ns, shared)
 
 
-def exposed_claims_on_stream(act: Activity, codes: np.ndarray, device_of_stream: np.ndarray, group: int) -> Claims:
+def exposed_claims_on_stream(act: Activity, codes: np.ndarray, group: int) -> Claims:
     """The intervals of stream group ``group`` where its communication runs and no compute of its
-    device does: U(comm on the stream) - U(compute on the device), on the rank's own clock."""
-    comm = (act.cls == classify.COMMUNICATION) & (codes == group)
-    compute = (act.cls == classify.COMPUTE) & (device_of_stream[codes] == device_of_stream[group])
-    mine = Claims.of(act.rank[comm], act.device[comm], act.start[comm], act.end[comm])
-    return mine.subtract(Claims.of(act.rank[compute], act.device[compute], act.start[compute], act.end[compute]))
+    device does: U(comm on the stream) - U(compute on the device), on the rank's own clock (the
+    temporal analysis's exposed communication, of this stream's kernels only)."""
+    return exposed_claims(act, (act.cls == classify.COMMUNICATION) & (codes == group))
 
 
 def families_on_stream(trace: Trace, options: Options, act: Activity, codes: np.ndarray, group: int) -> list[str]:
@@ -236,7 +234,7 @@ def shared_stream_findings(trace: Trace, options: Options, streams: pd.DataFrame
         row = streams.iloc[g]
         finding = stream_finding(row, int(exposed_ns), int(window_ns), step_counts.get(int(row["rank"]), 0),
                                  families_on_stream(trace, options, act, codes, g))
-        finding.claims = exposed_claims_on_stream(act, codes, device_of_stream, g)
+        finding.claims = exposed_claims_on_stream(act, codes, g)
         findings.append(finding)
     return findings
 
