@@ -413,7 +413,10 @@ def match_collectives(comm: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if c.empty:
         return pd.DataFrame(), warnings
     # only occurrences up to the smallest count among the ranks that have the collective at all
-    c["min_count"] = c.groupby(keys)["rank"].transform(lambda s: s.value_counts().min())
+    # (each row's count of its rank in its group, then the least over the group: column operations,
+    # not a Python call per group, of which there is one per collective and step)
+    c["min_count"] = c.groupby(keys + ["rank"])["rank"].transform("size")
+    c["min_count"] = c.groupby(keys)["min_count"].transform("min")
     c = c[c["occurrence"] < c["min_count"]].drop(columns="min_count")
     occ = keys + ["occurrence"]
     g = c.groupby(occ)

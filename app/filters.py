@@ -190,12 +190,13 @@ def subset_trace(trace: Trace, filters: Filters, info: StepInfo, step_marker: st
         steps = steps.filter(pa.array(sk))
     ranks = trace.ranks if filters.ranks is None else {r: i for r, i in trace.ranks.items() if r in filters.ranks}
     return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=list(trace.warnings),
-                 memory=_subset_memory(trace.memory, filters, info))
+                 memory=_subset_memory(trace.memory, filters, info),
+                 counters=_subset_memory(trace.counters, filters, info))
 
 
 def _subset_memory(memory: pa.Table, filters: Filters, info: StepInfo) -> pa.Table:
-    """The ``[memory]`` rows of the selected ranks and time range (steps select by time: their rows
-    stay, the memory analysis assigns them to steps)."""
+    """The ``[memory]`` (or counter) rows of the selected ranks and time range (steps select by time:
+    their rows stay, the memory analysis assigns them to steps); any table with ``rank`` and ``ts_ns``."""
     if memory.num_rows == 0:
         return memory
     keep = np.ones(memory.num_rows, dtype=bool)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from traceview import report_cache
 from traceview.errors import TraceviewError
 from traceview.findings import Options
 from traceview.loading import find_trace_files
@@ -112,128 +113,38 @@ def _rank_number(path: Path) -> tuple[int, str]:
 
 # --------------------------------------------------------------------------------- result cache
 #
-# The report of a whole run (no filter) is also kept on disk next to traceview's Arrow cache, so a
-# restart of the app on the same traces shows its first page without running the analyses again. The
-# key covers the input files (traceview's own cache key: path, size, mtime, both ends of the file), the
-# step marker, and the code that computes the report (size and mtime of the core modules, the
-# analyses and the parsers), so editing an analysis never serves stale figures.
+# The report of a whole run (no filter) is kept on disk by the core's report cache
+# (traceview/report_cache.py), shared with `traceview analyze`: keyed by the input files, every option
+# and the code a report depends on, data only (never pickle). A restart of the app on the same traces,
+# or an app started after `traceview analyze` of them, shows its first page without running the
+# analyses again. The names below are the app's view of it.
 
-RESULT_CACHE_VERSION = "3"
-RESULT_CACHE_KEEP = 16
-#: the first bytes of a result cache file; the cache is data (JSON and Arrow IPC), never pickle, so
-#: a file planted in the cache folder can at worst show wrong figures, not run code
-RESULT_CACHE_MAGIC = b"TRACEVIEW-RESULTS\n"
-RESULT_CACHE_SUFFIX = ".tvresults"
-#: the core modules a report depends on (besides every module of the analyses and parsers packages)
-CORE_MODULES = ("model.py", "loading.py", "errors.py", "findings.py", "registry.py", "pipeline.py", "report.py",
-                "environment.py", "tables.py", "units.py", "secrets.py", "intervals.py")
-_FINGERPRINT: str | None = None
+RESULT_CACHE_VERSION = report_cache.FORMAT_VERSION
+RESULT_CACHE_MAGIC = report_cache.MAGIC
+result_cache_dir = report_cache.cache_folder
+result_cache_path = report_cache.cache_path
+clear_result_cache = report_cache.clear
 
 
-def result_cache_dir() -> Path:
-    from traceview.loading import cache_dir
-
-    return cache_dir() / "app-results"
-
-
-def result_cache_path(key: str) -> Path:
-    """The file of the cached report ``key``."""
-    return result_cache_dir() / f"{key}{RESULT_CACHE_SUFFIX}"
-
-
-def clear_result_cache() -> None:
-    """Forget every cached report of the app (the Arrow cache of traces is kept); also removes the
-    pickle files of older versions, which are never read."""
-    folder = result_cache_dir()
-    if folder.is_dir():
-        for f in [*folder.glob("*.pkl"), *folder.glob("*" + RESULT_CACHE_SUFFIX)]:
-            try:
-                f.unlink()
-            except OSError:
-                pass
-
-
-def code_fingerprint() -> str:
-    """A digest of the code a report depends on (file names, sizes and mtimes)."""
-    global _FINGERPRINT
-    if _FINGERPRINT is None:
-        import hashlib
-
-        import traceview
-        import traceview.analyses as analyses
-        import traceview.parsers as parsers
-
-        files = sorted(Path(analyses.__file__).parent.glob("*.py")) + sorted(Path(parsers.__file__).parent.glob("*.py"))
-        root = Path(traceview.__file__).parent
-        files += [root / name for name in CORE_MODULES]
-        digest = hashlib.sha256(traceview.__version__.encode())
-        for f in files:
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            digest.update(f"{f.parent.name}/{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
-        _FINGERPRINT = digest.hexdigest()[:16]
-    return _FINGERPRINT
+def run_options(step_marker: str | None, ranks: tuple[int, ...] | None = None) -> Options:
+    """The options of the app's analyses of a run (with no filter: those of `traceview analyze`)."""
+    return Options(step_marker=step_marker, ranks=ranks)
 
 
 def result_key(spec: "RunSpec", step_marker: str | None) -> str | None:
     """The result cache's key for the whole run ``spec`` (None when a file cannot be read)."""
-    import hashlib
-
-    from traceview.loading import cache_key
-
-    try:
-        parts = [cache_key(Path(f)) for f in spec.files]
-    except OSError:
-        return None
-    text = "|".join([RESULT_CACHE_VERSION, code_fingerprint(), repr(step_marker), *parts])
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return report_cache.report_key(list(spec.files), run_options(step_marker))
 
 
 def read_report(key: str, trace: Trace) -> Report | None:
-    """The cached report of ``key`` (its data and its analyses' tables and warnings), attached to
-    ``trace``; None when absent. A damaged, foreign or older file is ignored with a log line."""
-    from .result_cache import CacheFormatError, decode_report
-
-    path = result_cache_path(key)
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return None  # not cached yet
-    try:
-        data, results = decode_report(raw, magic=RESULT_CACHE_MAGIC, version=RESULT_CACHE_VERSION)
-    except CacheFormatError as exc:
-        log.info("result cache: ignoring %s (%s); the analyses run again", path.name, exc)
-        return None
-    try:
-        os.utime(path)  # recently used: pruned last
-    except OSError:
-        pass
-    return Report(data, results, trace)
+    """The cached report of ``key`` attached to ``trace``; None when absent. A damaged, foreign or
+    older file is ignored with a line on the ``traceview.app`` logger."""
+    return report_cache.read_report(key, trace, logger=log)
 
 
 def write_report(key: str, report: Report) -> None:
-    """Store a report (its JSON data, its analyses' tables as Arrow IPC and warnings; not the
-    trace, nor the findings objects, whose content is in the data) under ``key``."""
-    from .result_cache import CacheFormatError, encode_report
-
-    try:
-        blob = encode_report(report.data, report.results, magic=RESULT_CACHE_MAGIC, version=RESULT_CACHE_VERSION)
-    except CacheFormatError as exc:
-        log.info("result cache: not storing run report %s (%s)", key, exc)
-        return
-    folder = result_cache_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{key}.{os.getpid()}.tmp"
-        tmp.write_bytes(blob)
-        os.replace(tmp, result_cache_path(key))
-        entries = sorted(folder.glob("*" + RESULT_CACHE_SUFFIX), key=lambda f: f.stat().st_mtime, reverse=True)
-        for old in entries[RESULT_CACHE_KEEP:]:
-            old.unlink()
-    except OSError:
-        pass  # a read-only or full disk: the cache is an optimisation only
+    """Store the report of a whole run under ``key``."""
+    report_cache.write_report(key, report, logger=log)
 
 
 # --------------------------------------------------------------------------------- per-run data
@@ -414,7 +325,7 @@ class RunStore:
         published as a partial context, so the Overview can draw while the analyses run."""
         t0 = time.perf_counter()
         sub = subset_trace(full, filters, info, self.step_marker)
-        options = Options(step_marker=self.step_marker, ranks=filters.ranks)
+        options = run_options(self.step_marker, filters.ranks)
         disk_key = result_key(spec, self.step_marker) if self.use_cache and not filters.active else None
         report = read_report(disk_key, sub) if disk_key else None
         from_disk = report is not None

@@ -174,7 +174,7 @@ def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
         return controller.timeline_update(trig, relayout, click, state, run, ranks, steps, t0, t1)
 
     @app.callback(
-        Output("url", "pathname"), Output("url", "search"),
+        Output("url", "pathname"), Output("url", "search"), Output("gap-click-msg", "children"),
         Input("gap-table", "active_cell"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )

@@ -91,6 +91,8 @@ def steps(value: Any) -> tuple[int, int] | None:
     last = integer(value[1], "steps", -MAX_INDEX, MAX_INDEX)
     if first is None or last is None:
         raise BadValue(f"steps: {quote(value)} has an empty end")
+    if first > last:
+        raise BadValue(f"steps: {quote(value)} ends before it starts (first step {first} > last {last})")
     return first, last
 
 
@@ -99,6 +101,9 @@ def filters(rank_value: Any, step_value: Any, t0_ms: Any, t1_ms: Any) -> Filters
     lo = number(t0_ms, "from (ms)", MAX_ABS_MS)
     hi = number(t1_ms, "to (ms)", MAX_ABS_MS)
     time_ns = None
+    if lo is not None and hi is not None and lo >= hi:
+        # an empty or reversed window would select nothing (or, read loosely, everything): say so
+        raise BadValue(f"from (ms) {lo:g} is not before to (ms) {hi:g}: give a window that ends after it starts")
     if lo is not None or hi is not None:
         time_ns = (int(round((lo or 0.0) * 1e6)), int(round(hi * 1e6)) if hi is not None else 2**62)
     return Filters(ranks=ranks(rank_value), steps=steps(step_value), time_ns=time_ns)

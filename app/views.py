@@ -271,22 +271,25 @@ class AppController:
     # ------------------------------------------------------------------ gaps
     def gap_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                     t1: Any = None) -> tuple:
-        """A row of the largest-gaps table was clicked: open the timeline around that gap."""
-        # this callback's outputs are the URL: a bad value changes nothing (the page itself says
-        # what is wrong with the filters, as it renders with the same ones)
+        """A row of the largest-gaps table was clicked: open the timeline around that gap. A click
+        that cannot be opened stays on the page and says why beside the table."""
+        if active_cell is None:  # the selection was cleared (or the table redrawn): nothing to open
+            return no_update, no_update, None
         if not isinstance(active_cell, dict):
-            return no_update, no_update
+            return no_update, no_update, message(f"clicked cell: {validate.quote(active_cell)} is not a table cell",
+                                                 "error")
         try:
             row_id = validate.row_id(active_cell.get("row_id"))
             ctx = self._context(run, ranks, steps, t0, t1)
-        except (RunError, BadValue):
-            return no_update, no_update
+        except (RunError, BadValue) as exc:
+            return no_update, no_update, message(str(exc), "error")
         gaps = ctx.table("idle_gaps", "gaps")
         if gaps is None or row_id not in gaps.index:
-            return no_update, no_update
+            return no_update, no_update, message(
+                f"row {row_id} is not a gap of this selection: the table may be stale; reload the page", "error")
         g = gaps.loc[row_id]
         s, e = int(g["start_ns"]) - ctx.origin_ns, int(g["end_ns"]) - ctx.origin_ns
-        return "/timeline", gap_search(s, e)
+        return "/timeline", gap_search(s, e), None
 
     # ------------------------------------------------------------------ compare
     def _compare_page(self, ctx: RunContext) -> list[Any]:

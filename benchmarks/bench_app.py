@@ -9,9 +9,16 @@ It starts ``traceview app`` as a fresh process (``--runs`` times) and talks to i
 the browser does (``GET /``, ``/_dash-layout``, ``/_dash-dependencies``, then the Overview page's
 callback), and measures:
 
-* **first page ready** (s, target <= 2 s): from starting the process to the Overview page's callback
-  returning its figures. Two cases: *cold* (trace in the Arrow cache, analyses computed at start-up)
-  and *warm* (a restart: the run's report is in the app's result cache as well);
+* **first page ready**: from starting the process to the Overview page's callback returning its
+  figures ("drawn": the temporal breakdown at least; "complete": its findings too, polled for as
+  the page does). Two cases: *cold* (trace parsed before, in the Arrow cache; no report cached: the
+  analyses run at start-up) and *warm* (a restart, or a start after ``traceview analyze`` of the same
+  trace: the report is in the report cache, traceview/report_cache.py). Targets (issue 12):
+  complete within 2 s cold and 1 s warm "after the parse"; the Arrow cache is warm, so the figures
+  are printed both from the process start and from the moment the server first answers (the
+  imports of the web framework and the core, ~1-1.5 s here, are in the first, not the second).
+  Cold and warm alternate run by run so that the machine's load hits both alike; the load average
+  is printed before and after;
 * **server time per interaction** (ms, median, target <= 300 ms): page switches, timeline zoom/pan/
   reset at every zoom level, a gap click and the timeline around it, each repeated ``--repeat`` times;
   a filter change (which re-runs the analyses on the selection) is reported apart;
@@ -42,12 +49,15 @@ REPO = HERE.parent
 DEFAULT_TRACE = HERE / "out" / "kineto_500mb.json"
 
 TARGET_FIRST_PAGE_S = 2.0
+OVERVIEW_POLL_MS = 200  # the page's poll interval (app/pages.py OVERVIEW_POLL_MS)
+TARGET_COLD_COMPLETE_S = 2.0
+TARGET_WARM_COMPLETE_S = 1.0
 TARGET_INTERACTION_MS = 300.0
 TARGET_SHAPES = 50_000
 
 PAGE_OUT = "..page.children...status.children.."
 TL_OUT = "..tl-graph.figure...tl-window.data...tl-stats.children.."
-GAP_OUT = "..url.pathname...url.search.."
+GAP_OUT = "..url.pathname...url.search...gap-click-msg.children.."
 FILTERS = [("f-ranks", "value"), ("f-steps", "value"), ("f-t0", "value"), ("f-t1", "value")]
 
 
@@ -117,7 +127,8 @@ def poll_payload(n: int, run: int = 0) -> dict:
 def gap_payload(row_id: int, run: int = 0) -> dict:
     return {
         "output": GAP_OUT,
-        "outputs": [{"id": "url", "property": "pathname"}, {"id": "url", "property": "search"}],
+        "outputs": [{"id": "url", "property": "pathname"}, {"id": "url", "property": "search"},
+                    {"id": "gap-click-msg", "property": "children"}],
         "inputs": [{"id": "gap-table", "property": "active_cell",
                     "value": {"row": 0, "column": 0, "column_id": "rank", "row_id": row_id}}],
         "changedPropIds": ["gap-table.active_cell"],
@@ -188,7 +199,7 @@ class App:
         n = 0
         if "Running the other analyses" in text:  # partial: poll like the page until the findings come
             while True:
-                time.sleep(0.4)
+                time.sleep(OVERVIEW_POLL_MS / 1000)  # as the page polls
                 n += 1
                 _, resp, _ = post(self.base, poll_payload(n))
                 if "ov-findings" in (resp.get("response") or {}):
@@ -209,6 +220,58 @@ def ensure_trace(path: Path, env: dict[str, str]) -> None:
         subprocess.run([sys.executable, str(HERE / "gen_kineto.py"), str(path), "--size-mb", "500"], check=True)
     # make sure it is in the Arrow cache (the benchmark measures the app, not the parser)
     subprocess.run([sys.executable, "-c", f"import traceview; traceview.load({str(path)!r})"], check=True, env=env)
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def start_ups(trace: Path, env: dict[str, str], runs: int) -> tuple[dict[str, Any], "App"]:
+    """Cold and warm start-ups, alternating run by run: for each case the medians of server up, first
+    page drawn and complete (from the process start). Returns them and the last warm app, left
+    running (alone) for the interactions."""
+    figures: dict[str, list[tuple[float, float, float]]] = {"cold": [], "warm": []}
+    kept: App | None = None
+    for i in range(runs):
+        for temp in ("cold", "warm"):
+            clear_result_cache(env)
+            if temp == "warm":  # one start-up to fill the report cache
+                filler = App(trace, env)
+                filler.first_page()
+                time.sleep(1.0)
+                filler.stop()
+            app = App(trace, env)
+            try:
+                figures[temp].append(app.first_page())
+            finally:
+                if i == runs - 1 and temp == "warm":
+                    kept = app
+                else:
+                    app.stop()
+            up, first, complete = figures[temp][-1]
+            print(f"  {temp} start-up {i + 1}: up {up:.2f} s, drawn {first:.2f} s, complete {complete:.2f} s; "
+                  f"{app.status.split(' · ')[-1]}", flush=True)
+    out: dict[str, Any] = {}
+    for temp, rows in figures.items():
+        for j, name in enumerate(("server_up", "first_page", "complete_page")):
+            out[f"{name}_{temp}_s"] = statistics.median(r[j] for r in rows)
+        out[f"complete_after_up_{temp}_s"] = statistics.median(r[2] - r[0] for r in rows)
+    assert kept is not None
+    return out, kept
+
+
+def print_start_ups(results: dict[str, Any]) -> None:
+    print()
+    print("start-up (medians, s)     server up   drawn  complete  complete - up   target")
+    for temp, target in (("cold", TARGET_COLD_COMPLETE_S), ("warm", TARGET_WARM_COMPLETE_S)):
+        r = {k: results[f"{k}_{temp}_s"] for k in ("server_up", "first_page", "complete_page", "complete_after_up")}
+        verdict = ("ok" if r["complete_page"] <= target else "MISSED from start, "
+                   + ("ok" if r["complete_after_up"] <= target else "MISSED") + " from server up")
+        print(f"{temp:24s} {r['server_up']:9.2f} {r['first_page']:7.2f} {r['complete_page']:9.2f} "
+              f"{r['complete_after_up']:14.2f}   <= {target:.0f}  {verdict}")
 
 
 def clear_result_cache(env: dict[str, str]) -> None:
@@ -295,34 +358,12 @@ def main() -> None:
     size_mb = args.trace.stat().st_size / 1e6
     print(f"trace: {args.trace} ({size_mb:,.0f} MB), Arrow cache warm; machine: {os.cpu_count()} cores", flush=True)
 
-    results: dict[str, Any] = {"trace": str(args.trace), "size_mb": size_mb}
-    for case in ("cold", "warm"):
-        ups, firsts, completes = [], [], []
-        for i in range(args.runs):
-            if case == "cold":
-                clear_result_cache(env)
-            elif i == 0:
-                # one start-up to fill the result cache
-                app = App(args.trace, env)
-                app.first_page()
-                time.sleep(1.0)
-                app.stop()
-            app = App(args.trace, env)
-            try:
-                up, first, complete = app.first_page()
-            finally:
-                if not (case == "warm" and i == args.runs - 1):
-                    app.stop()
-            ups.append(up)
-            firsts.append(first)
-            completes.append(complete)
-            print(f"  {case} start-up {i + 1}: {first:.2f} s, {app.status.split(' · ')[-1]}", flush=True)
-        results[f"first_page_{case}_s"] = statistics.median(firsts)
-        results[f"complete_page_{case}_s"] = statistics.median(completes)
-        results[f"server_up_{case}_s"] = statistics.median(ups)
-        print(f"start-up ({case}): server answers after {statistics.median(ups):.2f} s, first page drawn after "
-              f"{statistics.median(firsts):.2f} s (runs: " + ", ".join(f"{x:.2f}" for x in firsts)
-              + f"), complete with findings after {statistics.median(completes):.2f} s", flush=True)
+    results: dict[str, Any] = {"trace": str(args.trace), "size_mb": size_mb, "load_before": loadavg()}
+    print(f"load average before: {results['load_before']}", flush=True)
+    figures, app = start_ups(args.trace, env, args.runs)
+    results.update(figures)
+    results["load_after_start_ups"] = loadavg()
+    print(f"load average after the start-ups: {results['load_after_start_ups']}", flush=True)
     try:
         time.sleep(1.0)  # let the background warm-up (timeline index) finish
         inter = interactions(app, args.repeat)
@@ -344,12 +385,12 @@ def main() -> None:
     max_shapes = max(inter["shapes"]) if inter["shapes"] else 0
     max_kb = max(inter["sizes"]) / 1024 if inter["sizes"] else 0
     print()
+    print_start_ups(results)
+    print()
     print("figure                                   value      target")
-    for case, what in (("cold", "cold start"), ("warm", "restart")):
-        for key, label in (("first_page", "first page drawn"), ("complete_page", "  ... with findings")):
-            v = results[f"{key}_{case}_s"]
-            print(f"{label + ', ' + what + ' (s)':39s}{v:8.2f}   <= {TARGET_FIRST_PAGE_S:.0f}"
-                  f"  {'ok' if v <= TARGET_FIRST_PAGE_S else 'MISSED'}")
+    v = results["first_page_cold_s"]
+    print(f"{'first page drawn, cold start (s)':39s}{v:8.2f}   <= {TARGET_FIRST_PAGE_S:.0f}"
+          f"  {'ok' if v <= TARGET_FIRST_PAGE_S else 'MISSED'}")
     print(f"server time per interaction, median (ms) {med:6.1f}   <= {TARGET_INTERACTION_MS:.0f}"
           f"  {'ok' if med <= TARGET_INTERACTION_MS else 'MISSED'}")
     print(f"timeline shapes per response, max      {max_shapes:8,d}   <= {TARGET_SHAPES:,}"

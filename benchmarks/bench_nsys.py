@@ -1,16 +1,32 @@
 #!/usr/bin/env python3
-"""Nsight Systems parser benchmark: rows per second and peak RSS of ``parse_nsys`` on a big export.
+"""Nsight Systems parser benchmark: today's reader (ADBC straight into Arrow) against the reader
+before issue 12 (``sqlite3`` row tuples), same export, same run: rows per second and peak RSS.
 
-    python benchmarks/bench_nsys.py                      # 400 copies of kernels + runtime calls
+    python benchmarks/bench_nsys.py                      # 400 copies of kernels + runtime calls (~292 MB)
     python benchmarks/bench_nsys.py --copies 50          # quick check
     python benchmarks/bench_nsys.py --tables all         # replicate memcpy/memset/sync/NVTX too
+    python benchmarks/bench_nsys.py --drivers            # also: raw fetch by ADBC, DuckDB, sqlite3
+    python benchmarks/bench_nsys.py --drivers --duckdb-python /tmp/duck/bin/python
 
 The synthetic export is the real ``torchrun_2xh100_nccl_2026.2.sqlite`` (from ``../shared/traces``)
 copied into ``benchmarks/out/`` with the rows of the chosen activity tables replicated N times by
 ``INSERT ... SELECT``: each copy is shifted in time by the span of the original (plus 1 ms) and its
 ``correlationId`` by the largest id + 1, so launches still join to their kernels within a process and
-copies never overlap. Each parse runs in a fresh process (median of 3), which reports its own wall
-time, CPU time and peak RSS (``VmHWM``); the file is read once first so it is in the page cache.
+copies never overlap. Each parse runs in a fresh process, the two readers alternating (median of
+``--runs`` each, ``traceview.parsers.nsys.ROW_READER`` set in the child); each child reports its own
+wall time, CPU time and peak RSS (``VmHWM``); the file is read once first so it is in the page
+cache, and the load average is printed before and after. Targets (issue 12): the new reader >= 4x
+faster than today's in the same run, and its peak RSS <= 2x the file. "Today's" is ``--baseline
+FILE``, the whole parser before this change (``git show 283d365:parsers/nsys.py > FILE``), where
+given; else the ``sqlite3`` mode of this tree, which shares the new assembly and join-free parts and
+so flatters the old reader.
+
+``--drivers`` times the fetch alone (the kernel and runtime columns the parser reads, into Arrow, or
+into row tuples for sqlite3), without imports or connection set-up, for the candidates issue 12
+asked to compare: ADBC's SQLite driver and DuckDB's SQLite scanner (DuckDB cannot download its
+``sqlite_scanner`` extension here: it is found in a pip package such as ``duckdb-ext-sqlite`` or
+``duckdb-extension-sqlite-scanner`` installed beside a matching ``duckdb``, e.g. in a side
+environment given by ``--duckdb-python``).
 """
 
 from __future__ import annotations
@@ -30,7 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _measure import ChildError, Series, fmt_rate, machine_line, mb, run_child, table  # noqa: E402
+from _measure import ChildError, Series, check, fmt_rate, machine_line, mb, run_child, table  # noqa: E402
 
 SOURCE = HERE.parent.parent / "shared" / "traces" / "nsys" / "torchrun_2xh100_nccl_2026.2.sqlite"
 TABLES = {
@@ -44,11 +60,76 @@ TABLES = {
 GAP_NS = 1_000_000
 
 CHILD = """
-from traceview.parsers.nsys import parse_nsys
+import traceview.parsers.nsys as nsys
+nsys.ROW_READER = {reader!r}
 with _Timer() as t:
-    trace = parse_nsys({path!r})
+    trace = nsys.parse_nsys({path!r})
 _report(t, rows=trace.events.num_rows, links=trace.links.num_rows)
 """
+#: ``--baseline FILE``: an older ``parsers/nsys.py`` (e.g. ``git show REV:parsers/nsys.py > FILE``),
+#: imported from that file and timed as a third reader
+BASELINE_CHILD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("nsys_baseline", {baseline!r})
+nsys = importlib.util.module_from_spec(spec)
+sys.modules["nsys_baseline"] = nsys
+spec.loader.exec_module(nsys)
+with _Timer() as t:
+    trace = nsys.parse_nsys({path!r})
+_report(t, rows=trace.events.num_rows, links=trace.links.num_rows)
+"""
+#: (label, ROW_READER): the reader before issue 12 first, then today's
+READERS = (("old: sqlite3 tuples + join_on_keys", "sqlite3"), ("new: ADBC -> Arrow + packed-key join", "adbc"))
+TARGET_SPEEDUP = 4.0
+TARGET_RSS_PER_FILE = 2.0
+
+#: fetch the columns the parser reads from the kernel and runtime tables, nothing else
+DRIVER_CHILD = """
+import glob, os, sys
+path, queries, driver = {path!r}, {queries!r}, {driver!r}
+if driver == "adbc":
+    import adbc_driver_sqlite.dbapi as adbc
+    con = adbc.connect("file:" + path + "?mode=ro")
+    def run(sql):
+        cur = con.cursor()
+        cur.adbc_statement.set_options(**{{"adbc.sqlite.query.batch_rows": str(1 << 30)}})
+        cur.execute(sql)
+        n = cur.fetch_arrow_table().num_rows
+        cur.close()
+        return n
+elif driver == "duckdb":
+    import duckdb
+    con = duckdb.connect(config={{"autoinstall_known_extensions": False, "autoload_known_extensions": False}})
+    found = [f for p in sys.path if os.path.isdir(p) for f in glob.glob(
+        os.path.join(p, "duckdb_ext*", "**", "sqlite_scanner.duckdb_extension"), recursive=True)]
+    try:
+        con.load_extension(found[0] if found else "sqlite_scanner")
+    except Exception as exc:
+        print("NO-EXTENSION", type(exc).__name__, str(exc).splitlines()[0][:160])
+        raise SystemExit(4)
+    con.execute("ATTACH '" + path.replace("'", "''") + "' AS n (TYPE sqlite, READ_ONLY)")
+    def run(sql):
+        return con.execute(sql.replace(' FROM "', ' FROM n."')).fetch_arrow_table().num_rows
+else:
+    import sqlite3
+    con = sqlite3.connect("file:" + path + "?mode=ro", uri=True)
+    def run(sql):
+        cur, n = con.execute(sql), 0
+        while True:
+            batch = cur.fetchmany(1 << 18)
+            if not batch:
+                return n
+            n += len(batch)
+with _Timer() as t:
+    rows = sum(run(q) for q in queries)
+_report(t, rows=rows)
+"""
+DRIVER_COLUMNS = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": ["start", "end", "deviceId", "streamId", "correlationId", "globalPid",
+                                   "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX", "blockY",
+                                   "blockZ"],
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ["start", "end", "eventClass", "globalTid", "correlationId", "nameId"],
+}
 
 IMPORT_CHECK = "import traceview.parsers.nsys as m; assert hasattr(m, 'parse_nsys'); print('ok')"
 
@@ -146,6 +227,111 @@ def wait_for_parser(python: str, wait_s: float) -> bool:
         time.sleep(min(30.0, max(1.0, deadline - time.monotonic())))
 
 
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as fh:
+            return " ".join(fh.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def driver_queries(path: Path) -> list[str]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        out = []
+        for t, wanted in DRIVER_COLUMNS.items():
+            have = set(_table_columns(con, t))
+            cols = [c for c in wanted if c in have]
+            if cols:
+                out.append("SELECT " + ", ".join(f'"{c}"' for c in cols) + f' FROM "{t}"')
+        return out
+    finally:
+        con.close()
+
+
+def compare_drivers(path: Path, args: argparse.Namespace) -> list[dict]:
+    """Fetch alone, per driver: median of ``args.runs`` fresh processes each, alternating."""
+    queries = driver_queries(path)
+    candidates = [("ADBC SQLite driver -> Arrow", "adbc", args.python),
+                  ("DuckDB SQLite scanner -> Arrow", "duckdb", args.duckdb_python or args.python),
+                  ("sqlite3 row tuples", "sqlite3", args.python)]
+    series = {label: Series(label) for label, _, _ in candidates}
+    missing: dict[str, str] = {}
+    for _ in range(args.runs):
+        for label, driver, python in candidates:
+            if label in missing:
+                continue
+            try:
+                series[label].runs.append(run_child(python, DRIVER_CHILD.format(
+                    path=str(path), queries=queries, driver=driver), timeout=3600))
+            except ChildError as exc:
+                missing[label] = str(exc).splitlines()[-1][:200]
+    rows = []
+    print(f"\nfetch alone (kernel + runtime columns the parser reads; imports and connection not timed), "
+          f"load {loadavg()}:")
+    for label, _, python in candidates:
+        s = series[label]
+        if not s.runs:
+            print(f"  {label}: not measured ({missing.get(label, '?')}; python {python})")
+            continue
+        rows.append({"driver": label, "runs": s.runs, "median_s": s.median_s, "peak_rss": s.peak_rss})
+        print(f"  {label}: median {s.median_s:.2f} s ({s.spread()}), cpu {s.median_cpu:.2f} s, "
+              f"peak RSS {mb(s.peak_rss):.0f} MB, {fmt_rate(s.runs[0]['rows'] / s.median_s)} rows/s")
+    return rows
+
+
+def time_readers(path: Path, args: argparse.Namespace) -> list[Series] | None:
+    """Both readers (and ``--baseline``), alternating, in fresh processes."""
+    readers = list(READERS) + ([(f"baseline: {args.baseline.name}", "baseline")] if args.baseline else [])
+    series = [Series(label) for label, _ in readers]
+    for i in range(args.runs):
+        for s, (label, reader) in zip(series, readers):
+            before = loadavg()
+            code = (BASELINE_CHILD.format(path=str(path), baseline=str(args.baseline.resolve()))
+                    if reader == "baseline" else CHILD.format(path=str(path), reader=reader))
+            try:
+                r = run_child(args.python, code, timeout=3 * 3600)
+            except ChildError as exc:
+                print(f"parse_nsys ({reader}) failed: {exc}")
+                return None
+            r["loadavg_before"], r["loadavg_after"] = before, loadavg()
+            s.runs.append(r)
+            print(f"  run {i + 1}/{args.runs} {reader:>7}: {r['seconds']:.2f} s, cpu {r['cpu_seconds']:.2f} s, "
+                  f"peak RSS {mb(r['peak_rss']):.0f} MB (load {before} -> {r['loadavg_after']})", flush=True)
+    return series
+
+
+def report(series: list[Series], path: Path, total_rows: int) -> dict:
+    file_bytes = path.stat().st_size
+    old, new = series[:2]
+    print()
+    print(f"export: {path} — {mb(file_bytes):.0f} MB, {total_rows:,} activity/NVTX rows; load now {loadavg()}")
+    print(table(["reader", "runs", "median s", "range s", "cpu s", "rows/s", "peak RSS MB", "RSS/file"],
+                [[s.label, len(s.runs), f"{s.median_s:.2f}", s.spread(), f"{s.median_cpu:.2f}",
+                  fmt_rate(total_rows / s.median_s), f"{mb(s.peak_rss):.0f}", f"{s.peak_rss / file_bytes:.2f}"]
+                 for s in series]))
+    # "today's" reader is the --baseline file where given (the parser before issue 12, whole); the
+    # sqlite3 mode of this tree shares the new assembly, so it flatters the old reader
+    today = series[2] if len(series) > 2 else old
+    speedup, cpu_speedup = today.median_s / new.median_s, today.median_cpu / new.median_cpu
+    for other in series[:1] + series[2:]:
+        print(f"new vs {other.label}: {other.median_s / new.median_s:.2f}x faster in wall time, "
+              f"{other.median_cpu / new.median_cpu:.2f}x in CPU time")
+    rss_ratio = new.peak_rss / file_bytes
+    print(f"target: new >= {TARGET_SPEEDUP:g}x faster than today's reader ({today.label}): {speedup:.2f}x wall "
+          f"({cpu_speedup:.2f}x CPU) — {check(speedup >= TARGET_SPEEDUP)}")
+    print(f"target: new peak RSS <= {TARGET_RSS_PER_FILE:g}x the file: {rss_ratio:.2f}x ({mb(new.peak_rss):.0f} MB; "
+          f"today's {today.peak_rss / file_bytes:.2f}x) — {check(rss_ratio <= TARGET_RSS_PER_FILE)}")
+    same = old.runs[0]["rows"] == new.runs[0]["rows"] and old.runs[0]["links"] == new.runs[0]["links"]
+    print(f"events out: {new.runs[0]['rows']:,}; links: {new.runs[0]['links']:,} (old reader: "
+          f"{'the same' if same else 'DIFFERENT'}); RSS before the parse (interpreter + imports): "
+          f"{mb(new.runs[0]['rss_before']):.0f} MB")
+    return {"file_bytes": file_bytes, "today": today.label, "speedup_wall": speedup, "speedup_cpu": cpu_speedup,
+            "rss_per_file": rss_ratio,
+            "readers": [{"label": s.label, "runs": s.runs, "median_s": s.median_s, "median_cpu_s": s.median_cpu,
+                         "peak_rss": s.peak_rss} for s in series]}
+
+
 def main(argv: list | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", type=Path, default=SOURCE)
@@ -155,12 +341,15 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=HERE / "out")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--python", default=sys.executable, help="Python with traceview installed")
+    ap.add_argument("--drivers", action="store_true", help="also time the fetch alone per driver")
+    ap.add_argument("--baseline", type=Path, help="an older parsers/nsys.py to time as a third reader")
+    ap.add_argument("--duckdb-python", help="Python with duckdb and its sqlite extension (default --python)")
     ap.add_argument("--wait", type=float, default=0.0,
                     help="seconds to keep retrying while parse_nsys is not importable (default 0)")
     ap.add_argument("--json", type=Path, help="also write the results here as JSON")
     args = ap.parse_args(argv)
 
-    print(f"machine: {machine_line()}; {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"machine: {machine_line()}; loadavg {loadavg()}; {time.strftime('%Y-%m-%d %H:%M')}")
     if not args.source.exists():
         print(f"source export not found: {args.source} (the shared traces folder is needed)")
         return 2
@@ -180,33 +369,16 @@ def main(argv: list | None = None) -> int:
     with open(path, "rb") as fh:
         while fh.read(16 << 20):
             pass
-    series = Series("parse_nsys")
-    for i in range(args.runs):
-        try:
-            r = run_child(args.python, CHILD.format(path=str(path)), timeout=3 * 3600)
-        except ChildError as exc:
-            print(f"parse_nsys failed: {exc}")
-            return 1
-        series.runs.append(r)
-        print(f"  run {i + 1}/{args.runs}: {r['seconds']:.2f} s, cpu {r['cpu_seconds']:.2f} s, "
-              f"peak RSS {mb(r['peak_rss']):.0f} MB", flush=True)
-    file_bytes = path.stat().st_size
-    s = series
-    print()
-    print(f"export: {path} — {mb(file_bytes):.0f} MB, {total_rows:,} activity/NVTX rows")
-    print(table(["parser", "runs", "median s", "range s", "rows/s", "events out/s", "cores", "peak RSS MB",
-                 "RSS/file"],
-                [["traceview parse_nsys", len(s.runs), f"{s.median_s:.2f}", s.spread(),
-                  fmt_rate(total_rows / s.median_s), fmt_rate(s.runs[0]["rows"] / s.median_s), f"{s.cores:.2f}",
-                  f"{mb(s.peak_rss):.0f}", f"{s.peak_rss / file_bytes:.2f}"]]))
-    print(f"events out: {s.runs[0]['rows']:,}; links: {s.runs[0]['links']:,}; "
-          f"RSS before the parse (interpreter + imports): {mb(s.runs[0]['rss_before']):.0f} MB")
+    series = time_readers(path, args)
+    if series is None:
+        return 1
+    result = report(series, path, total_rows)
+    if args.drivers:
+        result["drivers"] = compare_drivers(path, args)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "machine": machine_line(),
-                                         "export": str(path), "file_bytes": file_bytes, "rows": rows,
-                                         "runs": s.runs, "median_s": s.median_s, "peak_rss": s.peak_rss},
-                                        indent=1))
+                                         "export": str(path), "rows": rows, **result}, indent=1))
     return 0
 
 

@@ -33,16 +33,28 @@ integer values are scaled in int64; a decimal below 2**43 us is the unique integ
 ``float(c) / 1000 == ts`` (IEEE division is correctly rounded, and distinct ``c`` give distinct
 doubles there); larger fractional values are re-read from the JSON text of that chunk.
 
+Counters and async events
+-------------------------
+Counter events (``ph: "C"``) become ``Trace.counters``: one sample per numeric arg (the series),
+named ``name`` or ``name[id]``. Async events become rows of kind OTHER (their category kept as
+written, not counted as unmapped): ``b``/``e`` and ``S``/``F`` paired per (pid, category, id or
+``id2``'s local/global value, name) in stack order, ``n`` instants as instant rows; ``T``/``p``
+steps are skipped. Their args and ids of any shape are read by ``_PhaseProbe``, a second light
+decode of only the chunks that hold such events (the slow path keeps a counter's args under
+``COUNTER_ARGS_KEY``). Pairing, ``B``/``E`` included, is vectorised (``stack_pairs``).
+
 Every event's fate
 ------------------
 Each entry of ``traceEvents`` is counted once in ``RankInfo.event_counts``: ``mapped`` (a row;
-``X``, instants, and ``B`` events paired with their ``E``, whose ``E`` is ``paired_end``),
-``metadata``, ``flow``, ``memory``, or ``skipped_<reason>`` (no or out-of-range ``ts``/``dur``,
-counters, async events, other phases, unmatched ``B``/``E``, non-objects, absurd nesting), so
-``events_read`` is their sum. Values changed on the way are counted as ``coerced_<what>`` or
-``clamped_<what>``: times beyond +-2**61 ns, integers beyond int64, ``args`` of odd types, bytes
-that are not UTF-8 (replaced in ``jsonstream.Blocks``). Every non-zero count becomes one warning
-line (``fate_warnings``) that says exactly what was done; the report carries them to every format.
+``X``, instants, ``n``, and ``B`` or async begins paired with their end, whose end is
+``paired_end`` / ``async_paired_end``), ``metadata``, ``flow``, ``memory``, ``counter``, or
+``skipped_<reason>`` (no or out-of-range ``ts``/``dur``, counters without a numeric arg, async
+steps, other phases, unmatched begins/ends, non-objects, absurd nesting), so ``events_read`` is
+their sum (``counter_samples`` and ``async_instants`` annotate, like ``coerced_*``). Values
+changed on the way are counted as ``coerced_<what>`` or ``clamped_<what>``: times beyond +-2**61
+ns, integers beyond int64, ``args`` of odd types, counter args that are not numbers, bytes that
+are not UTF-8 (replaced in ``jsonstream.Blocks``). Every non-zero count becomes one warning line
+(``fate_warnings``) that says exactly what was done; the report carries them to every format.
 Chunks with odd value types take a slow path (``_loose_text``) that coerces field by field; clean
 traces never pay for it.
 """
@@ -54,7 +66,7 @@ import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
@@ -80,11 +92,13 @@ from traceview.model import (
     RankInfo,
     DeviceInfo,
     Trace,
+    empty_counters,
     empty_links,
     empty_memory,
     join_on_keys,
     kind_array,
     make_events_table,
+    make_counters_table,
     make_links_table,
     make_memory_table,
     steps_from_annotations,
@@ -144,6 +158,14 @@ INSTANT_PHASES = ("i", "I")
 FLOW_PHASES = ("s", "f", "t")
 COUNTER_PHASES = ("C",)
 ASYNC_PHASES = ("b", "e", "n", "S", "T", "p", "F")
+#: Async events kept: nestable (b/e) and legacy (S/F) begins and ends pair into duration rows, ``n``
+#: instants become instant rows; all of kind OTHER. The legacy steps (T/p) are skipped, counted.
+ASYNC_BEGIN_PHASES = ("b", "S")
+ASYNC_END_PHASES = ("e", "F")
+ASYNC_INSTANT_PHASES = ("n",)
+#: The key under which the slow path (``_coerce_event``) keeps the args of counter events, whose
+#: keys and types are the trace's own (the typed ``args`` would coerce or fail on them).
+COUNTER_ARGS_KEY = "traceview:counter_args"
 
 
 # ---------------------------------------------------------------------- typed decoding
@@ -211,6 +233,17 @@ class _MemoryProbe(msgspec.Struct, gc=False):
     args: _MemoryArgs = _NO_MEMORY_ARGS
 
 
+class _PhaseProbe(msgspec.Struct, gc=False):
+    """The fields of counter and async events that ``_Event`` leaves out, as written: ``args`` of
+    any keys (counter series), ``id`` (empty: absent) and ``id2``. Decoded only for chunks that
+    hold such events."""
+
+    id: msgspec.Raw = msgspec.Raw(b"")
+    id2: msgspec.Raw = msgspec.Raw(b"")
+    args: msgspec.Raw = msgspec.Raw(b"{}")
+    counter_args: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name=COUNTER_ARGS_KEY)
+
+
 class _RawTimes(msgspec.Struct, gc=False):
     ts: msgspec.Raw = msgspec.Raw(b"0")
     dur: msgspec.Raw = msgspec.Raw(b"0")
@@ -222,6 +255,8 @@ _VALID, _MISSING, _OUT_OF_RANGE = 0, 1, 2
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _MEMORY_EVENTS_DECODER = msgspec.json.Decoder(list[_MemoryEvent])
 _MEMORY_PROBE_DECODER = msgspec.json.Decoder(list[_MemoryProbe])
+_PHASE_PROBE_DECODER = msgspec.json.Decoder(list[_PhaseProbe])
+_RAW_OBJECT_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _get_ph, _get_cat, _get_name = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
 _get_pid, _get_tid, _get_args = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
 _get_collective = attrgetter("collective")
@@ -238,12 +273,26 @@ def rank_from_filename(path: str | os.PathLike[str]) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = None) -> Trace:
+def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = None,
+                 jobs: int | None = 1) -> Trace:
     """Parse one Kineto trace file. The rank comes from ``distributedInfo``, else the file name,
-    else it is left as -1 (``rank_source == "unknown"``) for the loader to assign."""
+    else it is left as -1 (``rank_source == "unknown"``) for the loader to assign.
+
+    ``jobs``: worker processes for a big file (``parsers/kineto_parallel.py``; None: the cores
+    available); 1 reads it in this process. The Trace is the same either way."""
     path = Path(path)
+    if jobs != 1:
+        from traceview.parsers.kineto_parallel import parse_parallel
+
+        return parse_parallel(path, progress=progress, jobs=jobs)
     parser = _KinetoFile(path, progress)
     return parser.parse()
+
+
+def kineto_reader(path: Path, progress: ProgressFn | None = None) -> "_KinetoFile":
+    """A parser of one file whose reading the caller drives (``parsers/kineto_parallel.py``:
+    ``start_events``, ``read_range``, ``finish``)."""
+    return _KinetoFile(path, progress)
 
 
 # ---------------------------------------------------------------------- streaming
@@ -263,6 +312,8 @@ class _Chunk:
     tid: np.ndarray
     start_ns: np.ndarray
     dur_ns: np.ndarray
+    # async events' pairing key (category, id, name; object str), set by _keep_async when it has any
+    async_key: np.ndarray | None = None
 
 
 class _KinetoFile:
@@ -288,9 +339,15 @@ class _KinetoFile:
         # B and E events (Chrome duration pairs), paired per thread once the file is read
         self.begins: list[dict[str, np.ndarray]] = []  # row (in the events table), pid, tid, ts, seq
         self.ends: list[dict[str, np.ndarray]] = []  # pid, tid, ts, seq
+        # async begins and ends (b/e, S/F), paired per (pid, key: category, id, name) the same way
+        self.async_begins: list[dict[str, np.ndarray]] = []  # row, pid, key (object str), ts, seq
+        self.async_ends: list[dict[str, np.ndarray]] = []  # pid, key, ts, seq
+        # per chunk: the counter table's columns but rank (name and series as object str arrays)
+        self.counters: list[dict[str, np.ndarray]] = []
         self.unsupported_phases: dict[str, int] = {}
         self.dur_fixes = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # B rows, their durations
         self._need_more = False
+        self.whole_events = False  # read_range: the input ends where an event ends, not with the array
         # string -> code memos shared by all chunks, so codes agree without unifying dictionaries
         self.ph_memo = _Codes()
         self.cat_memo = _Codes()
@@ -304,7 +361,42 @@ class _KinetoFile:
         self._count("coerced_invalid_utf8", chunks.invalid_utf8)
         return self._build()
 
-    def _report(self, raw: io.BufferedReader) -> None:
+    # -- reading in byte ranges (parsers/kineto_parallel.py) ------------------------------
+    def start_events(self, buf: bytearray, chunks: Iterator[bytes]) -> tuple[int, bool] | None:
+        """Read blocks into ``buf`` up to the events array and keep the metadata before it; returns
+        (position in ``buf`` of the array's first byte after ``[``, whether the document is a bare
+        array), or None when there is no events array (a serial parse says what is wrong)."""
+        events_start, array_document = self._read_head(buf, chunks)
+        if events_start < 0:
+            return None
+        if not array_document:
+            self.head = self._decode_object(bytes(buf[:events_start]), closing=True)
+        return events_start, array_document
+
+    def read_range(self, blocks: Iterator[bytes], *, last: bool, array_document: bool,
+                   allocator_args: bool = False) -> None:
+        """Decode one byte range of the events array that starts at an event: ``last``, it runs
+        to the end of the file (the array's end and the metadata after it are read as usual);
+        otherwise it ends where the next event starts. ``allocator_args``: decode the allocator's
+        args from the start (``allocator_events_expected``), instead of reading the first chunk
+        with allocator events a second time, which every range would do."""
+        self.whole_events = not last
+        if allocator_args:
+            self.decoder = _MEMORY_EVENTS_DECODER
+        source = _Consumed(blocks)
+        self._read_events(source, iter(source), bytearray(b"["), array_document)
+
+    def allocator_events_expected(self) -> bool:
+        """Whether the metadata before the events says memory was profiled (``profile_memory``)."""
+        flag = self.head.get("profile_memory")
+        return flag is True or (isinstance(flag, int) and flag > 0)
+
+    def finish(self, invalid_utf8: int) -> Trace:
+        """The Trace from what was read (``invalid_utf8``: byte sequences replaced on the way)."""
+        self._count("coerced_invalid_utf8", invalid_utf8)
+        return self._build()
+
+    def _report(self, raw: "io.BufferedReader | _Consumed") -> None:
         if self.progress is not None:
             try:
                 self.progress(raw.tell(), self.total_bytes)
@@ -350,7 +442,7 @@ class _KinetoFile:
                 break
         return -1, False
 
-    def _read_events(self, raw: io.BufferedReader, chunks: Iterator[bytes], buf: bytearray,
+    def _read_events(self, raw: "io.BufferedReader | _Consumed", chunks: Iterator[bytes], buf: bytearray,
                      array_document: bool) -> None:
         """Decode the events array chunk by chunk (``buf`` starts with its ``[``)."""
         at_eof = False
@@ -506,6 +598,9 @@ class _KinetoFile:
                      lambda decoder, marker: self._decode_tail(holder, 1, len(holder) - 1, decoder, marker))
 
     def _final_chunk(self, buf: bytearray, array_document: bool) -> None:
+        if self.whole_events:  # a range cut before an event (read_range): no array end to look for
+            self._decode_all(buf, self._rstrip_separators(buf, len(buf)))
+            return
         brackets, depth = _structure(memoryview(buf)[1:])
         brackets = brackets + 1
         ends = np.flatnonzero(depth == -1)
@@ -516,13 +611,7 @@ class _KinetoFile:
             raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
                                    "the file was cut short (profiler killed, or an incomplete copy)")
         array_end = int(brackets[ends[0]])
-        events_end = self._rstrip_separators(buf, array_end)
-        position = 1
-        while position < events_end:
-            consumed = self._decode_events(buf, position, events_end)
-            if consumed <= position:
-                raise TraceFormatError(self.path, "malformed JSON in traceEvents near the end of the file")
-            position = consumed
+        self._decode_all(buf, self._rstrip_separators(buf, array_end))
         if not array_document:
             tail = bytes(buf[array_end + 1:]).strip()
             if not tail.endswith(b"}"):
@@ -531,6 +620,15 @@ class _KinetoFile:
             tail = tail.lstrip(b", \t\r\n")
             self.tail = self._decode_object(b"{" + tail, closing=False) if tail != b"}" else {}
             self._second_events_array(self.tail.pop("traceEvents", None))
+
+    def _decode_all(self, buf: bytearray, events_end: int) -> None:
+        """Decode every event of ``buf[1:events_end]`` (the last chunk)."""
+        position = 1
+        while position < events_end:
+            consumed = self._decode_events(buf, position, events_end)
+            if consumed <= position:
+                raise TraceFormatError(self.path, "malformed JSON in traceEvents near the end of the file")
+            position = consumed
 
     def _second_events_array(self, extra: Any) -> None:
         """A second top-level ``traceEvents`` (scripts that merge traces write one): its events are
@@ -614,16 +712,21 @@ class _KinetoFile:
         is_complete &= ~bad_dur
         is_flow = ph_mask(FLOW_PHASES) & timed
         is_begin, is_end = ph_mask(("B",)) & timed, ph_mask(("E",)) & timed
+        is_counter = ph_mask(COUNTER_PHASES) & timed
+        is_async = {role: ph_mask(phases) & timed for role, phases in
+                    (("begin", ASYNC_BEGIN_PHASES), ("end", ASYNC_END_PHASES), ("instant", ASYNC_INSTANT_PHASES))}
+        async_any = is_async["begin"] | is_async["end"] | is_async["instant"]
         self._count("flow", int(is_flow.sum()))
-        self._skip_phases(ph_codes, timed & ~(is_complete | is_flow | is_begin | is_end | bad_dur))
+        self._skip_phases(ph_codes, timed & ~(is_complete | is_flow | is_begin | is_end | bad_dur | is_counter
+                                               | async_any))
 
         cat_codes = self.cat_memo.codes(map(_get_cat, events), n)
         cat_values = self.cat_memo.values()
         cat_kinds = np.array([int(CATEGORY_KINDS.get(c.lower(), Kind.OTHER)) for c in cat_values] or [0], dtype=np.int8)
+        pid, tid = self._thread_ids(events)
         chunk = _Chunk(
             events=events, piece=piece, decode_again=decode_again, kind=cat_kinds[cat_codes], category=cat_codes,
-            pid=self._ids(list(map(_get_pid, events))), tid=self._ids(list(map(_get_tid, events))),
-            start_ns=start_ns, dur_ns=dur_ns,
+            pid=pid, tid=tid, start_ns=start_ns, dur_ns=dur_ns,
         )
         if is_flow.any():
             self._keep_flows(chunk, ph_codes, is_flow)
@@ -631,17 +734,40 @@ class _KinetoFile:
         if is_instant.any():  # a few per file, or one per allocation when memory is profiled
             is_memory = self._memory_rows(chunk, is_instant)
             is_complete &= ~is_memory
+        if is_counter.any() or async_any.any():
+            self._phase_events(chunk, is_counter, is_async, first_seq)
+        self._keep_rows(chunk, is_complete, is_begin, is_end, is_async, first_seq)
+
+    def _phase_events(self, chunk: _Chunk, is_counter: np.ndarray, is_async: dict[str, np.ndarray],
+                      first_seq: int) -> None:
+        """Counter samples and async begins/ends of a chunk (their args and ids read again by
+        ``_phase_probes``); async begins and instants are made rows of kind OTHER."""
+        probes = self._phase_probes(chunk)
+        if is_counter.any():
+            self._counter_samples(chunk, probes, is_counter)
+        if (is_async["begin"] | is_async["end"] | is_async["instant"]).any():
+            self._keep_async(chunk, probes, is_async, first_seq)
+
+    def _keep_rows(self, chunk: _Chunk, is_complete: np.ndarray, is_begin: np.ndarray, is_end: np.ndarray,
+                   is_async: dict[str, np.ndarray], first_seq: int) -> None:
+        """Rows of the chunk (``X``, instants, ``B``, async begins and ``n``), and the row numbers of
+        its begins for the pairing once the file is read."""
         if is_end.any():
-            self.ends.append({"pid": chunk.pid[is_end], "tid": chunk.tid[is_end], "ts": start_ns[is_end],
+            self.ends.append({"pid": chunk.pid[is_end], "tid": chunk.tid[is_end], "ts": chunk.start_ns[is_end],
                               "seq": first_seq + np.flatnonzero(is_end)})
-        if is_begin.any():
-            rows = np.flatnonzero(is_complete | is_begin)
-            begins = np.flatnonzero(is_begin[rows])
-            self.begins.append({"row": self.n_rows + begins, "pid": chunk.pid[rows[begins]],
-                                "tid": chunk.tid[rows[begins]], "ts": start_ns[rows[begins]],
-                                "seq": first_seq + rows[begins]})
-        if (is_complete | is_begin).any():
-            self._ingest_complete(chunk, is_complete | is_begin)
+        by_phase = is_async["begin"] | is_async["instant"]  # rows of kind OTHER whatever their category
+        kept = is_complete | is_begin | by_phase
+        if not kept.any():
+            return
+        rows = np.flatnonzero(kept)
+        for mask, parts, key in ((is_begin, self.begins, "tid"), (is_async["begin"], self.async_begins, "key")):
+            begins = np.flatnonzero(mask[rows])
+            if begins.size:
+                at = rows[begins]
+                track = chunk.tid[at] if chunk.async_key is None or key == "tid" else chunk.async_key[at]
+                parts.append({"row": self.n_rows + begins, "pid": chunk.pid[at], key: track,
+                              "ts": chunk.start_ns[at], "seq": first_seq + at})
+        self._ingest_complete(chunk, kept, by_phase)
 
     def _skip_phases(self, ph_codes: np.ndarray, skipped: np.ndarray) -> None:
         """Count the events of phases traceview keeps no rows for, by reason."""
@@ -650,14 +776,28 @@ class _KinetoFile:
         ph_values = self.ph_memo.values()
         for code, count in zip(*np.unique(ph_codes[skipped], return_counts=True)):
             ph = ph_values[code]
-            if ph in COUNTER_PHASES:
-                self._count("skipped_counter", int(count))
-            elif ph in ASYNC_PHASES:
-                self._count("skipped_async", int(count))
+            if ph in ASYNC_PHASES:  # the others are kept: only the legacy steps T and p come here
+                self._count("skipped_async_step", int(count))
             else:
                 self._count("skipped_unsupported_phase", int(count))
                 shown = ph if ph.isascii() and ph.isprintable() and 0 < len(ph) <= 4 else "(other)"
                 self.unsupported_phases[shown] = self.unsupported_phases.get(shown, 0) + int(count)
+
+    def _thread_ids(self, events: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
+        """pid and tid of each event as int64 (``_int_ids``). Texts get ids on first sight in
+        event order, pid before tid, so the ids do not depend on where chunks (or the byte ranges
+        of a parallel parse) are cut."""
+        pids, tids = list(map(_get_pid, events)), list(map(_get_tid, events))
+        n = len(events)
+        try:
+            return np.fromiter(pids, dtype=np.int64, count=n), np.fromiter(tids, dtype=np.int64, count=n)
+        except (TypeError, ValueError, OverflowError):
+            pass
+        # a chunk with texts or numbers beyond int64 (old formats): name them in event order first
+        for value in chain.from_iterable(zip(pids, tids)):
+            if type(value) is not int or not -(2**63) <= value <= INT64_MAX:
+                _string_id(str(value).strip(), self.string_ids)
+        return self._ids(pids), self._ids(tids)
 
     def _ids(self, values: list[Any]) -> np.ndarray:
         ids, beyond = _int_ids(values, self.string_ids)
@@ -730,8 +870,81 @@ class _KinetoFile:
                 "pid": chunk.pid[keep], "tid": chunk.tid[keep], "ts": chunk.start_ns[keep],
             })
 
-    def _ingest_complete(self, chunk: _Chunk, is_complete: np.ndarray) -> None:
-        """Append the columns of the complete (``X``) and instant (``i``/``I``) events of a chunk."""
+    def _phase_probes(self, chunk: _Chunk) -> list[_PhaseProbe]:
+        """The fields of the chunk's counter and async events that ``_Event`` leaves out, read
+        again from its text (only chunks holding such events pay for it). The text decoded as the
+        events did, so this cannot fail but on values the typed pass skipped unseen: then every
+        event reads as having none (counters skipped as having no value, counted)."""
+        try:  # from a copy: a Raw keeps its source buffer exported, and the read buffer must resize
+            probes: list[_PhaseProbe] = _PHASE_PROBE_DECODER.decode(chunk.piece())
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            probes = []
+        return probes if len(probes) == len(chunk.events) else [_PhaseProbe()] * len(chunk.events)
+
+    def _counter_samples(self, chunk: _Chunk, probes: list[_PhaseProbe], is_counter: np.ndarray) -> None:
+        """Keep each numeric arg of the chunk's counter (``C``) events as a sample of series ``arg``
+        of counter ``name`` (``name[id]`` when the event has an id). Columnar: the args of all the
+        counter events are decoded in one call and flattened with C-level ``map``/``chain``."""
+        rows = np.flatnonzero(is_counter)
+        chosen = list(compress(probes, is_counter))
+        # the slow path moved the args of counter events under COUNTER_ARGS_KEY (see _coerce_event)
+        slow = any(map(len, map(_get_counter_args, chosen)))
+        raws = list(map(_get_counter_args if slow else _get_args, chosen))
+        decoded = [d if isinstance(d, dict) else {} for d in _decode_raws(raws, default={})]
+        lengths = np.fromiter(map(len, decoded), dtype=np.int64, count=len(decoded))
+        series = np.array(list(chain.from_iterable(decoded)), dtype=object)
+        values = list(chain.from_iterable(map(dict.values, decoded)))
+        numeric = np.fromiter(map(_NUMBER_TYPES.__contains__, map(type, values)), dtype=bool, count=len(values))
+        numbers = np.full(len(values), np.nan)
+        try:
+            numbers[numeric] = np.fromiter(compress(values, numeric), dtype=np.float64, count=int(numeric.sum()))
+        except OverflowError:  # an integer beyond a double: not finite, dropped below
+            numbers[numeric] = [float(v) if abs(v) < 2**1023 else np.inf for v in compress(values, numeric)]
+        ok = np.isfinite(numbers)
+        event_of = np.repeat(np.arange(len(rows)), lengths)
+        kept_per_event = np.bincount(event_of[ok], minlength=len(rows))
+        has_value = kept_per_event > 0
+        self._count("counter", int(has_value.sum()))
+        self._count("skipped_counter_no_value", int((~has_value).sum()))
+        self._count("coerced_counter_arg_dropped", int((~ok & has_value[event_of]).sum()))
+        self._count("counter_samples", int(ok.sum()))
+        if not ok.any():
+            return
+        names = np.array(list(map(_get_name, compress(chunk.events, is_counter))), dtype=object)
+        has_id = np.fromiter(map(len, map(_get_id, chosen)), dtype=np.int64, count=len(chosen)) > 0
+        if has_id.any():  # the Chrome trace format: an id is part of the counter's name
+            ids = np.array(list(map(str, map(_get_id, compress(chunk.events, is_counter)))), dtype=object)
+            names[has_id] = names[has_id] + "[" + ids[has_id] + "]"
+        at = rows[event_of[ok]]
+        self.counters.append({"pid": chunk.pid[at], "tid": chunk.tid[at], "name": names[event_of[ok]],
+                              "series": series[ok], "ts_ns": chunk.start_ns[at], "value": numbers[ok]})
+
+    def _keep_async(self, chunk: _Chunk, probes: list[_PhaseProbe], is_async: dict[str, np.ndarray],
+                    first_seq: int) -> None:
+        """Async events: begins and instants become rows of kind OTHER (duration 0 until paired),
+        begins and ends are kept for pairing per (pid, category, id, name) (``_pair_begin_end``)."""
+        by_phase = is_async["begin"] | is_async["instant"]
+        chunk.kind[by_phase] = int(Kind.OTHER)
+        chunk.dur_ns[by_phase] = 0
+        self._count("async_instants", int(is_async["instant"].sum()))
+        paired = is_async["begin"] | is_async["end"]
+        if not paired.any():
+            return
+        cat_values = np.array(self.cat_memo.values(), dtype=object)
+        ids = _async_ids(list(compress(chunk.events, paired)), list(compress(probes, paired)))
+        names = np.array(list(map(_get_name, compress(chunk.events, paired))), dtype=object)
+        key_of = np.empty(len(chunk.events), dtype=object)
+        key_of[paired] = cat_values[chunk.category[paired]] + "\x1f" + ids + "\x1f" + names
+        ends = is_async["end"]
+        if ends.any():
+            self.async_ends.append({"pid": chunk.pid[ends], "key": key_of[ends], "ts": chunk.start_ns[ends],
+                                    "seq": first_seq + np.flatnonzero(ends)})
+        chunk.async_key = key_of  # the begins' keys, kept with their rows by _keep_rows
+
+    def _ingest_complete(self, chunk: _Chunk, is_complete: np.ndarray, by_phase: np.ndarray | None = None) -> None:
+        """Append the columns of the complete (``X``) and instant (``i``/``I``) events of a chunk
+        (and ``B``, async begins and ``n``); ``by_phase`` marks rows made kind OTHER by their phase
+        (async events): their categories are not counted as unmapped."""
         events = chunk.events
         rows = np.flatnonzero(is_complete)
         m = len(rows)
@@ -742,7 +955,8 @@ class _KinetoFile:
 
         kind = take(chunk.kind)
         category = take(chunk.category)
-        self._count_unmapped_categories(category[kind == int(Kind.OTHER)])
+        other = kind == int(Kind.OTHER)
+        self._count_unmapped_categories(category[other if by_phase is None else other & ~take(by_phase)])
         self._count("mapped", m)
         name_codes = self.name_memo.codes(map(_get_name, events if every_row else compress(events, is_complete)), m)
         dur_ns = take(chunk.dur_ns)
@@ -928,6 +1142,7 @@ class _KinetoFile:
             base_time_ns=base_time_ns,
             raw_metadata={k: v for k, v in meta.items() if k not in ("deviceProperties", "distributedInfo")},
             event_counts=dict(self.counts),
+            activity_dropped={k: self.counts[k] for k in ACTIVITY_LOSS_REASONS if self.counts.get(k)},
             unmapped=dict(self.unmapped),
             warnings=list(self.warnings) + fate_warnings(self.counts, self.unsupported_phases),
         )
@@ -937,7 +1152,7 @@ class _KinetoFile:
         links = self._links(events, rank)
         steps = steps_from_annotations(events)
         return Trace(events=events, links=links, ranks={rank: info}, steps=steps, warnings=[],
-                     memory=self._memory_table(rank, base_time_ns))
+                     memory=self._memory_table(rank, base_time_ns), counters=self._counters_table(rank, base_time_ns))
 
     def _devices(self, properties: Any) -> list[DeviceInfo]:
         """``deviceProperties``: a list of objects; anything else, or an entry whose id is not an
@@ -966,37 +1181,43 @@ class _KinetoFile:
         return devices
 
     def _pair_begin_end(self) -> np.ndarray:
-        """Pair ``B`` and ``E`` events into durations, per thread in stack order (the Chrome trace
-        format's rule); sets the duration of each paired B row and returns the rows of the B events
-        that never end (dropped, counted). A loop over B/E events only: Kineto writes none."""
-        begins, ends = _concat(self.begins), _concat(self.ends)
+        """Pair ``B``/``E`` events per thread, and async begins/ends (``b``/``e``, ``S``/``F``) per
+        (pid, category, id, name), in stack order (the Chrome trace format's rule); sets the
+        duration of each paired begin row and returns the rows of begins that never end (dropped,
+        counted). Vectorised (``stack_pairs``): a hostile file may hold millions."""
+        be_rows, be_durs, be_drop = self._pair_kind(self.begins, self.ends, "tid", "")
+        as_rows, as_durs, as_drop = self._pair_kind(self.async_begins, self.async_ends, "key", "async_")
+        self.dur_fixes = (np.concatenate([be_rows, as_rows]), np.concatenate([be_durs, as_durs]))
+        return np.sort(np.concatenate([be_drop, as_drop]))
+
+    def _pair_kind(self, begin_parts: list[dict[str, np.ndarray]], end_parts: list[dict[str, np.ndarray]],
+                   track_key: str, prefix: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pair one kind of begins and ends on tracks (pid, ``track_key``); counts ``<prefix>paired_end``
+        and ``skipped_<prefix>unmatched_begin/end``. Returns (paired begin rows, their durations,
+        rows of begins never closed)."""
+        none = np.zeros(0, dtype=np.int64)
+        begins, ends = _concat(begin_parts), _concat(end_parts)
         if not begins and not ends:
-            return np.zeros(0, dtype=np.int64)
-        n_begin = len(begins["row"]) if begins else 0
+            return none, none, none
         parts = [p for p in (begins, ends) if p]
-        keys = {k: np.concatenate([p[k] for p in parts]) for k in ("pid", "tid", "ts", "seq")}
-        row = np.concatenate([begins["row"] if begins else np.zeros(0, np.int64),
-                              np.full(len(keys["ts"]) - n_begin, -1, dtype=np.int64)])
-        order = np.lexsort((keys["seq"], keys["ts"], keys["tid"], keys["pid"]))
-        open_rows: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        paired_rows, paired_durs, unmatched_ends = [], [], 0
-        for i in order.tolist():
-            thread = (int(keys["pid"][i]), int(keys["tid"][i]))
-            if row[i] >= 0:
-                open_rows.setdefault(thread, []).append((int(row[i]), int(keys["ts"][i])))
-            elif open_rows.get(thread):
-                begin_row, begin_ts = open_rows[thread].pop()
-                paired_rows.append(begin_row)
-                paired_durs.append(int(keys["ts"][i]) - begin_ts)
-            else:
-                unmatched_ends += 1
-        never_end = np.array(sorted(r for stack in open_rows.values() for r, _ in stack), dtype=np.int64)
-        self.dur_fixes = (np.array(paired_rows, dtype=np.int64), np.array(paired_durs, dtype=np.int64))
-        self._count("paired_end", len(paired_rows))
-        self._count("skipped_unmatched_end", unmatched_ends)
-        self._count("skipped_unmatched_begin", len(never_end))
-        self._count("mapped", -len(never_end))
-        return never_end
+        keys = {k: np.concatenate([p[k] for p in parts]) for k in ("pid", track_key, "ts", "seq")}
+        n_begin = len(begins["row"]) if begins else 0
+        row = np.concatenate([begins["row"] if begins else none, np.full(len(keys["ts"]) - n_begin, -1, np.int64)])
+        track = _track_codes(keys["pid"], keys[track_key])
+        opened, closed, unmatched_end, never = stack_pairs(track, keys["ts"], keys["seq"], row >= 0)
+        self._count(f"{prefix}paired_end", len(closed))
+        self._count(f"skipped_{prefix}unmatched_end", len(unmatched_end))
+        self._count(f"skipped_{prefix}unmatched_begin", len(never))
+        self._count("mapped", -len(never))
+        return row[opened], keys["ts"][closed] - keys["ts"][opened], row[never]
+
+    def _counters_table(self, rank: int, base_time_ns: int) -> pa.Table:
+        if not self.counters:
+            return empty_counters()
+        cols: dict[str, Any] = _concat(self.counters)
+        cols["ts_ns"] = cols["ts_ns"] + base_time_ns
+        cols["rank"] = np.full(cols["ts_ns"].size, rank, dtype=np.int32)
+        return make_counters_table(cols)
 
     def _memory_table(self, rank: int, base_time_ns: int) -> pa.Table:
         if not self.memory:
@@ -1183,12 +1404,30 @@ class _Codes(dict):
         return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(self.values(), pa.string()))
 
 
+class _Consumed:
+    """Blocks of one byte range, counting the bytes handed out: ``tell()`` for the progress
+    callback, as a file's position is for a whole file."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self._blocks = blocks
+        self.consumed = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for block in self._blocks:
+            self.consumed += len(block)
+            yield block
+
+    def tell(self) -> int:
+        return self.consumed
+
+
 def _piece(buf: bytearray, start: int, end: int) -> bytes:
     """A standalone JSON array of the events in buf[start:end] (slow paths only)."""
     return b"[" + bytes(buf[start:end]) + b"]"
 
 
-_EVENT_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(_Event))
+# plus id2, which only async events use (read by _PhaseProbe)
+_EVENT_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(_Event)) | {"id2"}
 _ARG_KEYS = frozenset(_MemoryArgs.__struct_encode_fields__)
 _INT64_RANGE = range(-(2**63), 2**63)
 
@@ -1222,6 +1461,7 @@ def _coerce_event(item: dict[str, Any]) -> list[str]:
             else:
                 item[key] = 0
                 reasons.append("coerced_dur_not_a_number")
+    _keep_phase_fields(item)
     args = item.get("args")
     if isinstance(args, dict):
         reasons += _coerce_args(args)
@@ -1230,6 +1470,21 @@ def _coerce_event(item: dict[str, Any]) -> list[str]:
         if args is not None:
             reasons.append("coerced_args_not_an_object")
     return reasons
+
+
+def _keep_phase_fields(item: dict[str, Any]) -> None:
+    """Keep, in place, what counter and async events need past the coercion of ``args``: a
+    counter's args move under ``COUNTER_ARGS_KEY`` (their keys and types are the trace's own;
+    values that are not numbers become null, counted when the samples are read); an ``id2`` that is
+    not a flat object of ids is dropped (the event is then matched by its ``id``)."""
+    id2 = item.get("id2")
+    if "id2" in item and not (isinstance(id2, dict) and all(isinstance(v, (str, int)) for v in id2.values())):
+        del item["id2"]
+    args = item.get("args")
+    if item.get("ph") in COUNTER_PHASES and isinstance(args, dict):
+        del item["args"]
+        item[COUNTER_ARGS_KEY] = {k: v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                                  for k, v in args.items()}
 
 
 def _coerce_args(args: dict[str, Any]) -> list[str]:
@@ -1317,9 +1572,121 @@ def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]} if parts else {}
 
 
+_get_counter_args = attrgetter("counter_args")
+_NUMBER_TYPES = frozenset({int, float})  # not bool: true/false are no samples
+
+
+def _decode_raws(raws: list[Any], default: Any) -> list[Any]:
+    """JSON texts (``msgspec.Raw``) decoded in one call; when that fails (a value nested too
+    deeply, a number beyond a double such as ``1e999``), one by one: an object value by value
+    (a value that fails reads as null, so its numeric neighbours survive), anything else that
+    fails as ``default``."""
+    try:
+        return list(_ANY_DECODER.decode(b"[" + b",".join(raws) + b"]"))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        pass
+    out = []
+    for raw in raws:  # only for the events of a chunk that failed above
+        try:
+            out.append(_ANY_DECODER.decode(raw) if len(raw) else default)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            out.append(_decode_each_value(raw, default))
+    return out
+
+
+def _decode_each_value(raw: Any, default: Any) -> Any:
+    try:
+        values = _RAW_OBJECT_DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return default
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        try:
+            out[key] = _ANY_DECODER.decode(value)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            out[key] = None
+    return out
+
+
+def _async_ids(events: list[_Event], probes: list[_PhaseProbe]) -> np.ndarray:
+    """The id of each async event as text: ``id2``'s ``local:``/``global:`` value when it has one
+    (the Chrome trace format's scoped ids), else its ``id``, else ""."""
+    ids = np.array(list(map(str, map(_get_id, events))), dtype=object)
+    ids[np.fromiter(map(len, map(_get_id, probes)), dtype=np.int64, count=len(probes)) == 0] = ""
+    id2_raws = list(map(attrgetter("id2"), probes))
+    has_id2 = np.fromiter(map(len, id2_raws), dtype=np.int64, count=len(id2_raws)) > 0
+    if has_id2.any():  # rare (Perfetto-era producers): a function per such event
+        id2 = list(map(_id2_text, _decode_raws(list(compress(id2_raws, has_id2)), default=None)))
+        found = np.array([t is not None for t in id2], dtype=bool)
+        where = np.flatnonzero(has_id2)
+        ids[where[found]] = np.array([t for t in id2 if t is not None], dtype=object)
+    return ids
+
+
+def _id2_text(value: Any) -> str | None:
+    """``{"local": x}`` -> "local:x", ``{"global": x}`` -> "global:x"; None for anything else."""
+    if isinstance(value, dict):
+        for scope in ("local", "global"):
+            if isinstance(value.get(scope), (str, int)) and not isinstance(value.get(scope), bool):
+                return f"{scope}:{value[scope]}"
+    return None
+
+
+def stack_pairs(track: np.ndarray, ts: np.ndarray, seq: np.ndarray,
+                is_begin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pair begins and ends per track in stack order (each end closes the latest open begin of
+    its track; events ordered by ``ts``, then ``seq``), without a loop over events: within a
+    track, the stack depth before each event (an end with none open is unmatched and leaves it
+    at 0) gives each begin and end a level; at one level of one track begins and ends then
+    alternate, so each begin pairs with the next event at its level.
+
+    Returns indices into the inputs: (paired begins, their ends, unmatched ends, begins never
+    closed)."""
+    n = len(track)
+    order = np.lexsort((seq, ts, track))
+    t, begin = track[order], is_begin[order]
+    step = np.where(begin, 1, -1).astype(np.int64)
+    first = np.ones(n, dtype=bool)
+    first[1:] = t[1:] != t[:-1]
+    segment = np.cumsum(first) - 1
+    total = np.cumsum(step)
+    depth = total - (total - step)[first][segment]  # running sum within the track
+    # running minimum within the track: later tracks shifted below every earlier value
+    shift = segment * (2 * n + 1)
+    low = np.minimum.accumulate(depth - shift) + shift
+    low_before = np.where(first, 0, np.roll(low, 1))
+    before = (depth - step) - np.minimum(low_before, 0)  # open begins before the event
+    unmatched_end = ~begin & (before == 0)
+    level = np.where(begin, before + 1, before)
+    live = np.flatnonzero(~unmatched_end)
+    by_level = live[np.lexsort((live, level[live], t[live]))]
+    same_next = np.zeros(len(by_level), dtype=bool)
+    same_next[:-1] = (t[by_level[1:]] == t[by_level[:-1]]) & (level[by_level[1:]] == level[by_level[:-1]])
+    opens = begin[by_level]
+    pair_at = np.flatnonzero(opens & same_next)
+    return (order[by_level[pair_at]], order[by_level[pair_at + 1]], order[np.flatnonzero(unmatched_end)],
+            order[by_level[opens & ~same_next]])
+
+
+def _track_codes(*columns: np.ndarray) -> np.ndarray:
+    """One int64 code per distinct tuple of the columns (exact: factorised, not hashed)."""
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        values, uniques = pd.factorize(column)
+        code = code * max(len(uniques), 1) + values
+        code = pd.factorize(code)[0].astype(np.int64)  # keep codes below the number of rows
+    return code
+
+
 def _plain_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+
+#: The skip reasons of events that carried or may have carried activity (a time on a thread or a
+#: GPU): every figure of the rank leaves them out (``RankInfo.activity_dropped``). Entries that are
+#: not objects, and phases traceview does not read (counters, async, object snapshots...), are not.
+ACTIVITY_LOSS_REASONS = ("skipped_no_ts", "skipped_ts_out_of_range", "skipped_dur_out_of_range",
+                         "skipped_nested_too_deep", "skipped_unmatched_begin", "skipped_unmatched_end")
 
 #: What each event count means in words (``fate_warnings``); ``{n}`` is the count.
 FATE_TEXT = {
@@ -1328,11 +1695,20 @@ FATE_TEXT = {
     "skipped_dur_out_of_range": "{n} events skipped: 'dur' not finite or beyond +-2**61 ns",
     "skipped_not_an_object": "{n} entries of traceEvents skipped: not JSON objects",
     "skipped_nested_too_deep": "{n} events skipped: nested too deeply to decode",
-    "skipped_counter": "{n} counter events (ph 'C') skipped: traceview has no counter table",
-    "skipped_async": "{n} async events (ph b/e/n/S/T/p/F) skipped: traceview builds no async tracks",
+    "skipped_counter_no_value": "{n} counter events (ph 'C') skipped: no arg holds a finite number",
+    "skipped_async_step": "{n} async step events (ph 'T'/'p') skipped: only async begins, ends and instants are read",
     "skipped_unmatched_begin": "{n} 'B' events skipped: no matching 'E' on their thread",
     "skipped_unmatched_end": "{n} 'E' events skipped: no open 'B' on their thread",
+    "skipped_async_unmatched_begin": "{n} async begin events (ph 'b'/'S') skipped: no matching end with the same "
+                                     "pid, category, id and name",
+    "skipped_async_unmatched_end": "{n} async end events (ph 'e'/'F') skipped: no open begin with the same "
+                                   "pid, category, id and name",
     "paired_end": "{n} B/E pairs became duration events",
+    "counter": "{n} counter events (ph 'C') kept as {samples} samples in the counters table (not as events)",
+    "async_paired_end": "{n} async b/e (or S/F) pairs kept as kind 'other' duration events (category as given)",
+    "async_instants": "{n} async instants (ph 'n') kept as kind 'other' instant events (category as given)",
+    "coerced_counter_arg_dropped": "{n} counter args that are not finite numbers dropped (the numeric args of "
+                                   "their events kept)",
     "coerced_invalid_utf8": "{n} byte sequences that are not UTF-8 replaced by U+FFFD in strings",
     "coerced_dur_not_a_number": "{n} events had a 'dur' that is not a number; set to 0",
     "coerced_negative_dur": "{n} events had a negative duration; set to 0",
@@ -1350,7 +1726,8 @@ FATE_TEXT = {
 
 def fate_warnings(counts: dict[str, int], unsupported_phases: dict[str, int]) -> list[str]:
     """One line per skip or coercion reason that occurred, saying exactly what was done."""
-    lines = [text.format(n=f"{counts[key]:,}") for key, text in FATE_TEXT.items() if counts.get(key)]
+    samples = f"{counts.get('counter_samples', 0):,}"
+    lines = [text.format(n=f"{counts[key]:,}", samples=samples) for key, text in FATE_TEXT.items() if counts.get(key)]
     if counts.get("skipped_unsupported_phase"):
         phases = ", ".join(f"'{ph}' ({n:,})" for ph, n in sorted(unsupported_phases.items()))
         lines.append(f"{counts['skipped_unsupported_phase']:,} events of phases traceview does not read skipped: "
@@ -1496,7 +1873,9 @@ def _in_directory(path: Path, head: bytes) -> bool:
 
 def _parse(path: Path, *, progress: ProgressFn | None = None, step_marker: str | None = None) -> Trace:
     del step_marker  # part of the InputFormat.parse signature; Kineto marks steps itself (ProfilerStep#N)
-    return parse_kineto(path, progress=progress)
+    from traceview.loading import wanted_parse_jobs
+
+    return parse_kineto(path, progress=progress, jobs=wanted_parse_jobs())
 
 
 FORMAT = register_input_format(InputFormat(

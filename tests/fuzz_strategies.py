@@ -52,8 +52,10 @@ ARG_KEYS = ("correlation", "External id", "stream", "device", "grid", "block", "
 META_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion", "traceName")
 #: Event-count keys that are a fate of an event read (the rest annotate: coerced, re-read, ...).
 #: Any key starting with ``skipped`` is a fate too: the reasons an event was not kept.
-#: (``paired_end``: an ``E`` event merged with its ``B`` into one mapped duration event.)
-KINETO_FATES = frozenset({"mapped", "metadata", "flow", "memory", "paired_end", "unmapped_ph"})
+#: (``paired_end``: an ``E`` event merged with its ``B`` into one mapped duration event; likewise
+#: ``async_paired_end`` for async ``e``/``F``; ``counter``: a ``C`` event kept as samples in Trace.counters.)
+KINETO_FATES = frozenset({"mapped", "metadata", "flow", "memory", "paired_end", "async_paired_end", "counter",
+                          "unmapped_ph"})
 #: Nsight tables whose rows the parser maps to events.
 NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
                "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS")
@@ -81,10 +83,14 @@ class FuzzCase:
 
 # ---------------------------------------------------------------------------------- Kineto documents
 def _step_events(step: int, t0_us: int, corr: int, n_kernels: int, memory: bool) -> list[dict[str, Any]]:
-    """One profiler step: annotation, an op per kernel with its launch, the kernel, its ac2g flow."""
+    """One profiler step: annotation, an op per kernel with its launch, the kernel, its ac2g flow; a
+    counter sample and an async b/e pair (kept as Trace.counters and an 'other' row)."""
     step_us = 100 * (n_kernels + 1)
     events: list[dict[str, Any]] = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
                                      "pid": 1, "tid": 1, "ts": t0_us, "dur": step_us, "args": {"External id": corr}}]
+    events += [{"ph": "C", "name": "queue", "pid": 1, "tid": 1, "ts": t0_us, "args": {"depth": step, "bytes": 2.5}},
+               {"ph": "b", "cat": "dataloader", "name": "batch", "id": step, "pid": 1, "tid": 1, "ts": t0_us + 1},
+               {"ph": "e", "cat": "dataloader", "name": "batch", "id": step, "pid": 1, "tid": 1, "ts": t0_us + 3}]
     for k in range(n_kernels):
         c, ts = corr + k + 1, t0_us + 10 + 100 * k
         events += [
@@ -440,8 +446,9 @@ def kineto_accounting(rank: dict[str, Any], n_events: int | None) -> list[str]:
     if int(rank.get("span_ns", 0)) < 0:
         problems.append(f"negative span {rank.get('span_ns')}")
     warnings = rank.get("warnings") or []
+    samples = f"{counts.get('counter_samples', 0):,}"
     for key, text in FATE_TEXT.items():  # every skip and coercion is said in the report, with its count
-        if counts.get(key) and text.format(n=f"{counts[key]:,}") not in warnings:
+        if counts.get(key) and text.format(n=f"{counts[key]:,}", samples=samples) not in warnings:
             problems.append(f"{key} = {counts[key]} is not in the report's warnings {warnings}")
     return problems
 

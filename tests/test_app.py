@@ -255,8 +255,10 @@ def test_time_filter_keeps_events_starting_in_the_range(ctl: AppController) -> N
 def test_malformed_filter_values_are_ignored() -> None:
     f = Filters.from_controls(["a", "/etc"], "x", "/tmp", {"x": 1})
     assert f == Filters()
-    assert Filters.from_controls([2, "1"], [4, 2], "1.5", None) == Filters(ranks=(1, 2), steps=(4, 2),
+    assert Filters.from_controls([2, "1"], [2, 4], "1.5", None) == Filters(ranks=(1, 2), steps=(2, 4),
                                                                           time_ns=(1_500_000, 2**62))
+    # a reversed range is unusable: ignored like any other unusable control
+    assert Filters.from_controls(None, [4, 2], None, None) == Filters()
 
 
 # --------------------------------------------------------------------------------- timeline
@@ -319,8 +321,8 @@ def test_clicking_a_gap_opens_the_timeline_around_it(ctl: AppController) -> None
     ctx = ctl.store.context(rid)
     gap = ctx.table("idle_gaps", "gaps").loc[row["id"]]
     start, end = int(gap["start_ns"]) - ctx.origin_ns, int(gap["end_ns"]) - ctx.origin_ns
-    path, search = ctl.gap_clicked({"row": 0, "column": 0, "column_id": "rank", "row_id": row["id"]}, rid)
-    assert path == "/timeline" and search == gap_search(start, end)
+    path, search, said = ctl.gap_clicked({"row": 0, "column": 0, "column_id": "rank", "row_id": row["id"]}, rid)
+    assert path == "/timeline" and search == gap_search(start, end) and said is None
     params = parse_search(search)
     assert params["t0"] < start and params["t1"] > end and params["f0"] == start and params["f1"] == end
     body, _ = ctl.render_page(path, search, rid)
@@ -338,10 +340,14 @@ def test_clicking_a_gap_opens_the_timeline_around_it(ctl: AppController) -> None
     click = {"points": [{"customdata": [start, end], "curveNumber": 0, "pointNumber": 0}]}
     fig2, st2, _ = ctl.timeline_update("tl-graph.clickData", None, click, {"t0": 0, "t1": 12_000_000}, rid)
     assert (st2["f0"], st2["f1"]) == (start, end) and st2["t0"] < start and st2["t1"] > end
-    # junk clicks are ignored
-    assert ctl.gap_clicked({"row_id": "/etc/passwd"}, rid) == (dash.no_update, dash.no_update)
-    assert ctl.gap_clicked({"row_id": 10**9}, rid) == (dash.no_update, dash.no_update)
-    assert ctl.gap_clicked(None, rid) == (dash.no_update, dash.no_update)
+    # a junk click stays on the page and says why beside the table; a cleared selection says nothing
+    for cell, said in (({"row_id": "/etc/passwd"}, "row: '/etc/passwd' is not a number"),
+                       ({"row_id": 10**9}, "row 1000000000 is not a gap of this selection"),
+                       ("abc", "clicked cell: 'abc' is not a table cell")):
+        path, search, msg = ctl.gap_clicked(cell, rid)
+        assert path is dash.no_update and search is dash.no_update
+        assert said in msg.children and "tv-error" in msg.className
+    assert ctl.gap_clicked(None, rid) == (dash.no_update, dash.no_update, None)
     assert ctl.timeline_update("tl-graph.clickData", None, {"points": [{"x": 1}]}, state, rid)[0] is dash.no_update
 
 

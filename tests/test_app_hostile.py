@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import pickle
 from pathlib import Path
 from typing import Any, Callable
@@ -68,8 +69,22 @@ def test_the_validator_names_the_control_and_the_value(value: Any) -> None:
 
 
 def test_the_validator_keeps_good_values() -> None:
-    assert validate.filters([2, "1"], [4, 2], "1.5", None) == Filters(ranks=(1, 2), steps=(4, 2),
+    assert validate.filters([2, "1"], [2, 4], "1.5", None) == Filters(ranks=(1, 2), steps=(2, 4),
                                                                        time_ns=(1_500_000, 2**62))
+    assert validate.filters(None, [3, 3], "1", "2.5").time_ns == (1_000_000, 2_500_000)
+
+
+@pytest.mark.parametrize(("steps", "t0", "t1", "said"), [
+    ([4, 2], None, None, "steps: [4, 2] ends before it starts"),
+    (None, "5", "3", "from (ms) 5 is not before to (ms) 3"),
+    (None, 2, 2, "from (ms) 2 is not before to (ms) 2"),
+])
+def test_reversed_or_empty_windows_are_said_not_read_as_the_whole_run(
+        ctl: AppController, steps: Any, t0: Any, t1: Any, said: str) -> None:
+    with pytest.raises(validate.BadValue, match=re.escape(said)):
+        validate.filters(None, steps, t0, t1)
+    body, _ = ctl.render_page("/gaps", "", 0, None, steps, t0, t1)
+    assert said in text_of(body)
     assert validate.filters(None, None, None, None) == Filters()
     assert validate.filters([], None, "", "") == Filters()
 

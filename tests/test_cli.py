@@ -194,3 +194,44 @@ def test_help_exits_0():
     result = run("--help")
     assert result.returncode == 0
     assert "analyze" in result.stdout
+
+
+#: run the CLI in a fresh process, then print the top-level modules it imported
+_LIST_MODULES = ("import sys; sys.argv = ['traceview', *sys.argv[1:]]\n"
+                 "from traceview.cli import main\n"
+                 "try:\n    main()\nfinally:\n    print('MODULES', ' '.join(sorted(sys.modules)))\n")
+
+
+def imported_modules(*args: str) -> set[str]:
+    result = subprocess.run([sys.executable, "-c", _LIST_MODULES, *args], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.startswith("MODULES "))
+    return set(line.split()[1:])
+
+
+@pytest.mark.parametrize("args", [("--help",), ("analyze", "--help"), ("app", "--help")])
+def test_help_imports_no_heavy_library(args):
+    """Fast start (issue 12): help needs typer only; numpy, pyarrow, pandas, plotly, dash and rich's
+    help formatting would triple its start time (benchmarks/bench_start.py)."""
+    modules = imported_modules(*args)
+    assert "traceview.commands.analyze" in modules  # every command was registered
+    heavy = {m for m in modules if m.split(".")[0] in {"numpy", "pyarrow", "pandas", "plotly", "dash", "msgspec"}}
+    assert not heavy, sorted(heavy)[:10]
+    assert "typer.rich_utils" not in modules and "rich.console" not in modules
+
+
+def test_info_imports_no_report_or_front_end(tmp_path):
+    """`traceview info` reads the trace, not the analyses, the report, the renderers or the app."""
+    modules = imported_modules("info", str(small_trace(tmp_path / "t.json")))
+    assert "traceview.loading" in modules  # it did load the trace
+    unwanted = {m for m in modules if m.split(".")[0] in {"plotly", "dash"}
+                or m.startswith(("traceview.pipeline", "traceview.report", "traceview.render", "traceview.analyses",
+                                 "traceview.app"))}
+    assert not unwanted, sorted(unwanted)
+
+
+def test_commands_pipe_as_wide_as_the_terminal_report():
+    from traceview.commands._common import PIPED_WIDTH
+    from traceview.render.terminal import TEXT_WIDTH
+
+    assert PIPED_WIDTH == TEXT_WIDTH

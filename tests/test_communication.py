@@ -665,3 +665,31 @@ def test_rule_table_reaches_the_report() -> None:
         "Communication by classification rule (whole trace)"
     summary = report.table("communication", "summary")
     assert set(summary["families"]) == {"deepep, fancy"} and set(summary["exposed_ns"]) == {700}
+
+
+def test_matched_occurrences_stop_at_the_fewest_any_rank_ran() -> None:
+    """Across ranks, each (collective, process group, step) is matched up to the smallest number of
+    kernels any rank ran of it (the least per-rank count, computed with column operations); the
+    reference is the former per-group ``value_counts().min()``. Many steps, uneven counts."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for step in range(400):
+        for kind, pg in (("all_reduce", "0"), ("all_gather", "1"), ("broadcast", "")):
+            for rank in range(4):
+                n = int(rng.integers(0, 4))  # 0..3 kernels: some ranks miss a collective in a step
+                for k in range(n):
+                    start = step * 10_000_000 + k * 1_000_000 + int(rng.integers(0, 50_000))
+                    rows.append({"rank": rank, "collective": kind, "process_group": pg, "step": step,
+                                 "start": start, "end": start + int(rng.integers(1_000, 90_000))})
+    frame = pd.DataFrame(rows)
+    matched, _ = comm.match_collectives(frame)
+    keys = ["collective", "process_group", "step"]
+    c = frame.sort_values(["rank", "start", "end"]).copy()
+    c["occurrence"] = c.groupby(["rank"] + keys, sort=False).cumcount()
+    c["ranks"] = c.groupby(keys + ["occurrence"])["rank"].transform("size")
+    c = c[c["ranks"] >= 2]
+    c["min_count"] = c.groupby(keys)["rank"].transform(lambda s: s.value_counts().min())
+    expected = c[c["occurrence"] < c["min_count"]]
+    got = matched[["rank", *keys, "occurrence"]].sort_values(["rank", *keys, "occurrence"]).reset_index(drop=True)
+    want = expected[["rank", *keys, "occurrence"]].sort_values(["rank", *keys, "occurrence"]).reset_index(drop=True)
+    assert len(want) > 1000 and got.equals(want)

@@ -180,9 +180,9 @@ def test_unmapped_events_are_counted_not_dropped(tmp_path):
     info = tr.ranks[0]
     # the allocator's [memory] instant is a row of Trace.memory, not an unmapped event
     assert info.unmapped == {"mtia_ccp_events": 1}  # kept as kind 'other': only categories are
-    assert tr.num_events == 2  # the counter has no duration semantics: counted, not an event row
-    assert info.event_counts["skipped_counter"] == 1
-    assert any("counter" in w and "skipped" in w for w in info.warnings)
+    assert tr.num_events == 2  # the counter has no duration semantics: a sample of Trace.counters, not an event row
+    assert info.event_counts["counter"] == 1 and tr.counters.num_rows == 1
+    assert any("counter" in w and "samples" in w for w in info.warnings)
     assert tr.memory.num_rows == 1 and info.event_counts["memory"] == 1
     assert info.event_counts["events_read"] == 4
 

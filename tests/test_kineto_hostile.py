@@ -19,7 +19,8 @@ from traceview.errors import TraceFormatError
 from traceview.parsers import kineto as kp
 
 #: The event counts that are fates (each event read has exactly one); the others count coercions.
-NOT_FATES = ("events_read", "coerced", "flows_unresolved", "times_reread_exactly", "clamped")
+NOT_FATES = ("events_read", "coerced", "flows_unresolved", "times_reread_exactly", "clamped", "counter_samples",
+             "async_instants")
 
 
 def kernel(name: str, ts: Any, dur: Any = 5, corr: int = 1, **args: Any) -> dict[str, Any]:
@@ -307,13 +308,17 @@ def test_counters_and_async_events_are_counted_and_said_exactly(tmp_path):
         {"ph": "e", "cat": "x", "name": "req", "id": 1, "pid": 0, "tid": 1, "ts": 14},
         {"ph": "Z", "name": "?", "pid": 0, "tid": 1, "ts": 15},
     ]
-    info = only_info(load(tmp_path, events))
+    tr = load(tmp_path, events)
+    info = only_info(tr)
     counts = info.event_counts
-    assert counts["skipped_counter"] == 1 and counts["skipped_async"] == 2
+    # the counter is kept as a sample, the async pair as one duration row (issue 11)
+    assert counts["counter"] == 1 and counts["counter_samples"] == 1 and tr.counters.num_rows == 1
+    assert counts["async_paired_end"] == 1 and tr.num_events == 2
     assert counts["skipped_unsupported_phase"] == 1
-    assert info.unmapped == {}
+    assert info.unmapped == {}  # async rows are kind 'other' by their phase, not an unmapped category
     text = " ".join(info.warnings)
-    assert "counter" in text and "kept as kind 'other'" not in text
+    assert "1 counter events (ph 'C') kept as 1 samples in the counters table" in text
+    assert "1 async b/e (or S/F) pairs kept as kind 'other' duration events" in text
     assert "'Z'" in text
 
 

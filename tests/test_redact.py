@@ -820,6 +820,7 @@ def _planted_kineto(path: Path) -> Path:
             {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 2, "ts": 0, "dur": 50},
             {"ph": "X", "cat": "cpu_op", "name": "load " + _AKIA, "pid": 1, "tid": 2, "ts": 1, "dur": 5},
             {"ph": "X", "cat": "custom " + _XOXB, "name": "thing", "pid": 1, "tid": 2, "ts": 7, "dur": 5},
+            {"ph": "C", "name": "queue " + _AKIA, "pid": 1, "ts": 8, "args": {"depth " + _XOXB: 3}},
         ],
     }
     path.write_text(json.dumps(doc))
@@ -836,17 +837,20 @@ def test_convert_writes_no_planted_secret(tmp_path):
     assert result.returncode == 0, result.stderr
     assert _AKIA not in result.stdout + result.stderr and _XOXB not in result.stdout + result.stderr
     written = sorted(p.name for p in out.iterdir())
-    assert written == ["events.parquet", "links.parquet", "ranks.json", "steps.parquet"]
+    assert written == ["counters.parquet", "events.parquet", "links.parquet", "memory.parquet", "ranks.json",
+                       "steps.parquet"]
     ranks = (out / "ranks.json").read_text()
     assert _AKIA not in ranks and _XOXB not in ranks
     meta = json.loads(ranks)["ranks"][0]
     assert meta["distributed_info"]["backend"] == "nccl" and meta["rank"] == 0  # ordinary values stay
-    for name in ("events", "links", "steps"):
+    for name in ("events", "links", "steps", "memory", "counters"):
         table = pq.read_table(out / f"{name}.parquet")
         text = json.dumps(table.to_pylist(), default=str) + str(table.schema.metadata)
         assert _AKIA not in text and _XOXB not in text, name
     events = pq.read_table(out / "events.parquet")
     assert events.num_rows == 3 and "ProfilerStep#1" in events.column("name").to_pylist()
+    counters = pq.read_table(out / "counters.parquet").to_pylist()
+    assert [(c["value"], c["name"].startswith("queue ")) for c in counters] == [(3.0, True)]
 
 
 def test_info_prints_no_planted_secret(tmp_path):

@@ -210,3 +210,105 @@ def test_unreliable_cpu_op_links_are_not_trusted() -> None:
     copies = calls[calls["call_type"] == "copy_then_sync"]
     assert len(copies) == 32
     assert set(copies["cpu_op"]) == {"aten::copy_"} and set(copies["top_cpu_op"]) == {"aten::to"}
+
+
+# ------------------------------------------------------------------------------ per-step totals
+# The per-step totals are column sums (no Python per group); this reference is the former
+# groupby.apply of one lambda per total, kept here to show the two give the same table.
+
+
+def _reference_step_totals(calls):
+    import numpy as np
+    import pandas as pd
+
+    from traceview.analyses.steps import NO_STEP, step_column
+
+    c = calls.copy()
+    c["is_sync"] = c["call_type"].isin(["device_sync", "stream_sync", "event_sync"])
+    c["is_copy"] = c["call_type"].isin(["blocking_copy", "copy_then_sync"])
+    c["is_pageable"] = c["call_type"] == "pageable_copy"
+    c["copy_count"] = c["is_copy"] & ~(c["call_type"].eq("copy_then_sync") & c["api"].str.contains("Synchronize"))
+    frames = []
+    for whole in (True, False):
+        d = c.copy()
+        if whole:
+            d["step"] = pd.array([None] * len(d), dtype="Int64")
+            d["step_key"] = NO_STEP
+        else:
+            d = d[d["step"].notna()].copy()
+            d["step_key"] = d["step"].astype(np.int64)
+        if d.empty:
+            continue
+        g = d.groupby(["rank", "step_key"])
+
+        def flagged(flag, value):
+            return g.apply(lambda x: x.loc[x[flag], value].sum(), include_groups=False)
+
+        frames.append(pd.DataFrame({
+            "sync_calls": g["is_sync"].sum(), "sync_blocked_ns": flagged("is_sync", "dur_ns"),
+            "sync_cost_ns": flagged("is_sync", "cost_ns"), "blocking_copies": g["copy_count"].sum(),
+            "blocking_copy_blocked_ns": flagged("is_copy", "dur_ns"), "blocking_copy_cost_ns": flagged("is_copy", "cost_ns"),
+            "pageable_copies": g["is_pageable"].sum(), "pageable_cost_ns": flagged("is_pageable", "cost_ns"),
+        }).reset_index())
+    st = pd.concat(frames, ignore_index=True).sort_values(["rank", "step_key"])
+    st["step"] = step_column(st["step_key"])
+    cols = list(sync._STEP_COLS)
+    for col in cols[2:]:
+        st[col] = st[col].astype(np.int64)
+    return st[cols].reset_index(drop=True)
+
+
+def many_steps_trace(steps: int = 300, ranks: int = 2):
+    """Every kind of blocking call, in a pattern that changes from step to step, on two ranks;
+    some calls fall outside the steps."""
+    b = Builder()
+    for rank in range(ranks):
+        for n in range(steps):
+            t0 = 1_000_000 * n
+            b.step(n + 1, t0, t0 + 900_000, rank=rank)
+            b.launch(b.runtime("cudaLaunchKernel", t0 + 1_000, 100, rank=rank), b.kernel(t0 + 2_000, 200_000 + 97 * n,
+                                                                                        rank=rank))
+            if n % 2 == 0:
+                b.runtime("cudaStreamSynchronize", t0 + 5_000, 150_000 + 31 * n, rank=rank)
+            if n % 3 == 0:
+                b.runtime("cudaDeviceSynchronize", t0 + 300_000, 20_000 + n, rank=rank)
+            if n % 5 != 1:
+                b.launch(b.runtime("cudaMemcpy", t0 + 400_000, 50_000 + 7 * n, rank=rank),
+                         b.memcpy(t0 + 420_000, 20_000, name="Memcpy HtoD (Pageable -> Device)", bytes=1 << 20,
+                                  rank=rank))
+            if n % 4 == 2:
+                b.launch(b.runtime("cudaMemcpyAsync", t0 + 500_000, 40_000, rank=rank),
+                         b.memcpy(t0 + 530_000, 8_000, name="Memcpy HtoD (Pageable -> Device)", bytes=1 << 16,
+                                  rank=rank))
+                b.launch(b.runtime("cudaLaunchKernel", t0 + 545_000, 100, rank=rank),
+                         b.kernel(t0 + 550_000, 50_000, rank=rank))
+            if n % 7 == 3:
+                copy_api = b.runtime("cudaMemcpyAsync", t0 + 610_000, 2_000, rank=rank)
+                b.launch(copy_api, b.memcpy(t0 + 650_000, 1_000, name="Memcpy DtoH (Device -> Pageable)", bytes=4,
+                                            rank=rank))
+                b.runtime("cudaStreamSynchronize", t0 + 613_000, 40_000, rank=rank)
+        b.runtime("cudaDeviceSynchronize", 1_000_000 * steps + 10, 5_000, rank=rank)  # after the last step
+    return b.build()
+
+
+def test_per_step_totals_equal_the_per_group_reference_on_many_steps() -> None:
+    trace = many_steps_trace()
+    result = run(trace)
+    calls = result.tables["calls"]
+    assert calls["step"].nunique() > 250 and set(calls["call_type"]) >= {
+        "device_sync", "stream_sync", "blocking_copy", "pageable_copy", "copy_then_sync"}
+    by_step = result.tables["by_step"]
+    expected = _reference_step_totals(calls)
+    assert len(by_step) == 2 * (calls["step"].nunique() + 1)  # per step with calls and the whole trace, per rank
+    assert by_step.equals(expected) and by_step.dtypes.equals(expected.dtypes)
+
+
+@pytest.mark.parametrize("name", ["synthetic_4rank", "torch_cpu_mlp.json.gz", "synthetic_nsys.sqlite"])
+def test_per_step_totals_equal_the_reference_on_the_samples(name: str) -> None:
+    from conftest import SAMPLE_TRACES
+
+    result = run(traceview.load(SAMPLE_TRACES / name))
+    calls = result.tables["calls"]
+    if calls.empty:
+        pytest.skip(f"{name} has no blocking calls")
+    assert result.tables["by_step"].equals(_reference_step_totals(calls))

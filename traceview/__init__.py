@@ -9,15 +9,22 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from traceview.errors import TraceFormatError, TraceviewError
-from traceview.findings import Finding, Options
-from traceview.loading import load
-from traceview.model import Kind, RankInfo, Trace
 
 if TYPE_CHECKING:
+    from traceview.findings import Finding, Options
+    from traceview.loading import load
+    from traceview.model import Kind, RankInfo, Trace
     from traceview.report import Report
+
+#: public names loaded on first use (PEP 562): ``traceview --help`` imports this package, and
+#: numpy, pyarrow and pandas would triple its start time
+_LAZY = {"load": "traceview.loading", "Trace": "traceview.model", "Kind": "traceview.model",
+         "RankInfo": "traceview.model", "Options": "traceview.findings", "Finding": "traceview.findings",
+         "Report": "traceview.report"}
 
 __all__ = ["analyze", "load", "Report", "Trace", "Kind", "RankInfo", "Options", "Finding", "TraceFormatError",
            "TraceviewError"]
@@ -31,14 +38,19 @@ def analyze(source: Any, *, use_cache: bool = True, executor: Any = None, **opti
     ``options`` are :class:`Options` fields: ``step_marker``, ``top_n``, ``min_gap_ns``, ``ranks``.
     ``executor``: run rank by rank elsewhere (``traceview.jobs.make_executor(workers=4)``).
     """
+    from traceview.findings import Options
     from traceview.pipeline import analyze as run_pipeline
 
     return run_pipeline(source, Options(**options), use_cache=use_cache, executor=executor)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Report":  # the report model imports pandas: loaded on first use
-        from traceview.report import Report
-
-        return Report
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
     raise AttributeError(f"module 'traceview' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

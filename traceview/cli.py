@@ -2,6 +2,10 @@
 
 User errors (missing file, not a trace, corrupt input) print one line and exit 2; they never
 show a traceback. ``TRACEVIEW_DEBUG=1`` shows tracebacks for unexpected errors.
+
+Start time matters (``traceview --help``, ``traceview info``: benchmarks/bench_start.py): this
+module and every command module import only typer and the standard library at the top; each
+command imports what it uses (numpy, pyarrow, pandas, rich, the pipeline) inside its function.
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # plain click help: typer's rich help imports rich.markdown, markdown_it and rich.traceback,
+    # which alone take 2-3x the start time of the rest (benchmarks/bench_start.py)
+    rich_markup_mode=None,
+    # as wide as the terminal up to 160 columns (click's default stops at 80)
+    context_settings={"max_content_width": 160},
 )
 # every command module is imported: a missing one is a packaging bug, not something to skip
 for _name in COMMANDS:

@@ -8,12 +8,14 @@ HTML, JSON, web app) only format these; they never recompute a metric.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from traceview.claims import Claims
+
+if TYPE_CHECKING:  # the tables' type only: `traceview info` loads traces without pandas
+    import pandas as pd
 
 SEVERITIES = ("high", "medium", "low", "info")
 

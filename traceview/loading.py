@@ -6,12 +6,14 @@ ranks, and concatenate into one :class:`Trace`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import zlib
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -29,9 +31,43 @@ from traceview.model import (
 )
 
 #: Bump when parser output changes, so stale cache entries are never read.
-CACHE_VERSION = "2"  # 2: allocator events in Trace.memory (a ".memory" file beside the events)
+CACHE_VERSION = "4"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
+# 3: counter samples in Trace.counters (".counters"), async b/e pairs and n instants as events;
+# 4: text pid/tid ids numbered in event order (the same with any --jobs); RankInfo.activity_dropped
 
 ProgressFn = Callable[[int, int], None]
+
+#: Processes a parse may use (``--jobs``; set with :func:`parse_jobs`); None: the cores available.
+_PARSE_JOBS: ContextVar[int | None] = ContextVar("traceview_parse_jobs", default=None)
+
+
+@contextlib.contextmanager
+def parse_jobs(jobs: int | None) -> Iterator[None]:
+    """Within this block, parsers that can use several processes (Kineto: parsers/kineto_parallel.py)
+    use at most ``jobs`` (None: the cores available; 1: this process only). A context variable, so
+    every command and the pipeline reach the parsers without passing it through each call."""
+    token = _PARSE_JOBS.set(jobs)
+    try:
+        yield
+    finally:
+        _PARSE_JOBS.reset(token)
+
+
+def wanted_parse_jobs() -> int:
+    """The processes a parse may use now: the innermost :func:`parse_jobs` setting, else the cores
+    this process may run on (its CPU affinity) in a main process, and 1 in a worker process (a
+    job's workers already share the cores)."""
+    jobs = _PARSE_JOBS.get()
+    if jobs is not None:
+        return max(1, jobs)
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def read_head(path: Path, size: int) -> bytes:
@@ -140,7 +176,7 @@ def cache_key(path: Path) -> str:
     Hashing the whole file would cost as much as parsing it; size + mtime + both ends catch
     rewrites in practice, and the parser version invalidates old entries.
     """
-    st = path.stat()
+    st = require_regular_file(path)  # before opening: a FIFO would block the open forever
     digest = hashlib.sha256()
     digest.update(f"{CACHE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
     with open(path, "rb") as f:
@@ -159,7 +195,7 @@ def _write_cache(trace: Trace, target: Path) -> None:
     with pa.OSFile(str(tmp), "wb") as sink:
         with ipc.new_file(sink, events.schema) as writer:
             writer.write_table(events)
-    for suffix, table in ((".links", trace.links), (".memory", trace.memory)):
+    for suffix, table in ((".links", trace.links), (".memory", trace.memory), (".counters", trace.counters)):
         with pa.OSFile(str(tmp) + suffix, "wb") as sink:
             with ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
@@ -170,12 +206,14 @@ def _write_cache(trace: Trace, target: Path) -> None:
 def _read_cache(target: Path) -> Trace | None:
     links_path = Path(str(target) + ".links")
     memory_path = Path(str(target) + ".memory")
-    if not target.exists() or not links_path.exists() or not memory_path.exists():
+    counters_path = Path(str(target) + ".counters")
+    if not all(p.exists() for p in (target, links_path, memory_path, counters_path)):
         return None
     try:
         events = ipc.open_file(pa.memory_map(str(target))).read_all()
         links = ipc.open_file(pa.memory_map(str(links_path))).read_all()
         memory = ipc.open_file(pa.memory_map(str(memory_path))).read_all()
+        counters = ipc.open_file(pa.memory_map(str(counters_path))).read_all()
         meta = (events.schema.metadata or {}).get(b"traceview")
         if meta is None:
             return None
@@ -184,7 +222,7 @@ def _read_cache(target: Path) -> Trace | None:
         return None  # a damaged cache entry is re-parsed, never trusted
     events = events.replace_schema_metadata(None)
     return Trace(events=events, links=links, ranks=ranks, steps=steps_from_annotations(events), warnings=warnings,
-                 memory=memory)
+                 memory=memory, counters=counters)
 
 
 # ------------------------------------------------------------------------------- loading
@@ -221,8 +259,12 @@ def load(
     use_cache: bool = True,
     progress: Callable[[Path, int, int], None] | None = None,
     step_marker: str | None = None,
+    jobs: int | None = None,
 ) -> Trace:
     """Load one or more trace files or directories into one :class:`Trace`.
+
+    ``jobs``: processes a big Kineto file is parsed with (default: as :func:`parse_jobs` set, else
+    the cores available; 1: this process only); the Trace is the same whatever it is.
 
     Ranks come from each file (``distributedInfo``), else from its name (``rank3``, ``worker3``,
     ``rank-3``, ``_rank_3``), else each unresolved file gets a distinct unused rank and a warning.
@@ -232,13 +274,84 @@ def load(
         paths = [paths]
     skipped: list[Path] = []
     files = find_trace_files(list(paths), skipped)
-    traces: list[Trace] = []
-    for file in files:
-        cb = (lambda done, total, _f=file: progress(_f, done, total)) if progress else None
-        traces.append(load_file(file, use_cache=use_cache, progress=cb, step_marker=step_marker))
+    with parse_jobs(jobs) if jobs is not None else contextlib.nullcontext():
+        workers = wanted_parse_jobs()
+        if workers > 1 and _spread_over_files(files, workers):
+            traces = _load_in_processes(files, use_cache, progress, step_marker, workers)
+        else:  # one file at a time, each big one parsed by ``workers`` processes
+            traces = []
+            for file in files:
+                cb = (lambda done, total, _f=file: progress(_f, done, total)) if progress else None
+                traces.append(load_file(file, use_cache=use_cache, progress=cb, step_marker=step_marker))
     trace = _assign_ranks(traces)
     trace.warnings.extend(f"{p}: skipped, not a trace" for p in skipped)
     return trace
+
+
+#: Below this much input, parsing in several processes costs more than it saves (process start,
+#: shipping columns back): measured in benchmarks/README.md ("Parallel parse").
+PARALLEL_MIN_BYTES = 32 * 1024 * 1024
+
+
+def _spread_over_files(files: list[Path], workers: int) -> bool:
+    """Parse whole files in ``workers`` processes: enough files, enough bytes, and no file so big
+    that it alone would keep one process busy long after the others (that one is better cut into
+    ranges, parsers/kineto_parallel.py)."""
+    if len(files) < workers:
+        return False
+    sizes = [f.stat().st_size for f in files]
+    return sum(sizes) >= PARALLEL_MIN_BYTES and max(sizes) * workers <= 2 * sum(sizes)
+
+
+def _load_in_processes(files: list[Path], use_cache: bool, progress: Callable[[Path, int, int], None] | None,
+                       step_marker: str | None, workers: int) -> list[Trace]:
+    """At least as many files as processes: each file parsed whole by one of ``workers``
+    processes (no range merging), Traces returned pickled, in file order. Progress per file as
+    each completes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork: workers start with every module already imported (see parsers/kineto_parallel.py)
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    before = {child.pid for child in multiprocessing.active_children()}
+    with contextlib.ExitStack() as stack, \
+            ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method)) as pool:
+        stack.callback(stop_leftover_workers, before)  # after the pool's own shutdown (exits first)
+        futures = [pool.submit(_load_one, file, use_cache, step_marker) for file in files]
+        traces = []
+        try:
+            for file, future in zip(files, futures):
+                try:
+                    traces.append(future.result())
+                # whatever failed in the worker (a bad file, a killed process), this process reads
+                # the file again: the same Trace, or the error a serial load gives, raised as it would be
+                except Exception:
+                    traces.append(load_file(file, use_cache=use_cache, step_marker=step_marker))
+                if progress is not None:
+                    size = file.stat().st_size
+                    progress(file, size, size)
+        finally:  # on an error, files not yet started are not parsed for nothing
+            for future in futures:
+                future.cancel()
+        return traces
+
+
+def stop_leftover_workers(before: set[int | None]) -> None:
+    """End the worker processes started since ``before`` (pids of the children then) that outlived
+    their pool's shutdown. When a task fails while workers are still starting, CPython 3.11's
+    ProcessPoolExecutor can leave a worker waiting for a task that never comes, and interpreter
+    exit then waits for it forever (seen under pytest with the serial fallback of a parse)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        if child.pid not in before:
+            child.terminate()
+            child.join(5)
+
+
+def _load_one(file: Path, use_cache: bool, step_marker: str | None) -> Trace:
+    with parse_jobs(1):
+        return load_file(file, use_cache=use_cache, step_marker=step_marker)
 
 
 @dataclass
@@ -357,8 +470,10 @@ def _with_ranks(table: pa.Table, mapping: dict[int, int]) -> pa.Table:
 
 
 def renumber_ranks(tr: Trace, mapping: dict[int, int]) -> Trace:
-    """``tr`` with its ranks renamed (``{old: new}``) in its events, links, steps and ranks dict
-    (``traceview.jobs`` renames a file's ranks with it as :func:`load` does)."""
-    events, links, steps, memory = (_with_ranks(t, mapping) for t in (tr.events, tr.links, tr.steps, tr.memory))
+    """``tr`` with its ranks renamed (``{old: new}``) in its events, links, steps, memory, counters
+    and ranks dict (``traceview.jobs`` renames a file's ranks with it as :func:`load` does)."""
+    events, links, steps, memory, counters = (_with_ranks(t, mapping) for t in
+                                              (tr.events, tr.links, tr.steps, tr.memory, tr.counters))
     ranks = {mapping.get(r, r): info for r, info in tr.ranks.items()}
-    return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=tr.warnings, memory=memory)
+    return Trace(events=events, links=links, ranks=ranks, steps=steps, warnings=tr.warnings, memory=memory,
+                 counters=counters)

@@ -44,7 +44,6 @@ class Kind(enum.IntEnum):
 
 KINDS: list[str] = [k.name.lower() for k in Kind]
 KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
-KIND_DICTIONARY = pa.array(KINDS, pa.string())
 NAME_TYPE = pa.dictionary(pa.int32(), pa.string())
 
 #: Kinds that execute on a GPU stream.
@@ -141,6 +140,22 @@ MEMORY_SCHEMA = pa.schema(
     ]
 )
 
+#: Counter samples (Chrome trace ``ph: "C"`` events): one row per numeric arg of each counter event.
+#: ``name`` is the counter's name (the event name, with ``[id]`` appended when the event has an
+#: ``id``, as the Chrome trace format says); ``series`` is the arg's key (one counter can plot
+#: several series); ``value`` is the sample at ``ts_ns``. Rows in source order.
+COUNTER_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("pid", pa.int64(), nullable=False),
+        pa.field("tid", pa.int64(), nullable=False),
+        pa.field("name", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("series", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("ts_ns", pa.int64(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)
+
 
 @dataclass
 class DeviceInfo:
@@ -172,9 +187,14 @@ class RankInfo:
     #: other top-level metadata as found in the source (may hold secrets: never render raw)
     raw_metadata: dict[str, Any] = field(default_factory=dict)
     #: counts of source events by what became of them: ``events_read`` is the sum of the fates
-    #: (``mapped``, ``metadata``, ``flow``, ``memory``, ``paired_end``, ``skipped_<reason>``);
-    #: ``coerced_<what>`` / ``clamped_<what>`` count values changed or read as absent (not fates)
+    #: (``mapped``, ``metadata``, ``flow``, ``memory``, ``counter``, ``paired_end``,
+    #: ``async_paired_end``, ``skipped_<reason>``); ``coerced_<what>`` / ``clamped_<what>`` count
+    #: values changed or read as absent, ``counter_samples`` / ``async_instants`` annotate (not fates)
     event_counts: dict[str, int] = field(default_factory=dict)
+    #: the dropped events that carried or may have carried activity (a time on a CPU thread or a
+    #: GPU), by fate reason (a subset of the ``skipped_<reason>`` counts, chosen by the parser):
+    #: every figure of the rank leaves them out, and the report says so beside its figures
+    activity_dropped: dict[str, int] = field(default_factory=dict)
     #: source categories that had no mapping (kept as kind "other"), with counts
     unmapped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -201,6 +221,8 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     #: allocator events (:data:`MEMORY_SCHEMA`); empty when the source has none
     memory: pa.Table = field(default_factory=lambda: empty_memory())
+    #: counter samples (:data:`COUNTER_SCHEMA`); empty when the source has none
+    counters: pa.Table = field(default_factory=lambda: empty_counters())
 
     # ----------------------------------------------------------------- convenience
     @property
@@ -341,6 +363,19 @@ def empty_memory() -> pa.Table:
     return MEMORY_SCHEMA.empty_table()
 
 
+def empty_counters() -> pa.Table:
+    return COUNTER_SCHEMA.empty_table()
+
+
+def make_counters_table(columns: dict[str, Any]) -> pa.Table:
+    """A counters table from columns named as in :data:`COUNTER_SCHEMA` (all required): numpy
+    arrays, or for ``name``/``series`` anything ``dictionary_column`` takes."""
+    arrays = [dictionary_column(columns[f.name]) if pa.types.is_dictionary(f.type)
+              else pa.array(np.asarray(columns[f.name]).astype(f.type.to_pandas_dtype(), copy=False), type=f.type)
+              for f in COUNTER_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=COUNTER_SCHEMA)
+
+
 def make_memory_table(columns: dict[str, np.ndarray], masks: dict[str, np.ndarray] | None = None) -> pa.Table:
     """A memory table from numpy columns named as in :data:`MEMORY_SCHEMA` (all required);
     ``masks`` marks the null entries of the nullable ones (True = null)."""
@@ -352,7 +387,9 @@ def make_memory_table(columns: dict[str, np.ndarray], masks: dict[str, np.ndarra
 
 def kind_array(codes: np.ndarray) -> pa.DictionaryArray:
     """Build the ``kind`` column from int8 codes (values of :class:`Kind`)."""
-    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), KIND_DICTIONARY)
+    # the dictionary is made here, not at import: pa.array imports pandas, which reading a
+    # cached trace (`traceview info`) needs not
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), pa.array(KINDS, pa.string()))
 
 
 def dictionary_column(values: Any, index_type: pa.DataType = pa.int32()) -> pa.DictionaryArray:
@@ -554,7 +591,8 @@ def steps_from_annotations(events: pa.Table, marker: str | None = None) -> pa.Ta
     rows = step_range_rows(events)
     if rows.size == 0:
         return empty_steps()
-    ann = events.take(pa.array(rows))
+    # only the columns read below: taking every column of ~all CPU ranges cost ~0.1 s per million events
+    ann = events.select(["name", "rank", "start_ns", "dur_ns"]).take(pa.array(rows))
     names = ann.column("name").combine_chunks()
     rank = ann.column("rank").to_numpy()
     if marker is None:
@@ -609,9 +647,10 @@ def concat_traces(traces: list[Trace]) -> Trace:
     )
     steps = pa.concat_tables([t.steps for t in traces]).combine_chunks()
     memory = pa.concat_tables([t.memory for t in traces]).combine_chunks()
+    counters = pa.concat_tables([t.counters for t in traces]).unify_dictionaries().combine_chunks()
     warnings = [w for t in traces for w in t.warnings]
     return Trace(events=events, links=links, ranks=dict(sorted(ranks.items())), steps=steps, warnings=warnings,
-                 memory=memory)
+                 memory=memory, counters=counters)
 
 
 def metadata_to_bytes(ranks: dict[int, RankInfo], warnings: list[str]) -> bytes:

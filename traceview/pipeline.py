@@ -108,11 +108,10 @@ def select_rank(trace: Trace, rank: int) -> tuple[Trace, np.ndarray | None]:
     steps = trace.steps
     if steps.num_rows:
         steps = steps.filter(pa.array(steps.column("rank").to_numpy() == rank))
-    memory = trace.memory
-    if memory.num_rows:
-        memory = memory.filter(pa.array(memory.column("rank").to_numpy() == rank))
+    memory, counters = (t.filter(pa.array(t.column("rank").to_numpy() == rank)) if t.num_rows else t
+                        for t in (trace.memory, trace.counters))
     sub = Trace(events=events, links=links, ranks={rank: trace.ranks[rank]}, steps=steps,
-                warnings=list(trace.warnings), memory=memory)
+                warnings=list(trace.warnings), memory=memory, counters=counters)
     return sub, rows
 
 

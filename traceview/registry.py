@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
-from traceview.findings import AnalysisResult, Options
 from traceview.model import Trace
 
-if TYPE_CHECKING:  # only for annotations: the report model imports this module
+if TYPE_CHECKING:  # only for annotations: the report model imports this module, and findings
+    # import numpy and the interval algebra (pandas), which loading a trace needs not
+    from traceview.findings import AnalysisResult, Options
     from traceview.report import Report
 
 # ------------------------------------------------------------------------------------ analyses

@@ -34,7 +34,7 @@ from traceview.secrets import scrub, scrub_metadata
 from traceview.tables import sample_mask, top_order
 
 #: the report format version (see docs/reports.md for the rule)
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 #: rows kept per table (the largest first for tables with a sort key: see
 #: ``traceview.registry.TableSpec``); the total is stated
 REPORT_TABLE_ROWS = 50
@@ -190,8 +190,24 @@ def summary(trace: "TraceOverview", results: Mapping[str, AnalysisResult], env: 
         notes["utilization"] = "no GPU activity (kernels, memcpy, memset) in the trace: no GPU figures"
     if len(whole) and out["communication_ns"] == 0:
         notes["exposed_comm_ns"] = "no communication kernels in the trace"
+    dropped = dropped_activity_text(trace.ranks)
+    if dropped:
+        notes["dropped_activity"] = dropped
     out["notes"] = notes
     return out
+
+
+def dropped_activity_text(ranks: Mapping[int, RankInfo]) -> str:
+    """One line saying which ranks' figures leave out dropped events that may have been activity
+    (``RankInfo.activity_dropped``), or "" when none were dropped."""
+    per_rank = {r: sum(info.activity_dropped.values()) for r, info in sorted(ranks.items()) if info.activity_dropped}
+    if not per_rank:
+        return ""
+    total = sum(per_rank.values())
+    shown = ", ".join(f"rank {r}: {n:,}" for r, n in list(per_rank.items())[:8])
+    more = f", and {len(per_rank) - 8} more ranks" if len(per_rank) > 8 else ""
+    return (f"{total:,} events that may have been activity were dropped as unusable ({shown}{more}; the warnings "
+            "say why): every figure of those ranks leaves them out and may be understated")
 
 
 def denominator(results: Mapping[str, AnalysisResult], ranks: Iterable[int] | None = None) -> accounting.Denominator:
@@ -329,6 +345,7 @@ def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], result
             "span_ns": int(s.get("span_ns", 0)),
             "steps": counts.get(rank, 0),
             "event_counts": dict(info.get("event_counts") or {}),
+            "activity_dropped": dict(info.get("activity_dropped") or {}),
             "unmapped": dict(info.get("unmapped") or {}),
             "warnings": list(info.get("warnings") or []),
             "breakdown": [

@@ -408,7 +408,7 @@ class Scrubber:
         self.strict = strict
         self.report = RedactionReport()
         self._log: list[tuple[str, str]] | None = None  # set while memoising a computation
-        self._memo: dict[tuple[str, str, str], tuple[str, tuple[tuple[str, str], ...]]] = {}
+        self._memo: dict[tuple[str, str], tuple[str, tuple[tuple[str, str], ...]]] = {}
         self.learned_hosts: set[str] = set(_machine_names()) if strict else set()
         self.learned_users: set[str] = set()
         self._learned_re: re.Pattern[str] | None = None
@@ -437,16 +437,20 @@ class Scrubber:
             self.hit(*h)
 
     def text_cached(self, text: str, where: str, key: str = "") -> str:
-        """:meth:`text` memoised on (text, where, key); replays the hits on a cache hit."""
-        memo_key = (text, where, key)
+        """:meth:`text` memoised on (text, key); replays the hits on a cache hit. The result does not
+        depend on ``where`` (it only labels hits), so one name met in many places of a report (a
+        1 MB kernel name in every table) is scanned once: hits are kept relative to ``where``."""
+        memo_key = (text, key)
         found = self._memo.get(memo_key)
         if found is not None:
-            self.replay(found[1])
+            self.replay(tuple((where + suffix, rule) for suffix, rule in found[1]))
             return found[0]
         new, hits = self.capture(self.text, text, where, key)
         if len(self._memo) > 200_000:
             self._memo.clear()
-        self._memo[memo_key] = (new, hits)
+        # the hits of text() are at ``where`` or below it (a JSON text's keys): keep their suffixes
+        if all(w.startswith(where) for w, _rule in hits):
+            self._memo[memo_key] = (new, tuple((w[len(where):], rule) for w, rule in hits))
         return new
 
     # -- learning (strict) ----------------------------------------------------------

@@ -5,19 +5,30 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
-                           TimeRemainingColumn)
+import typer
 
-import traceview
 from traceview.errors import OutputError, output_error
-from traceview.loading import find_trace_files
-from traceview.model import Trace
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from traceview.findings import Options
+    from traceview.model import Trace
+    from traceview.report import Report
 
 #: below this total size loading is instant: no progress bar
 PROGRESS_MIN_BYTES = 32 * 1024 * 1024
+#: the width of piped output, as the terminal report's (``traceview.render.terminal.TEXT_WIDTH``;
+#: tests/test_cli.py checks they agree): importing the renderers costs pandas, which ``info`` needs not
+PIPED_WIDTH = 160
+
+#: ``--jobs``, for every command that loads traces (None: the cores available)
+JOBS_OPTION = typer.Option(
+    None, "--jobs", "-j", min=1, help="Processes that parse: a big Kineto file is cut into ranges parsed side by "
+    "side, many files are parsed side by side (default: the cores available; 1: this process only). Inputs under "
+    "32 MB are read in one process. The same results whatever N.")
 
 #: ``progress(file, bytes_done, bytes_total)``, as :func:`traceview.load` and the pipeline call it
 LoadProgress = Callable[[Path, int, int], None]
@@ -25,20 +36,35 @@ LoadProgress = Callable[[Path, int, int], None]
 JobProgress = Callable[[int, int, int], None]
 
 
+def make_console() -> Console:
+    """A console for standard output, wide enough for tables when output is piped (rich assumes 80)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPED_WIDTH)
+
+
 def _wants_bar(console: Console) -> bool:
     return console.is_terminal or os.environ.get("TRACEVIEW_PROGRESS") == "1"
 
 
 @contextlib.contextmanager
-def load_progress(paths: Sequence[str], console: Console) -> Iterator[LoadProgress | None]:
+def load_progress(paths: Sequence[str], console: Console, jobs: int | None = None) -> Iterator[LoadProgress | None]:
     """A progress callback for loading ``paths`` (a bar per file on ``console``), or None when the
-    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar)."""
+    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar).
+    Loads inside the block parse with ``jobs`` processes (``--jobs``; None: the cores available)."""
+    # imported here, as in every function of the commands: the CLI imports its modules at start
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+
+    from traceview.loading import find_trace_files, parse_jobs
+
     files = find_trace_files(paths)
     total = sum(f.stat().st_size for f in files)
     if total < PROGRESS_MIN_BYTES or not _wants_bar(console):
-        yield None
+        with parse_jobs(jobs):
+            yield None
         return
-    with Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(),
+    with parse_jobs(jobs), Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         tasks: dict[Path, TaskID] = {}
 
@@ -53,6 +79,8 @@ def load_progress(paths: Sequence[str], console: Console) -> Iterator[LoadProgre
 @contextlib.contextmanager
 def job_progress(console: Console) -> Iterator[JobProgress | None]:
     """A progress callback counting a job's files as their tasks complete (None off a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     if not _wants_bar(console):
         yield None
         return
@@ -67,10 +95,39 @@ def job_progress(console: Console) -> Iterator[JobProgress | None]:
 
 
 def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: str | None,
-                       console: Console) -> Trace:
-    """:func:`traceview.load` with a progress bar for big inputs (the commands that need a Trace)."""
-    with load_progress(paths, console) as progress:
-        return traceview.load(list(paths), use_cache=use_cache, step_marker=step_marker, progress=progress)
+                       console: Console, jobs: int | None = None) -> Trace:
+    """:func:`traceview.load` with a progress bar for big inputs (the commands that need a Trace),
+    parsing with ``jobs`` processes (``--jobs``)."""
+    from traceview.loading import load
+
+    with load_progress(paths, console, jobs) as progress:
+        return load(list(paths), use_cache=use_cache, step_marker=step_marker, progress=progress)
+
+
+def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: bool, console: Console,
+                       jobs: int | None = None) -> Report:
+    """The report of ``paths`` analysed in this process (:func:`traceview.pipeline.analyze`), with a
+    progress bar for big inputs. With ``use_cache`` the report is read from the report cache when
+    the same files were analysed with the same options by the same code (traceview/report_cache.py),
+    else computed and stored there; the trace is loaded either way (from its Arrow cache), so the
+    report is the same object a computation gives (its HTML timeline needs the trace)."""
+    from traceview import report_cache
+    from traceview.loading import find_trace_files, load
+    from traceview.pipeline import analyze
+
+    with load_progress(paths, console, jobs) as progress:
+        if not use_cache:
+            return analyze(list(paths), options, use_cache=False, progress=progress)
+        skipped: list[Path] = []
+        key = report_cache.report_key(find_trace_files(paths, skipped), options, skipped)
+        trace = load(list(paths), use_cache=True, progress=progress, step_marker=options.step_marker)
+    cached = report_cache.read_report(key, trace) if key is not None else None
+    if cached is not None:
+        return cached
+    report = analyze(trace, options)  # what analyze(paths) does after this same load
+    if key is not None:
+        report_cache.write_report(key, report)
+    return report
 
 
 def check_output_file(path: Path) -> None:

@@ -6,17 +6,18 @@ standard output (the terminal text in colour when standard output is a terminal)
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
-from rich.console import Console
 
-from traceview.commands._common import check_output_file, job_progress, load_progress, write_output_file
-from traceview.findings import Options
+from traceview.commands._common import (JOBS_OPTION, analyze_in_process, check_output_file, job_progress,
+                                        write_output_file)
 from traceview.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from traceview.findings import Options
 
 #: the analyses' top-N tables keep at least this many rows, whatever ``--top`` lists
 MIN_TABLE_TOP_N = 20
@@ -24,7 +25,9 @@ MIN_TABLE_TOP_N = 20
 
 def command(
     paths: List[str] = typer.Argument(..., help="Trace files or directories (Kineto .json/.json.gz, Nsight .sqlite)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Parse and analyse again instead of reading the caches "
+                                  "(traces, reports)."),
+    jobs: Optional[int] = JOBS_OPTION,
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
     top: int = typer.Option(5, "--top", min=1, help="How many findings the terminal lists first."),
@@ -45,12 +48,17 @@ def command(
     comm_pattern: Optional[List[str]] = typer.Option(
         None, "--comm-pattern", help="[FAMILY=]REGEX: kernels whose name matches are communication (repeatable; "
         "tried before the built-in table, docs/metrics.md)."),
+    # help is plain click text (traceview/cli.py): brackets are shown as written
     comm_config: Optional[Path] = typer.Option(
-        None, "--comm-config", help="TOML file of communication rules (comm_patterns = [...] or [[comm_rules]], "
-        "top level or [tool.traceview])."),
+        None, "--comm-config", help="TOML file of communication rules (comm_patterns = [...] or "
+        "[[comm_rules]], top level or under [tool.traceview])."),
 ) -> None:
     """Analyze traces: the answer first (step time, utilization, where time goes, top findings and
     kernels); --details or --format markdown|html|json for everything."""
+    # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py)
+    from rich.console import Console
+
+    from traceview.findings import Options
     from traceview.render import get_renderer
 
     renderer_cls = get_renderer(fmt_name)  # a bad --format fails before any work
@@ -58,7 +66,7 @@ def command(
         check_output_file(output)  # before the work: a path that cannot be written fails at once
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config))
-    report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler)
+    report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs)
     renderer = renderer_cls(top=top, details=details, summary_only=summary_only)
     if output is None:
         _to_stdout(renderer, report)
@@ -81,21 +89,22 @@ def comm_patterns(patterns: List[str], config: Optional[Path]) -> tuple[str, ...
 
 
 def run_pipeline(paths: List[str], options: Options, *, use_cache: bool, workers: Optional[int],
-                 scheduler: Optional[str]) -> Any:
+                 scheduler: Optional[str], jobs: Optional[int] = None) -> Any:
     """The report, with a progress bar on standard error for big inputs (files loaded) or for a job
-    (files analyzed). The job executors are imported only for a job."""
-    from traceview.pipeline import analyze
+    (files analyzed). In this process the report cache is used with the trace cache
+    (:func:`analyze_in_process`); a job's workers analyse every time. The job executors are
+    imported only for a job."""
+    from rich.console import Console
 
     progress_console = Console(stderr=True)
-    with contextlib.ExitStack() as stack:
-        if workers is not None or scheduler:
-            from traceview.jobs import make_executor
+    if workers is not None or scheduler:
+        from traceview.jobs import make_executor
+        from traceview.pipeline import analyze
 
-            counted = stack.enter_context(job_progress(progress_console))
+        with job_progress(progress_console) as counted:
             executor = make_executor(workers, scheduler, progress=counted)
             return analyze(paths, options, use_cache=use_cache, executor=executor)
-        progress = stack.enter_context(load_progress(paths, progress_console))
-        return analyze(paths, options, use_cache=use_cache, progress=progress)
+    return analyze_in_process(paths, options, use_cache=use_cache, console=progress_console, jobs=jobs)
 
 
 def _to_stdout(renderer: Any, report: Any) -> None:

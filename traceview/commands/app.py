@@ -15,7 +15,8 @@ def command(
     paths: List[str] = typer.Argument(..., help="Trace files or folders; every run found under them can be opened."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (127.0.0.1: this machine only)."),
     port: int = typer.Option(8050, "--port", help="TCP port."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Parse and analyse again instead of reading the caches "
+                                  "(traces, reports)."),
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
 ) -> None:

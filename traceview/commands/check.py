@@ -15,6 +15,7 @@ from typing import Optional
 
 import typer
 
+from traceview.commands._common import JOBS_OPTION
 from traceview.commands.formats import check_compare_options, report_of
 from traceview.errors import TraceviewError
 
@@ -35,11 +36,13 @@ def command(
         None, "--max-exposed-comm", help="Exposed communication: share of the window (10%) or per step (2ms)."),
     max_launch_delay_p50: Optional[str] = typer.Option(
         None, "--max-launch-delay-p50", help="Median launch delay, launch call end to GPU start (50us)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML rules file ([check] table; options override "
-                                          "it)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML rules file ([check] table; options "
+                                          "override it)."),
     fmt: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
     noise_k: float = typer.Option(3.0, "--noise-k", help="Noise rule for --max-regression: k pooled per-step std."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Parse and analyse again instead of reading the caches "
+                                  "(traces, reports)."),
+    jobs: Optional[int] = JOBS_OPTION,
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
 ) -> None:
@@ -65,10 +68,10 @@ def command(
     if wants_baseline and baseline_path is None:
         raise RuleError("max-regression needs a baseline: --baseline PATH (or baseline = \"...\" in the rules file)")
 
-    report = report_of(path, step_marker=step_marker, use_cache=not no_cache)
+    report = report_of(path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
     base_report = None
     if wants_baseline and baseline_path is not None:
-        base_report = report_of(baseline_path, step_marker=step_marker, use_cache=not no_cache)
+        base_report = report_of(baseline_path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
     check = evaluate(rules, report, base_report, diff_options=DiffOptions(k=noise_k), path=path,
                      baseline_path=baseline_path if base_report is not None else None)
     if not check.results:

@@ -1,5 +1,5 @@
 """``traceview convert PATH -o DIR``: write the canonical Arrow tables as Parquet files
-(events, links, steps) plus ranks.json, for use in other tools (DuckDB, Spark, pandas).
+(events, links, steps, memory, counters) plus ranks.json, for use in other tools (DuckDB, Spark, pandas).
 
 Every output goes through ``traceview.secrets`` as the reports do: ranks.json is scrubbed (values
 and keys) and lists only the keys of the raw metadata; the string columns of the tables (event
@@ -10,21 +10,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List, Optional
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import typer
 
-from traceview.commands._common import check_output_dir, load_with_progress, write_output_file
+from traceview.commands._common import (JOBS_OPTION, check_output_dir, load_with_progress, make_console,
+                                        write_output_file)
 from traceview.errors import output_error
-from traceview.render.terminal import make_console
-from traceview.secrets import Scrubber, scrub_metadata, scrub_text
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from traceview.secrets import Scrubber
+
+# pyarrow is imported inside the functions: the CLI imports every command module at start (traceview/cli.py)
 
 
 def _scrub_strings(values: pa.Array, scrubber: Scrubber, where: str) -> pa.Array:
     """A string array with each *distinct* value scrubbed once (the scrubber memoises repeats)."""
+    import pyarrow as pa
+
     return pa.array([None if v is None else scrubber.text_cached(v, where) for v in values.to_pylist()],
                     type=values.type)
 
@@ -32,6 +37,9 @@ def _scrub_strings(values: pa.Array, scrubber: Scrubber, where: str) -> pa.Array
 def _scrub_column(column: pa.ChunkedArray, scrubber: Scrubber, where: str) -> pa.ChunkedArray:
     """A string or dictionary-of-strings column with its secret parts replaced. Only dictionaries
     (distinct values) are scrubbed, so the cost follows the number of distinct names, not events."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     chunks = []
     for chunk in column.chunks:
         if pa.types.is_dictionary(chunk.type):
@@ -46,6 +54,8 @@ def _scrub_column(column: pa.ChunkedArray, scrubber: Scrubber, where: str) -> pa
 
 def scrub_table(table: pa.Table, scrubber: Scrubber, label: str) -> pa.Table:
     """``table`` with every string column (plain or dictionary-encoded) scrubbed of secrets."""
+    import pyarrow as pa
+
     for i, field in enumerate(table.schema):
         kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
         if pa.types.is_string(kind) or pa.types.is_large_string(kind):
@@ -57,13 +67,20 @@ def command(
     paths: List[str] = typer.Argument(..., help="Trace files or directories."),
     output: Path = typer.Option(..., "-o", "--output", help="Directory to write the Parquet files into."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    jobs: Optional[int] = JOBS_OPTION,
 ) -> None:
-    """Convert traces to Parquet (events.parquet, links.parquet, steps.parquet, ranks.json)."""
+    """Convert traces to Parquet (events, links, steps, memory and counters .parquet, and ranks.json)."""
+    import pyarrow.parquet as pq
+
+    from traceview.secrets import Scrubber, scrub_metadata, scrub_text
+
     console = make_console()
     check_output_dir(output)  # before the work: a folder that cannot be written fails at once
-    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console)
+    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
     scrubber = Scrubber()
-    for name, table in (("events", trace.events), ("links", trace.links), ("steps", trace.steps)):
+    tables = (("events", trace.events), ("links", trace.links), ("steps", trace.steps), ("memory", trace.memory),
+              ("counters", trace.counters))
+    for name, table in tables:
         target = output / f"{name}.parquet"
         try:
             pq.write_table(scrub_table(table, scrubber, name), target, compression="zstd")
@@ -78,4 +95,5 @@ def command(
     write_output_file(output / "ranks.json",
                       json.dumps({"ranks": ranks, "warnings": warnings}, indent=2, default=str).encode("utf-8"))
     console.print(f"wrote {trace.events.num_rows:,} events, {trace.links.num_rows:,} links, "
-                  f"{trace.steps.num_rows} steps to {output}/")
+                  f"{trace.steps.num_rows} steps, {trace.memory.num_rows:,} allocator events and "
+                  f"{trace.counters.num_rows:,} counter samples to {output}/")

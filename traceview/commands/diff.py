@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from traceview.commands._common import JOBS_OPTION
 from traceview.commands.formats import check_compare_options, report_of
 from traceview.errors import TraceviewError
 
@@ -27,7 +28,9 @@ def command(
     rel_floor: str = typer.Option("1%", "--min-change", help="Smallest relative change that can be significant "
                                   "(e.g. 1%)."),
     top: int = typer.Option(15, "--top", help="How many kernel rows to show in text and Markdown."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Parse and analyse again instead of reading the caches "
+                                  "(traces, reports)."),
+    jobs: Optional[int] = JOBS_OPTION,
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
 ) -> None:
@@ -40,8 +43,8 @@ def command(
     options = DiffOptions(k=noise_k, rel_floor=parse_share("--min-change", rel_floor))
     if output is not None and output.is_dir():
         raise TraceviewError(f"{output}: is a directory; -o takes a file name")
-    base_report = report_of(base, step_marker=step_marker, use_cache=not no_cache)
-    new_report = report_of(new, step_marker=step_marker, use_cache=not no_cache)
+    base_report = report_of(base, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
+    new_report = report_of(new, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
     diff = diff_reports(base_report, new_report, options=options, base_label=base, new_label=new)
     if output is not None:
         output.write_text(render(diff, fmt, top=top), encoding="utf-8")

@@ -4,15 +4,13 @@ with a progress bar on standard error for big inputs."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from rich.console import Console
-
-from traceview.commands._common import load_progress
+from traceview.commands._common import analyze_in_process
 from traceview.errors import TraceviewError
-from traceview.findings import Options
-from traceview.pipeline import analyze
-from traceview.report import Report
+
+if TYPE_CHECKING:
+    from traceview.report import Report
 
 
 def require_format(fmt: str, formats: Sequence[str]) -> None:
@@ -33,10 +31,14 @@ def check_compare_options(fmt: str, formats: Sequence[str], noise_k: float) -> N
     require_noise_k(noise_k)
 
 
-def report_of(path: str, *, step_marker: Optional[str], use_cache: bool) -> Report:
+def report_of(path: str, *, step_marker: Optional[str], use_cache: bool, jobs: Optional[int] = None) -> Report:
     """The report of the trace at ``path`` (a file or a folder of per-rank files), analysed in this
     process (the comparisons need whole tables), with a progress bar on standard error for big
     inputs."""
-    options = Options(step_marker=step_marker)
-    with load_progress([path], Console(stderr=True)) as progress:
-        return analyze([path], options, use_cache=use_cache, progress=progress)
+    # imported on use: the CLI imports this module at start (traceview/cli.py)
+    from rich.console import Console
+
+    from traceview.findings import Options
+
+    return analyze_in_process([path], Options(step_marker=step_marker), use_cache=use_cache,
+                              console=Console(stderr=True), jobs=jobs)

@@ -8,24 +8,30 @@ scrubbed of secrets before they are printed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from rich.table import Table
 
-from traceview.commands._common import load_with_progress
-from traceview.render.terminal import make_console
-from traceview.secrets import scrub_text
+from traceview.commands._common import JOBS_OPTION, load_with_progress, make_console
 from traceview.units import fmt_bytes, fmt_ns
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def command(
     paths: List[str] = typer.Argument(..., help="Trace files or directories."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    jobs: Optional[int] = JOBS_OPTION,
 ) -> None:
     """Print the metadata of traces."""
+    # imported here: the CLI imports every command module at start (traceview/cli.py)
+    from rich.table import Table
+
+    from traceview.secrets import scrub_text
+
     console = make_console()
-    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console)
+    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
     summary = trace.summary()
     for rank in trace.rank_ids:
         info = trace.ranks[rank]
@@ -52,6 +58,7 @@ def command(
         table.add_row("events", f"{s['events']:,} ({', '.join(f'{k} {v:,}' for k, v in s['by_kind'].items())})")
         table.add_row("source events", ", ".join(f"{k} {v:,}" for k, v in info.event_counts.items()) or "-")
         table.add_row("not mapped", ", ".join(f"{scrub_text(k)} {v:,}" for k, v in info.unmapped.items()) or "-")
+        table.add_row("counters", _counter_line(trace.counters, rank))
         table.add_row("steps", str(s["steps"]))
         table.add_row("processes", ", ".join(f"{pid}" for pid in sorted(info.process_names)) or "-")
         table.add_row("threads named", str(len(info.thread_names)))
@@ -59,3 +66,17 @@ def command(
         for w in info.warnings:
             table.add_row("warning", scrub_text(w))
         console.print(table)
+
+
+def _counter_line(counters: "pa.Table", rank: int) -> str:
+    """Counter samples of one rank, and in how many series (a counter name and arg key) of how
+    many counters: the counter table is not in the events, so say it is there."""
+    import pyarrow.compute as pc  # here, not at the top: commands import lazily for a fast start
+
+    mine = counters.filter(pc.equal(counters.column("rank"), rank)) if counters.num_rows else counters
+    if mine.num_rows == 0:
+        return "-"
+    names = mine.column("name").combine_chunks().dictionary_decode()
+    series = pc.binary_join_element_wise(names, mine.column("series").combine_chunks().dictionary_decode(), "\x00")
+    n_series, n_names = len(pc.unique(series)), len(pc.unique(names))
+    return f"{mine.num_rows:,} samples in {n_series:,} series of {n_names:,} counters"

@@ -13,8 +13,6 @@ from pathlib import Path
 import typer
 
 from traceview.errors import TraceFormatError
-from traceview.loading import detect_format
-from traceview.redact import redact_kineto, redact_nsys
 
 
 def command(
@@ -26,6 +24,10 @@ def command(
         False, "--verbose", "-v", help="List where replacements were made (key names only, never values)."),
 ) -> None:
     """Write a shareable copy of a trace with secrets replaced by <redacted>."""
+    # imported here: the CLI imports every command module at start (traceview/cli.py)
+    from traceview.loading import detect_format
+    from traceview.redact import redact_kineto, redact_nsys
+
     fmt = detect_format(path)
     if fmt == "nsys-rep":
         raise TraceFormatError(path, "is an Nsight Systems report, not its SQLite export",

@@ -194,6 +194,9 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     s = report["summary"]
     notes = s.get("notes") or {}
     steps = s.get("steps") or 0
+    # dropped activity touches every GPU figure: said beside each of them, briefly after the first
+    dropped = notes.get("dropped_activity", "")
+    brief = "leaves out dropped events: see the note on GPU utilization" if dropped else ""
     rows = [
         ("GPUs", gpu_text(report), ""),
         ("ranks", rank_text(report), ""),
@@ -206,13 +209,14 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         gpus = s.get("gpus") or 0
         rows.append(("GPU utilization", f"{fmt_share(s.get('utilization'))} (busy {fmt_ns(s['busy_ns'])} of "
                      f"{fmt_ns(s['window_ns'])}, summed over {gpus} GPU{'s' if gpus != 1 else ''})",
-                     notes.get("utilization", "")))
-        rows.append(("where GPU time goes", shares_text(report), notes.get("exposed_comm_ns", "")))
+                     "; ".join(n for n in (notes.get("utilization", ""), dropped) if n)))
+        rows.append(("where GPU time goes", shares_text(report),
+                     "; ".join(n for n in (notes.get("exposed_comm_ns", ""), brief) if n)))
         per = "per step and GPU" if per_step_basis(report) else "per GPU, whole trace"
-        rows.append(("GPU idle", f"{fmt_ns(s.get('idle_ns_per_step'))} {per}", ""))
-        rows.append(("exposed communication", f"{fmt_ns(s.get('exposed_comm_ns_per_step'))} {per}", ""))
+        rows.append(("GPU idle", f"{fmt_ns(s.get('idle_ns_per_step'))} {per}", brief))
+        rows.append(("exposed communication", f"{fmt_ns(s.get('exposed_comm_ns_per_step'))} {per}", brief))
     else:
-        rows.append(("GPU utilization", "-", notes.get("utilization", "")))
+        rows.append(("GPU utilization", "-", "; ".join(n for n in (notes.get("utilization", ""), dropped) if n)))
     rows.append(("findings", findings_count_text(report), ""))
     return rows
 

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""End to end: a whole ``traceview analyze --no-cache`` against HTA 0.5.0 loading the same trace and
+running five analyses, plus the cached ``analyze``; each a fresh process, as a user runs it.
+
+    python benchmarks/bench_e2e.py                 # >= 140 MB trace derived from a real V100 trace
+    python benchmarks/bench_e2e.py --copies 1      # the real trace itself (54 MB)
+    python benchmarks/bench_e2e.py --trace F.json  # any trace
+
+The trace: ``shared/traces/kineto/hta_df_index_resolver_v100_rank1.json.gz`` (rank 1 of a 2 x V100
+DDP run; 216k events), its events repeated ``--copies`` times one after another in time, with
+correlation ids, External ids, flow ids and ProfilerStep numbers shifted so every copy stays a
+distinct, consistent step range (default 3 copies: 141 MB of JSON).
+
+What is timed: the wall time of the whole process (interpreter start, imports, parse, analyses and,
+for traceview, writing the JSON report), and the peak memory of its process tree: the sum of the
+resident memory of the process and every descendant (traceview's parse workers), sampled every
+5 ms from /proc. HTA: ``TraceAnalysis(trace_dir)`` and ``get_temporal_breakdown``,
+``get_idle_time_breakdown``, ``get_gpu_kernel_breakdown``, ``get_comm_comp_overlap``,
+``get_cuda_kernel_launch_stats`` (visualize off), in HTA's own environment (``--hta-python``).
+Runs alternate between the tools; medians are printed with the spread and the load average.
+
+Targets (issue 12): traceview >= 8x faster than HTA, peak memory <= 1/3 of HTA's; cached
+``analyze`` <= 1.0 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = REPO.parent / "shared" / "traces" / "kineto" / "hta_df_index_resolver_v100_rank1.json.gz"
+OUT = REPO / "benchmarks" / "out"
+DEFAULT_HTA_PYTHON = "/work/hta-venv/bin/python"
+TARGET_SPEEDUP = 8.0
+TARGET_RSS_RATIO = 1 / 3
+TARGET_CACHED_S = 1.0
+
+HTA_SCRIPT = """
+import logging, sys, warnings
+warnings.simplefilter("ignore")
+from hta.configs.config import logger
+logger.setLevel(logging.ERROR)
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+ranks = sorted(a.t.traces)  # the per-rank analyses default to rank 0
+a.get_temporal_breakdown(visualize=False)
+a.get_idle_time_breakdown(ranks=ranks, visualize=False)
+a.get_gpu_kernel_breakdown(visualize=False)
+a.get_comm_comp_overlap(visualize=False)
+a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+"""
+
+#: integer ids that link events; each copy's are shifted past the previous copy's
+_SHIFTED_ARGS = ("External id", "correlation")
+
+
+def derive_trace(source: Path, target: Path, copies: int) -> dict:
+    """Write ``copies`` back-to-back copies of ``source``'s events into ``target`` (see the module doc)."""
+    with gzip.open(source, "rt") as fh:
+        doc = json.load(fh)
+    events = doc.pop("traceEvents")
+    timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
+    t0 = min(e["ts"] for e in timed)
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - t0
+    max_id = {k: max((e.get("args") or {}).get(k, 0) for e in events if isinstance((e.get("args") or {}).get(k), int))
+              for k in _SHIFTED_ARGS}
+    max_flow = max((e["id"] for e in events if isinstance(e.get("id"), int)), default=0)
+    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    with open(target, "w") as out:
+        out.write(json.dumps(doc)[:-1] + ', "traceEvents": [\n')
+        first = True
+        for copy in range(copies):
+            for e in events:
+                if e.get("ph") == "M" and copy:
+                    continue
+                e2 = _shifted(e, copy, span + 1000, max_id, max_flow, steps)
+                out.write(("" if first else ",\n") + json.dumps(e2))
+                first = False
+        out.write("\n]}\n")
+    return {"bytes": target.stat().st_size, "events": copies * len(timed) + (len(events) - len(timed))}
+
+
+def _shifted(e: dict, copy: int, dt: float, max_id: dict, max_flow: int, steps: int) -> dict:
+    if not copy:
+        return e
+    e = dict(e)
+    if isinstance(e.get("ts"), (int, float)):
+        e["ts"] = e["ts"] + copy * dt
+    if isinstance(e.get("id"), int):
+        e["id"] = e["id"] + copy * (max_flow + 1)
+    args = e.get("args")
+    if isinstance(args, dict):
+        args = dict(args)
+        for k in _SHIFTED_ARGS:
+            if isinstance(args.get(k), int) and args[k] >= 0:
+                args[k] = args[k] + copy * (max_id[k] + 1)
+        e["args"] = args
+    name = e.get("name")
+    if isinstance(name, str) and name.startswith("ProfilerStep#") and name[13:].isdigit():
+        e["name"] = f"ProfilerStep#{int(name[13:]) + copy * steps}"
+    return e
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:")), 0)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    stack.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def run_measured(cmd: list[str], env: dict | None = None) -> dict:
+    """Wall seconds and peak process-tree RSS of ``cmd``; raises on a non-zero exit."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    seconds = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... exited {proc.returncode}: {err.decode()[-800:]}")
+    return {"seconds": seconds, "peak_rss": peak}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, help="an existing Kineto trace instead of the derived one")
+    ap.add_argument("--copies", type=int, default=3, help="copies of the V100 trace (default 3: 141 MB)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each (default 3; medians)")
+    ap.add_argument("--hta-python", default=DEFAULT_HTA_PYTHON)
+    ap.add_argument("--jobs", default="", help="comma list of --jobs values to pass traceview (empty: its default)")
+    args = ap.parse_args(argv)
+    trace = args.trace or _derived(args.copies)
+    size = trace.stat().st_size
+    print(f"trace {trace.name}: {size / 1e6:.1f} MB; load average before: {_load()}")
+    hta_ok = os.path.exists(args.hta_python)
+    with tempfile.TemporaryDirectory() as tmp:
+        hta_dir = Path(tmp, "hta")
+        hta_dir.mkdir()
+        os.symlink(trace.resolve(), hta_dir / trace.name)
+        report = Path(tmp, "r.json")
+        variants = [v for v in args.jobs.split(",") if v] or [""]
+        tv_cmds = {f"traceview{' --jobs ' + v if v else ''}": _tv_cmd(trace, report, v, no_cache=True)
+                   for v in variants}
+        results: dict[str, list[dict]] = {k: [] for k in (*tv_cmds, "HTA 0.5.0 (load + 5 analyses)")}
+        for _ in range(args.runs):  # alternate, so a change in the machine's load hits both
+            for label, cmd in tv_cmds.items():
+                results[label].append(run_measured(cmd))
+            if hta_ok:
+                results["HTA 0.5.0 (load + 5 analyses)"].append(
+                    run_measured([args.hta_python, "-c", HTA_SCRIPT, str(hta_dir)]))
+        cache = {"TRACEVIEW_CACHE_DIR": str(Path(tmp, "cache"))}
+        run_measured(_tv_cmd(trace, report, variants[0], no_cache=False), cache)  # fills the cache
+        results["traceview, cached"] = [run_measured(_tv_cmd(trace, report, variants[0], no_cache=False), cache)
+                                        for _ in range(max(5, args.runs))]
+    _print(results, size, hta_ok)
+    print(f"load average after: {_load()}")
+    return 0
+
+
+def _derived(copies: int) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    target = OUT / f"v100_x{copies}.json"
+    if not target.exists():
+        if not SOURCE.exists():
+            raise SystemExit(f"{SOURCE} is missing: give --trace")
+        info = derive_trace(SOURCE, target, copies)
+        print(f"derived {target} ({info['bytes'] / 1e6:.1f} MB, {info['events']:,} events)")
+    return target
+
+
+def _tv_cmd(trace: Path, report: Path, jobs: str, *, no_cache: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "traceview.cli", "analyze", str(trace), "-f", "json", "-o", str(report)]
+    return cmd + (["--no-cache"] if no_cache else []) + (["--jobs", jobs] if jobs else [])
+
+
+def _load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def _print(results: dict[str, list[dict]], size: int, hta_ok: bool) -> None:
+    print(f"\n{'run':44} {'median s':>9} {'spread s':>13} {'MB/s':>7} {'peak MB':>8}")
+    med = {}
+    for label, runs in results.items():
+        if not runs:
+            continue
+        secs = [r["seconds"] for r in runs]
+        med[label] = (statistics.median(secs), max(r["peak_rss"] for r in runs))
+        print(f"{label:44} {med[label][0]:9.2f} {min(secs):6.2f}-{max(secs):6.2f} {size / 1e6 / med[label][0]:7.1f} "
+              f"{med[label][1] / 1e6:8.0f}")
+    hta = med.get("HTA 0.5.0 (load + 5 analyses)")
+    for label, (secs, rss) in med.items():
+        if label.startswith("traceview") and "cached" not in label and hta:
+            speed, mem = hta[0] / secs, rss / hta[1]
+            print(f"{label}: {speed:.1f}x faster than HTA (target >= {TARGET_SPEEDUP:g}x: "
+                  f"{'met' if speed >= TARGET_SPEEDUP else 'NOT met'}); peak memory {mem:.2f} of HTA's "
+                  f"(target <= {TARGET_RSS_RATIO:.2f}: {'met' if mem <= TARGET_RSS_RATIO else 'NOT met'})")
+    if not hta_ok:
+        print("HTA not measured: no python at --hta-python (pip install holistictraceanalysis==0.5.0 in a venv)")
+    cached = med.get("traceview, cached")
+    if cached:
+        print(f"cached analyze: {cached[0]:.2f} s (target <= {TARGET_CACHED_S:g} s: "
+              f"{'met' if cached[0] <= TARGET_CACHED_S else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

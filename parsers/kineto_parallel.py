@@ -1,0 +1,490 @@
+"""Kineto parsing across cores: the events array cut into byte ranges at event boundaries, each
+range parsed in a worker process, the workers' columns merged in file order in the parent.
+
+Why processes
+-------------
+msgspec holds the GIL while it decodes, and building columns from the decoded structs is Python
+too, so threads do not help; processes do. ``jobs - 1`` workers take the first ranges and the
+parent parses the last ``1/jobs`` of them meanwhile, then any range no worker has started yet. A
+range is parsed by the same code as a serial parse (``kineto_reader(...).read_range``); a worker
+sends back its reader's accumulated state (numpy and Arrow column chunks, counts, string memos)
+pickled through the pool's pipe.
+
+Where a range may start
+-----------------------
+Ranges start at a ``{`` found by ``RANGE_START``: ``}``, ``,``, ``{`` and then a ``"`` followed by
+a letter. In valid JSON a quote followed by a letter opens a string (a closing quote is followed
+by ``,`` ``:`` ``}`` ``]`` or space), so that ``{`` lies outside every string: a ``},{`` inside a
+name never becomes a boundary. It could still lie inside an event (a list of objects in ``args``):
+then a worker's range fails to decode, and the file is parsed again in one process, so odd files
+give exactly the serial result and the serial error messages.
+
+Merging
+-------
+Ranges are merged in file order, so everything assigned on first sight comes out as in a serial
+parse: string codes (names, categories, phases) are remapped through lookup arrays built by
+feeding each worker's memo, in its order, into the parent's; row numbers and event sequence
+numbers (``row``, ``seq`` in the per-chunk dicts: B/E and async pairing, done once in the parent
+after the merge because it is global) are shifted by what came before. Every other accumulated
+attribute is merged by its type (lists appended, integer dicts and integers summed, other dicts
+updated), so state a parser change adds is carried without touching this module. pid/tid texts
+get ids on first sight too; a range whose text ids would differ from the serial ones (a text
+first seen in a later range before one seen earlier) is parsed again in the parent.
+
+Memory
+------
+Plain files: workers read their ranges themselves (``os.pread``), chunk by chunk as a serial
+parse does, so the text in flight is one chunk per worker. Gzip: decompression is one stream, so
+the parent decompresses and hands ranges of text (files in the spool folder) to ``jobs - 1``
+workers (the parent's work takes a core: ``GZIP_MIN_JOBS``); at most one range more than there
+are workers is in flight. Results come back through the spool folder too (``read_range``), in RAM
+where there is ``/dev/shm``, each file removed once merged, the folder when the parse ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import pickle
+import re
+import shutil
+import tempfile
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from traceview import loading
+from traceview.loading import wanted_parse_jobs
+from traceview.model import Trace
+from traceview.parsers.jsonstream import READ_BYTES, UTF8_BOM, Blocks, open_bytes
+from traceview.parsers.kineto import kineto_reader, parse_kineto
+
+ProgressFn = Callable[[int, int], None]
+
+#: Ranges per worker: more than one, so a worker slowed by a busy core does not hold up the end.
+RANGES_PER_JOB = 4
+#: No range smaller than this (per-range costs: a process task, a pickled result, a merge).
+MIN_RANGE_BYTES = 16 * 1024 * 1024
+#: Gzip: the parent ships ranges of this much decompressed text.
+GZIP_RANGE_BYTES = 32 * 1024 * 1024
+#: Gzip: decompression (zlib, ~330 MB/s of JSON) and cutting and writing the text keep the parent
+#: busy, so a gzip file uses workers only from this many jobs on (``jobs - 1`` workers): on 2
+#: cores a parallel parse measured 0.7-0.99x the serial speed (docs/scaling.md).
+GZIP_MIN_JOBS = 3
+#: How far past a planned cut to look for an event boundary.
+BOUNDARY_WINDOW_BYTES = 1024 * 1024
+
+RANGE_START = re.compile(rb'\}\s*,\s*(\{)\s*"[A-Za-z_]')
+#: Attributes of a reader that are not parse results (or that the parent keeps its own of).
+_NOT_STATE = frozenset({"path", "progress", "decoder", "total_bytes", "head", "dur_fixes", "whole_events"})
+#: Per-chunk columns that hold codes of a string memo: (attribute, column) -> memo attribute.
+_CODE_COLUMNS = {("columns", "category"): "cat_memo", ("columns", "name"): "name_memo",
+                 ("flows", "ph"): "ph_memo", ("flows", "cat"): "cat_memo"}
+
+
+def resolve_jobs(jobs: int | None) -> int:
+    """``--jobs``: None means as ``traceview.loading.parse_jobs`` set, else the cores available."""
+    return wanted_parse_jobs() if jobs is None else max(1, int(jobs))
+
+
+@dataclass
+class _RangeTask:
+    path: Path
+    slot: int  # index of this range in the shared progress counters
+    last: bool
+    array_document: bool
+    allocator_args: bool = False  # decode the allocator's args from the start (profile_memory)
+    begin: int = 0  # plain files: the byte range of the file
+    end: int = 0
+    text_file: str = ""  # gzip: a file holding the range's decompressed text (begin, end: 0, its size)
+    spool: str = ""  # folder (in RAM where there is /dev/shm) the worker writes its result into
+
+
+def parse_parallel(path: Path, *, progress: ProgressFn | None = None, jobs: int | None = None,
+                   min_bytes: int | None = None, range_bytes: int | None = None) -> Trace:
+    """Parse one Kineto file with ``jobs`` worker processes (None: the cores available); a file
+    with less than ``min_bytes`` of JSON (default ``PARALLEL_MIN_BYTES``), or ``jobs == 1``, is
+    parsed in this process. ``range_bytes`` sets the size of the ranges (tests force many)."""
+    jobs = resolve_jobs(jobs)
+    gzip = _is_gzip(path)
+    too_few = jobs < (GZIP_MIN_JOBS if gzip else 2)
+    if too_few or _json_bytes(path, gzip) < (loading.PARALLEL_MIN_BYTES if min_bytes is None else min_bytes):
+        return parse_kineto(path, progress=progress, jobs=1)
+    try:
+        driver = _Driver(path, progress, max(jobs - 1, 1) if gzip else jobs, range_bytes)
+        trace = driver.run_gzip() if gzip else driver.run_plain()
+    except _SerialNeeded:
+        trace = None
+    # a file the ranges cannot be read from (damaged, or a boundary inside an event) is parsed
+    # serially: the same result, or the same error message, as --jobs 1
+    return trace if trace is not None else parse_kineto(path, progress=progress, jobs=1)
+
+
+class _SerialNeeded(Exception):
+    """The file is parsed again in one process."""
+
+
+class _Driver:
+    def __init__(self, path: Path, progress: ProgressFn | None, jobs: int, range_bytes: int | None) -> None:
+        self.path = path
+        self.progress = progress
+        self.jobs = jobs
+        self.range_bytes = range_bytes
+        self.total_bytes = path.stat().st_size
+        self.parent = kineto_reader(path)
+        self.invalid_utf8 = 0
+        self.shared: Any = None  # per-range bytes read, written by the workers
+        self.first = 0  # plain files: where the events start in the file
+        self.spool = ""  # where workers write their results (``read_range``)
+
+    # -- plain files: workers read their own ranges ----------------------------------------
+    def run_plain(self) -> Trace | None:
+        raw, chunks = open_bytes(self.path)
+        with raw:
+            bom = len(UTF8_BOM) if raw.read(len(UTF8_BOM)) == UTF8_BOM else 0
+            raw.seek(0)
+            buf = bytearray()
+            start = self.parent.start_events(buf, chunks)
+        if start is None or chunks.invalid_utf8:
+            return None  # no events array, or a repaired head (offsets would not match the file)
+        first = bom + start[0]
+        cuts = plan_cuts(self.path, first, self.total_bytes, self._n_ranges(self.total_bytes - first))
+        if not cuts:
+            return None  # one range: a worker would only add its start-up
+        bounds = [first, *cuts, self.total_bytes]
+        memory = self.parent.allocator_events_expected()
+        tasks = [_RangeTask(self.path, i, last=i == len(bounds) - 2, array_document=start[1], allocator_args=memory,
+                            begin=b, end=e) for i, (b, e) in enumerate(zip(bounds, bounds[1:]))]
+        self.first = first
+        self._run_ranges(tasks)
+        return self.parent.finish(self.invalid_utf8)
+
+    def _run_ranges(self, tasks: list[_RangeTask]) -> None:
+        """``jobs - 1`` workers parse the first ranges; this process parses its share, the last
+        ``1/jobs`` of them, meanwhile (no process idles, one fork fewer, nothing shipped for those),
+        then any range no worker has started yet. Ranges are merged in file order."""
+        own = max(1, len(tasks) // self.jobs)
+        theirs, mine = tasks[:-own], tasks[-own:]
+        with self._pool(len(tasks), self.jobs - 1) as pool:
+            futures = [pool.submit(read_range, dataclasses.replace(task, spool=self.spool)) for task in theirs]
+            try:
+                done = {task.slot: self._parse_here(task) for task in mine}
+                for task, future in zip(theirs, futures):
+                    self._merge(task, self._parse_here(task) if future.cancel() else
+                                self._wait(future, lambda: self.first + int(sum(self.shared))))
+                for task in mine:
+                    self._merge(task, done.pop(task.slot))
+            finally:
+                for future in futures:
+                    future.cancel()
+
+    def _n_ranges(self, events_bytes: int) -> int:
+        size = self.range_bytes or max(MIN_RANGE_BYTES, events_bytes // (self.jobs * RANGES_PER_JOB) + 1)
+        return max(1, -(-events_bytes // size))
+
+    # -- gzip: the parent decompresses and ships text ---------------------------------------
+    def run_gzip(self) -> Trace | None:
+        raw, chunks = open_bytes(self.path)
+        with raw, self._pool(1 << 16, self.jobs) as pool:
+            buf = bytearray()
+            start = self.parent.start_events(buf, chunks)
+            if start is None:
+                return None
+            del buf[: start[0]]
+            memory = self.parent.allocator_events_expected()
+            size = self.range_bytes or GZIP_RANGE_BYTES
+            pending: deque[tuple[_RangeTask, Future[Any]]] = deque()
+            slot = 0
+            try:
+                for block in chunks:
+                    buf += block
+                    cut = _last_boundary(buf) if len(buf) >= size else None
+                    if cut is None:
+                        continue
+                    task = self._spooled(_RangeTask(self.path, slot, last=False, array_document=start[1],
+                                                    allocator_args=memory), buf, cut)
+                    del buf[:cut]
+                    slot += 1
+                    pending.append((task, pool.submit(read_range, task)))
+                    while len(pending) > self.jobs:  # bounded: workers + 1 ranges of text in flight
+                        self._merge_oldest(pending, raw.tell)
+                task = self._spooled(_RangeTask(self.path, slot, last=True, array_document=start[1],
+                                                allocator_args=memory), buf, len(buf))
+                del buf[:]
+                pending.append((task, pool.submit(read_range, task)))
+                while pending:
+                    self._merge_oldest(pending, raw.tell)
+            finally:
+                for _, future in pending:
+                    future.cancel()
+            self.invalid_utf8 += chunks.invalid_utf8
+        return self.parent.finish(self.invalid_utf8)
+
+    def _spooled(self, task: _RangeTask, buf: bytearray, end: int) -> _RangeTask:
+        """``task`` with ``buf[:end]`` written to a file of the spool for its worker to read (a
+        file in RAM, not the pool's pipe: see ``read_range``)."""
+        text_file = os.path.join(self.spool, f"{task.slot}.json")
+        with open(text_file, "wb") as fh, memoryview(buf) as view, view[:end] as text:
+            fh.write(text)
+        return dataclasses.replace(task, spool=self.spool, text_file=text_file, end=end)
+
+    def _merge_oldest(self, pending: deque[tuple[_RangeTask, Future[Any]]], done: Callable[[], int]) -> None:
+        task, future = pending.popleft()
+        self._merge(task, self._wait(future, done))
+        os.unlink(task.text_file)
+
+    # -- shared ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _pool(self, n_ranges: int, workers: int) -> Iterator[ProcessPoolExecutor]:
+        # fork: a worker starts in milliseconds with every module already imported (a fresh
+        # interpreter would spend ~0.5 s importing pyarrow, pandas and msgspec first)
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        context = multiprocessing.get_context(method)
+        self.shared = context.RawArray("q", min(n_ranges, 1 << 16))
+        ram = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        self.spool = tempfile.mkdtemp(prefix="traceview-parse-", dir=ram)
+        before = {child.pid for child in multiprocessing.active_children()}
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                                   initargs=(self.shared,))
+        try:
+            yield pool
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            loading.stop_leftover_workers(before)
+            shutil.rmtree(self.spool, ignore_errors=True)
+
+    def _wait(self, future: Future[Any], done: Callable[[], int]) -> tuple[dict[str, Any], int]:
+        """A range's result, reporting progress while it is parsed; a range that failed makes the
+        whole file be parsed serially."""
+        while not wait([future], timeout=0.25).done:
+            self._report(done())
+        self._report(done())
+        try:
+            target = future.result()
+            with open(target, "rb") as fh:
+                result: tuple[dict[str, Any], int] = pickle.load(fh)
+            os.unlink(target)
+            return result
+        # whatever went wrong in a worker (damaged JSON, a cut inside an event, a worker killed),
+        # the serial parse that follows gives the real result or error
+        except Exception as exc:
+            raise _SerialNeeded() from exc
+
+    def _report(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(min(done, self.total_bytes), self.total_bytes)
+
+    def _merge(self, task: _RangeTask, result: tuple[dict[str, Any], int]) -> None:
+        state, invalid_utf8 = result
+        if absorb(self.parent, state):
+            self.invalid_utf8 += invalid_utf8
+            return
+        # text pid/tid ids would differ from a serial parse's: read this range here, in order
+        self._read_here(task)
+
+    def _read_here(self, task: _RangeTask) -> None:
+        """Read a range in this process, straight into the merged state (ranges come in order)."""
+        blocks = _range_blocks(task)
+        try:
+            self.parent.read_range(iter(blocks), last=task.last, array_document=task.array_document,
+                                   allocator_args=task.allocator_args)
+        # as for a worker's range: the serial parse that follows gives the real result or error
+        except Exception as exc:
+            raise _SerialNeeded() from exc
+        self.invalid_utf8 += blocks.invalid_utf8 if isinstance(blocks, Blocks) else 0
+
+    def _parse_here(self, task: _RangeTask) -> tuple[dict[str, Any], int]:
+        """A range parsed in this process with a reader of its own (merged later, in order)."""
+
+        def publish(done: int, _total: int) -> None:
+            if task.slot < len(self.shared):
+                self.shared[task.slot] = done
+            self._report(self.first + int(sum(self.shared)))
+
+        try:
+            return parse_range(task, publish)
+        except Exception as exc:  # as for a worker's range
+            raise _SerialNeeded() from exc
+
+
+# ---------------------------------------------------------------------- workers
+
+_shared_progress: Any = None
+
+
+def _init_worker(shared: Any) -> None:
+    global _shared_progress
+    _shared_progress = shared
+
+
+def read_range(task: _RangeTask) -> str:
+    """Worker: parse one range; writes the reader's accumulated state and the number of byte
+    sequences replaced because they were not UTF-8 (pickled) into the spool folder and returns the
+    file's path. Not through the pool's pipe: the parent's pipe reader is a thread, which gets the
+    GIL only between the parent's own parse steps, and a worker blocked writing a 15 MB result into
+    a 64 KB pipe waits for it instead of parsing its next range."""
+    shared, slot = _shared_progress, task.slot
+
+    def publish(done: int, _total: int) -> None:
+        if shared is not None and slot < len(shared):
+            shared[slot] = done
+
+    result = parse_range(task, publish)
+    target = os.path.join(task.spool, f"{task.slot}.pickle")
+    with open(target, "wb") as fh:
+        pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return target
+
+
+def parse_range(task: _RangeTask, progress: ProgressFn) -> tuple[dict[str, Any], int]:
+    """Parse one range with a reader of its own (in a worker, or in the parent for its share)."""
+    reader = kineto_reader(task.path, progress)
+    blocks = _range_blocks(task)
+    reader.read_range(iter(blocks), last=task.last, array_document=task.array_document,
+                      allocator_args=task.allocator_args)
+    state = {key: value for key, value in vars(reader).items() if key not in _NOT_STATE and not key.startswith("_")}
+    return state, blocks.invalid_utf8 if isinstance(blocks, Blocks) else 0
+
+
+def _range_blocks(task: _RangeTask) -> Blocks | Iterator[bytes]:
+    if task.text_file:  # already valid UTF-8 (repaired by the parent's stream)
+        return _pread_blocks(Path(task.text_file), task.begin, task.end)
+    return Blocks(_pread_blocks(task.path, task.begin, task.end))
+
+
+def _pread_blocks(path: Path, begin: int, end: int) -> Iterator[bytes]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        position = begin
+        while position < end:
+            block = os.pread(fd, min(READ_BYTES, end - position), position)
+            if not block:
+                return
+            position += len(block)
+            yield block
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------- cutting
+
+
+def plan_cuts(path: Path, first: int, size: int, n_ranges: int) -> list[int]:
+    """File offsets where ranges 2..n start: the first event boundary at or after each even cut."""
+    cuts: list[int] = []
+    with open(path, "rb") as fh:
+        for k in range(1, n_ranges):
+            target = first + (size - first) * k // n_ranges
+            if cuts and target <= cuts[-1]:
+                continue
+            window = os.pread(fh.fileno(), BOUNDARY_WINDOW_BYTES, target)
+            match = RANGE_START.search(window)
+            if match is not None:
+                cuts.append(target + match.start(1))
+    return cuts
+
+
+def _last_boundary(buf: bytearray) -> int | None:
+    """Position in ``buf`` of the ``{`` of the last event boundary in its last window, or None."""
+    search_from = max(0, len(buf) - BOUNDARY_WINDOW_BYTES)
+    # positions only, and on a copy: a match object would lock ``buf`` against resizing
+    starts = [m.start(1) for m in RANGE_START.finditer(bytes(buf[search_from:]))]
+    return search_from + starts[-1] if starts else None
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False  # the serial parse says what is wrong
+
+
+def _json_bytes(path: Path, gzip: bool) -> int:
+    """The size of the JSON: the file's, or for gzip the size its trailer states (modulo 2**32;
+    a file that compresses less than that says is taken at 8x its size)."""
+    try:
+        size = path.stat().st_size
+        if not gzip or size < 18:
+            return size
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            stated = int.from_bytes(fh.read(4), "little")
+        return stated if stated >= size else size * 8
+    except OSError:
+        return 0
+
+
+# ---------------------------------------------------------------------- merging
+
+
+def absorb(parent: Any, state: dict[str, Any]) -> bool:
+    """Merge one range's reader state (``read_range``) into ``parent``, the reader of the ranges
+    before it. Returns False, changing nothing, when the range's text pid/tid ids differ from
+    those a serial parse gives (the caller reads the range itself)."""
+    new_ids = _text_ids_in_order(parent.string_ids, state["string_ids"])
+    if new_ids is None:
+        return False
+    parent.string_ids.update(new_ids)
+    memo_type = type(parent.ph_memo)
+    lookups = {key: _lookup(getattr(parent, key), value) for key, value in state.items()
+               if isinstance(value, memo_type)}
+    offsets = {"row": parent.n_rows, "seq": parent.counts.get("events_read", 0)}
+    for key, value in state.items():
+        if key in lookups or key == "string_ids":
+            continue
+        current = getattr(parent, key)
+        if key == "tail":  # the metadata after the array: only the last range has any
+            parent.tail = value or parent.tail
+        elif key == "columns":
+            for column, parts in value.items():
+                memo = _CODE_COLUMNS.get((key, column))
+                current.setdefault(column, []).extend([lookups[memo][p] for p in parts] if memo else parts)
+        elif isinstance(value, list):
+            current.extend(_shift(part, key, offsets, lookups) if isinstance(part, dict) else part for part in value)
+        elif isinstance(value, dict) and all(isinstance(v, int) for v in value.values()):
+            for name, count in value.items():
+                current[name] = current.get(name, 0) + count
+        elif isinstance(value, dict):
+            current.update(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            setattr(parent, key, current + value)
+    return True
+
+
+def _shift(part: dict[str, np.ndarray], key: str, offsets: dict[str, int],
+           lookups: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One per-chunk dict of a range in the whole file's numbering."""
+    out = {}
+    for column, values in part.items():
+        memo = _CODE_COLUMNS.get((key, column))
+        if memo is not None:
+            values = lookups[memo][values]
+        elif column in offsets:
+            values = values + offsets[column]
+        out[column] = values
+    return out
+
+
+def _lookup(parent_memo: Any, memo: Any) -> np.ndarray:
+    """Range code -> whole-file code: the range's strings, in their order, fed to the parent's memo."""
+    return np.asarray(parent_memo.codes(iter(memo.values()), len(memo)), dtype=np.int32)
+
+
+def _text_ids_in_order(known: dict[str, int], ranged: dict[str, int]) -> dict[str, int] | None:
+    """The ids the range's pid/tid texts get in a serial parse (assigned on first sight after
+    ``known``), or None when they differ from those the range used."""
+    new: dict[str, int] = {}
+    for text, used in ranged.items():
+        serial = known.get(text, new.get(text))
+        if serial is None:
+            serial = new[text] = -2 - len(known) - len(new)
+        if serial != used:
+            return None
+    return new

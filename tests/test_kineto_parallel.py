@@ -1,0 +1,280 @@
+"""A Kineto file parsed in byte ranges by worker processes (parsers/kineto_parallel.py) gives the
+Trace and the report a one-process parse gives: every table, every event count, figure for figure.
+
+Real files are small, so the parallel path is forced (no size threshold, ranges of a few hundred
+KB): every file is cut into several ranges, both as gzip (the parent decompresses and ships text)
+and as plain JSON (workers read their own ranges).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE_TRACES, SHARED_TRACES, require_shared
+from traceview import loading
+from traceview.errors import TraceFormatError
+from traceview.parsers import kineto_parallel
+from traceview.parsers.jsonstream import structure_at
+from traceview.parsers.kineto import parse_kineto
+from traceview.parsers.kineto_parallel import parse_parallel
+
+TABLES = ("events", "links", "memory", "steps", "counters")
+SAMPLE_KINETO = sorted(p for p in SAMPLE_TRACES.rglob("*.json.gz"))
+SHARED_KINETO = sorted((SHARED_TRACES / "kineto").rglob("*.json*")) if SHARED_TRACES.exists() else []
+
+
+@pytest.fixture(autouse=True)
+def _gzip_in_parallel(monkeypatch: pytest.MonkeyPatch):
+    # gzip files use workers only from 3 cores on (the parent decompresses): tests run them with 2
+    monkeypatch.setattr(kineto_parallel, "GZIP_MIN_JOBS", 2)
+    yield
+    # every worker process has exited once a parse returns (a leaked one would hang the exit)
+    leaked = multiprocessing.active_children()
+    assert not leaked, f"worker processes still alive after the test: {leaked}"
+
+
+def _ranges(path: Path) -> int:
+    """A range size that cuts the file's JSON into about five ranges."""
+    size = len(gzip.decompress(path.read_bytes())) if path.name.endswith(".gz") else path.stat().st_size
+    return max(4096, size // 5)
+
+
+def _assert_same(serial, parallel, what: str) -> None:
+    for name in TABLES:
+        a, b = getattr(serial, name, None), getattr(parallel, name, None)
+        if a is None and b is None:
+            continue
+        assert a.schema.equals(b.schema), f"{what}: {name} schema differs"
+        assert a.num_rows == b.num_rows, f"{what}: {name} has {a.num_rows} rows serially, {b.num_rows} in parallel"
+        for column in a.column_names:
+            assert a.column(column).equals(b.column(column)), f"{what}: {name}.{column} differs"
+    assert serial.ranks.keys() == parallel.ranks.keys()
+    for rank, info in serial.ranks.items():
+        other = parallel.ranks[rank]
+        assert info.event_counts == other.event_counts, what
+        assert info == other, f"{what}: rank info differs"
+    assert serial.warnings == parallel.warnings
+
+
+def _both_ways(path: Path, tmp_path: Path) -> None:
+    serial = parse_kineto(path)
+    parallel = parse_parallel(path, jobs=2, min_bytes=0, range_bytes=_ranges(path))
+    _assert_same(serial, parallel, f"{path.name} (gzip)")
+    if path.name.endswith(".gz"):  # the same JSON as a plain file: workers read their own ranges
+        plain = tmp_path / path.name.removesuffix(".gz")
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        parallel = parse_parallel(plain, jobs=2, min_bytes=0, range_bytes=_ranges(plain))
+        serial_plain = parse_kineto(plain)
+        _assert_same(serial_plain, parallel, f"{path.name} (plain)")
+
+
+@pytest.mark.parametrize("path", SAMPLE_KINETO, ids=lambda p: str(p.relative_to(SAMPLE_TRACES)))
+def test_sample_traces_same_in_parallel(path: Path, tmp_path: Path) -> None:
+    _both_ways(path, tmp_path)
+
+
+@pytest.mark.parametrize("path", SHARED_KINETO or [None], ids=lambda p: p.name if p else "absent")
+def test_shared_traces_same_in_parallel(path: Path | None, tmp_path: Path) -> None:
+    require_shared()
+    if path is None:
+        pytest.skip("no Kineto traces in the shared folder")
+    _both_ways(path, tmp_path)
+
+
+def _json_report(paths: list[str], jobs: int) -> dict:
+    from traceview.pipeline import analyze
+    from traceview.render import get_renderer
+
+    trace = loading.load(paths, use_cache=False, jobs=jobs)
+    return json.loads(get_renderer("json")().render(analyze(trace)))
+
+
+@pytest.mark.parametrize("folder", ["synthetic_4rank", "regression_pair/new"])
+def test_json_report_same_with_jobs_1_and_2(folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = [str(SAMPLE_TRACES / folder)]
+    serial = _json_report(paths, jobs=1)
+    # forced: files parsed side by side (several files), and each file cut into ranges (one file)
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(kineto_parallel, "MIN_RANGE_BYTES", 4096)
+    assert _json_report(paths, jobs=2) == serial
+    first = sorted((SAMPLE_TRACES / folder).glob("*.json.gz"))[0]
+    assert _json_report([str(first)], jobs=2) == _json_report([str(first)], jobs=1)
+
+
+def test_shared_job_report_same_with_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = require_shared() / "kineto" / "param_dlrm_8ranks_v100"
+    if not folder.exists():
+        pytest.skip(f"{folder} is absent")
+    serial = _json_report([str(folder)], jobs=1)
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    assert _json_report([str(folder)], jobs=2) == serial
+
+
+def _event(i: int, name: str, args: str = "{}") -> str:
+    return (f'{{"ph": "X", "cat": "cpu_op", "name": {json.dumps(name)}, "pid": 1, "tid": {1 + i % 3}, '
+            f'"ts": {1000 + i}.125, "dur": 0.5, "args": {args}}}')
+
+
+def _write_trace(path: Path, events: list[str]) -> Path:
+    path.write_text('{"schemaVersion": 1, "traceEvents": [\n' + ",\n".join(events) + '\n], "traceName": "t"}')
+    return path
+
+
+def test_boundary_inside_a_string_is_never_a_cut(tmp_path: Path) -> None:
+    # names holding what looks like an event boundary, in every spelling JSON allows in a string
+    tricky = ['a},{b', 'x},{\\"ph\\": \\"X\\"', '},\n{', '"},{"', '\\\\},{"']
+    names = [json.loads(json.dumps(t)) for t in tricky]
+    events = [_event(i, names[i % len(names)] * (1 + i % 4)) for i in range(3000)]
+    path = _write_trace(tmp_path / "tricky.json", events)
+    text = path.read_bytes()
+    starts = np.array([m.start(1) for m in kineto_parallel.RANGE_START.finditer(text)], dtype=np.int64)
+    in_string, depth = structure_at(text, starts)
+    assert len(starts) > 0 and not in_string.any() and (depth == 2).all()  # inside traceEvents, at an event
+    for range_bytes in (600, 4096, 50_000):
+        _assert_same(parse_kineto(path), parse_parallel(path, jobs=2, min_bytes=0, range_bytes=range_bytes),
+                     f"ranges of {range_bytes} bytes")
+
+
+def test_cut_inside_an_event_falls_back_to_one_process(tmp_path: Path) -> None:
+    # args holding a list of objects: a planned cut can land between two of them, inside an event
+    nested = '{"shapes": [' + ",".join(f'{{"dim": {k}}}' for k in range(400)) + "]}"
+    events = [_event(i, f"op{i}", nested if i % 7 == 0 else "{}") for i in range(600)]
+    path = _write_trace(tmp_path / "nested.json", events)
+    cuts = kineto_parallel.plan_cuts(path, 0, path.stat().st_size, 50)
+    text = path.read_bytes()
+    _, depth = structure_at(text, np.array(cuts, dtype=np.int64))
+    assert (depth > 2).any(), "the test needs a cut inside an event"
+    _assert_same(parse_kineto(path), parse_parallel(path, jobs=2, min_bytes=0, range_bytes=len(text) // 50),
+                 "cuts inside events")
+
+
+def test_text_ids_of_threads_same_in_parallel(tmp_path: Path) -> None:
+    # text pids/tids get ids on first sight: later ranges see texts in another order
+    events = [_event(i, "op").replace('"pid": 1', f'"pid": "{["Spans", "Traces", "x"][(i // 500) % 3]}"')
+              .replace(f'"tid": {1 + i % 3}', f'"tid": "{["main", "stream 7", "w"][(i // 300) % 3]}"')
+              for i in range(3000)]
+    path = _write_trace(tmp_path / "text_ids.json", events)
+    _assert_same(parse_kineto(path), parse_parallel(path, jobs=2, min_bytes=0, range_bytes=20_000), "text ids")
+
+
+def test_text_ids_do_not_depend_on_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [_event(i, "op").replace('"pid": 1', f'"pid": "{["A", "B"][(i // 7) % 2]}"')
+              .replace(f'"tid": {1 + i % 3}', f'"tid": "{["C", "D"][(i // 5) % 2]}"') for i in range(400)]
+    path = _write_trace(tmp_path / "ids.json", events)
+    whole = parse_kineto(path)
+    import traceview.parsers.kineto as kp
+
+    monkeypatch.setattr(kp, "CHUNK_BYTES", 700)
+    _assert_same(whole, parse_kineto(path), "small chunks")
+
+
+def test_damaged_file_gives_the_serial_error(tmp_path: Path) -> None:
+    events = [_event(i, f"op{i}") for i in range(2000)]
+    path = _write_trace(tmp_path / "bad.json", events)
+    text = path.read_text()
+    middle = text.index('"name": "op1000"')
+    path.write_text(text[:middle] + '"name": op1000' + text[middle + len('"name": "op1000"'):])
+    with pytest.raises(TraceFormatError) as serial:
+        parse_kineto(path)
+    with pytest.raises(TraceFormatError) as parallel:
+        parse_parallel(path, jobs=2, min_bytes=0, range_bytes=20_000)
+    assert str(parallel.value) == str(serial.value)
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: len(text) * 2 // 3])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        parse_parallel(cut, jobs=2, min_bytes=0, range_bytes=20_000)
+
+
+def test_small_files_stay_in_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write_trace(tmp_path / "small.json", [_event(i, "op") for i in range(100)])
+
+    def no_pool(*_args, **_kwargs):
+        raise AssertionError("a small file started worker processes")
+
+    monkeypatch.setattr(kineto_parallel, "ProcessPoolExecutor", no_pool)
+    assert parse_parallel(path, jobs=4).events.num_rows == 100
+
+
+def test_gzip_on_two_cores_stays_in_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_parallel, "GZIP_MIN_JOBS", 3)
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(gzip.compress(_write_trace(tmp_path / "t.json", [_event(i, "op") for i in range(500)])
+                                   .read_bytes()))
+
+    def no_pool(*_args, **_kwargs):
+        raise AssertionError("gzip with 2 jobs started worker processes")
+
+    monkeypatch.setattr(kineto_parallel, "ProcessPoolExecutor", no_pool)
+    assert parse_parallel(path, jobs=2, min_bytes=0).events.num_rows == 500
+
+
+def test_progress_reaches_the_end(tmp_path: Path) -> None:
+    path = _write_trace(tmp_path / "progress.json", [_event(i, f"op{i}") for i in range(5000)])
+    seen: list[tuple[int, int]] = []
+    parse_parallel(path, jobs=2, min_bytes=0, range_bytes=50_000, progress=lambda d, t: seen.append((d, t)))
+    assert seen and seen[-1][0] == seen[-1][1] == path.stat().st_size
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_jobs_option(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from traceview.cli import app
+
+    path = SAMPLE_KINETO[0]
+    runner = CliRunner()
+    one = runner.invoke(app, ["info", "--jobs", "1", "--no-cache", str(path)])
+    two = runner.invoke(app, ["info", "-j", "2", "--no-cache", str(path)])
+    assert one.exit_code == 0 and two.exit_code == 0 and one.output == two.output
+    bad = runner.invoke(app, ["analyze", "--jobs", "0", str(path)])
+    assert bad.exit_code == 2 and re.search(r"--jobs|-j", bad.output)
+
+
+def test_every_phase_merged_across_ranges(tmp_path: Path) -> None:
+    # B/E and async pairs, flows, counters, allocator events and metadata, spread over many ranges:
+    # row and sequence numbers, string codes and per-chunk tables must all be renumbered
+    events = ['{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "main"}}']
+    for i in range(1500):
+        ts = 1000 + 10 * i
+        events += [_event(i, f"op{i % 37}"),
+                   f'{{"ph": "B", "name": "b{i % 5}", "pid": 1, "tid": 9, "ts": {ts}}}',
+                   # the end at the next begin's time: file order (``seq``) decides which comes first
+                   f'{{"ph": "E", "pid": 1, "tid": 9, "ts": {ts + 10}}}' if i % 11 else
+                   f'{{"ph": "E", "pid": 1, "tid": 8, "ts": {ts + 4}}}',
+                   f'{{"ph": "b", "cat": "async{i % 3}", "name": "req", "id": {i % 4}, "pid": 1, "ts": {ts}}}',
+                   f'{{"ph": "e", "cat": "async{i % 3}", "name": "req", "id": {i % 4}, "pid": 1, "ts": {ts + 30}}}',
+                   f'{{"ph": "C", "name": "mem", "pid": 1, "ts": {ts}, "args": {{"used": {i}, "free": {2 * i}}}}}',
+                   f'{{"ph": "s", "cat": "fwdbwd", "id": {i}, "pid": 1, "tid": 1, "ts": {1000 + i}.125}}',
+                   f'{{"ph": "f", "cat": "fwdbwd", "id": {i}, "pid": 1, "tid": 2, "ts": {1001 + i}.125, "bp": "e"}}']
+        if i % 50 == 0:
+            events.append(f'{{"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, '
+                          f'"ts": {ts}, "args": {{"Bytes": {i}, "Total Allocated": {i * 2}, "Device Id": 0}}}}')
+    path = _write_trace(tmp_path / "phases.json", events)
+    serial = parse_kineto(path)
+    counts = next(iter(serial.ranks.values())).event_counts
+    assert counts.get("paired_end") and counts.get("memory") and counts.get("flow"), counts
+    for range_bytes in (3000, 40_000):
+        _assert_same(serial, parse_parallel(path, jobs=2, min_bytes=0, range_bytes=range_bytes),
+                     f"ranges of {range_bytes} bytes")
+
+
+def test_many_files_side_by_side_same_trace_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for rank in range(4):
+        _write_trace(tmp_path / f"rank{rank}.json", [_event(i, f"op{rank}_{i % 9}") for i in range(300 + rank)])
+    serial = loading.load([str(tmp_path)], use_cache=False, jobs=1)
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    _assert_same(serial, loading.load([str(tmp_path)], use_cache=False, jobs=2), "files side by side")
+    text = (tmp_path / "rank2.json").read_text()
+    (tmp_path / "rank2.json").write_text(text[: len(text) // 2])
+    with pytest.raises(TraceFormatError) as one:
+        loading.load([str(tmp_path)], use_cache=False, jobs=1)
+    with pytest.raises(TraceFormatError) as two:
+        loading.load([str(tmp_path)], use_cache=False, jobs=2)
+    assert str(two.value) == str(one.value)

@@ -1,0 +1,297 @@
+"""Reports kept on disk beside the Arrow cache of traces: the same analysis of the same trace files
+with the same options and the same code is read back instead of computed again (a second
+``traceview analyze``, ``diff`` or ``check`` of a trace, the app's first page after a restart).
+
+The key (:func:`report_key`) covers the inputs (each file's :func:`traceview.loading.cache_key`:
+path, size, mtime, both ends of the file, the parser cache version; and the files a directory scan
+skipped, which the report's warnings name), every :class:`Options` field,
+and the code a report depends on (:func:`code_fingerprint`: the traceview version and the name,
+size and mtime of every module of the core, the analyses and the parsers). Changing any of them
+makes a new key; the 16 most recently used files are kept.
+
+The file is data, never pickle, so a file planted in the cache folder can at worst show wrong
+figures, not run code::
+
+    MAGIC | header length (8 bytes, little-endian) | header (UTF-8 JSON) | Arrow IPC streams
+
+The header holds the format version, the report's JSON data and, per analysis, its warnings and
+where each table's IPC stream lies (offset and length after the header). A damaged, foreign or
+older file fails to decode (:class:`CacheFormatError`) and the report is computed again. A table
+that would not come back identical (a column of mixed Python objects) leaves the report uncached
+rather than shown differently from the cache. What is not stored: the analyses' ``Finding`` objects
+(their content is in the report data: ``report["findings"]``), so ``report.results[a].findings``
+of a report read back is empty; the trace is the one loaded again (from its own Arrow cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from traceview.findings import AnalysisResult, Options
+from traceview.model import Trace
+from traceview.report import Report
+
+#: bump when the file layout or the meaning of its contents changes
+FORMAT_VERSION = "4"
+#: the first bytes of a cache file
+MAGIC = b"TRACEVIEW-RESULTS\n"
+SUFFIX = ".tvresults"
+#: how many report files are kept (least recently used go first)
+KEEP = 16
+#: bytes of the header length field
+LENGTH_BYTES = 8
+
+log = logging.getLogger("traceview.report_cache")
+_FINGERPRINT: str | None = None
+
+
+class CacheFormatError(Exception):
+    """A cache file (or a report) that cannot be stored or read back exactly."""
+
+
+# ------------------------------------------------------------------------------------ where and key
+
+
+def cache_folder() -> Path:
+    """The folder of the report files, inside traceview's cache folder."""
+    from traceview.loading import cache_dir
+
+    return cache_dir() / "reports"
+
+
+def cache_path(key: str) -> Path:
+    """The file of the cached report ``key``."""
+    return cache_folder() / f"{key}{SUFFIX}"
+
+
+def code_fingerprint() -> str:
+    """A digest of the code a report depends on: the version, and the name, size and mtime of every
+    module of the core (``traceview/*.py``), the analyses and the parsers (computed once)."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        import traceview
+        import traceview.analyses as analyses
+        import traceview.parsers as parsers
+
+        folders = (Path(traceview.__file__).parent, Path(analyses.__file__).parent, Path(parsers.__file__).parent)
+        digest = hashlib.sha256(traceview.__version__.encode())
+        for f in (f for folder in folders for f in sorted(folder.glob("*.py"))):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            digest.update(f"{f.parent.name}/{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
+        _FINGERPRINT = digest.hexdigest()[:16]
+    return _FINGERPRINT
+
+
+def report_key(files: Sequence[Path], options: Options, skipped: Sequence[Path] = ()) -> str | None:
+    """The key of the report of ``files`` (as :func:`traceview.loading.find_trace_files` lists them)
+    under ``options``; None when a file cannot be read (then nothing is cached). ``skipped``: the
+    files a directory scan left out, which the report names in a warning each (as found)."""
+    from traceview.loading import cache_key
+
+    try:
+        parts = [cache_key(Path(f)) for f in files]
+    except OSError:
+        return None
+    settings = json.dumps(asdict(options), sort_keys=True, default=str)
+    text = "|".join([FORMAT_VERSION, code_fingerprint(), settings, json.dumps([str(p) for p in skipped]), *parts])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+# ------------------------------------------------------------------------------------ read and write
+
+
+def read_report(key: str, trace: Trace | None, *, logger: logging.Logger = log) -> Report | None:
+    """The cached report of ``key`` (its data and its analyses' tables and warnings), attached to
+    ``trace``; None when absent. A damaged, foreign or older file is ignored with a line on
+    ``logger`` (INFO)."""
+    path = cache_path(key)
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None  # not cached yet
+    try:
+        data, results = decode_report(raw)
+    except CacheFormatError as exc:
+        logger.info("result cache: ignoring %s (%s); the analyses run again", path.name, exc)
+        return None
+    try:
+        os.utime(path)  # recently used: pruned last
+    except OSError:
+        pass
+    return Report(data, results, trace)
+
+
+def write_report(key: str, report: Report, *, logger: logging.Logger = log) -> None:
+    """Store a report under ``key`` (its JSON data, its analyses' tables as Arrow IPC and their
+    warnings), whole or not at all, and prune the folder to the :data:`KEEP` most recent."""
+    try:
+        blob = encode_report(report.data, report.results)
+    except CacheFormatError as exc:
+        logger.info("result cache: not storing report %s (%s)", key, exc)
+        return
+    folder = cache_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{key}.{os.getpid()}.tmp"
+        tmp.write_bytes(blob)
+        os.replace(tmp, cache_path(key))
+        entries = sorted(folder.glob("*" + SUFFIX), key=lambda f: f.stat().st_mtime, reverse=True)
+        for old in entries[KEEP:]:
+            old.unlink()
+    except OSError:
+        pass  # a read-only or full disk: the cache is an optimisation only
+
+
+def clear() -> None:
+    """Forget every cached report (the Arrow cache of traces is kept); also removes the pickle
+    files of older versions of the app's cache, which are never read."""
+    folder = cache_folder()
+    if folder.is_dir():
+        for f in [*folder.glob("*.pkl"), *folder.glob("*" + SUFFIX)]:
+            try:
+                f.unlink()
+            except OSError:
+                pass
+
+
+# ------------------------------------------------------------------------------------ the file format
+
+
+def _object_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns of Python objects (strings mostly) and categoricals of object categories, which
+    Arrow reads back with string dtype (restored on reading, so the frame is the same)."""
+    out = []
+    for column, dtype in frame.dtypes.items():
+        is_object = pd.api.types.is_object_dtype
+        if is_object(dtype) or isinstance(dtype, pd.CategoricalDtype) and is_object(dtype.categories.dtype):
+            out.append(str(column))
+    return out
+
+
+def _table_bytes(frame: pd.DataFrame, where: str) -> bytes:
+    """``frame`` as one Arrow IPC stream, checked to decode back to an equal frame."""
+    try:
+        table = pa.Table.from_pandas(frame, preserve_index=None)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise CacheFormatError(f"table {where} has no Arrow form: {exc}") from None
+    # an empty table has no batches, and a stream without a batch has no dictionaries: the
+    # categories of an empty categorical column would be lost, so write one empty batch
+    batches = table.to_batches() or [pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns],
+                                                                schema=table.schema)]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    blob = sink.getvalue().to_pybytes()
+    back = _frame_from(blob, where, _object_columns(frame))
+    if not back.equals(frame) or not back.dtypes.equals(frame.dtypes) or not back.index.equals(frame.index):
+        raise CacheFormatError(f"table {where} does not read back identical")
+    return blob
+
+
+def _frame_from(blob: bytes | memoryview, where: str, object_columns: list[str]) -> pd.DataFrame:
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+        table.validate(full=True)
+        frame = table.to_pandas()
+        for column in object_columns:
+            values = frame[column]
+            if isinstance(values.dtype, pd.CategoricalDtype):
+                frame[column] = values.cat.set_categories(values.cat.categories.astype(object))
+            else:
+                frame[column] = values.astype(object)
+        return frame
+    except (pa.ArrowException, TypeError, ValueError, KeyError) as exc:
+        raise CacheFormatError(f"table {where} is damaged: {exc}") from None
+
+
+def encode_report(data: Mapping[str, Any], results: Mapping[str, AnalysisResult]) -> bytes:
+    """The bytes of one cache file for a report's ``data`` and its analyses' ``results``."""
+    blobs: list[bytes] = []
+    offset = 0
+    analyses: dict[str, Any] = {}
+    for name, result in results.items():
+        tables = {}
+        for table_name, frame in result.tables.items():
+            blob = _table_bytes(frame, f"{name}.{table_name}")
+            tables[table_name] = [offset, len(blob), _object_columns(frame)]
+            blobs.append(blob)
+            offset += len(blob)
+        analyses[name] = {"warnings": list(result.warnings), "tables": tables}
+    header_doc = {"version": FORMAT_VERSION, "data": data, "analyses": analyses}
+    try:
+        header = json.dumps(header_doc, allow_nan=True).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise CacheFormatError(f"report data is not JSON: {exc}") from None
+    if json.loads(header)["data"] != _nan_free(data):
+        raise CacheFormatError("report data does not read back identical from JSON")
+    return b"".join([MAGIC, len(header).to_bytes(LENGTH_BYTES, "little"), header, *blobs])
+
+
+def _nan_free(value: Any) -> Any:
+    """``value`` as its JSON round trip compares (NaN is never equal to itself: compare as None)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_free(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_free(v) for v in value]
+    return value
+
+
+def decode_report(raw: bytes) -> tuple[dict[str, Any], dict[str, AnalysisResult]]:
+    """(data, results) from the bytes of a cache file; :class:`CacheFormatError` for anything
+    that is not a complete file of this format version."""
+    if not raw.startswith(MAGIC):
+        raise CacheFormatError("not a traceview result cache file")
+    start = len(MAGIC) + LENGTH_BYTES
+    length = int.from_bytes(raw[len(MAGIC):start], "little")
+    if len(raw) < start + length:
+        raise CacheFormatError("truncated header")
+    try:
+        header = json.loads(raw[start:start + length].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CacheFormatError(f"damaged header: {exc}") from None
+    if not isinstance(header, dict) or header.get("version") != FORMAT_VERSION:
+        raise CacheFormatError(f"format version {_version_of(header)!r}, this traceview reads {FORMAT_VERSION!r}")
+    data, analyses = header.get("data"), header.get("analyses")
+    if not isinstance(data, dict) or not isinstance(analyses, dict):
+        raise CacheFormatError("header without report data")
+    body = memoryview(raw)[start + length:]
+    return data, {name: _result(name, entry, body) for name, entry in analyses.items()}
+
+
+def _version_of(header: Any) -> Any:
+    return header.get("version") if isinstance(header, dict) else None
+
+
+def _result(name: str, entry: Any, body: memoryview) -> AnalysisResult:
+    """One analysis's result from its header entry and the IPC area of the file."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("tables"), dict):
+        raise CacheFormatError(f"analysis {name!r}: damaged entry")
+    warnings = entry.get("warnings")
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise CacheFormatError(f"analysis {name!r}: damaged warnings")
+    tables = {}
+    for table_name, where in entry["tables"].items():
+        if (not isinstance(where, list) or len(where) != 3 or not all(type(v) is int and v >= 0 for v in where[:2])
+                or where[0] + where[1] > len(body) or not isinstance(where[2], list)
+                or not all(isinstance(c, str) for c in where[2])):
+            raise CacheFormatError(f"table {name}.{table_name}: bad entry {str(where)[:80]}")
+        offset, length, object_columns = where
+        tables[table_name] = _frame_from(body[offset:offset + length], f"{name}.{table_name}", object_columns)
+    return AnalysisResult(name=name, tables=tables, findings=[], warnings=list(warnings))
