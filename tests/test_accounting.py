@@ -228,3 +228,19 @@ def test_every_finding_code_declares_its_precedence_and_umbrella():
             assert code in spec.finding_codes and (parent in precedence or parent in parents), (spec.name, code)
     assert precedence["straggler_rank"] < precedence["exposed_communication"] < precedence["low_utilization"]
     assert precedence["sync_bound_gaps"] < precedence["host_bound_gaps"]
+
+
+@pytest.mark.parametrize("sample", ["synthetic_4rank", "synthetic_nsys.sqlite"])
+def test_rank_denominators_equal_the_per_rank_filter(sample: str) -> None:
+    """One pass over the whole-trace rows gives each rank the denominator a filter per rank gives."""
+    from conftest import SAMPLE_TRACES
+
+    import traceview
+    from traceview.report import denominator, rank_denominators
+
+    results = traceview.analyze(SAMPLE_TRACES / sample, use_cache=False).results
+    built = rank_denominators(results)
+    ranks = sorted(built)
+    assert len(ranks) >= 2
+    for rank in ranks:
+        assert built[rank] == denominator(results, [rank])

@@ -250,8 +250,24 @@ def _account_per_rank(findings: list[Finding], results: Mapping[str, AnalysisRes
     for f in findings:
         if f.rank is not None and _own_rank(f):
             by_rank.setdefault(int(f.rank), []).append(f)
+    denominators = rank_denominators(results)
     for rank, mine in by_rank.items():
-        accounting.account(mine, denominator(results, [rank]), finding_parents(), finding_precedence())
+        accounting.account(mine, denominators.get(rank, accounting.Denominator({}, {})), finding_parents(),
+                           finding_precedence())
+
+
+def rank_denominators(results: Mapping[str, AnalysisResult]) -> dict[int, accounting.Denominator]:
+    """Each rank's own denominator, as ``denominator(results, [rank])`` gives it, built from one
+    pass over the whole-trace rows (a job of thousands of ranks: not one filter per rank)."""
+    whole = _whole_rows(results)
+    if whole.empty:
+        return {}
+    counts = step_counts(results)
+    windows: dict[int, dict[tuple[int, int], tuple[int, int]]] = {int(r): {} for r in whole["rank"].unique()}
+    for r, d, lo, hi in zip(whole["rank"], whole["device"], whole["first_start_ns"], whole["last_end_ns"]):
+        if hi > lo:
+            windows[int(r)][(int(r), int(d))] = (int(lo), int(hi))
+    return {r: accounting.Denominator(w, {r: counts[r]} if r in counts else {}) for r, w in windows.items()}
 
 
 def _finding_records(findings: list[Finding], denom: accounting.Denominator
