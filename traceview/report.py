@@ -218,8 +218,7 @@ def denominator(results: Mapping[str, AnalysisResult], ranks: Iterable[int] | No
         whole = whole[whole["rank"].isin(list(ranks))]
     if whole.empty:
         return accounting.Denominator({}, {})
-    windows = {(int(r), int(d)): (int(lo), int(hi)) for r, d, lo, hi in zip(
-        whole["rank"], whole["device"], whole["first_start_ns"], whole["last_end_ns"]) if hi > lo}
+    windows = _gpu_windows(whole)
     counts = step_counts(results)
     return accounting.Denominator(windows, {r: n for r, n in counts.items() if ranks is None or r in set(ranks)})
 
@@ -264,10 +263,15 @@ def rank_denominators(results: Mapping[str, AnalysisResult]) -> dict[int, accoun
         return {}
     counts = step_counts(results)
     windows: dict[int, dict[tuple[int, int], tuple[int, int]]] = {int(r): {} for r in whole["rank"].unique()}
-    for r, d, lo, hi in zip(whole["rank"], whole["device"], whole["first_start_ns"], whole["last_end_ns"]):
-        if hi > lo:
-            windows[int(r)][(int(r), int(d))] = (int(lo), int(hi))
+    for (r, d), window in _gpu_windows(whole).items():
+        windows[r][(r, d)] = window
     return {r: accounting.Denominator(w, {r: counts[r]} if r in counts else {}) for r, w in windows.items()}
+
+
+def _gpu_windows(whole: pd.DataFrame) -> dict[tuple[int, int], tuple[int, int]]:
+    """(rank, device) -> the GPU's whole-trace window, for GPUs whose window is not empty."""
+    return {(int(r), int(d)): (int(lo), int(hi)) for r, d, lo, hi in zip(
+        whole["rank"], whole["device"], whole["first_start_ns"], whole["last_end_ns"]) if hi > lo}
 
 
 def _finding_records(findings: list[Finding], denom: accounting.Denominator
