@@ -40,6 +40,7 @@ Tables: ``gaps`` (whole-trace gaps; ``step`` is the step of the activity that en
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +49,7 @@ from traceview.claims import Claims
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
+from traceview.tables import masked_int64
 
 from . import classify
 from traceview import intervals as iv
@@ -102,9 +104,10 @@ class _CpuContext:
         self.thread_code = {
             (int(r), int(p), int(t)): i for i, (r, p, t) in enumerate(zip(*self.threads))
         }
-        self.index = iv.NestedIndex(codes, start, end)
+        depth = iv.nesting_depth(codes, start, end)  # the depth the index would work out: computed once
+        self.index = iv.NestedIndex(codes, start, end, depth)
         # top-level ranges per thread, by (thread, start): what the thread ran at the outermost level
-        top = iv.nesting_depth(codes, start, end) == 0
+        top = depth == 0
         order = np.lexsort((start[top], codes[top]))
         self.top_rows = self.rows[np.flatnonzero(top)[order]]  # rows in trace.events
         self.top_code, self.top_start, self.top_end = codes[top][order], start[top][order], end[top][order]
@@ -272,7 +275,7 @@ def _table(
         {
             "rank": act.rank[nxt],
             "device": act.device[nxt],
-            "step": pd.array([None if s == NO_STEP else int(s) for s in step], dtype="Int64"),
+            "step": masked_int64(step, step == NO_STEP),
             "start_ns": gs,
             "end_ns": ge,
             "dur_ns": ge - gs,
@@ -318,61 +321,86 @@ def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
     }
 
 
+def _count_sum(codes: np.ndarray, dur_ns: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and exact int64 sum of ``dur_ns`` per group code in ``[0, groups)``."""
+    counts = np.bincount(codes, minlength=groups).astype(np.int64)
+    sums = np.zeros(groups, dtype=np.int64)
+    np.add.at(sums, codes, dur_ns.astype(np.int64))
+    return counts, sums
+
+
+def _strings(values: np.ndarray, empty_dtype: type) -> Any:
+    """A string column of ``values``; with no rows, an empty column of ``empty_dtype`` (the dtype
+    these tables had when they were built by merges, kept so the tables stay the same)."""
+    return pd.array(values, dtype="str") if values.size else np.empty(0, dtype=empty_dtype)
+
+
 def _by_cause(act: Activity, gaps: pd.DataFrame, step_gaps: pd.DataFrame) -> pd.DataFrame:
-    """Gaps and idle per cause, for every (rank, device) and (rank, device, step) with activity."""
-    groups = [pd.DataFrame({"rank": act.rank, "device": act.device, "step": np.full(len(act), NO_STEP)})]
+    """Gaps and idle per cause, for every (rank, device) and (rank, device, step) with activity:
+    one row per key (in key order) and cause (in ``CAUSES`` order), zero where no gap."""
     in_step = act.step != NO_STEP
-    groups.append(pd.DataFrame({"rank": act.rank[in_step], "device": act.device[in_step], "step": act.step[in_step]}))
-    keys = pd.concat(groups).drop_duplicates().sort_values(["rank", "device", "step"])
-    full = keys.merge(pd.DataFrame({"cause": list(CAUSES)}), how="cross")
-    parts = []
-    for frame, whole in ((gaps, True), (step_gaps, False)):
-        f = frame[["rank", "device", "step", "cause", "dur_ns"]].copy()
-        f["cause"] = f["cause"].astype(str)
-        f["step"] = NO_STEP if whole else f["step"].astype("int64")
-        parts.append(f)
-    allg = pd.concat(parts, ignore_index=True)
-    agg = allg.groupby(["rank", "device", "step", "cause"], sort=False).agg(
-        gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")
-    ).reset_index()
-    out = full.merge(agg, on=["rank", "device", "step", "cause"], how="left")
-    out["gaps"] = out["gaps"].fillna(0).astype(np.int64)
-    out["idle_ns"] = out["idle_ns"].fillna(0).astype(np.int64)
-    out["step"] = pd.array([None if s == NO_STEP else int(s) for s in out["step"]], dtype="Int64")
-    out["rank"] = out["rank"].astype(np.int64)
-    out["device"] = out["device"].astype(np.int64)
-    return out.reset_index(drop=True)
+    n_keys = len(act) + int(in_step.sum())
+    rank = np.concatenate([act.rank, act.rank[in_step], gaps["rank"].to_numpy(), step_gaps["rank"].to_numpy()])
+    device = np.concatenate([act.device, act.device[in_step], gaps["device"].to_numpy(),
+                             step_gaps["device"].to_numpy()])
+    step = np.concatenate([np.full(len(act), NO_STEP, dtype=np.int64), act.step[in_step].astype(np.int64),
+                           np.full(len(gaps), NO_STEP, dtype=np.int64),
+                           step_gaps["step"].to_numpy(dtype=np.int64, na_value=NO_STEP)])
+    codes, (k_rank, k_device, k_step) = iv.combine_keys(rank.astype(np.int64), device.astype(np.int64), step)
+    # only the keys with activity are rows (a gap always ends at an activity of its key)
+    present = np.zeros(k_rank.size, dtype=bool)
+    present[codes[:n_keys]] = True
+    new_code = np.cumsum(present) - 1
+    n_causes = len(CAUSES)
+    cause = np.concatenate([gaps["cause"].cat.codes.to_numpy(), step_gaps["cause"].cat.codes.to_numpy()])
+    gap_keys = codes[n_keys:]
+    of_present = present[gap_keys]
+    cells = new_code[gap_keys[of_present]] * n_causes + cause[of_present].astype(np.int64)
+    dur_ns = np.concatenate([gaps["dur_ns"].to_numpy(), step_gaps["dur_ns"].to_numpy()])[of_present]
+    n_present = int(present.sum())
+    counts, sums = _count_sum(cells, dur_ns, n_present * n_causes)
+    k_step = np.repeat(k_step[present], n_causes)
+    return pd.DataFrame({
+        "rank": np.repeat(k_rank[present], n_causes).astype(np.int64),
+        "device": np.repeat(k_device[present], n_causes).astype(np.int64),
+        "step": masked_int64(k_step, k_step == NO_STEP),
+        "cause": pd.array(np.tile(np.array(CAUSES, dtype=object), n_present), dtype="str"),
+        "gaps": counts,
+        "idle_ns": sums,
+    })
 
 
 def _histogram(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Gaps and idle time per rank, device and duration bucket (every bucket of every GPU with gaps)."""
     bucket = np.searchsorted(BUCKET_EDGES, gaps["dur_ns"].to_numpy(), side="right")
-    frame = pd.DataFrame({"rank": gaps["rank"], "device": gaps["device"], "bucket": bucket, "dur_ns": gaps["dur_ns"]})
-    agg = (
-        frame.groupby(["rank", "device", "bucket"])
-        .agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum"))
-        .reset_index()
-    )
-    keys = gaps[["rank", "device"]].drop_duplicates()
-    full = keys.merge(pd.DataFrame({"bucket": np.arange(len(BUCKET_LABELS))}), how="cross")
-    out = full.merge(agg, on=["rank", "device", "bucket"], how="left").fillna({"gaps": 0, "idle_ns": 0})
-    out["label"] = [BUCKET_LABELS[b] for b in out["bucket"]]
-    out["gaps"] = out["gaps"].astype(np.int64)
-    out["idle_ns"] = out["idle_ns"].astype(np.int64)
-    out = out[["rank", "device", "bucket", "label", "gaps", "idle_ns"]]
-    return out.sort_values(["rank", "device", "bucket"]).reset_index(drop=True)
+    codes, (k_rank, k_device) = iv.combine_keys(gaps["rank"].to_numpy(), gaps["device"].to_numpy())
+    n_buckets = len(BUCKET_LABELS)
+    counts, sums = _count_sum(codes * n_buckets + bucket, gaps["dur_ns"].to_numpy(), k_rank.size * n_buckets)
+    buckets = np.tile(np.arange(n_buckets), k_rank.size)
+    return pd.DataFrame({
+        "rank": np.repeat(k_rank, n_buckets),
+        "device": np.repeat(k_device, n_buckets),
+        "bucket": buckets,
+        "label": _strings(np.array(BUCKET_LABELS, dtype=object)[buckets], np.float64),
+        "gaps": counts,
+        "idle_ns": sums,
+    })
 
 
 def _histogram_by_cause(gaps: pd.DataFrame) -> pd.DataFrame:
-    """Gaps and idle time per rank, device, cause and duration bucket (only the cells that hold gaps)."""
+    """Gaps and idle time per rank, device, cause and duration bucket (only the cells that hold gaps),
+    sorted by rank, device, cause name and bucket."""
     bucket = np.searchsorted(BUCKET_EDGES, gaps["dur_ns"].to_numpy(), side="right")
-    frame = pd.DataFrame({"rank": gaps["rank"].to_numpy(), "device": gaps["device"].to_numpy(),
-                          "cause": gaps["cause"].astype(str).to_numpy(), "bucket": bucket,
-                          "dur_ns": gaps["dur_ns"].to_numpy()})
-    agg = frame.groupby(["rank", "device", "cause", "bucket"], sort=True).agg(
-        gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum")).reset_index()
-    agg["gaps"] = agg["gaps"].astype(np.int64)
-    agg["idle_ns"] = agg["idle_ns"].astype(np.int64)
-    return agg
+    by_name = np.array(sorted(CAUSES), dtype=object)
+    name_rank = np.argsort(np.argsort(np.array(CAUSES, dtype=object)))  # cause code -> its rank by name
+    cause = name_rank[gaps["cause"].cat.codes.to_numpy().astype(np.int64)]
+    codes, (k_rank, k_device, k_cause, k_bucket) = iv.combine_keys(
+        gaps["rank"].to_numpy(), gaps["device"].to_numpy(), cause, bucket)
+    counts, sums = _count_sum(codes, gaps["dur_ns"].to_numpy(), k_rank.size)
+    return pd.DataFrame({
+        "rank": k_rank, "device": k_device, "cause": _strings(by_name[k_cause], object),
+        "bucket": k_bucket.astype(np.int64), "gaps": counts, "idle_ns": sums,
+    })
 
 
 def _largest(gaps: pd.DataFrame, options: Options) -> pd.DataFrame:

@@ -144,22 +144,39 @@ def categories_of(trace: Trace, act: Activity) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _stats(keys: list[np.ndarray], dur: np.ndarray) -> pd.DataFrame:
-    """count/total/min/max/mean/population std of ``dur`` per distinct combination of ``keys``."""
-    frame = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)})
-    frame["dur"] = dur
-    by = [f"k{i}" for i in range(len(keys))]
-    grouped = frame.groupby(by, sort=False)
-    out = grouped["dur"].agg(["size", "sum", "min", "max"]).reset_index()
-    out.columns = by + ["count", "total_ns", "min_ns", "max_ns"]
+    """count/total/min/max/mean/population std of ``dur`` per distinct combination of ``keys``, groups
+    in order of first appearance."""
+    # one int64 group code instead of several key columns: the same groups in the same order (and
+    # the same rows in each, so the same float sums) for a fraction of pandas' multi-key cost
+    codes, values = iv.combine_keys(*keys)
+    grouped = pd.Series(dur).groupby(codes, sort=False)
+    agg = grouped.agg(["size", "sum", "min", "max"])
+    group = agg.index.to_numpy()
+    out = pd.DataFrame({f"k{i}": v[group] for i, v in enumerate(values)})
+    for c, src in (("count", "size"), ("total_ns", "sum"), ("min_ns", "min"), ("max_ns", "max")):
+        out[c] = agg[src].to_numpy().astype(np.int64)
     # population std from deviations about the exact group mean (float64)
-    mean = grouped["dur"].transform("sum").to_numpy() / grouped["dur"].transform("size").to_numpy()
-    frame["sq"] = (dur - mean) ** 2
-    sq = frame.groupby(by, sort=False)["sq"].sum().reset_index(drop=True)
+    mean = grouped.transform("sum").to_numpy() / grouped.transform("size").to_numpy()
+    sq = pd.Series((dur - mean) ** 2).groupby(codes, sort=False).sum().to_numpy()
     out["mean_ns"] = out["total_ns"].to_numpy() / out["count"].to_numpy()
-    out["std_ns"] = np.sqrt(sq.to_numpy() / out["count"].to_numpy())
-    for c in ("count", "total_ns", "min_ns", "max_ns"):
-        out[c] = out[c].astype(np.int64)
+    out["std_ns"] = np.sqrt(sq / out["count"].to_numpy())
     return out
+
+
+def _category_totals(keys: list[np.ndarray], dur: np.ndarray) -> pd.DataFrame:
+    """Count and total of ``dur`` per (rank, device, step, category) in key order, with each
+    category's share of its (rank, device, step) total (exact int64 sums)."""
+    codes, (k_rank, k_device, k_step, k_cat) = iv.combine_keys(*keys)
+    count = np.bincount(codes, minlength=k_rank.size).astype(np.int64)
+    total_ns = np.zeros(k_rank.size, dtype=np.int64)
+    np.add.at(total_ns, codes, dur.astype(np.int64))
+    parent, _ = iv.combine_keys(k_rank, k_device, k_step)
+    parent_ns = np.zeros(int(parent.max()) + 1 if parent.size else 0, dtype=np.int64)
+    np.add.at(parent_ns, parent, total_ns)
+    denom = parent_ns[parent]
+    share_pct = np.where(denom > 0, 100.0 * total_ns / np.maximum(denom, 1), 0.0)
+    return pd.DataFrame({"rank": k_rank, "device": k_device, "step": k_step, "category": k_cat, "count": count,
+                         "total_ns": total_ns, "share_pct": share_pct})
 
 
 def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataFrame]:
@@ -207,14 +224,7 @@ def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataF
             if not sel.any():
                 continue
             st = np.where(with_step, step, NO_STEP)[sel]
-            c = pd.DataFrame(
-                {"rank": rank[sel], "device": device[sel], "step": st, "category": cat[sel], "dur": dur[sel]}
-            )
-            g = c.groupby(["rank", "device", "step", "category"]).agg(count=("dur", "size"), total_ns=("dur", "sum"))
-            g = g.reset_index()
-            denom = g.groupby(["rank", "device", "step"])["total_ns"].transform("sum").to_numpy()
-            g["share_pct"] = np.where(denom > 0, 100.0 * g["total_ns"].to_numpy() / np.maximum(denom, 1), 0.0)
-            frames.append(g)
+            frames.append(_category_totals([rank[sel], device[sel], st, cat[sel]], dur[sel]))
     if frames:
         categories = pd.concat(frames, ignore_index=True)
         categories["step_sort"] = categories["step"]
@@ -231,6 +241,18 @@ def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataF
     else:
         categories = _empty_frame(["rank", "device", "step", "category", "count", "total_ns", "share_pct"])
     return {"kernels": kernels, "top_kernels": top, "kernels_by_step": by_step, "categories": categories}
+
+
+def _sums_by_key(keys: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Exact int64 sums of ``values`` per distinct combination of ``keys``, in key order (what a
+    sorted ``groupby(keys).sum()`` gives, without pandas' per-key factorisation)."""
+    codes, distinct = iv.combine_keys(*keys.values())
+    out: dict[str, np.ndarray] = dict(zip(keys, distinct))
+    for name, value in values.items():
+        sums = np.zeros(distinct[0].size, dtype=np.int64)
+        np.add.at(sums, codes, value.astype(np.int64))
+        out[name] = sums
+    return pd.DataFrame(out)
 
 
 def tiny_table(act: Activity, graph: np.ndarray | None = None) -> pd.DataFrame:
@@ -264,19 +286,13 @@ def tiny_table(act: Activity, graph: np.ndarray | None = None) -> pd.DataFrame:
             continue
         st = np.where(with_step, act.step, NO_STEP)[sel]
         t = tiny[sel]
-        f = pd.DataFrame(
-            {
-                "rank": act.rank[sel],
-                "device": act.device[sel],
-                "step": st,
-                "compute_kernels": 1,
-                "tiny_kernels": t.astype(np.int64),
-                "tiny_total_ns": np.where(t, dur[sel], 0),
-                "tiny_gap_ns": np.where(t, gap[sel], 0),
-                "tiny_graph_kernels": (t & graph[sel]).astype(np.int64),
-            }
-        )
-        frames.append(f.groupby(["rank", "device", "step"], as_index=False).sum())
+        frames.append(_sums_by_key({"rank": act.rank[sel], "device": act.device[sel], "step": st}, {
+            "compute_kernels": np.ones(int(sel.sum()), dtype=np.int64),
+            "tiny_kernels": t.astype(np.int64),
+            "tiny_total_ns": np.where(t, dur[sel], 0),
+            "tiny_gap_ns": np.where(t, gap[sel], 0),
+            "tiny_graph_kernels": (t & graph[sel]).astype(np.int64),
+        }))
     if not frames:
         return _empty_frame(cols)
     out = pd.concat(frames, ignore_index=True).sort_values(["rank", "device", "step"]).reset_index(drop=True)
@@ -437,10 +453,11 @@ def _tiny_claims(gaps: pd.DataFrame, tiny_rows: np.ndarray, gpus: list[tuple[int
     return Claims.of(rank[sel], device[sel], start, end)
 
 
-def _tiny_gpus(tiny: pd.DataFrame, act: Activity, claimed: dict[tuple[int, int], int]) -> list[_TinyGpu]:
-    """The rank/devices where tiny kernels qualify (see module docstring), with their evidence."""
+def _tiny_gpus(tiny: pd.DataFrame, act: Activity, claimed: dict[tuple[int, int], int],
+               windows: dict[tuple[int, int], float]) -> list[_TinyGpu]:
+    """The rank/devices where tiny kernels qualify (see module docstring), with their evidence
+    (``windows``: :func:`_step_windows` of ``act``)."""
     step_counts = act.steps.counts()
-    windows = _step_windows(act)
     per_gpu: list[_TinyGpu] = []
     for row in tiny[tiny["step"].isna()].itertuples(index=False):  # one row per GPU
         rank, device = int(row.rank), int(row.device)
@@ -462,9 +479,10 @@ def _tiny_gpus(tiny: pd.DataFrame, act: Activity, claimed: dict[tuple[int, int],
 
 def _tiny_findings(tiny: pd.DataFrame, act: Activity, gaps: pd.DataFrame, tiny_rows: np.ndarray) -> list[Finding]:
     """One finding over every rank/device where tiny kernels qualify (see module docstring)."""
-    qualifying = [(p["rank"], p["device"]) for p in _tiny_gpus(tiny, act, {})]
+    windows = _step_windows(act)
+    qualifying = [(p["rank"], p["device"]) for p in _tiny_gpus(tiny, act, {}, windows)]
     claims = _tiny_claims(gaps, tiny_rows, qualifying)
-    per_gpu = _tiny_gpus(tiny, act, claims.by_gpu())
+    per_gpu = _tiny_gpus(tiny, act, claims.by_gpu(), windows)
     if not per_gpu:
         return []
     cost = int(round(float(np.mean([p["cost_ns_per_step"] for p in per_gpu]))))

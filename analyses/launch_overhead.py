@@ -366,31 +366,46 @@ def _launch_scale_gaps(trace: Trace, options: Options) -> np.ndarray:
             & (gaps["dur_ns"].to_numpy() <= bound))
 
 
-def _by_step(frame: pd.DataFrame) -> pd.DataFrame:
-    """Sums of ``frame``'s value columns per (rank, step_key): the whole trace (``NO_STEP``) and each step."""
-    whole = frame.assign(step_key=NO_STEP).groupby(["rank", "step_key"]).sum()
-    steps = frame[frame["step_key"] != NO_STEP].groupby(["rank", "step_key"]).sum()
-    return pd.concat([whole, steps])
+def _by_step(parts: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]) -> pd.DataFrame:
+    """Exact int64 sums of each part's value columns per (rank, step_key): the whole trace
+    (``NO_STEP``) and each step, over the keys of all parts (0 where a part has no row of a key),
+    in key order. A part is (rank, step_key, {column: values})."""
+    ranks, steps = [], []
+    for rank, step_key, _ in parts:
+        in_step = step_key != NO_STEP
+        ranks += [rank, rank[in_step]]
+        steps += [np.full(rank.size, NO_STEP, dtype=np.int64), step_key[in_step]]
+    codes, (k_rank, k_step) = iv.combine_keys(np.concatenate(ranks).astype(np.int64),
+                                              np.concatenate(steps).astype(np.int64))
+    out: dict[str, np.ndarray] = {"rank": k_rank, "step_key": k_step}
+    offset = 0
+    for rank, step_key, values in parts:
+        in_step = step_key != NO_STEP
+        mine = codes[offset:offset + rank.size + int(in_step.sum())]
+        offset += mine.size
+        for name, value in values.items():
+            sums = np.zeros(k_rank.size, dtype=np.int64)
+            np.add.at(sums, mine, np.concatenate([value, value[in_step]]).astype(np.int64))
+            out[name] = sums
+    return pd.DataFrame(out)
 
 
 def _steps(trace: Trace, options: Options, act: Activity, gaps: pd.DataFrame) -> pd.DataFrame:
     """Per rank and step (and whole trace, step None): the launch-bound verdict and its inputs."""
     kinds = launch_kinds(trace, options)
     kernel = act.kind == int(Kind.KERNEL)
-    counts = _by_step(pd.DataFrame({
-        "rank": act.rank, "step_key": act.step, "kernels": kinds.one_by_one.astype(np.int64),
-        "graph_kernels": (kinds.graph & kernel).astype(np.int64),
+    counts = {
+        "kernels": kinds.one_by_one.astype(np.int64), "graph_kernels": (kinds.graph & kernel).astype(np.int64),
         "short_kernels": (kinds.one_by_one & (act.end - act.start < act.api_end - act.api_start)).astype(np.int64),
-    }))
+    }
     dur = gaps["dur_ns"].to_numpy()
     scale = launch_scale_gaps(trace, options)
-    idle = _by_step(pd.DataFrame({
-        "rank": gaps["rank"].to_numpy(), "step_key": gaps["step"].fillna(NO_STEP).to_numpy(dtype=np.int64),
+    idle = {
         "idle_ns": dur, "host_bound_idle_ns": np.where(gaps["cause"] == HOST_BOUND, dur, 0),
         "launch_scale_gaps": scale.astype(np.int64), "launch_scale_idle_ns": np.where(scale, dur, 0),
-    }))
-    out = pd.concat([counts, idle], axis=1).fillna(0).astype(np.int64).reset_index()
-    out.columns = ["rank", "step_key", *out.columns[2:]]
+    }
+    out = _by_step([(act.rank, act.step, counts), (gaps["rank"].to_numpy(),
+                                                   gaps["step"].fillna(NO_STEP).to_numpy(dtype=np.int64), idle)])
     share = np.divide(out["short_kernels"], out["kernels"].clip(lower=1))
     out["short_share"] = np.where(out["kernels"] > 0, share, 0.0)
     out["host_bound_share"] = out["host_bound_idle_ns"] / out["idle_ns"].clip(lower=1)

@@ -64,11 +64,11 @@ import pyarrow.compute as pc
 
 from traceview import intervals as iv
 from traceview.findings import AnalysisResult, Finding, Options
-from traceview.model import Kind, Trace, hash_keys, join_on_keys
+from traceview.model import Trace, join_on_keys
 from traceview.registry import AnalysisSpec, TableSpec
 from traceview.units import fmt_bytes
 
-from .steps import NO_STEP, StepTable, cached, step_column, step_table
+from .steps import NO_STEP, StepTable, cached, cpu_op_nesting, step_column, step_table
 
 NAME = "memory"
 
@@ -278,13 +278,13 @@ def cpu_op_at(trace: Trace, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
     (start <= ts <= end); row -1 and name None where there is none."""
     row = np.full(ts.size, -1, dtype=np.int64)
     names = np.full(ts.size, None, dtype=object)
-    ops = np.flatnonzero(trace.mask(Kind.CPU_OP))
-    if ops.size == 0 or ts.size == 0:
+    if ts.size == 0:
         return row, names
-    start = trace.column("start_ns")[ops]
-    end = start + np.maximum(trace.column("dur_ns")[ops], 0)
-    thread = hash_keys([trace.column("rank")[ops], trace.column("pid")[ops], trace.column("tid")[ops]])
-    found = iv.innermost_covering(thread, start, end, hash_keys([rank, pid, tid]), ts, ts)
+    nest = cpu_op_nesting(trace)
+    if nest.rows.size == 0:
+        return row, names
+    found = nest.index.covering(nest.thread_codes(rank, pid, tid), ts, ts)
+    ops = nest.rows
     ok = found >= 0
     row[ok] = ops[found[ok]]
     if ok.any():

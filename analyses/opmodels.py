@@ -308,6 +308,49 @@ def _conv_backward(a: _Args) -> OpCost:
     return OpCost(flops, read, written, _DTYPES[tx][0], "tensor", "conv_backward")
 
 
+def _split_conv_shapes(a: _Args, x: list[int], g: list[int], w: list[int]) -> None:
+    """Input ``x``, grad_output ``g`` and weight ``w`` of one (not transposed) convolution: the
+    batch, the output channels and the groups (recorded, or the ones the shapes imply) must fit."""
+    _require(len(x) == len(g) == len(w) >= 3 and x[0] == g[0] and g[1] == w[0] and w[1] > 0 and min(x + w) >= 0, a.name,
+             f"input {x}, grad_output {g}, weight {w}")
+    groups = _groups(a, 6, x, w, False)
+    _require(groups > 0 and x[1] == w[1] * groups and w[0] % groups == 0, a.name,
+             f"input {x} does not fit weight {w} with groups {groups}")
+    try:
+        out = _conv_out_spatial(a, x, w, {"padding": 3, "stride": 4, "dilation": 5}, False)
+    except _Skip as skip:
+        if skip.reason != "missing_argument":
+            raise
+        return  # stride and padding not recorded: the spatial sizes cannot be cross-checked
+    _require(out == g[2:], a.name, f"grad_output {g} is not the output of input {x} with weight {w}")
+
+
+def _conv_backward_input(a: _Args) -> OpCost:
+    """cudnn/miopen_convolution_backward_input(self_size, grad_output, weight, padding, stride,
+    dilation, groups, ...) (PyTorch 1.x): one convolution as large as the forward one, whose
+    FLOPs the grad_output and the weight give; the grad_input written has the int[] ``self_size``,
+    which only "Concrete Inputs" records (the input's spatial size needs stride and padding)."""
+    (g, tg), (w, tw) = a.tensor(1, "grad_output"), a.tensor(2, "weight")
+    x = a.int_list(0, "self_size (the shape of grad_input)")
+    _split_conv_shapes(a, x, g, w)
+    read = _bytes(a.unique_elements(1), tg) + _bytes(a.unique_elements(2), tw)
+    return OpCost(2 * math.prod(g) * math.prod(w[1:]), read, _bytes(math.prod(x), tg), _DTYPES[tg][0], "tensor",
+                  "conv_backward")
+
+
+def _conv_backward_weight(a: _Args) -> OpCost:
+    """cudnn/miopen_convolution_backward_weight(weight_size, grad_output, self, padding, stride,
+    dilation, groups, ...) (PyTorch 1.x): one convolution as large as the forward one; the
+    kernel size and channels per group are in the int[] ``weight_size``, which only "Concrete
+    Inputs" records."""
+    (g, tg), (x, tx) = a.tensor(1, "grad_output"), a.tensor(2, "input")
+    w = a.int_list(0, "weight_size (the shape of grad_weight)")
+    _split_conv_shapes(a, x, g, w)
+    read = _bytes(a.unique_elements(1), tg) + _bytes(a.unique_elements(2), tx)
+    return OpCost(2 * math.prod(g) * math.prod(w[1:]), read, _bytes(math.prod(w), tx), _DTYPES[tx][0], "tensor",
+                  "conv_backward")
+
+
 # ------------------------------------------------------------------------------------ attention
 
 
@@ -440,6 +483,56 @@ def _batch_norm(a: _Args) -> OpCost:
         stats_written = 2 * channels * 4 + sum(_nbytes(*a.tensor(i, "running")) for i in params if i >= 3)
     return OpCost(per_element * math.prod(x), read, _nbytes(x, tx) + stats_written, _DTYPES[tx][0], "vector",
                   "batch_norm")
+
+
+@dataclass(frozen=True)
+class _BatchNormBackward:
+    """Where a batch-norm backward op's schema puts its arguments."""
+
+    grad: int
+    input: int
+    stats: tuple[int, int]  # the statistics read: saved mean and inverse deviation (training)
+    train: int | None = None  # position of the flag; None: the op exists for training only
+    mask: int | None = None  # position of output_mask; None: all three gradients
+    reserve: int | None = None  # cuDNN's reserve space, written by the forward, read here
+
+
+_BATCH_NORM_BACKWARD: dict[str, _BatchNormBackward] = {
+    "aten::native_batch_norm_backward": _BatchNormBackward(0, 1, (5, 6), train=7, mask=9),
+    # "You can only use this if you used cudnn_batch_norm training=True" (native_functions.yaml); the
+    # derivative of cudnn/miopen_batch_norm calls native_batch_norm_backward when not training
+    "aten::cudnn_batch_norm_backward": _BatchNormBackward(1, 0, (5, 6), reserve=8),
+    "aten::miopen_batch_norm_backward": _BatchNormBackward(1, 0, (5, 6)),
+}
+
+
+def _batch_norm_backward(a: _Args, spec: _BatchNormBackward) -> OpCost:
+    """grad_input: twice the forward normalisation per element (its statistics part only when
+    training); grad_weight and grad_bias: 2 per element each, as for layer norm. Without running
+    statistics (not training), the running mean and variance are read instead of the saved ones."""
+    (g, tg), (x, tx) = a.tensor(spec.grad, "grad_output"), a.tensor(spec.input, "input")
+    _require(g == x and len(x) >= 2, a.name, f"grad_output {g} and input {x} differ or have no channels")
+    training = True if spec.train is None else a.flag(spec.train, "train")
+    mask = [True] * 3
+    if spec.mask is not None:
+        items = a.scalar(spec.mask, "output_mask").strip("[]").replace(" ", "").split(",")
+        _require(len(items) == 3 and set(items) <= {"True", "False"}, a.name, f"output_mask {items}")
+        mask = [m == "True" for m in items]
+    numel, channels = math.prod(x), x[1]
+    normalise = _LAYER_NORM_FLOPS if training else 2
+    flops = numel * (2 * normalise * mask[0] + 2 * mask[1] + 2 * mask[2])
+    weight = a.optional_tensor(2, "weight")
+    params = [i for i in (spec.stats if training else (3, 4)) if a.optional_tensor(i, "statistics") is not None]
+    params += [2] if weight is not None else []
+    _require(all(a.tensor(i, "parameter")[0] == [channels] for i in params), a.name,
+             f"statistics or weight do not have the {channels} channels of input {x}")
+    if spec.reserve is not None and a.optional_tensor(spec.reserve, "reserveSpace") is not None:
+        params.append(spec.reserve)
+    read = _bytes(a.unique_elements(spec.grad), tg) + sum(_bytes(a.unique_elements(i), a.types[i]) for i in params)
+    read += _bytes(a.unique_elements(spec.input), tx) if training or mask[1] else 0  # x enters through x_hat
+    param_type = weight[1] if weight is not None else tx
+    written = _nbytes(x, tx) * mask[0] + _bytes(channels, param_type) * (mask[1] + mask[2])
+    return OpCost(flops, read, written, _DTYPES[tx][0], "vector", "batch_norm_backward")
 
 
 # softmax: max, subtract, exp, sum, divide (log_softmax: max, subtract, exp, sum, subtract the log)
@@ -603,7 +696,8 @@ def _embedding_backward(a: _Args) -> OpCost:
 
 
 def _tensor_lists(a: _Args) -> OpCost:
-    """Optimizer steps and _foreach_ ops take TensorLists, whose element types Kineto does not record."""
+    """Optimizer steps, _foreach_ ops and cat take TensorLists, whose element types Kineto does not
+    record (cat moves bytes only, but how many per element is the unknown)."""
     raise _Skip("unknown_dtype", f"{a.name}: the element types of TensorList arguments are not recorded")
 
 
@@ -617,6 +711,8 @@ _COUNTED_AT_LEAF: dict[str, str] = {
     "aten::conv3d": "the backend convolution", "aten::conv_transpose1d": "the backend convolution",
     "aten::conv_transpose2d": "the backend convolution", "aten::conv_transpose3d": "the backend convolution",
     "aten::convolution": "the backend convolution (cudnn/miopen/mkldnn)",
+    "aten::cudnn_convolution_backward": "aten::cudnn_convolution_backward_input/_weight (PyTorch 1.x)",
+    "aten::miopen_convolution_backward": "aten::miopen_convolution_backward_input/_weight/_bias (PyTorch 1.x)",
     "aten::_convolution": "the backend convolution (cudnn/miopen/mkldnn)",
     "aten::scaled_dot_product_attention": "the flash/efficient/cuDNN/math attention op",
     "aten::_scaled_dot_product_flash_attention": "aten::_flash_attention_forward",
@@ -641,9 +737,15 @@ _MODELS: dict[str, Callable[[_Args], OpCost]] = {
     "aten::native_layer_norm_backward": _layer_norm_backward,
     "aten::native_batch_norm": _batch_norm, "aten::cudnn_batch_norm": _batch_norm,
     "aten::miopen_batch_norm": _batch_norm,
+    **{name: partial(_batch_norm_backward, spec=spec) for name, spec in _BATCH_NORM_BACKWARD.items()},
+    **dict.fromkeys(("aten::cudnn_convolution_backward_input", "aten::miopen_convolution_backward_input",
+                     "aten::miopen_depthwise_convolution_backward_input"), _conv_backward_input),
+    **dict.fromkeys(("aten::cudnn_convolution_backward_weight", "aten::miopen_convolution_backward_weight",
+                     "aten::miopen_depthwise_convolution_backward_weight"), _conv_backward_weight),
     "aten::_softmax": _softmax, "aten::_log_softmax": _softmax,
     "aten::_softmax_backward_data": _softmax_backward, "aten::_log_softmax_backward_data": _softmax_backward,
     "aten::index_select": _index_select, "aten::embedding_dense_backward": _embedding_backward,
+    "aten::cat": _tensor_lists,
     "aten::_fused_adam_": _tensor_lists, "aten::_fused_adamw_": _tensor_lists, "aten::_fused_sgd_": _tensor_lists,
 }
 

@@ -327,9 +327,54 @@ def step_column(steps: np.ndarray | pd.Series) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(values, values == NO_STEP)
 
 
+@dataclass(frozen=True)
+class CpuOpNesting:
+    """The CPU ops of a trace nested per thread (rank, pid, tid), built once per trace for every
+    "which op was running" lookup (synchronize calls, memory peaks): op ``rows`` (of
+    ``trace.events``), their thread ``codes`` (into the sorted distinct ``threads``), nesting
+    ``depth``, an index over all of them and one over the outermost (depth 0) ones."""
+
+    rows: np.ndarray
+    threads: tuple[np.ndarray, np.ndarray, np.ndarray]
+    codes: np.ndarray
+    depth: np.ndarray
+    index: iv.NestedIndex
+    outer_index: iv.NestedIndex
+    outer: np.ndarray  # positions (into ``rows``) of the outermost ops
+
+    def thread_codes(self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        """The code of each query's thread among the ops' threads; -1 for a thread with no op."""
+        n = self.threads[0].size
+        codes, _ = iv.combine_keys(np.concatenate([self.threads[0], np.asarray(rank, dtype=np.int64)]),
+                                   np.concatenate([self.threads[1], pid]), np.concatenate([self.threads[2], tid]))
+        known = np.full(int(codes.max()) + 1 if codes.size else 0, -1, dtype=np.int64)
+        known[codes[:n]] = np.arange(n, dtype=np.int64)
+        return known[codes[n:]]
+
+
+def cpu_op_nesting(trace: Trace) -> CpuOpNesting:
+    """The trace's :class:`CpuOpNesting` (cached per trace: it does not depend on the options)."""
+    return cached(trace, "cpu_op_nesting", Options(), lambda: _build_cpu_op_nesting(trace))
+
+
+def _build_cpu_op_nesting(trace: Trace) -> CpuOpNesting:
+    rows = np.flatnonzero(trace.mask(Kind.CPU_OP))
+    start = trace.column("start_ns")[rows]
+    end = start + np.maximum(trace.column("dur_ns")[rows], 0)
+    codes, (rank, pid, tid) = iv.combine_keys(trace.column("rank")[rows].astype(np.int64), trace.column("pid")[rows],
+                                              trace.column("tid")[rows])
+    depth = iv.nesting_depth(codes, start, end)
+    outer = np.flatnonzero(depth == 0)
+    return CpuOpNesting(rows=rows, threads=(rank, pid, tid), codes=codes, depth=depth,
+                        index=iv.NestedIndex(codes, start, end, depth),
+                        outer_index=iv.NestedIndex(codes[outer], start[outer], end[outer], depth[outer]), outer=outer)
+
+
 __all__ = [
     "NO_STEP",
     "Activity",
+    "CpuOpNesting",
+    "cpu_op_nesting",
     "StepTable",
     "activity",
     "assign_to_steps",

@@ -61,11 +61,12 @@ import pandas as pd
 from . import classify
 from traceview import intervals as iv
 from .idle_gaps import BLOCKING_COPY
-from .steps import NO_STEP, Activity, activity, assign_to_steps, per_step, step_column
+from .steps import NO_STEP, Activity, activity, assign_to_steps, cpu_op_nesting, per_step, step_column
 from traceview.claims import Claims
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
+from traceview.tables import masked_int64
 
 NAME = "synchronization"
 
@@ -128,30 +129,52 @@ def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         )
         op_rows, rt_rows = op_rows[ok], rt_rows[ok]
     if op_rows.size:
-        links = pd.DataFrame({"rt": rt_rows, "op": op_rows, "s": start[op_rows]}).sort_values(["rt", "s"])
-        last = links.drop_duplicates("rt", keep="last").set_index("rt")["op"]
-        inner = last.reindex(rows).fillna(-1).to_numpy().astype(np.int64)
+        inner = _latest_linked_op(op_rows, rt_rows, start[op_rows], rows)
     # 2. containing ops on the same thread
-    ops = np.flatnonzero(trace.mask(Kind.CPU_OP))
-    if ops.size:
-        rank, pid, tid = trace.column("rank"), trace.column("pid"), trace.column("tid")
-        codes, _ = iv.combine_keys(
-            np.concatenate([rank[ops], rank[rows]]).astype(np.int64),
-            np.concatenate([pid[ops], pid[rows]]),
-            np.concatenate([tid[ops], tid[rows]]),
-        )
-        ok, qk = codes[: ops.size], codes[ops.size:]
-        depth = iv.nesting_depth(ok, start[ops], end[ops])
-        hit = iv.innermost_covering(ok, start[ops], end[ops], qk, start[rows], end[rows], depth=depth)
+    nest = cpu_op_nesting(trace)
+    if nest.rows.size:
+        qk = nest.thread_codes(trace.column("rank")[rows], trace.column("pid")[rows], trace.column("tid")[rows])
+        hit = nest.index.covering(qk, start[rows], end[rows])
         missing = (inner < 0) & (hit >= 0)
-        inner[missing] = ops[hit[missing]]
-        outer = depth == 0
-        hit0 = iv.innermost_covering(
-            ok[outer], start[ops][outer], end[ops][outer], qk, start[rows], end[rows], depth=depth[outer]
-        )
-        top[hit0 >= 0] = ops[outer][hit0[hit0 >= 0]]
-    as_name = lambda idx: np.array([names[i] if i >= 0 else None for i in idx.tolist()], dtype=object)  # noqa: E731
-    return as_name(inner), as_name(top)
+        inner[missing] = nest.rows[hit[missing]]
+        hit0 = nest.outer_index.covering(qk, start[rows], end[rows])
+        top[hit0 >= 0] = nest.rows[nest.outer][hit0[hit0 >= 0]]
+    return _names_at(names, inner), _names_at(names, top)
+
+
+def _latest_linked_op(op_rows: np.ndarray, rt_rows: np.ndarray, op_start_ns: np.ndarray,
+                      rows: np.ndarray) -> np.ndarray:
+    """For each runtime row of ``rows``, its linked op that starts last (ties: the last link), or -1."""
+    order = np.lexsort((op_start_ns, rt_rows))  # stable: among equal starts the last link stays last
+    rt_sorted, op_sorted = rt_rows[order], op_rows[order]
+    last = np.ones(rt_sorted.size, dtype=bool)
+    last[:-1] = rt_sorted[1:] != rt_sorted[:-1]
+    keys, ops = rt_sorted[last], op_sorted[last].astype(np.int64)
+    pos = np.clip(np.searchsorted(keys, rows), 0, max(keys.size - 1, 0))
+    found = keys[pos] == rows if keys.size else np.zeros(rows.size, dtype=bool)
+    return np.where(found, ops[pos] if keys.size else -1, -1).astype(np.int64)
+
+
+def _names_at(names: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``names[row]`` for each row (an object array), None where the row is -1."""
+    out = names[np.maximum(rows, 0)].astype(object)
+    out[rows < 0] = None
+    return out
+
+
+def _labels(column: pd.Series, blank: str) -> np.ndarray:
+    """``_text(v) or blank`` for every cell of ``column``, worked out once per distinct value."""
+    codes, uniques = pd.factorize(column)
+    labels = np.array([_text(u) or blank for u in uniques] + [blank], dtype=object)
+    return labels[codes]
+
+
+def _nonnegative_or_missing(column: pd.Series) -> pd.arrays.IntegerArray:
+    """Int64 of ``column``: its integer values, missing where the cell is missing or negative."""
+    values = column.to_numpy(dtype=object)
+    missing = pd.isna(values)
+    as_int = np.where(missing, -1, values).astype(np.int64)
+    return masked_int64(as_int, missing | (as_int < 0))
 
 
 def _rank_gaps(act: Activity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -197,7 +220,7 @@ def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
     cpu_op, top_op = _cpu_ops(trace, rows)
     calls["cpu_op"] = cpu_op
     calls["top_cpu_op"] = top_op
-    calls["bytes"] = pd.array([int(b) if pd.notna(b) and b >= 0 else None for b in calls["bytes"]], dtype="Int64")
+    calls["bytes"] = _nonnegative_or_missing(calls["bytes"])
     calls = calls.sort_values(["rank", "start_ns", "row"]).reset_index(drop=True)
     _gpu_idle(calls, act)
     calls["step"] = step_column(calls["step"])
@@ -231,21 +254,15 @@ def _copy_calls(trace: Trace, copy_api: np.ndarray, copy_gpu: np.ndarray, next_o
     (``copy_then_sync``) or a copy from/to pageable memory (``pageable_copy``)."""
     if not copy_api.size:
         return pd.DataFrame(columns=["row", "call_type", "gpu_row", "pair_sync"])
-    blocking_api = _per_name(trace, lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
+    blocking_api = _per_value(names[copy_api], lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
     nxt = next_of[copy_api]
     nxt_is_sync = (nxt >= 0) & np.isin(sync_type[np.maximum(nxt, 0)], ["device_sync", "stream_sync", "event_sync"])
-    how = np.where(blocking_api[copy_api], "sync_api", np.where(nxt_is_sync, "async_then_sync", ""))
-    gname = names[copy_gpu]
-    pageable = np.array([bool(PAGEABLE.search(n or "")) for n in gname])
+    how = np.where(blocking_api, "sync_api", np.where(nxt_is_sync, "async_then_sync", ""))
+    pageable = _per_value(names[copy_gpu], lambda n: bool(PAGEABLE.search(n))).astype(bool)
     keep = (how != "") | pageable
     copy_api, copy_gpu, how, pageable, nxt = copy_api[keep], copy_gpu[keep], how[keep], pageable[keep], nxt[keep]
-    direction = []
-    memory = []
-    for n in names[copy_gpu].tolist():
-        m = _DIRECTION.search(n or "")
-        direction.append(m.group(1) if m else None)
-        mm = _MEMORY.search(n or "")
-        memory.append(f"{mm.group(1)} -> {mm.group(2)}" if mm else None)
+    direction = _per_value(names[copy_gpu], _direction_of)
+    memory = _per_value(names[copy_gpu], _memory_of)
     nbytes = trace.events.column("bytes").fill_null(-1).to_numpy()
     call_type = np.where(how == "sync_api", "blocking_copy",
                          np.where(how == "async_then_sync", "copy_then_sync", "pageable_copy"))
@@ -254,24 +271,39 @@ def _copy_calls(trace: Trace, copy_api: np.ndarray, copy_gpu: np.ndarray, next_o
             "row": copy_api,
             "call_type": call_type,
             "gpu_row": copy_gpu,
-            "copy_kind": np.array(direction, dtype=object),
-            "memory": np.array(memory, dtype=object),
+            "copy_kind": direction,
+            "memory": memory,
             "bytes": nbytes[copy_gpu],
             "pair_sync": np.where(how == "async_then_sync", nxt, -1),
         }
     )
 
 
+def _per_value(names: np.ndarray, fn: Callable[[str], object]) -> np.ndarray:
+    """``fn(name or "")`` for each of ``names`` (an object array), evaluated once per distinct name."""
+    codes, uniques = pd.factorize(names)  # a missing name is code -1: the last entry, fn("")
+    mapped = np.array([fn(u or "") for u in uniques] + [fn("")], dtype=object)
+    return mapped[codes]
+
+
+def _direction_of(name: str) -> str | None:
+    m = _DIRECTION.search(name)
+    return m.group(1) if m else None
+
+
+def _memory_of(name: str) -> str | None:
+    m = _MEMORY.search(name)
+    return f"{m.group(1)} -> {m.group(2)}" if m else None
+
+
 def _sync_calls(sync_rows: np.ndarray, sync_type: np.ndarray, copies: pd.DataFrame) -> pd.DataFrame:
     """One row per synchronize call; the sync call of a copy_then_sync pair carries the copy's details."""
-    paired = set(copies.loc[copies["pair_sync"] >= 0, "pair_sync"].tolist()) if len(copies) else set()
+    paired = copies.loc[copies["pair_sync"] >= 0, "pair_sync"].to_numpy() if len(copies) else np.empty(0, np.int64)
+    call_type = np.where(np.isin(sync_rows, paired), "copy_then_sync", sync_type[sync_rows]).astype(object)
     syncs = pd.DataFrame(
         {
             "row": sync_rows,
-            "call_type": [
-                "copy_then_sync" if r in paired else t
-                for r, t in zip(sync_rows.tolist(), sync_type[sync_rows].tolist())
-            ],
+            "call_type": call_type if sync_rows.size else [],
             "gpu_row": -1,
             "pair_sync": -1,
         }
@@ -394,7 +426,7 @@ def _sync_summary(c: pd.DataFrame) -> pd.DataFrame:
 
 def _by_cpu_op(c: pd.DataFrame) -> pd.DataFrame:
     """Blocking calls per rank, CPU op (and its top-level op), call type and API, costliest first."""
-    c = c.assign(top_key=[_text(v) or "(none)" for v in c["top_cpu_op"].tolist()])
+    c = c.assign(top_key=_labels(c["top_cpu_op"], "(none)"))
     g = c.groupby(["rank", "cpu_op_key", "top_key", "call_type", "api"])
     o = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum")).reset_index()
     o = o.rename(columns={"cpu_op_key": "cpu_op", "top_key": "top_cpu_op"})
@@ -408,8 +440,8 @@ def _copies(c: pd.DataFrame) -> pd.DataFrame:
     if not len(cp):
         return _empty(_COPY_COLS)
     # one row per copy: the copy's launch call row (the pair's sync row carries the same gpu_row)
-    cp["copy_kind"] = [_text(v) or "?" for v in cp["copy_kind"].tolist()]
-    cp["memory"] = [_text(v) or "?" for v in cp["memory"].tolist()]
+    cp["copy_kind"] = _labels(cp["copy_kind"], "?")
+    cp["memory"] = _labels(cp["memory"], "?")
     cp = cp.groupby(["rank", "gpu_row"], as_index=False).agg(
         copy_kind=("copy_kind", "first"), memory=("memory", "first"), call_type=("call_type", "first"),
         bytes=("bytes", "first"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum"))
@@ -433,44 +465,40 @@ _STEP_SUMS = {
 }
 
 
-def _step_totals(d: pd.DataFrame) -> pd.DataFrame:
-    """Sync and copy counts and times per rank and ``step_key`` of flagged calls (see :func:`_by_step`).
-
-    Each total is a column sum over the group: the value where the call has the flag, else 0 (one
-    grouped sum for all of them, no Python per group: a trace has hundreds of steps)."""
-    masked = pd.DataFrame(
-        {name: d[flag].astype(np.int64) if value is None else d[value].where(d[flag], 0)
-         for name, (flag, value) in _STEP_SUMS.items()},
-        index=d.index,
-    )
-    masked["rank"], masked["step_key"] = d["rank"], d["step_key"]
-    return masked.groupby(["rank", "step_key"])[list(_STEP_SUMS)].sum().reset_index()
+def _step_flags(c: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The flag columns of :data:`_STEP_SUMS`, one bool array per flag."""
+    call_type = c["call_type"]
+    is_copy = call_type.isin(["blocking_copy", "copy_then_sync"]).to_numpy()
+    pair_sync = (call_type.eq("copy_then_sync") & c["api"].str.contains("Synchronize")).to_numpy()
+    return {
+        "is_sync": call_type.isin(["device_sync", "stream_sync", "event_sync"]).to_numpy(),
+        "is_copy": is_copy,
+        "is_pageable": (call_type == "pageable_copy").to_numpy(),
+        "copy_count": is_copy & ~pair_sync,  # a copy_then_sync pair is one copy (its copy call's row)
+    }
 
 
 def _by_step(c: pd.DataFrame) -> pd.DataFrame:
-    """Sync and copy totals per rank for the whole trace (step blank) and per step."""
-    c = c.copy()
-    c["is_sync"] = c["call_type"].isin(["device_sync", "stream_sync", "event_sync"])
-    c["is_copy"] = c["call_type"].isin(["blocking_copy", "copy_then_sync"])
-    c["is_pageable"] = c["call_type"] == "pageable_copy"
-    c["copy_count"] = c["is_copy"] & ~(c["call_type"].eq("copy_then_sync") & c["api"].str.contains("Synchronize"))
-    frames = []
-    for whole in (True, False):
-        d = c.copy()
-        if whole:
-            d["step"] = pd.array([None] * len(d), dtype="Int64")
-            d["step_key"] = NO_STEP
-        else:
-            d = d[d["step"].notna()].copy()
-            d["step_key"] = d["step"].astype(np.int64)
-        if d.empty:
-            continue
-        frames.append(_step_totals(d))
-    st = pd.concat(frames, ignore_index=True).sort_values(["rank", "step_key"])
-    st["step"] = step_column(st["step_key"])
-    for col in _STEP_COLS[2:]:
-        st[col] = st[col].astype(np.int64)
-    return st[_STEP_COLS].reset_index(drop=True)
+    """Sync and copy totals per rank for the whole trace (step blank) and per step.
+
+    Each total is an exact int64 sum over the group of the value where the call has the flag, else
+    0 (one pass over the calls for all groups: a trace has hundreds of steps)."""
+    flags = _step_flags(c)
+    rank = c["rank"].to_numpy().astype(np.int64)
+    step = c["step"].to_numpy(dtype=np.int64, na_value=NO_STEP)
+    in_step = step != NO_STEP
+    # every call counts in its rank's whole-trace row, and calls in a step in that step's row too
+    codes, (k_rank, k_step) = iv.combine_keys(np.concatenate([rank, rank[in_step]]),
+                                              np.concatenate([np.full(rank.size, NO_STEP, dtype=np.int64),
+                                                              step[in_step]]))
+    out: dict[str, Any] = {"rank": k_rank, "step": step_column(k_step)}
+    for name, (flag, value) in _STEP_SUMS.items():
+        per_call = flags[flag].astype(np.int64) if value is None else np.where(
+            flags[flag], c[value].to_numpy().astype(np.int64), 0)
+        sums = np.zeros(k_rank.size, dtype=np.int64)
+        np.add.at(sums, codes, np.concatenate([per_call, per_call[in_step]]))
+        out[name] = sums
+    return pd.DataFrame(out, columns=_STEP_COLS)
 
 
 def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -479,7 +507,7 @@ def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
         return {"sync_summary": _empty(_SYNC_COLS), "by_cpu_op": _empty(_OP_COLS), "copies": _empty(_COPY_COLS),
                 "by_step": _empty(_STEP_COLS)}
     c = calls.copy()
-    c["cpu_op_key"] = [_text(v) or "(none)" for v in c["cpu_op"].tolist()]
+    c["cpu_op_key"] = _labels(c["cpu_op"], "(none)")
     return {"sync_summary": _sync_summary(c), "by_cpu_op": _by_cpu_op(c), "copies": _copies(c), "by_step": _by_step(c)}
 
 

@@ -19,7 +19,14 @@ cache, and the load average is printed before and after. Targets (issue 12): the
 faster than today's in the same run, and its peak RSS <= 2x the file. "Today's" is ``--baseline
 FILE``, the whole parser before this change (``git show 283d365:parsers/nsys.py > FILE``), where
 given; else the ``sqlite3`` mode of this tree, which shares the new assembly and join-free parts and
-so flatters the old reader.
+so flatters the old reader. ``--before FILE`` (repeatable) times an earlier version of this
+tree's parser beside them, for before/after figures.
+
+Each child also reports, after the timed parse, its RSS while holding the trace and after freeing
+it (each once the C heap's free pages are handed back): their difference is what the trace keeps
+resident, and with the RSS before the parse (interpreter and imports) it is the floor under any
+reader's peak; the report prints both per reader, and how far the peak is above that floor.
+MB in the output are 10^6 bytes.
 
 ``--drivers`` times the fetch alone (the kernel and runtime columns the parser reads, into Arrow, or
 into row tuples for sqlite3), without imports or connection set-up, for the candidates issue 12
@@ -38,6 +45,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import statistics
 import subprocess
 import sys
 import time
@@ -59,13 +67,28 @@ TABLES = {
 }
 GAP_NS = 1_000_000
 
+#: after the timed parse (so neither time nor peak changes): the RSS while the trace is held and
+#: after it is freed, each once the C heap's free pages are handed back (glibc's malloc_trim): the
+#: difference is what the trace itself keeps resident, the floor under any reader's peak
+HELD = """
+import ctypes as _ctypes, gc as _gc
+def _settled_rss():
+    _gc.collect()
+    _trim = getattr(_ctypes.CDLL(None), "malloc_trim", None)
+    if _trim is not None:
+        _trim(0)
+    return _status_bytes("VmRSS")
+_held = _settled_rss()
+_rows, _links = trace.events.num_rows, trace.links.num_rows
+del trace
+_report(t, rows=_rows, links=_links, rss_holding=_held, rss_freed=_settled_rss())
+"""
 CHILD = """
 import traceview.parsers.nsys as nsys
 nsys.ROW_READER = {reader!r}
 with _Timer() as t:
     trace = nsys.parse_nsys({path!r})
-_report(t, rows=trace.events.num_rows, links=trace.links.num_rows)
-"""
+""" + HELD
 #: ``--baseline FILE``: an older ``parsers/nsys.py`` (e.g. ``git show REV:parsers/nsys.py > FILE``),
 #: imported from that file and timed as a third reader
 BASELINE_CHILD = """
@@ -76,8 +99,7 @@ sys.modules["nsys_baseline"] = nsys
 spec.loader.exec_module(nsys)
 with _Timer() as t:
     trace = nsys.parse_nsys({path!r})
-_report(t, rows=trace.events.num_rows, links=trace.links.num_rows)
-"""
+""" + HELD
 #: (label, ROW_READER): the reader before issue 12 first, then today's
 READERS = (("old: sqlite3 tuples + join_on_keys", "sqlite3"), ("new: ADBC -> Arrow + packed-key join", "adbc"))
 TARGET_SPEEDUP = 4.0
@@ -281,24 +303,37 @@ def compare_drivers(path: Path, args: argparse.Namespace) -> list[dict]:
 
 
 def time_readers(path: Path, args: argparse.Namespace) -> list[Series] | None:
-    """Both readers (and ``--baseline``), alternating, in fresh processes."""
-    readers = list(READERS) + ([(f"baseline: {args.baseline.name}", "baseline")] if args.baseline else [])
-    series = [Series(label) for label, _ in readers]
+    """Both readers (and ``--baseline``, ``--before``), alternating, in fresh processes."""
+    readers: list[tuple[str, str, Path | None]] = [(label, reader, None) for label, reader in READERS]
+    if args.baseline:
+        readers.append((f"baseline: {args.baseline.name}", "baseline", args.baseline))
+    readers += [(f"before: {f.name}", "before", f) for f in args.before]
+    series = [Series(label) for label, _, _ in readers]
     for i in range(args.runs):
-        for s, (label, reader) in zip(series, readers):
+        for s, (label, reader, parser_file) in zip(series, readers):
             before = loadavg()
-            code = (BASELINE_CHILD.format(path=str(path), baseline=str(args.baseline.resolve()))
-                    if reader == "baseline" else CHILD.format(path=str(path), reader=reader))
+            code = (CHILD.format(path=str(path), reader=reader) if parser_file is None else
+                    BASELINE_CHILD.format(path=str(path), baseline=str(parser_file.resolve())))
             try:
                 r = run_child(args.python, code, timeout=3 * 3600)
             except ChildError as exc:
-                print(f"parse_nsys ({reader}) failed: {exc}")
+                print(f"parse_nsys ({label}) failed: {exc}")
                 return None
             r["loadavg_before"], r["loadavg_after"] = before, loadavg()
             s.runs.append(r)
-            print(f"  run {i + 1}/{args.runs} {reader:>7}: {r['seconds']:.2f} s, cpu {r['cpu_seconds']:.2f} s, "
+            print(f"  run {i + 1}/{args.runs} {reader:>8}: {r['seconds']:.2f} s, cpu {r['cpu_seconds']:.2f} s, "
                   f"peak RSS {mb(r['peak_rss']):.0f} MB (load {before} -> {r['loadavg_after']})", flush=True)
     return series
+
+
+def resident_floor(s: Series, file_bytes: int) -> str:
+    """What the parsed trace keeps resident and what the interpreter held before the parse: no
+    reader's peak can be below their sum (medians over the runs)."""
+    held = statistics.median(r["rss_holding"] - r["rss_freed"] for r in s.runs)
+    before = statistics.median(r["rss_before"] for r in s.runs)
+    return (f"trace resident {mb(held):.0f} MB ({held / file_bytes:.2f}x the file) + interpreter and imports "
+            f"before the parse {mb(before):.0f} MB = floor {mb(held + before):.0f} MB "
+            f"({(held + before) / file_bytes:.2f}x); peak above the floor {mb(s.peak_rss - held - before):.0f} MB")
 
 
 def report(series: list[Series], path: Path, total_rows: int) -> dict:
@@ -312,7 +347,7 @@ def report(series: list[Series], path: Path, total_rows: int) -> dict:
                  for s in series]))
     # "today's" reader is the --baseline file where given (the parser before issue 12, whole); the
     # sqlite3 mode of this tree shares the new assembly, so it flatters the old reader
-    today = series[2] if len(series) > 2 else old
+    today = next((s for s in series if s.label.startswith("baseline:")), old)
     speedup, cpu_speedup = today.median_s / new.median_s, today.median_cpu / new.median_cpu
     for other in series[:1] + series[2:]:
         print(f"new vs {other.label}: {other.median_s / new.median_s:.2f}x faster in wall time, "
@@ -326,6 +361,8 @@ def report(series: list[Series], path: Path, total_rows: int) -> dict:
     print(f"events out: {new.runs[0]['rows']:,}; links: {new.runs[0]['links']:,} (old reader: "
           f"{'the same' if same else 'DIFFERENT'}); RSS before the parse (interpreter + imports): "
           f"{mb(new.runs[0]['rss_before']):.0f} MB")
+    for s in series:
+        print(f"{s.label}: {resident_floor(s, file_bytes)}")
     return {"file_bytes": file_bytes, "today": today.label, "speedup_wall": speedup, "speedup_cpu": cpu_speedup,
             "rss_per_file": rss_ratio,
             "readers": [{"label": s.label, "runs": s.runs, "median_s": s.median_s, "median_cpu_s": s.median_cpu,
@@ -343,6 +380,9 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="Python with traceview installed")
     ap.add_argument("--drivers", action="store_true", help="also time the fetch alone per driver")
     ap.add_argument("--baseline", type=Path, help="an older parsers/nsys.py to time as a third reader")
+    ap.add_argument("--before", type=Path, action="append", default=[],
+                    help="an earlier version of this tree's parsers/nsys.py, timed beside the others for "
+                         "before/after figures (not the target's 'today'); repeatable")
     ap.add_argument("--duckdb-python", help="Python with duckdb and its sqlite extension (default --python)")
     ap.add_argument("--wait", type=float, default=0.0,
                     help="seconds to keep retrying while parse_nsys is not importable (default 0)")

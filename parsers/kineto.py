@@ -11,6 +11,21 @@ each chunk is decoded by msgspec straight into typed structs that keep only the 
 uses (unknown keys are skipped without building objects), turned into Arrow columns, and dropped.
 Peak memory is the output columns plus one chunk.
 
+The native column decoder
+-------------------------
+When the package was built with a C compiler, each chunk is first offered to
+``_kineto_columns.decode_chunk`` (parsers/_kineto_columns.c): one strict RFC 8259 scan of the chunk
+that fills a column per field traceview reads (strings as codes into the chunk's unique strings,
+interned once per chunk; ``ts``/``dur`` as the int or correctly rounded double msgspec would have
+put in the struct, plus where their text lies for exact re-reads), with no Python object per event.
+It declines (returns None) any chunk with something outside what it reproduces exactly: invalid
+JSON, a value of another type than ``_Event``/``_MemoryArgs`` declare, a duplicated known key, an
+escaped key, nesting deeper than 64, a ``Process Group Ranks`` list, counter or async events. A
+declined chunk is decoded by msgspec exactly as before (the reference path, which also says what is
+wrong), so both give the same tables, counts and warnings (``tests/test_kineto_native.py``).
+``_ingest`` reads either through the same interface (``_NativeFields`` / ``_StructFields``).
+``TRACEVIEW_KINETO_NATIVE=0`` forces the msgspec path; ``NATIVE_CHUNKS`` counts the chunks each took.
+
 Chunk boundaries are found by looking for ``}`` ``,`` ``{`` near the end of the buffer. A cut that
 lands inside a string or a nested object makes the chunk fail to decode; then a numpy scan of the
 chunk's structure (quotes, escapes, brackets) finds the real boundary. The same scan finds the end
@@ -78,6 +93,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError
+
+try:  # the native column decoder: built when a C compiler was present at install
+    from traceview.parsers._kineto_columns import decode_chunk as _decode_chunk, first_seen as _first_seen
+except ImportError:  # pragma: no cover - then msgspec decodes every chunk
+    _decode_chunk = _first_seen = None
 from traceview.registry import InputFormat, register_input_format
 from traceview.intervals import NestedIndex
 from traceview.parsers.jsonstream import (
@@ -166,6 +186,11 @@ ASYNC_INSTANT_PHASES = ("n",)
 #: The key under which the slow path (``_coerce_event``) keeps the args of counter events, whose
 #: keys and types are the trace's own (the typed ``args`` would coerce or fail on them).
 COUNTER_ARGS_KEY = "traceview:counter_args"
+#: Columns of the events table holding an op's recorded inputs (``record_shapes=True``: "Input Dims",
+#: "Input type", "Input Strides", "Concrete Inputs"), each as canonical JSON text (``canonical_json``)
+OP_INPUT_COLUMNS = ("input_dims", "input_types", "input_strides", "concrete_inputs")
+#: ``_Args`` fields of any JSON value (never coerced by the slow path)
+_ANY_JSON_ARGS = frozenset((*OP_INPUT_COLUMNS, "input_dims_old"))
 
 
 # ---------------------------------------------------------------------- typed decoding
@@ -188,6 +213,13 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
     name: str = ""  # metadata events: process_name / thread_name
+    # an op's recorded inputs (record_shapes=True), any JSON: kept as canonical JSON text
+    # (``OP_INPUT_COLUMNS``); "Input dims" is the 2021 spelling
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_dims_old: Any = msgspec.field(default=None, name="Input dims")
+    input_types: Any = msgspec.field(default=None, name="Input type")
+    input_strides: Any = msgspec.field(default=None, name="Input Strides")
+    concrete_inputs: Any = msgspec.field(default=None, name="Concrete Inputs")
 
 
 class _MemoryArgs(_Args, frozen=True, gc=False):
@@ -257,10 +289,8 @@ _MEMORY_EVENTS_DECODER = msgspec.json.Decoder(list[_MemoryEvent])
 _MEMORY_PROBE_DECODER = msgspec.json.Decoder(list[_MemoryProbe])
 _PHASE_PROBE_DECODER = msgspec.json.Decoder(list[_PhaseProbe])
 _RAW_OBJECT_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_get_ph, _get_cat, _get_name = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
-_get_pid, _get_tid, _get_args = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
-_get_collective = attrgetter("collective")
-_get_id = attrgetter("id")
+_get_name, _get_pid, _get_tid = attrgetter("name"), attrgetter("pid"), attrgetter("tid")
+_get_args, _get_id = attrgetter("args"), attrgetter("id")
 _RAW_TIMES_DECODER = msgspec.json.Decoder(list[_RawTimes])
 _ANY_DECODER = msgspec.json.Decoder()
 
@@ -302,7 +332,7 @@ def kineto_reader(path: Path, progress: ProgressFn | None = None) -> "_KinetoFil
 class _Chunk:
     """One decoded chunk of events and the per-event columns read from all of them."""
 
-    events: list[_Event]
+    fields: "_StructFields | _NativeFields"  # the events' fields (msgspec structs or native columns)
     piece: Callable[[], bytes]  # the chunk's JSON text (slow paths only)
     # the chunk's text decoded by another decoder (from the event holding a marker on, if given)
     decode_again: Callable[[msgspec.json.Decoder, bytes | None], list[Any]]
@@ -314,6 +344,11 @@ class _Chunk:
     dur_ns: np.ndarray
     # async events' pairing key (category, id, name; object str), set by _keep_async when it has any
     async_key: np.ndarray | None = None
+
+    @property
+    def events(self) -> list[_Event]:
+        """The structs (counter, async and allocator events: only chunks decoded by msgspec hold them)."""
+        return self.fields.structs()
 
 
 class _KinetoFile:
@@ -472,7 +507,7 @@ class _KinetoFile:
 
     def _find_cut(self, buf: bytearray) -> int | None:
         """Position just after the last complete event in ``buf`` (the ``}``), or None."""
-        search_from = max(0, len(buf) - 1024 * 1024)
+        search_from = max(0, len(buf) - 64 * 1024)  # events are small: the last boundary is near the end
         while True:
             # positions only: a match object locks ``buf`` against resizing while it lives
             starts = [m.start() for m in _EVENT_SEPARATOR.finditer(buf, search_from)]
@@ -494,6 +529,11 @@ class _KinetoFile:
             start += 1
         if start >= end:
             return end
+        native = self._native_fields(buf, start, end)
+        if native is not None:
+            self._ingest(native, lambda: _piece(buf, start, end),
+                         lambda decoder, marker: self._decode_tail(buf, start, end, decoder, marker))
+            return end
         try:
             events = self._decode_in_place(buf, start, end, self.decoder)
         except (msgspec.ValidationError, RecursionError):
@@ -506,9 +546,19 @@ class _KinetoFile:
             return end
         except msgspec.DecodeError:
             return self._decode_to_boundary(buf, start, end)
-        self._ingest(events, lambda: _piece(buf, start, end),
+        self._ingest(_StructFields(events), lambda: _piece(buf, start, end),
                      lambda decoder, marker: self._decode_tail(buf, start, end, decoder, marker))
         return end
+
+    def _native_fields(self, buf: bytearray, start: int, end: int) -> "_NativeFields | None":
+        """The chunk's columns from the native decoder, or None when it is off, absent, or declines
+        the chunk (then msgspec decodes it, as the reference path)."""
+        if _decode_chunk is None or os.environ.get("TRACEVIEW_KINETO_NATIVE", "1") == "0":
+            return None
+        result = _decode_chunk(buf, start, end)
+        fields = _NativeFields.of(result, buf) if result is not None else None
+        NATIVE_CHUNKS["native" if fields is not None else "fallback"] += 1
+        return fields
 
     def _decode_to_boundary(self, buf: bytearray, start: int, end: int) -> int:
         """The cut fell inside a string or nested object: decode up to the real last event boundary."""
@@ -594,7 +644,7 @@ class _KinetoFile:
         """Decode and ingest a standalone JSON array of well-typed events (the slow paths' output)."""
         holder = bytearray(text)
         events: list[_Event] = list(_MEMORY_EVENTS_DECODER.decode(text))
-        self._ingest(events, lambda: text,
+        self._ingest(_StructFields(events), lambda: text,
                      lambda decoder, marker: self._decode_tail(holder, 1, len(holder) - 1, decoder, marker))
 
     def _final_chunk(self, buf: bytearray, array_document: bool) -> None:
@@ -681,31 +731,32 @@ class _KinetoFile:
         raise TraceFormatError(self.path, "is JSON but not a trace")
 
     # -- columns --------------------------------------------------------------------------
-    def _ingest(self, events: list[_Event], piece: Callable[[], bytes],
+    def _ingest(self, fields: "_StructFields | _NativeFields", piece: Callable[[], bytes],
                 decode_again: Callable[[msgspec.json.Decoder, bytes | None], list[Any]]) -> None:
-        """Turn one decoded chunk into columns. Each field is read once for all events (C-level
-        ``map(attrgetter)``), then rows are selected with numpy masks. Every event gets one fate,
-        counted in ``self.counts``: mapped, metadata, flow, memory, or ``skipped_<reason>``."""
-        n = len(events)
+        """Turn one decoded chunk into columns. Each field is read once for all events (a column
+        of the native decoder, or C-level ``map(attrgetter)`` over structs), then rows are
+        selected with numpy masks. Every event gets one fate, counted in ``self.counts``: mapped,
+        metadata, flow, memory, or ``skipped_<reason>``."""
+        n = fields.n
         if n == 0:
             return
         first_seq = self.counts.get("events_read", 0)
         self._count("events_read", n)
-        ph_codes = self.ph_memo.codes(map(_get_ph, events), n)
+        ph_codes = fields.codes(self.ph_memo, "ph")
         ph_values = self.ph_memo.values()
 
         def ph_mask(wanted: tuple[str, ...]) -> np.ndarray:
-            return np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in wanted])
+            return np.array([p in wanted for p in ph_values], dtype=bool)[ph_codes]  # a lookup per code
 
         is_meta = ph_mask(("M",))
         self._count("metadata", int(is_meta.sum()))
         if is_meta.any():  # a few dozen per file
-            self._metadata_names(events, is_meta)
-        start_ns, ts_state = self._times_ns(events, "ts", piece)
+            self._metadata_names(fields, is_meta)
+        start_ns, ts_state = self._times_ns(fields, "ts", piece)
         self._count("skipped_no_ts", int((~is_meta & (ts_state == _MISSING)).sum()))
         self._count("skipped_ts_out_of_range", int((~is_meta & (ts_state == _OUT_OF_RANGE)).sum()))
         timed = ~is_meta & (ts_state == _VALID)
-        dur_ns, dur_state = self._times_ns(events, "dur", piece)
+        dur_ns, dur_state = self._times_ns(fields, "dur", piece)
         is_complete = ph_mask(COMPLETE_PHASES + INSTANT_PHASES) & timed
         bad_dur = is_complete & (dur_state != _VALID)
         self._count("skipped_dur_out_of_range", int(bad_dur.sum()))
@@ -720,12 +771,12 @@ class _KinetoFile:
         self._skip_phases(ph_codes, timed & ~(is_complete | is_flow | is_begin | is_end | bad_dur | is_counter
                                                | async_any))
 
-        cat_codes = self.cat_memo.codes(map(_get_cat, events), n)
+        cat_codes = fields.codes(self.cat_memo, "cat")
         cat_values = self.cat_memo.values()
         cat_kinds = np.array([int(CATEGORY_KINDS.get(c.lower(), Kind.OTHER)) for c in cat_values] or [0], dtype=np.int8)
-        pid, tid = self._thread_ids(events)
+        pid, tid = self._thread_ids(fields)
         chunk = _Chunk(
-            events=events, piece=piece, decode_again=decode_again, kind=cat_kinds[cat_codes], category=cat_codes,
+            fields=fields, piece=piece, decode_again=decode_again, kind=cat_kinds[cat_codes], category=cat_codes,
             pid=pid, tid=tid, start_ns=start_ns, dur_ns=dur_ns,
         )
         if is_flow.any():
@@ -783,10 +834,15 @@ class _KinetoFile:
                 shown = ph if ph.isascii() and ph.isprintable() and 0 < len(ph) <= 4 else "(other)"
                 self.unsupported_phases[shown] = self.unsupported_phases.get(shown, 0) + int(count)
 
-    def _thread_ids(self, events: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
+    def _thread_ids(self, fields: "_StructFields | _NativeFields") -> tuple[np.ndarray, np.ndarray]:
         """pid and tid of each event as int64 (``_int_ids``). Texts get ids on first sight in
         event order, pid before tid, so the ids do not depend on where chunks (or the byte ranges
         of a parallel parse) are cut."""
+        if isinstance(fields, _NativeFields):
+            pid, tid, beyond = fields.thread_ids(self.string_ids)
+            self._count("coerced_id_beyond_64_bits", beyond)
+            return pid, tid
+        events = fields.events
         pids, tids = list(map(_get_pid, events)), list(map(_get_tid, events))
         n = len(events)
         try:
@@ -807,21 +863,26 @@ class _KinetoFile:
     def _memory_rows(self, chunk: _Chunk, is_instant: np.ndarray) -> np.ndarray:
         """Keep the allocator events among the chunk's instants as memory rows; returns their mask."""
         rows = np.flatnonzero(is_instant)
-        names = map(_get_name, compress(chunk.events, is_instant))
+        names = chunk.fields.strings("name", is_instant)
         rows = rows[np.fromiter(map(MEMORY_EVENT_NAME.__eq__, names), dtype=bool, count=rows.size)]
-        is_memory = np.zeros(len(chunk.events), dtype=bool)
+        is_memory = np.zeros(chunk.fields.n, dtype=bool)
         if rows.size == 0:
             return is_memory
         is_memory[rows] = True
         m = int(rows.size)
-        args = self._memory_args(chunk, is_memory)
+        memory: _StructFields | _NativeFields
+        if isinstance(chunk.fields, _NativeFields):  # the native decoder read the allocator's args too
+            self.decoder = _MEMORY_EVENTS_DECODER  # as _memory_args would: for chunks msgspec decodes
+            memory = chunk.fields.take(rows)
+        else:
+            memory = _StructFields([], args=self._memory_args(chunk, is_memory))
         self.memory.append({
-            "device": _int_arg(args, "device_id", m, self.counts),
-            "device_type": _int_arg(args, "device_type", m, self.counts),
-            "ts_ns": chunk.start_ns[rows], "bytes": _int_arg(args, "mem_bytes", m, self.counts),
-            "total_allocated_bytes": _int_arg(args, "total_allocated", m, self.counts),
-            "total_reserved_bytes": _int_arg(args, "total_reserved", m, self.counts),
-            "addr": _int_arg(args, "addr", m, self.counts), "pid": chunk.pid[rows], "tid": chunk.tid[rows],
+            "device": memory.int_arg("device_id", self.counts),
+            "device_type": memory.int_arg("device_type", self.counts),
+            "ts_ns": chunk.start_ns[rows], "bytes": memory.int_arg("mem_bytes", self.counts),
+            "total_allocated_bytes": memory.int_arg("total_allocated", self.counts),
+            "total_reserved_bytes": memory.int_arg("total_reserved", self.counts),
+            "addr": memory.int_arg("addr", self.counts), "pid": chunk.pid[rows], "tid": chunk.tid[rows],
         })
         self._count("memory", m)
         return is_memory
@@ -848,14 +909,13 @@ class _KinetoFile:
             probe = _MEMORY_EVENTS_DECODER.decode(self._loose_text(chunk.piece()))
         return list(map(_get_args, compress(probe, is_memory)))
 
-    def _metadata_names(self, events: list[_Event], is_meta: np.ndarray) -> None:
+    def _metadata_names(self, fields: "_StructFields | _NativeFields", is_meta: np.ndarray) -> None:
         """Process and thread names from the metadata (``ph == "M"``) events."""
-        for i in np.flatnonzero(is_meta).tolist():
-            ev = events[i]
-            if ev.name == "process_name" and isinstance(ev.pid, int):
-                self.process_names[ev.pid] = ev.args.name
-            elif ev.name == "thread_name":
-                self.thread_names[f"{ev.pid}:{ev.tid}"] = ev.args.name
+        for name, pid, tid, value in fields.metadata(is_meta):
+            if name == "process_name" and isinstance(pid, int):
+                self.process_names[pid] = value
+            elif name == "thread_name":
+                self.thread_names[f"{pid}:{tid}"] = value
 
     def _keep_flows(self, chunk: _Chunk, ph_codes: np.ndarray, is_flow: np.ndarray) -> None:
         """Keep the flow events of the chunk, except launch flows (ac2g ...): those duplicate
@@ -866,7 +926,7 @@ class _KinetoFile:
         if keep.any():
             self.flows.append({
                 "ph": ph_codes[keep], "cat": chunk.category[keep],
-                "id": np.array(list(map(str, map(_get_id, compress(chunk.events, keep)))), dtype=object),
+                "id": np.array(chunk.fields.id_texts(keep), dtype=object),
                 "pid": chunk.pid[keep], "tid": chunk.tid[keep], "ts": chunk.start_ns[keep],
             })
 
@@ -945,10 +1005,10 @@ class _KinetoFile:
         """Append the columns of the complete (``X``) and instant (``i``/``I``) events of a chunk
         (and ``B``, async begins and ``n``); ``by_phase`` marks rows made kind OTHER by their phase
         (async events): their categories are not counted as unmapped."""
-        events = chunk.events
         rows = np.flatnonzero(is_complete)
         m = len(rows)
-        every_row = m == len(events)
+        every_row = m == chunk.fields.n
+        fields = chunk.fields if every_row else chunk.fields.take(rows)
 
         def take(values: np.ndarray) -> np.ndarray:
             return values if every_row else values[rows]
@@ -958,7 +1018,7 @@ class _KinetoFile:
         other = kind == int(Kind.OTHER)
         self._count_unmapped_categories(category[other if by_phase is None else other & ~take(by_phase)])
         self._count("mapped", m)
-        name_codes = self.name_memo.codes(map(_get_name, events if every_row else compress(events, is_complete)), m)
+        name_codes = fields.codes(self.name_memo, "name")
         dur_ns = take(chunk.dur_ns)
         negative = dur_ns < 0
         if negative.any():
@@ -966,10 +1026,10 @@ class _KinetoFile:
             dur_ns = np.where(negative, 0, dur_ns)
         pid = take(chunk.pid)
         tid = take(chunk.tid)
-        args = list(map(_get_args, events if every_row else compress(events, is_complete)))
-        external_id = _int_arg(args, "external_id", m, self.counts)
-        device, stream = _device_stream(kind, args, pid, tid, m, self.counts)
-        nbytes = _int_arg(args, "bytes", m, self.counts)
+        external_id = fields.int_arg("external_id", self.counts)
+        device, stream = _device_stream(kind, fields.int_arg("device", self.counts),
+                                        fields.int_arg("stream", self.counts), pid, tid)
+        nbytes = fields.int_arg("bytes", self.counts)
         cols: dict[str, Any] = {
             "kind": kind,
             "category": category,
@@ -980,12 +1040,16 @@ class _KinetoFile:
             "tid": tid,
             "device": device.astype(np.int32),
             "stream": stream,
-            "correlation": _int_arg(args, "correlation", m, self.counts),
-            "external_id": np.where(external_id < 0, _int_arg(args, "external_id_old", m, self.counts), external_id),
+            "correlation": fields.int_arg("correlation", self.counts),
+            "external_id": np.where(external_id < 0, fields.int_arg("external_id_old", self.counts), external_id),
             "bytes": pa.array(nbytes, mask=nbytes < 0),
         }
-        self._launch_geometry(cols, kind, args, m)
-        self._collective_columns(cols, args, m)
+        self._launch_geometry(cols, kind, fields, m)
+        self._collective_columns(cols, fields, m)
+        for key in OP_INPUT_COLUMNS:
+            texts = fields.op_inputs(key)
+            if texts is not None:
+                cols[key] = pa.array(texts, pa.string())
         memcpy_rows = np.flatnonzero(kind == int(Kind.MEMCPY))
         if len(memcpy_rows):
             copy_kinds = np.array([_copy_kind(s) for s in self.name_memo.values()], dtype=object)
@@ -1008,18 +1072,15 @@ class _KinetoFile:
             key = cat_values[code] or "(no category)"
             self.unmapped[key] = self.unmapped.get(key, 0) + int(count)
 
-    def _launch_geometry(self, cols: dict[str, Any], kind: np.ndarray, args: list[_Args], m: int) -> None:
+    def _launch_geometry(self, cols: dict[str, Any], kind: np.ndarray, fields: "_StructFields | _NativeFields",
+                         m: int) -> None:
         """Grid and block dimensions of kernels (int32 columns): a dimension outside 0..2**31-1
         is read as absent and counted, never wrapped."""
         kernel_rows = np.flatnonzero(kind == int(Kind.KERNEL))
         for prefix in ("grid", "block"):
             dims = np.full((m, 3), -1, dtype=np.int64)
             if len(kernel_rows):
-                values = [getattr(args[i], prefix) for i in kernel_rows.tolist()]
-                try:
-                    dims[kernel_rows] = np.array(values, dtype=np.int64).reshape(len(values), 3)
-                except (ValueError, OverflowError):  # not 3-dimensional, or beyond int64: row by row
-                    dims[kernel_rows] = np.asarray([_three_dims(v) for v in values], dtype=np.int64)
+                dims[kernel_rows] = fields.launch_dims(prefix, kernel_rows)
                 beyond = (dims > INT32_MAX) | (dims < -1)
                 self._count("clamped_launch_dims", int(beyond.sum()))
                 dims[beyond] = -1
@@ -1027,27 +1088,25 @@ class _KinetoFile:
                 col = dims[:, axis]
                 cols[f"{prefix}_{suffix}"] = pa.array(col.astype(np.int32), mask=col < 0)
 
-    def _collective_columns(self, cols: dict[str, Any], args: list[_Args], m: int) -> None:
-        collective = list(map(_get_collective, args))
-        has_collective = np.fromiter(map(len, collective), dtype=np.int64, count=m) > 0
+    def _collective_columns(self, cols: dict[str, Any], fields: "_StructFields | _NativeFields", m: int) -> None:
+        has_collective = fields.has_text("collective")
         if not has_collective.any():
             return
+        chosen = fields.take(np.flatnonzero(has_collective))
         idx = np.flatnonzero(has_collective).tolist()
-        chosen = [args[i] for i in idx]
-        k = len(chosen)
 
         def strings(values: Sequence[str | None]) -> pa.Array:
             full = np.full(m, None, dtype=object)
             full[idx] = [v or None for v in values]
             return pa.array(full, pa.string())
 
-        cols["collective"] = strings([collective[i] for i in idx])
-        in_nelems = _int_arg(chosen, "in_nelems", k, self.counts)
-        out_nelems = _int_arg(chosen, "out_nelems", k, self.counts)
+        cols["collective"] = strings(chosen.strings("collective"))
+        in_nelems = chosen.int_arg("in_nelems", self.counts)
+        out_nelems = chosen.int_arg("out_nelems", self.counts)
         nelems_full = np.full(m, -1, dtype=np.int64)
         nelems_full[idx] = np.maximum(in_nelems, out_nelems)
         cols["msg_nelems"] = pa.array(nelems_full, mask=nelems_full < 0)
-        dtypes = [a.dtype for a in chosen]
+        dtypes = chosen.strings("dtype")
         cols["msg_dtype"] = strings(dtypes)
         elem_size = np.array([_DTYPE_BYTES.get(d.lower(), -1) for d in dtypes], dtype=np.int64)
         # bytes = elements x element size only where the product fits int64
@@ -1058,34 +1117,27 @@ class _KinetoFile:
                                   np.where(fits, nelems_full[idx], 0) * elem_size, -1)
         cols["msg_bytes"] = pa.array(msg_bytes, mask=msg_bytes < 0)
         group = np.full(m, -1, dtype=np.int64)
-        group[idx] = _int_arg(chosen, "group_size", k, self.counts)
+        group[idx] = chosen.int_arg("group_size", self.counts)
         too_big = group > INT32_MAX
         self._count("clamped_collective_values", int(too_big.sum()))
         group[too_big] = -1
         cols["group_size"] = pa.array(group.astype(np.int32), mask=group < 0)
-        cols["process_group"] = strings([a.pg_name for a in chosen])
-        cols["process_group_ranks"] = strings([_ranks_text(a.pg_ranks) for a in chosen])
+        cols["process_group"] = strings(chosen.strings("pg_name"))
+        cols["process_group_ranks"] = strings(chosen.ranks_texts())
 
-    def _times_ns(self, events: list[_Event], field: str, piece: Callable[[], bytes]) -> tuple[np.ndarray, np.ndarray]:
+    def _times_ns(self, fields: "_StructFields | _NativeFields", field: str,
+                  piece: Callable[[], bytes]) -> tuple[np.ndarray, np.ndarray]:
         """Exact int64 ns for ``ts`` or ``dur`` of all the events of a chunk (``piece``: its JSON
         text), and each value's state: ``_VALID``, ``_MISSING`` (absent, null or not a number: NaN
         from the decoder's default or the slow path) or ``_OUT_OF_RANGE`` (not finite, or beyond
         ``TIME_LIMIT_NS``); only valid values are converted, so nothing wraps int64."""
-        raw_values = list(map(attrgetter(field), events))
-        n = len(raw_values)
-        if set(map(type, raw_values)) == {int}:  # older traces: integers, exact in int64
-            try:
-                us = np.fromiter(raw_values, dtype=np.int64, count=n)
-                valid = (us > -TIME_LIMIT_US) & (us < TIME_LIMIT_US)
-                if valid.all():
-                    return us * 1000, np.zeros(n, dtype=np.int8)
-            except OverflowError:
-                pass
-        try:
-            values = np.array(raw_values, dtype=np.float64)
-        except OverflowError:  # an integer beyond a double's range
-            values = np.array([v if isinstance(v, float) or abs(v) < 2**1000 else np.inf for v in raw_values],
-                              dtype=np.float64)
+        n = fields.n
+        us = fields.integer_times(field)
+        if us is not None:  # older traces: integers, exact in int64
+            valid = (us > -TIME_LIMIT_US) & (us < TIME_LIMIT_US)
+            if valid.all():
+                return us * 1000, np.zeros(n, dtype=np.int8)
+        values = fields.float_times(field)
         finite = np.isfinite(values)
         valid = finite & (np.abs(values) < TIME_LIMIT_US)
         state = np.where(valid, _VALID, np.where(np.isnan(values), _MISSING, _OUT_OF_RANGE)).astype(np.int8)
@@ -1099,9 +1151,7 @@ class _KinetoFile:
         if n_ambiguous:
             # a float64 cannot tell these decimals apart: re-read them from the JSON text
             rows = np.flatnonzero(ambiguous) if where is None else where[ambiguous]
-            raw = _RAW_TIMES_DECODER.decode(piece())
-            get = attrgetter(field)
-            ns[rows] = decimal_text_to_ns([bytes(get(raw[r])) for r in rows.tolist()])
+            ns[rows] = decimal_text_to_ns(fields.time_texts(field, rows, piece))
             self.imprecise_ts += n_ambiguous
         return ns, state
 
@@ -1374,6 +1424,7 @@ _OPTIONAL_COLUMNS = {
     "collective": pa.string(), "msg_nelems": pa.int64(), "msg_bytes": pa.int64(), "msg_dtype": pa.string(),
     "group_size": pa.int32(), "process_group": pa.string(), "process_group_ranks": pa.string(),
     "copy_kind": pa.string(),
+    **{key: pa.string() for key in OP_INPUT_COLUMNS},
 }
 
 _DTYPE_BYTES = {
@@ -1402,6 +1453,309 @@ class _Codes(dict):
 
     def dictionary_array(self, codes: np.ndarray) -> pa.DictionaryArray:
         return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(self.values(), pa.string()))
+
+    def codes_of_local(self, local: np.ndarray, strings: list[str]) -> np.ndarray:
+        """Codes for ``strings[local]``: new strings get codes in the order of their first row,
+        as ``codes()`` would give them reading the rows one by one (the memo's order is the
+        dictionary's order in the tables)."""
+        local = np.ascontiguousarray(local, dtype=np.int32)
+        used = _first_seen(local, len(strings)) if _first_seen is not None else []
+        table = np.zeros(len(strings), dtype=np.int32)
+        table[used] = [self[strings[code]] for code in used]  # new strings get the next codes, in order
+        return table[local]
+
+
+#: Chunks decoded by the native column decoder, and chunks it declined (msgspec decoded them);
+#: tests read it to check the native path is taken.
+NATIVE_CHUNKS = {"native": 0, "fallback": 0}
+
+
+class _StructFields:
+    """The fields of a chunk's events decoded by msgspec into ``_Event`` structs (the reference
+    path), read a column at a time with C-level ``map(attrgetter)``."""
+
+    def __init__(self, events: list[_Event], args: Sequence[_Args] | None = None) -> None:
+        """``args`` alone (``events`` empty): fields of those args only (the allocator's)."""
+        self.events = events
+        self.n = len(events) if args is None else len(args)
+        self._args = args
+
+    def structs(self) -> list[_Event]:
+        return self.events
+
+    def args(self) -> Sequence[_Args]:
+        if self._args is None:
+            self._args = list(map(_get_args, self.events))
+        return self._args
+
+    def take(self, rows: np.ndarray) -> "_StructFields":
+        return _StructFields([self.events[i] for i in rows.tolist()])
+
+    def codes(self, memo: _Codes, field: str) -> np.ndarray:
+        return memo.codes(map(attrgetter(field), self.events), self.n)
+
+    def strings(self, field: str, mask: np.ndarray | None = None) -> list[str]:
+        """An event field (ph/cat/name) or a string arg (collective, dtype, pg_name) of each event."""
+        if field in ("ph", "cat", "name"):
+            return list(map(attrgetter(field), self.events if mask is None else compress(self.events, mask)))
+        return list(map(attrgetter(field), self.args() if mask is None else compress(self.args(), mask)))
+
+    def ranks_texts(self) -> list[str | None]:
+        return [_ranks_text(a.pg_ranks) for a in self.args()]
+
+    def has_text(self, field: str) -> np.ndarray:
+        """Whether each event's string arg ``field`` is non-empty."""
+        return np.fromiter(map(len, self.strings(field)), dtype=np.int64, count=self.n) > 0
+
+    def metadata(self, mask: np.ndarray) -> list[tuple[str, Any, Any, str]]:
+        return [(ev.name, ev.pid, ev.tid, ev.args.name) for ev in compress(self.events, mask)]
+
+    def id_texts(self, mask: np.ndarray) -> list[str]:
+        return list(map(str, map(_get_id, compress(self.events, mask))))
+
+    def int_arg(self, field: str, counts: dict[str, int]) -> np.ndarray:
+        return _int_arg(self.args(), field, self.n, counts)
+
+    def op_inputs(self, field: str) -> np.ndarray | None:
+        """One of ``OP_INPUT_COLUMNS`` per event as canonical JSON text (None: absent), or None
+        when no event has it."""
+        values = list(map(attrgetter(field), self.args()))
+        if field == "input_dims":
+            old = list(map(attrgetter("input_dims_old"), self.args()))
+            values = [v if v is not None else o for v, o in zip(values, old)]
+        present = np.fromiter(map(_is_not_none, values), dtype=bool, count=self.n)
+        if not present.any():
+            return None
+        texts = np.full(self.n, None, dtype=object)
+        texts[present] = [msgspec.json.encode(v).decode() for v in compress(values, present)]
+        return texts
+
+    def integer_times(self, field: str) -> np.ndarray | None:
+        """``ts``/``dur`` as int64 when every event has an integer within int64, else None."""
+        raw_values = list(map(attrgetter(field), self.events))
+        if set(map(type, raw_values)) != {int}:
+            return None
+        try:
+            return np.fromiter(raw_values, dtype=np.int64, count=self.n)
+        except OverflowError:
+            return None
+
+    def float_times(self, field: str) -> np.ndarray:
+        raw_values = list(map(attrgetter(field), self.events))
+        try:
+            return np.array(raw_values, dtype=np.float64)
+        except OverflowError:  # an integer beyond a double's range
+            return np.array([v if isinstance(v, float) or abs(v) < 2**1000 else np.inf for v in raw_values],
+                            dtype=np.float64)
+
+    @staticmethod
+    def time_texts(field: str, rows: np.ndarray, piece: Callable[[], bytes]) -> list[bytes]:
+        """The JSON texts of ``ts``/``dur`` of some events, read again from the chunk's text."""
+        raw = _RAW_TIMES_DECODER.decode(piece())
+        get = attrgetter(field)
+        return [bytes(get(raw[r])) for r in rows.tolist()]
+
+    def launch_dims(self, prefix: str, rows: np.ndarray) -> np.ndarray:
+        """grid or block of some events as (rows, 3) int64 (``_three_dims``)."""
+        args = self.args()
+        values = [getattr(args[i], prefix) for i in rows.tolist()]
+        try:
+            return np.array(values, dtype=np.int64).reshape(len(values), 3)
+        except (ValueError, OverflowError):  # not 3-dimensional, or beyond int64: row by row
+            return np.asarray([_three_dims(v) for v in values], dtype=np.int64)
+
+
+#: the native decoder's dense columns that are not int64
+_NATIVE_DTYPES = {"ph": np.int32, "cat": np.int32, "name": np.int32, "ts_kind": np.uint8, "dur_kind": np.uint8,
+                  "ts_length": np.uint16, "dur_length": np.uint16}
+#: its sparse columns (a value for each event that has the field), their dtypes and defaults
+_NATIVE_SPARSE = {
+    **{key: (np.int64, -1) for key in ("id", "external_id", "external_id_old", "correlation", "stream", "device",
+                                       "bytes", "in_nelems", "out_nelems", "group_size", "total_allocated",
+                                       "total_reserved", "device_id", "device_type", "addr")},
+    "mem_bytes": (np.int64, 0),
+    # codes into the chunk's strings: -1 a number (ids), 0 the empty string (string args: their default)
+    **{key: (np.int32, -1) for key in ("pid_text", "tid_text", "id_text")},
+    **{key: (np.int32, 0) for key in ("collective", "dtype", "pg_name", "pg_ranks", "arg_name")},
+    # codes of the raw JSON texts of an op's recorded inputs, -1 absent
+    **{key: (np.int32, -1) for key in (*OP_INPUT_COLUMNS, "input_dims_old")},
+    "grid_length": (np.int32, 0), "block_length": (np.int32, 0),
+}
+#: columns with one value per event (grid and block are flat: ``grid_length`` values per event)
+_NATIVE_FLAT = ("grid", "block")
+#: phases whose handling reads struct fields the native decoder does not provide
+_STRUCT_ONLY_PHASES = frozenset(COUNTER_PHASES + ASYNC_PHASES)
+#: what ``_Event`` holds for an absent ts (NaN: skipped) and dur (the integer 0)
+_ABSENT_TIME = {"ts": np.nan, "dur": 0.0}
+
+
+def _native_column(result: dict[str, Any], key: str) -> np.ndarray:
+    """One column of the native decoder's result, a value per event of the chunk: sparse columns
+    filled with their defaults; ``ts``/``dur`` as ``<field>_int``, ``<field>_is_int`` and
+    ``<field>_float``, what the struct field holds (an int, or a float; absent: the struct's
+    default); ``grid_start``/``block_start``: where each event's values start in the flat column."""
+    n = int(result["n"])
+    if key in _NATIVE_SPARSE:
+        dtype, default = _NATIVE_SPARSE[key]
+        column = np.full(n, default, dtype=dtype)
+        column[np.frombuffer(result[f"{key}_index"], dtype=np.int32)] = np.frombuffer(result[f"{key}_value"], dtype)
+        return column
+    field, _, part = key.partition("_")
+    if field in _ABSENT_TIME and part in ("int", "is_int", "float"):
+        kind = np.frombuffer(result[f"{field}_kind"], dtype=np.uint8)
+        raw = np.frombuffer(result[f"{field}_value"], dtype=np.int64)
+        if part == "is_int":
+            return kind == 1 if field == "ts" else kind != 2  # an absent dur is the integer 0
+        if part == "int":
+            return np.where(kind == 1, raw, 0)
+        # ints as the nearest double, as float(int) makes them; absent ones the struct's default
+        return np.where(kind == 2, raw.view(np.float64), np.where(kind == 1, raw.astype(np.float64),
+                                                                  _ABSENT_TIME[field]))
+    if part == "start" and field in _NATIVE_FLAT:
+        lengths = _native_column(result, f"{field}_length")
+        return np.cumsum(lengths, dtype=np.int64) - lengths
+    return np.frombuffer(result[key], dtype=_NATIVE_DTYPES.get(key, np.int64))
+
+
+class _NativeFields:
+    """The fields of a chunk's events as columns filled by the native decoder (``_kineto_columns``):
+    strings as int32 codes into the chunk's ``strings``, numbers as int64/float64 arrays. Answers
+    what ``_StructFields`` answers, with the same values. Columns are made when first asked for,
+    for the whole chunk (shared by the fields of its row subsets, ``take``)."""
+
+    def __init__(self, result: dict[str, Any], buf: bytearray, rows: np.ndarray | None = None,
+                 whole: dict[str, np.ndarray] | None = None) -> None:
+        self.result = result
+        self.strings_list: list[str] = result["strings"]
+        self.buf = buf
+        self.rows = rows
+        self.n = int(result["n"]) if rows is None else len(rows)
+        self.whole: dict[str, np.ndarray] = {} if whole is None else whole
+        self.mine: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def of(cls, result: dict[str, Any], buf: bytearray) -> "_NativeFields | None":
+        """The decoder's result as fields, or None for a chunk holding events whose handling
+        needs structs (counters, async events)."""
+        strings: list[str] = result["strings"]
+        phases = {strings[c] for c in np.unique(np.frombuffer(result["ph"], dtype=np.int32)).tolist()}
+        return None if phases & _STRUCT_ONLY_PHASES else cls(result, buf)
+
+    def column(self, key: str, rows: bool = True) -> np.ndarray:
+        """A column for this subset's rows (``rows=False``: for the whole chunk)."""
+        whole = self.whole.get(key)
+        if whole is None:
+            whole = self.whole[key] = _native_column(self.result, key)
+        if self.rows is None or not rows:
+            return whole
+        mine = self.mine.get(key)
+        if mine is None:
+            mine = self.mine[key] = whole[self.rows]
+        return mine
+
+    @property
+    def string_array(self) -> np.ndarray:
+        if "strings" not in self.whole:
+            self.whole["strings"] = np.array(self.strings_list, dtype=object)
+        return self.whole["strings"]
+
+    def structs(self) -> list[_Event]:
+        raise RuntimeError("the native decoder declines chunks with counter or async events")
+
+    def take(self, rows: np.ndarray) -> "_NativeFields":
+        return _NativeFields(self.result, self.buf, rows if self.rows is None else self.rows[rows], self.whole)
+
+    def codes(self, memo: _Codes, field: str) -> np.ndarray:
+        return memo.codes_of_local(self.column(field), self.strings_list)
+
+    def strings(self, field: str, mask: np.ndarray | None = None) -> list[str]:
+        codes = self.column(field)
+        return self.string_array[codes if mask is None else codes[mask]].tolist()
+
+    def ranks_texts(self) -> list[str | None]:
+        return [text or None for text in self.string_array[self.column("pg_ranks")].tolist()]
+
+    def has_text(self, field: str) -> np.ndarray:
+        """Whether each event's string arg ``field`` is non-empty."""
+        if "lengths" not in self.whole:
+            self.whole["lengths"] = np.fromiter(map(len, self.strings_list), dtype=np.int64,
+                                                count=len(self.strings_list))
+        return self.whole["lengths"][self.column(field)] > 0
+
+    def values(self, field: str, mask: np.ndarray) -> list[int | str]:
+        """pid, tid or id of some events as decoded: an int, or the text it was written as."""
+        values: list[int | str] = self.column(field)[mask].tolist()
+        texts = self.column(f"{field}_text")[mask]
+        for i in np.flatnonzero(texts >= 0).tolist():  # text ids: a handful per file
+            values[i] = self.strings_list[texts[i]]
+        return values
+
+    def metadata(self, mask: np.ndarray) -> list[tuple[str, Any, Any, str]]:
+        return list(zip(self.strings("name", mask), self.values("pid", mask), self.values("tid", mask),
+                        self.strings("arg_name", mask)))
+
+    def id_texts(self, mask: np.ndarray) -> list[str]:
+        return list(map(str, self.values("id", mask)))
+
+    def int_arg(self, field: str, counts: dict[str, int]) -> np.ndarray:  # noqa: ARG002 (none beyond int64)
+        return self.column(field)
+
+    def op_inputs(self, field: str) -> np.ndarray | None:
+        """As ``_StructFields.op_inputs``: the decoder interned each raw JSON text, so only the
+        distinct texts are decoded and written canonically."""
+        codes = self.column(field)
+        if field == "input_dims":
+            codes = np.where(codes >= 0, codes, self.column("input_dims_old"))
+        present = codes >= 0
+        if not present.any():
+            return None
+        used, at = np.unique(codes[present], return_inverse=True)
+        canonical = [canonical_json(self.strings_list[c]) for c in used.tolist()]
+        texts = np.full(self.n, None, dtype=object)
+        texts[present] = np.array(canonical, dtype=object)[at]
+        return texts
+
+    def thread_ids(self, string_ids: dict[str, int]) -> tuple[np.ndarray, np.ndarray, int]:
+        """pid and tid as ``_KinetoFile._thread_ids`` makes them, and how many were numbers beyond
+        int64 written as text: texts get ids (``_string_id``) in the order first seen, pid before tid."""
+        pid, tid = self.column("pid"), self.column("tid")
+        texts = np.stack([self.column("pid_text"), self.column("tid_text")], axis=1).ravel()
+        written = texts >= 0
+        if not written.any():
+            return pid, tid, 0
+        used, first = np.unique(texts[written], return_index=True)
+        ids = np.zeros(len(self.strings_list), dtype=np.int64)
+        huge = np.zeros(len(self.strings_list), dtype=np.int64)
+        for code in used[np.argsort(first)].tolist():
+            ids[code], huge[code] = _string_id(self.strings_list[code].strip(), string_ids)
+        both = np.stack([pid, tid], axis=1).ravel().copy()
+        both[written] = ids[texts[written]]
+        return both[0::2].copy(), both[1::2].copy(), int(huge[texts[written]].sum())
+
+    def integer_times(self, field: str) -> np.ndarray | None:
+        return self.column(f"{field}_int") if self.column(f"{field}_is_int").all() else None
+
+    def float_times(self, field: str) -> np.ndarray:
+        return self.column(f"{field}_float")
+
+    def time_texts(self, field: str, rows: np.ndarray, piece: Callable[[], bytes]) -> list[bytes]:  # noqa: ARG002
+        """The JSON texts of ``ts``/``dur`` of some events, where the decoder found them in the buffer."""
+        offsets = self.column(f"{field}_offset")[rows].tolist()
+        lengths = self.column(f"{field}_length")[rows].tolist()
+        return [bytes(self.buf[o : o + k]) for o, k in zip(offsets, lengths)]
+
+    def launch_dims(self, prefix: str, rows: np.ndarray) -> np.ndarray:
+        """grid or block of some events as (rows, 3) int64, as ``_three_dims`` makes them: missing
+        dimensions 1, absent -1."""
+        lengths = self.column(f"{prefix}_length")[rows]
+        starts = self.column(f"{prefix}_start")[rows]
+        flat = self.column(prefix, rows=False)
+        dims = np.ones((len(rows), 3), dtype=np.int64)
+        dims[lengths == 0] = -1
+        for axis in range(3):
+            has = lengths > axis
+            dims[has, axis] = flat[starts[has] + axis]
+        return dims
 
 
 class _Consumed:
@@ -1494,7 +1848,7 @@ def _coerce_args(args: dict[str, Any]) -> list[str]:
     for key in [k for k in args if k not in _ARG_KEYS]:
         del args[key]
     for fld, encoded in zip(_MemoryArgs.__struct_fields__, _MemoryArgs.__struct_encode_fields__):
-        if encoded not in args:
+        if encoded not in args or fld in _ANY_JSON_ARGS:  # an op's inputs: any JSON is kept as it is
             continue
         value, default = args[encoded], getattr(_NO_MEMORY_ARGS, fld)
         reason = _coerce_arg(args, encoded, value, default)
@@ -1544,12 +1898,11 @@ def _coerce_arg(args: dict[str, Any], key: str, value: Any, default: Any) -> str
     return "coerced_arg_to_text"
 
 
-def _device_stream(kind: np.ndarray, args: list[_Args], pid: np.ndarray, tid: np.ndarray,
-                   m: int, counts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Device and stream of each row: from the args on GPU rows, else (older traces) the trace's
-    pid and tid, which Kineto sets to the device and stream there; -1 on other rows."""
-    device = _int_arg(args, "device", m, counts)
-    stream = _int_arg(args, "stream", m, counts)
+def _device_stream(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, pid: np.ndarray,
+                   tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Device and stream of each row: from the args (``device``, ``stream``; -1: absent) on GPU
+    rows, else (older traces) the trace's pid and tid, which Kineto sets to the device and stream
+    there; -1 on other rows."""
     is_gpu = np.isin(kind, _GPU_KINDS)
     device = np.where(is_gpu & (device < 0), pid, device)
     device = np.where(is_gpu, device, -1)
@@ -1750,6 +2103,16 @@ def _int_arg(args: Sequence[_Args], field: str, n: int, counts: dict[str, int]) 
         beyond = values.count(None)
         counts["coerced_arg_out_of_range"] = counts.get("coerced_arg_out_of_range", 0) + beyond
         return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+
+
+def canonical_json(text: str) -> str:
+    """A JSON text written the one way msgspec writes its value (no spaces): the native decoder
+    keeps an arg's text as written, the msgspec path re-encodes the decoded value."""
+    return msgspec.json.encode(msgspec.json.decode(text)).decode()
+
+
+def _is_not_none(value: Any) -> bool:
+    return value is not None
 
 
 def _ranks_text(value: Any) -> str | None:

@@ -7,7 +7,8 @@ loop over events (only over distinct names, processes and devices).
 How rows are fetched
 --------------------
 The event tables come through ADBC's SQLite driver (``adbc-driver-sqlite``) straight into Arrow
-columns, one batch per table, handed to numpy without a copy (:class:`_ArrowRows`). Issue 12
+batches of ``ARROW_BATCH_ROWS`` rows, each copied into growing int64 columns and dropped before the
+next is read (:class:`_ArrowRows`; see "Memory" below). Issue 12
 measured it against DuckDB's SQLite scanner and the standard library's ``sqlite3`` row tuples on
 the 292 MB benchmark export (``benchmarks/bench_nsys.py --drivers``; figures in
 ``benchmarks/README.md``): both Arrow readers fetch 2-3x faster than row tuples and about equally
@@ -29,6 +30,26 @@ while the kernels are built (the driver releases the GIL while SQLite steps).
 Two SQLite libraries share the process then (Python's and the driver's own). POSIX locks are per
 process, so each library ignores the other's locks on the file; both only read, so nothing can be
 damaged, and a writer in another process is seen by both.
+
+Memory
+------
+Peak RSS is kept near what the finished trace holds (issue 12, the 292 MB benchmark export: 1,124 MB
+before these measures, 686 MB after, where the trace keeps 506 MB resident and the interpreter with
+numpy, pyarrow and pandas held 110 MB before the parse; ``benchmarks/bench_nsys.py`` prints them):
+
+* Batches, not one Arrow table per query: an imported Arrow column keeps its whole batch alive,
+  so columns kept zero-copy from one big batch held every column the SQL selected.
+* NULL flags are bools, and zeros of their own mapping (no memory until written, ``_zeros``) where
+  a column has no NULL; so is the copy kind under its nulls.
+* Columns of one value (a kernel's kind and category, an API call's device, stream and copy kind)
+  are stride-0 views (``_constant``); codes into string pools and device ids are int32 where every
+  value fits (``_narrow``).
+* Assembly writes each column in its final order, hands it to Arrow without a copy and releases the
+  groups' column before the next; launch links are joined early in it, while the groups are
+  smaller than the table; string dictionaries are built through a lookup as long as the pool, and
+  the copy kind only for the memcpy rows.
+* Arrays smaller than glibc's (rising) mmap threshold come from the C heap and stay resident when
+  freed; the heap's free pages are handed back between phases (``_return_free_heap``).
 
 What becomes what
 -----------------
@@ -142,15 +163,18 @@ size beyond 32 bits is left unknown (null), counted as ``<TABLE>.grid_beyond_32_
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import itertools
 import logging
 import math
+import mmap
 import os
 import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -268,6 +292,42 @@ def _distinct_rows(*columns: np.ndarray) -> list[tuple[int, ...]]:
         return [tuple(int(v) for v in row) for row in zip(*reversed(parts))]
     frame = pd.DataFrame({i: c for i, c in enumerate(columns)}).drop_duplicates()
     return [tuple(int(v) for v in row) for row in frame.itertuples(index=False, name=None)]
+
+
+#: below this, :func:`_zeros` is ``np.zeros``: a mapping of its own is worth it for big arrays only
+_OWN_MAPPING_BYTES = 1 << 20
+
+
+def _zeros(n: int, dtype: type[np.generic]) -> np.ndarray:
+    """Zeros that cost no memory until written: an anonymous private mapping of their own, whose
+    pages the kernel supplies (zeroed) when first touched. ``np.zeros`` asks ``calloc``, which maps
+    a block of its own only above glibc's mmap threshold; the threshold rises to 32 MB as big arrays
+    are freed, and below it ``calloc`` clears heap memory, making every page resident (18 MB for
+    an int32 column of a 4.6 M-row export that a thousand memcpy rows use)."""
+    nbytes = n * np.dtype(dtype).itemsize
+    if nbytes < _OWN_MAPPING_BYTES or not hasattr(mmap, "MAP_PRIVATE"):
+        return np.zeros(n, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype=dtype)
+
+
+def _constant(value: int, n: int, dtype: type[np.integer]) -> np.ndarray:
+    """A read-only column of ``n`` times ``value`` with no memory behind it (a stride-0 view): a
+    group's columns that one value fills (the kind and category of a kernel table, the device of a
+    CUDA API call) would otherwise cost a full column each until the events are assembled."""
+    return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """An int64 column as int32 where every value fits (codes into string pools, device ids): half
+    the memory while the groups wait for assembly. Values that do not fit stay int64, so what is
+    written into the events table is the same either way."""
+    if values.dtype != np.int64 or len(values) == 0:
+        return values
+    if values.strides == (0,):
+        return _constant(int(values[0]), len(values), np.int32) if -(1 << 31) <= values[0] < (1 << 31) else values
+    if -(1 << 31) <= values.min() and values.max() < (1 << 31):
+        return values.astype(np.int32)
+    return values
 
 
 def _used_positions(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -432,10 +492,13 @@ ROW_READER = "adbc"
 #: SQLite's own words for the errors that must not be retried with the ``sqlite3`` reader (a lock
 #: would be waited for twice) -> the result code :func:`traceview.errors.sqlite_error` knows.
 _DRIVER_LOCKED = {"database is locked": "SQLITE_BUSY", "database table is locked": "SQLITE_LOCKED"}
-#: rows per Arrow batch: one batch per table. Joining batches costs a copy of every column (on
-#: fresh pages, which is most of it), while one batch is handed to numpy without a copy; the driver
-#: also types a column by its first batch, and one batch sees every value.
-_ARROW_BATCH_ROWS = 1 << 30
+#: rows per Arrow batch. Each batch is copied into the growing result columns and dropped before
+#: the next is read: Arrow arrays imported from the driver keep their whole batch alive while any
+#: column of it is referenced, so one batch per table kept every column the SQL selected (~300 MB
+#: on the 292 MB benchmark export) alive as long as the groups used any of them. The driver types
+#: a column by its first batch; a later value of another type is its error, and that table goes
+#: through the ``sqlite3`` reader, as a mistyped value always did.
+ARROW_BATCH_ROWS = 1 << 16
 _IS_NULL = " IS NULL"
 
 
@@ -453,7 +516,7 @@ class _ArrowRows:
         self.path = path
         self._con: Any = None
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: dict[str, Future[pa.Table]] = {}  # SQL -> its result, being read
+        self._pending: dict[str, Future[_Fetched | None]] = {}  # SQL -> its result, being read
 
     def _uri(self) -> str:
         return Path(os.path.abspath(self.path)).as_uri() + "?mode=ro"
@@ -465,7 +528,7 @@ class _ArrowRows:
         cur.fetchall()
         cur.close()
         cur = con.cursor()
-        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(_ARROW_BATCH_ROWS)})
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(ARROW_BATCH_ROWS)})
         return cur
 
     def _cursor(self) -> Any:
@@ -486,12 +549,12 @@ class _ArrowRows:
                 pass
             self._con = None
 
-    def query(self, sql: str) -> pa.Table | None:
-        """The result of ``sql`` as an Arrow table (prefetched if :meth:`prefetch` was given it);
-        None where the driver could not read it."""
+    def query(self, sql: str, plan: _Plan) -> _Fetched | None:
+        """The result of ``sql`` as columns (prefetched if :meth:`prefetch` was given it); None
+        where the driver could not read or type it."""
         try:
             pending = self._pending.pop(sql, None)
-            return pending.result() if pending is not None else self._run(self._cursor(), sql)
+            return pending.result() if pending is not None else self._run(self._cursor(), sql, plan)
         except ImportError:
             return None
         except Exception as exc:  # noqa: BLE001 - driver errors have no common base with pyarrow's
@@ -504,10 +567,10 @@ class _ArrowRows:
             raise error from None
 
     @staticmethod
-    def _run(cur: Any, sql: str) -> pa.Table:
+    def _run(cur: Any, sql: str, plan: _Plan) -> _Fetched | None:
         try:
             cur.execute(sql)
-            return cur.fetch_arrow_table()
+            return _read_batches(cur.fetch_record_batch(), plan)
         finally:
             cur.close()
 
@@ -516,17 +579,17 @@ class _ArrowRows:
         connection of its own: the driver lets go of the GIL while SQLite steps through rows, so a
         big table is read while the one before it is turned into columns, where a second core is
         free. One table at a time; its result waits in memory until asked for."""
-        sql = self.statement(table, exprs, text, order)[0]
+        sql, in_sql, null_of = self.statement(table, exprs, text, order)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceview-nsys")
-        self._pending[sql] = self._pool.submit(self._query_alone, sql)
+        self._pending[sql] = self._pool.submit(self._query_alone, sql, _Plan.of(in_sql, null_of, text))
 
-    def _query_alone(self, sql: str) -> pa.Table:
+    def _query_alone(self, sql: str, plan: _Plan) -> _Fetched | None:
         import adbc_driver_sqlite.dbapi as adbc_sqlite
 
         con = adbc_sqlite.connect(self._uri())
         try:
-            return self._run(self._configured(con.cursor(), con), sql)
+            return self._run(self._configured(con.cursor(), con), sql, plan)
         finally:
             con.close()
 
@@ -549,43 +612,118 @@ class _ArrowRows:
         """What :meth:`_Parser.fetch` returns (plus the rows whose text was not UTF-8), or None.
 
         A flag ``X IS NULL`` of an expression ``X`` that is itself selected is read from the Arrow
-        validity bitmap rather than computed by SQLite. The text is selected as
-        ``COALESCE(CAST(text AS BLOB), X'')`` with its NULL flag beside it: the driver types a
-        column by its first batch, and a first batch of NULLs would type it as integers."""
+        validity bitmap rather than computed by SQLite (as bools, not 0/1 integers). The text is
+        selected as ``COALESCE(CAST(text AS BLOB), X'')`` with its NULL flag beside it: the driver
+        types a column by its first batch, and a first batch of NULLs would type it as integers."""
         sql, in_sql, null_of = self.statement(table, exprs, text, order)
-        result = self.query(sql)
+        result = self.query(sql, _Plan.of(in_sql, null_of, text))
         if result is None:
             return None
-        raw = dict(zip(in_sql, result.columns[: len(in_sql)]))
         texts = replaced = None
-        if text is not None:
-            values, text_null = result.column(len(in_sql)), _int_column(result.column(len(in_sql) + 1))
-            if text_null is None or not pa.types.is_binary(values.type):
-                return None
-            texts, replaced = _decode_text(_with_nulls(values.combine_chunks(), text_null == 1))
-        del result
-        flags = {i: np.asarray(raw[j].is_null(), dtype=np.int64) for i, j in null_of.items()}
-        columns: list[np.ndarray] = []
-        for i in range(len(exprs)):
-            column = flags[i] if i in flags else _int_column(raw.pop(i))  # pop: freed as converted
-            if column is None:
-                return None
-            columns.append(column)
+        if result.text is not None:
+            texts, replaced = _decode_text(result.text)
+        columns = [result.nulls[null_of[i]] if i in null_of else result.values[i] for i in range(len(exprs))]
         return columns, texts, replaced
 
 
-def _int_column(values: pa.ChunkedArray) -> np.ndarray | None:
+@dataclass
+class _Plan:
+    """What :func:`_read_batches` makes of each result column."""
+
+    selected: list[int]  # expression index of each integer column of the result, in order
+    null_flags: set[int]  # expressions whose NULL flags are asked for
+    text: bool  # the result ends with a text column (binary) and its NULL flag
+
+    @classmethod
+    def of(cls, in_sql: list[int], null_of: dict[int, int], text: str | None) -> _Plan:
+        return cls(selected=in_sql, null_flags=set(null_of.values()), text=text is not None)
+
+
+@dataclass
+class _Fetched:
+    """A result as columns: int64 values (NULL -> -1) and NULL flags by expression index, and the
+    text (binary, NULL where its flag says so) where one was selected."""
+
+    values: dict[int, np.ndarray]
+    nulls: dict[int, np.ndarray]
+    text: pa.Array | None
+
+
+class _Growing:
+    """One column filled batch by batch. It grows by ``realloc`` (``ndarray.resize``): for big
+    arrays glibc moves pages rather than bytes, and the unused end of the capacity is never
+    touched, so it costs address space, not memory; no list of parts is joined at the end."""
+
+    def __init__(self, dtype: type[np.generic]) -> None:
+        self.data = np.empty(0, dtype=dtype)
+        self.size = 0
+
+    def append(self, values: np.ndarray) -> None:
+        end = self.size + len(values)
+        if end > len(self.data):
+            self.data.resize(max(end, 2 * len(self.data), ARROW_BATCH_ROWS), refcheck=False)
+        self.data[self.size:end] = values
+        self.size = end
+
+    def finish(self) -> np.ndarray:
+        self.data.resize(self.size, refcheck=False)
+        return self.data
+
+
+def _read_batches(reader: pa.RecordBatchReader, plan: _Plan) -> _Fetched | None:
+    """Read a result batch by batch into columns, each batch dropped before the next is read
+    (see ``ARROW_BATCH_ROWS``); None where the driver typed a column as traceview cannot use."""
+    values = {i: _Growing(np.int64) for i in plan.selected}
+    nulls = {i: _Growing(np.bool_) for i in plan.null_flags}
+    text_chunks: list[pa.Array] = []
+    text_null = _Growing(np.int64)
+    for batch in reader:
+        for k, i in enumerate(plan.selected):
+            column = batch.column(k)
+            ints = _int_column(column)
+            if ints is None:
+                return None
+            values[i].append(ints)
+            if i in nulls:
+                nulls[i].append(_null_flags(column))
+        if plan.text:
+            chunk, flag = batch.column(len(plan.selected)), _int_column(batch.column(len(plan.selected) + 1))
+            if flag is None or not pa.types.is_binary(chunk.type):
+                return None
+            text_chunks.append(chunk)
+            text_null.append(flag)
+        del batch
+    text = None
+    if plan.text:
+        raw = pa.concat_arrays(text_chunks) if text_chunks else pa.array([], pa.binary())
+        text = _with_nulls(raw, text_null.finish() == 1)
+    flags = {i: _zeros_if_clean(g.finish()) for i, g in nulls.items()}
+    return _Fetched(values={i: g.finish() for i, g in values.items()}, nulls=flags, text=text)
+
+
+def _zeros_if_clean(flags: np.ndarray) -> np.ndarray:
+    """NULL flags; where no row is NULL (a clean export), :func:`_zeros` instead: pages nobody
+    writes cost no memory."""
+    return flags if flags.any() else _zeros(len(flags), np.bool_)
+
+
+def _null_flags(values: pa.Array) -> np.ndarray:
+    """Which rows of a result column are NULL, as bools (``X IS NULL`` read from the validity bitmap)."""
+    if values.null_count == 0:
+        return np.zeros(len(values), dtype=bool)
+    return np.asarray(values.is_null(), dtype=bool)
+
+
+def _int_column(values: pa.Array) -> np.ndarray | None:
     """An integer result column as int64 with NULL -> -1 (as ``COALESCE(x, -1)``); None when the
     driver typed it as anything else (REAL, text: the ``sqlite3`` reader says what to do)."""
     if pa.types.is_null(values.type):
         return np.full(len(values), -1, dtype=np.int64)
     if not pa.types.is_int64(values.type):
         return None
-    # one batch (the usual case) is used as it is: combine_chunks would copy even a single chunk
-    column = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
-    if column.null_count:
-        column = pc.fill_null(column, -1)
-    return column.to_numpy(zero_copy_only=False)
+    if values.null_count:
+        values = pc.fill_null(values, -1)
+    return values.to_numpy(zero_copy_only=False)
 
 
 def _with_nulls(values: pa.Array, null: np.ndarray) -> pa.Array:
@@ -593,6 +731,27 @@ def _with_nulls(values: pa.Array, null: np.ndarray) -> pa.Array:
     if not null.any():
         return values
     return pc.if_else(pa.array(null), pa.scalar(None, values.type), values)
+
+
+_MALLOC_TRIM: Any = None
+
+
+def _return_free_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing where the
+    C library has no such call). Arrays smaller than glibc's mmap threshold, which rises to 32 MB as
+    big arrays are freed, come from the heap; freed, they stay resident until trimmed, so an export's
+    fetch and assembly left 50-110 MB of free memory counted in the process's RSS, under the peak
+    that followed. Called between the phases, it costs a few milliseconds."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        _MALLOC_TRIM = False
+        if sys.platform.startswith("linux"):
+            try:
+                _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", False)
+            except OSError:
+                pass
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
 
 
 # ---------------------------------------------------------------------------- strings
@@ -672,20 +831,48 @@ class _Strings:
         return out
 
     def dictionary_array(self, codes: np.ndarray, mask: np.ndarray | None = None) -> pa.DictionaryArray:
-        """A compact int32 dictionary array; rows where ``mask`` is True are null."""
-        codes = np.asarray(codes, dtype=np.int64)
-        if mask is not None and mask.any():
+        """A compact int32 dictionary array of ``codes`` (any integer type); rows where ``mask`` is
+        True are null. The codes are mapped through a lookup as long as the pool, so the only array
+        as long as the rows that is made is the int32 indices themselves."""
+        masked = mask is not None and bool(mask.any())
+        if masked:
+            assert mask is not None
             fill = codes[~mask][0] if (~mask).any() else self.const("")
             codes = np.where(mask, fill, codes)
         if len(codes) == 0:
             return pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
-        used, inverse = _used_positions(codes, self.size)
+        lookup, dictionary = self._lookup(codes)
+        arr = pa.array(lookup[codes], pa.int32(), mask=mask if masked else None)
+        return pa.DictionaryArray.from_arrays(arr, dictionary)
+
+    def sparse_dictionary_array(self, n: int, rows: np.ndarray, codes: np.ndarray) -> pa.DictionaryArray:
+        """``dictionary_array(full, mask=full < 0)`` of a column that only ``rows`` (distinct, at
+        least one) of ``n`` have, with ``codes`` there (the copy kind of memcpy rows), without a
+        column of codes as long as the table. Under the nulls are zeros (:func:`_zeros`) (where
+        ``dictionary_array`` repeats the first row's index): only the pages of ``rows`` are ever
+        written, so a column that a few thousand copies have costs next to no memory."""
+        lookup, dictionary = self._lookup(codes)
+        indices = _zeros(n, np.int32)
+        indices[rows] = lookup[codes]
+        validity = None
+        if len(rows) < n:
+            valid = np.zeros(n, dtype=bool)
+            valid[rows] = True
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        arr = pa.Array.from_buffers(pa.int32(), n, [validity, pa.py_buffer(indices)], null_count=n - len(rows))
+        return pa.DictionaryArray.from_arrays(arr, dictionary)
+
+    def _lookup(self, codes: np.ndarray) -> tuple[np.ndarray, pa.Array]:
+        """(pool position -> index into the dictionary, the dictionary) of the strings ``codes`` use,
+        each distinct string once."""
+        present = np.zeros(self.size, dtype=bool)
+        present[codes] = True
+        used = np.flatnonzero(present)
         values = pa.concat_arrays([b.cast(pa.string()) for b in self.blocks]).take(pa.array(used))
         merged = values.dictionary_encode()
-        remap = np.asarray(merged.indices, dtype=np.int32)
-        indices = remap[inverse]
-        arr = pa.array(indices, pa.int32(), mask=mask if mask is not None and mask.any() else None)
-        return pa.DictionaryArray.from_arrays(arr, merged.dictionary)
+        lookup = np.zeros(self.size, dtype=np.int32)
+        lookup[used] = np.asarray(merged.indices, dtype=np.int32)
+        return lookup, merged.dictionary
 
 
 # ------------------------------------------------------------------------------ parser
@@ -754,8 +941,9 @@ class _Parser:
 
     def fetch(self, table: str, exprs: list[str], text: str | None = None,
               order: str = "") -> tuple[list[np.ndarray], pa.Array | None]:
-        """Integer columns ``exprs`` (NULL -> -1) of ``table`` as int64 arrays, and optionally one
-        text column as a pyarrow string array.
+        """Integer columns ``exprs`` (NULL -> -1) of ``table`` as int64 arrays (a flag ``X IS NULL``
+        of a selected ``X`` may come as bools instead), and optionally one text column as a pyarrow
+        string array.
 
         Through ADBC straight into Arrow (:class:`_ArrowRows`) unless ``ROW_READER`` says
         ``"sqlite3"`` or the driver cannot type the table's values (then :meth:`fetch_tuples`, the
@@ -845,19 +1033,24 @@ class _Parser:
         return dur
 
     def group(self, table: str, proc: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray,
-              kind: Kind | np.ndarray, category: np.ndarray, name: np.ndarray, *, device=None, stream=None,
-              corr=None, keep=None) -> _Group:
+              kind: Kind | np.ndarray, category: int | np.ndarray, name: int | np.ndarray, *, device=None,
+              stream=None, corr=None, keep=None) -> _Group:
+        """One table's rows; a category or name given as one code is that code on every row."""
         n = len(start)
-        minus = np.full(n, -1, dtype=np.int64)
-        kinds = np.full(n, int(kind), dtype=np.int8) if isinstance(kind, Kind) else kind.astype(np.int8)
+        if isinstance(category, int):
+            category = _constant(category, n, np.int32)
+        if isinstance(name, int):
+            name = _constant(name, n, np.int32)
+        minus = _constant(-1, n, np.int64)
+        kinds = _constant(int(kind), n, np.int8) if isinstance(kind, Kind) else kind.astype(np.int8)
         return _Group(
             table=table, proc=proc, tid=tid, start=start, dur=self.durations(table, start, end), kind=kinds,
-            category=category, name=name,
-            device=minus if device is None else device,
+            category=_narrow(category), name=_narrow(name),
+            device=minus if device is None else _narrow(device),
             stream=minus if stream is None else np.where(stream == 0xFFFFFFFF, -1, stream),
             corr=minus if corr is None else corr,
             keep=np.ones(n, dtype=bool) if keep is None else keep,
-            copy_kind=minus,
+            copy_kind=_constant(-1, n, np.int32),
         )
 
     # -- readers -----------------------------------------------------------------------
@@ -903,14 +1096,14 @@ class _Parser:
         cols[1] = np.where(self.pending_nulls[1] == 1, cols[0], cols[1])  # no end: the start
         gpid = cols[5]
         proc = np.where(gpid == -1, -1, gpid >> 24)
-        return cols, proc, np.full(len(gpid), -1, dtype=np.int64)
+        return cols, proc, _constant(-1, len(gpid), np.int64)
 
     def repair_nulls(self, g: _Group) -> _Group:
         """Rows with NULL where a value is needed: skipped (no start, no process, a GPU row without
         device) or repaired (no end: duration 0), each counted in ``event_counts`` under its reason
         and said in the warnings. Without this a NULL start read as -1 (a span of the whole clock),
         a NULL process became an extra rank and a NULL device a "GPU -1"."""
-        null_start, null_end, null_proc, null_device = (f.astype(bool) for f in self.pending_nulls)
+        null_start, null_end, null_proc, null_device = (f.astype(bool, copy=False) for f in self.pending_nulls)
         self.pending_nulls = []
         if g.table == SYNC_T:  # sync rows take the device of their stream's activity (_fix_sync_devices)
             null_device = np.zeros_like(null_device)
@@ -949,7 +1142,7 @@ class _Parser:
         cols, proc, tid = self._gpu_common(t, extra)
         start, end, device, stream, corr = cols[:5]
         n = len(start)
-        g = self.group(t, proc, tid, start, end, Kind.KERNEL, np.full(n, self.categories.const("kernel")),
+        g = self.group(t, proc, tid, start, end, Kind.KERNEL, self.categories.const("kernel"),
                        names.from_ids(cols[6]), device=device, stream=stream, corr=corr)
         beyond = np.zeros(n, dtype=bool)  # a launch dimension is a 32-bit value: a bigger one is no size
         for i, d in enumerate(dims):
@@ -957,7 +1150,7 @@ class _Parser:
             fits = v < GRID_LIMIT
             beyond |= ~fits
             g.optional[f"{d[:-1].lower()}_{d[-1].lower()}"] = (
-                (v, v >= 0) if fits.all() else (np.where(fits, v, -1), (v >= 0) & fits))
+                (_narrow(v), v >= 0) if fits.all() else (_narrow(np.where(fits, v, -1)), (v >= 0) & fits))
         g = self.repair_nulls(g)
         beyond &= g.keep
         if beyond.any():
@@ -992,11 +1185,10 @@ class _Parser:
         texts = [mapping.get(int(k), f"kind {int(k)}") for k in uniq]
         name_codes = names.consts([f"Memcpy {x}" for x in texts])[inverse]
         copy_codes = names.consts(texts)[inverse]
-        n = len(start)
-        g = self.group(t, proc, tid, start, end, Kind.MEMCPY, np.full(n, self.categories.const("gpu_memcpy")),
+        g = self.group(t, proc, tid, start, end, Kind.MEMCPY, self.categories.const("gpu_memcpy"),
                        name_codes, device=device, stream=stream, corr=corr)
         g.optional["bytes"] = (nbytes, nbytes >= 0)
-        g.copy_kind = copy_codes
+        g.copy_kind = _narrow(copy_codes)
         return self.repair_nulls(g)
 
     def read_memset(self, names: _Strings) -> _Group | None:
@@ -1005,9 +1197,8 @@ class _Parser:
             return None
         cols, proc, tid = self._gpu_common(t, [self.col(t, "bytes", default="-1")])
         start, end, device, stream, corr, _, nbytes = cols
-        n = len(start)
-        g = self.group(t, proc, tid, start, end, Kind.MEMSET, np.full(n, self.categories.const("gpu_memset")),
-                       np.full(n, names.const("Memset")), device=device, stream=stream, corr=corr)
+        g = self.group(t, proc, tid, start, end, Kind.MEMSET, self.categories.const("gpu_memset"),
+                       names.const("Memset"), device=device, stream=stream, corr=corr)
         g.optional["bytes"] = (nbytes, nbytes >= 0)
         return self.repair_nulls(g)
 
@@ -1020,9 +1211,8 @@ class _Parser:
         labels = {i: label or name for i, (name, label) in self.enum("ENUM_CUPTI_SYNC_TYPE").items()}
         uniq, inverse = _factorize(sync_type)
         texts = [SYNC_NAMES_BUILTIN.get(int(k)) or labels.get(int(k)) or f"Sync type {int(k)}" for k in uniq]
-        n = len(start)
         return self.repair_nulls(self.group(
-            t, proc, tid, start, end, Kind.SYNC, np.full(n, self.categories.const("cuda_sync")),
+            t, proc, tid, start, end, Kind.SYNC, self.categories.const("cuda_sync"),
             names.consts(texts)[inverse], device=device, stream=stream, corr=corr))
 
     def runtime_exprs(self) -> list[str]:
@@ -1039,7 +1229,7 @@ class _Parser:
         cols, _ = self.fetch(t, self.runtime_exprs())
         start, end, event_class, gtid, corr, name_id = cols[:6]
         end = np.where(cols[7] == 1, start, end)  # no end: the start
-        self.pending_nulls = [*cols[6:], np.zeros(len(start), dtype=np.int64)]
+        self.pending_nulls = [*cols[6:], _zeros(len(start), np.bool_)]
         strip = lambda values: pc.replace_substring_regex(values, _RUNTIME_VERSION_SUFFIX, "")  # noqa: E731
         name_codes = names.from_ids(name_id, transform=strip)
         # category: event class through the enum, else the name
@@ -1085,7 +1275,7 @@ class _Parser:
         start, end_null, end, event_type, gtid, text_id, domain = cols[:7]
         null_type = cols[9].astype(bool)
         # a NULL end is an open range (counted apart), not a repair: only start and process are checked
-        self.pending_nulls = [cols[7], np.zeros_like(start), cols[8], np.zeros_like(start)]
+        self.pending_nulls = [cols[7], _zeros(len(start), np.bool_), cols[8], _zeros(len(start), np.bool_)]
         ranges, marks, domain_create = self._nvtx_types()
         # NULL eventType read as 59 (COALESCE default for exports without the column): not a range
         is_range = np.isin(event_type, ranges) & ~null_type
@@ -1142,12 +1332,11 @@ class _Parser:
         exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "globalTid"), self.col(t, "nameId")]
         cols, _ = self.fetch(t, exprs + self.null_checks(t, "start", "end", "globalTid"))
         start, end, gtid, name_id = cols[:4]
-        self.pending_nulls = [*cols[4:], np.zeros(len(start), dtype=np.int64)]
+        self.pending_nulls = [*cols[4:], _zeros(len(start), np.bool_)]
         proc = np.where(gtid == -1, -1, gtid >> 24)
         tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
-        category = np.full(len(start), self.categories.const("os_runtime"), dtype=np.int64)
-        return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.ANNOTATION, category,
-                                            names.from_ids(name_id)))
+        return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.ANNOTATION,
+                                            self.categories.const("os_runtime"), names.from_ids(name_id)))
 
     def _nvtx_types(self) -> tuple[list[int], list[int], int]:
         table = self.enum("ENUM_NSYS_EVENT_TYPE")
@@ -1296,11 +1485,14 @@ class _Parser:
         tally.no_rank.update(self.file_counts)
         if tally.counts:
             tally.counts[0].update(self.file_counts)
+        _return_free_heap()  # what the fetch and the counts left free, before the assembly's peak
         rows = self._assemble_events(groups, rank_map, names)
-        links = _launch_links(rows.rank, rows.kind, rows.corr, exact=self.arrow_rows is not None)
+        del groups
+        _return_free_heap()
         ranks, all_warnings = self._rank_infos(rank_map, names, tally, rows)
+        _return_free_heap()
         steps = steps_from_annotations(rows.events, self.step_marker)
-        return Trace(events=rows.events, links=links, ranks=ranks, steps=steps,
+        return Trace(events=rows.events, links=rows.links, ranks=ranks, steps=steps,
                      warnings=[f"{self.path}: {w}" for w in all_warnings])
 
     def _check_core_tables(self) -> None:
@@ -1313,48 +1505,46 @@ class _Parser:
             )
 
     def _assemble_events(self, groups: list[_Group], rank_map: _RankMap, names: _Strings) -> _Rows:
-        """The kept rows of every group as one events table, by rank, then start."""
+        """The kept rows of every group as one events table, by rank, then start.
+
+        Each column is written in its final order, handed to Arrow without a copy, and the groups'
+        column released before the next is made, so that the peak memory is the events table plus
+        about one column rather than the groups and the table side by side."""
         placement = _Placement.of(groups)
-        proc = _concat_kept(groups, "proc")
-        start = _concat_kept(groups, "start")
-        rank = rank_map.ranks_for(proc)
-        # by rank, then start: a stable sort by time (timsort: the tables are runs already in time
-        # order), then a stable radix sort by rank
-        order = np.argsort(start, kind="stable")
-        rank_dtype = np.int16 if rank_map.n_ranks < 32000 else np.int64
-        order = order[np.argsort(rank[order].astype(rank_dtype), kind="stable")]
-        n = len(order)
-        placement.place_rows(order)
-        proc, start, rank = proc[order], start[order], rank[order]
-        for g in groups:
-            g.proc = g.start = _RELEASED  # as Placement.column does: placed, so no longer needed
-        dur, kind = placement.column("dur"), placement.column("kind").astype(np.int8)
-        tid, device = placement.column("tid"), placement.column("device")
-        stream, corr = placement.column("stream"), placement.column("corr")
-        name_codes, cat_codes = placement.column("name"), placement.column("category")
-        columns: dict[str, Any] = {
-            "rank": pa.array(rank.astype(np.int32)),
-            "kind": kind_array(kind),
-            "category": self.categories.dictionary_array(cat_codes),
-            "start_ns": pa.array(start),
-            "dur_ns": pa.array(dur),
-            "pid": pa.array(np.where(proc == -1, -1, proc & 0xFFFFFF)),
-            "tid": pa.array(tid),
-            "device": pa.array(device.astype(np.int32)),
-            "stream": pa.array(stream),
-            "correlation": pa.array(corr),
-        }
+        rank, start = _sorted_rank_start(groups, rank_map, placement)
+        n = len(start)
+        columns: dict[str, Any] = {"rank": pa.array(rank), "start_ns": pa.array(start)}
+        del start
+        kind = placement.column("kind").astype(np.int8, copy=False)
+        columns["kind"] = kind_array(kind)
+        corr = placement.column("corr")
+        columns["correlation"] = pa.array(corr)
+        # the links now: their search needs ~100 MB for a while on a 4.6 M-row export, which here
+        # comes on top of the groups' columns not yet placed rather than on top of the whole table
+        links = _launch_links(rank, kind, corr, exact=self.arrow_rows is not None)
+        pid = placement.column("proc")  # process key -> pid, in place
+        no_process = pid == -1
+        pid &= 0xFFFFFF
+        pid[no_process] = -1
+        columns["pid"] = pa.array(pid)
+        del pid, no_process
+        for attr, column_name in (("dur", "dur_ns"), ("tid", "tid"), ("stream", "stream")):
+            columns[column_name] = pa.array(placement.column(attr))
+        columns["device"] = pa.array(placement.column("device").astype(np.int32, copy=False))
+        columns["category"] = self.categories.dictionary_array(placement.column("category"))
         columns.update(placement.optional_columns())
-        copy_codes = placement.column("copy_kind")  # memcpy rows only
-        if (copy_codes >= 0).any():
-            columns["copy_kind"] = names.dictionary_array(copy_codes, mask=copy_codes < 0)
-        name_array = names.dictionary_array(name_codes)
+        copy_rows, copy_codes = placement.set_rows("copy_kind")  # memcpy rows only
+        if len(copy_rows):
+            columns["copy_kind"] = names.sparse_dictionary_array(n, copy_rows, copy_codes)
+        name_array = names.dictionary_array(placement.column("name"))
         columns["name"] = name_array
         self._collectives(columns, name_array, kind)
         unknown = set(columns) - set(EVENT_SCHEMA.names)
         assert not unknown, f"columns not in EVENT_SCHEMA: {sorted(unknown)}"
+        del placement  # its row destinations: not needed once every column is placed
+        _return_free_heap()  # and the dictionaries' temporaries, before make_events_table adds external_id
         columns.update(_null_columns(set(columns), n))
-        return _Rows(events=make_events_table(columns, n), rank=rank, kind=kind, corr=corr, device=device)
+        return _Rows(events=make_events_table(columns, n), links=links, rank=rank)
 
     def _rank_infos(self, rank_map: _RankMap, names: _Strings, tally: _Tally,
                     rows: _Rows) -> tuple[dict[int, RankInfo], list[str]]:
@@ -1366,17 +1556,15 @@ class _Parser:
         t_names = names.dictionary_array(t_codes) if len(t_codes) else None
         unmapped = self.unmapped_tables()
         n_ranks = rank_map.n_ranks
-        mapped_per_rank = np.bincount(rows.rank, minlength=n_ranks)
-        on_gpu = np.isin(rows.kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)]) & (rows.device >= 0)
-        devices_of_rank: dict[int, list[int]] = {}
-        for r, d in _distinct_rows(rows.rank[on_gpu], rows.device[on_gpu].astype(np.int64)):
-            devices_of_rank.setdefault(r, []).append(d)
+        # the events are sorted by rank: a search per rank counts them (bincount would copy the
+        # int32 ranks to int64 first, 35 MB on a 4.6 M-row export, on top of the finished table)
+        mapped_per_rank = np.diff(np.searchsorted(rows.rank, np.arange(n_ranks + 1, dtype=rows.rank.dtype)))
         several_vms = len({p >> 24 for p in rank_map.ordered}) > 1
         ranks: dict[int, RankInfo] = {}
         all_warnings = list(self.warnings)
         for r, p in enumerate(rank_map.ordered):
             pid = p & 0xFFFFFF if p != -1 else -1
-            used = sorted(devices_of_rank.get(r, []))
+            used = sorted(rank_map.devices.get(p, ()))
             devs = [_device_of(device_info, p, d) for d in used]
             where = f"device {used[0]}" if len(used) == 1 else (f"devices {used}" if used else
                     ("CUDA API calls only" if p in rank_map.api_procs else "NVTX only"))
@@ -1430,16 +1618,19 @@ class _Parser:
             dtype_of.append(dt)
         if not any(coll_of):
             return
-        idx = np.asarray(name_array.indices, dtype=np.int64)
-        is_kernel = kind == int(Kind.KERNEL)
+        idx = name_array.indices.to_numpy()  # int32, no copy
+        not_kernel = kind != int(Kind.KERNEL)
         for column, per_name in (("collective", coll_of), (_DTYPE_COLUMN, dtype_of)):
             values = sorted({v for v in per_name if v})
             if not values:
                 continue
             code_of = np.array([values.index(v) if v else -1 for v in per_name], dtype=np.int32)
-            codes = np.where(is_kernel, code_of[idx], -1).astype(np.int32)
+            codes = code_of[idx]  # then in place: one int32 array and one mask as long as the rows
+            codes[not_kernel] = -1
+            null = codes < 0
+            codes[null] = 0
             columns[column] = pa.DictionaryArray.from_arrays(
-                pa.array(np.maximum(codes, 0), pa.int32(), mask=codes < 0), pa.array(values, pa.string()))
+                pa.array(codes, pa.int32(), mask=null), pa.array(values, pa.string()))
 
 
 # ---------------------------------------------------------------------------- assembly
@@ -1457,6 +1648,7 @@ class _RankMap:
     ordered: list[int]  # process keys (globalPid >> 24), by rank
     api_procs: set[int]  # processes with CUDA runtime or synchronisation rows
     stream_device: dict[tuple[int, int], int]  # (process, stream) -> lowest device of its activity
+    devices: dict[int, set[int]]  # process -> devices of its kernels, copies and memsets
     proc_sorted: np.ndarray  # the process keys, sorted
     rank_lookup: np.ndarray  # rank of each of proc_sorted
 
@@ -1491,13 +1683,11 @@ class _Tally:
 
 @dataclass
 class _Rows:
-    """The assembled events table and the columns of it that the links and rank infos need."""
+    """The assembled events and launch links, and the columns of the events the rank infos need."""
 
     events: pa.Table
-    rank: np.ndarray
-    kind: np.ndarray
-    corr: np.ndarray
-    device: np.ndarray
+    links: pa.Table
+    rank: np.ndarray  # int32, sorted (the events are by rank, then start)
 
 
 def _rank_map(groups: list[_Group]) -> _RankMap:
@@ -1505,6 +1695,7 @@ def _rank_map(groups: list[_Group]) -> _RankMap:
     procs = _distinct(proc_all)
     min_device: dict[int, int] = {}
     stream_device: dict[tuple[int, int], int] = {}
+    devices: dict[int, set[int]] = {}
     for g in groups:
         if g.table not in (KERNEL_T, MEMCPY_T, MEMSET_T):
             continue
@@ -1512,6 +1703,7 @@ def _rank_map(groups: list[_Group]) -> _RankMap:
         if not sel.any():
             continue
         for p, s, d in _distinct_rows(g.proc[sel], g.stream[sel], g.device[sel]):
+            devices.setdefault(p, set()).add(d)
             min_device[p] = min(d, min_device.get(p, d))
             stream_device[(p, s)] = min(d, stream_device.get((p, s), d))
     api_procs: set[int] = set()
@@ -1530,7 +1722,7 @@ def _rank_map(groups: list[_Group]) -> _RankMap:
     ordered = sorted(proc_list, key=order_key)
     rank_of = {p: r for r, p in enumerate(ordered)}
     return _RankMap(
-        ordered=ordered, api_procs=api_procs, stream_device=stream_device,
+        ordered=ordered, api_procs=api_procs, stream_device=stream_device, devices=devices,
         proc_sorted=np.asarray(proc_list, dtype=np.int64),
         rank_lookup=np.asarray([rank_of[p] for p in proc_list], dtype=np.int64),
     )
@@ -1601,6 +1793,24 @@ def _tally_rows(groups: list[_Group], rank_map: _RankMap, sync_fixed: np.ndarray
     return _Tally(counts=counts, no_rank=no_rank, open_per_rank=open_per_rank)
 
 
+def _sorted_rank_start(groups: list[_Group], rank_map: _RankMap,
+                       placement: _Placement) -> tuple[np.ndarray, np.ndarray]:
+    """Rank (int32) and start of the kept rows in events-table order (by rank, then start), with
+    every group's rows placed in ``placement``; the groups' starts are released."""
+    start = _concat_kept(groups, "start")
+    rank = (np.concatenate([rank_map.ranks_for(g.proc[g.keep]).astype(np.int32) for g in groups])
+            if groups else np.empty(0, dtype=np.int32))
+    # by rank, then start: a stable sort by time (timsort: the tables are runs already in time
+    # order), then a stable radix sort by rank
+    order = np.argsort(start, kind="stable")
+    rank_dtype = np.int16 if rank_map.n_ranks < 32000 else np.int32
+    order = order[np.argsort(rank[order].astype(rank_dtype), kind="stable")]
+    placement.place_rows(order)
+    for g in groups:
+        g.start = _RELEASED  # placed: no longer needed
+    return rank[order], start[order]
+
+
 def _concat_kept(groups: list[_Group], attr: str) -> np.ndarray:
     """One column of the kept rows of every group, in group order."""
     parts = [getattr(g, attr)[g.keep] for g in groups]
@@ -1634,7 +1844,11 @@ class _Placement:
 
     def _write(self, out: np.ndarray, i: int, values: np.ndarray) -> None:
         k = self.kept[i]
-        out[self.dest[self.offsets[i]: self.offsets[i + 1]]] = values if k is None else values[k]
+        where = self.dest[self.offsets[i]: self.offsets[i + 1]]
+        if values.strides == (0,) and len(values):  # a _constant: one value, no rows to gather
+            out[where] = values[0]
+        else:
+            out[where] = values if k is None else values[k]
 
     def column(self, attr: str) -> np.ndarray:
         """One column of the kept rows of every group, in events-table order. The groups' own
@@ -1645,19 +1859,44 @@ class _Placement:
         for i, g in enumerate(self.groups):
             self._write(out, i, getattr(g, attr))
             setattr(g, attr, _RELEASED)
+        # the groups' columns were mostly below glibc's mmap threshold: freed, they stay resident
+        # until trimmed, and each placed column would add its whole size to the RSS
+        _return_free_heap()
         return out
+
+    def set_rows(self, attr: str) -> tuple[np.ndarray, np.ndarray]:
+        """(events-table rows, values) where ``attr`` is set (>= 0), for a column few rows have (the
+        copy kind of memcpy rows): groups where it is the constant -1 are skipped, not written out
+        as a column as long as the table. The groups' columns are released."""
+        rows, values = [], []
+        for i, g in enumerate(self.groups):
+            column = getattr(g, attr)
+            setattr(g, attr, _RELEASED)
+            if len(column) == 0 or (column.strides == (0,) and column[0] < 0):
+                continue
+            k = self.kept[i]
+            kept = column if k is None else column[k]
+            hit = kept >= 0
+            rows.append(self.dest[self.offsets[i]: self.offsets[i + 1]][hit])
+            values.append(kept[hit])
+        if not rows:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.concatenate(rows), np.concatenate(values)
 
     def optional_columns(self) -> dict[str, pa.Array]:
         """The columns only some tables have (null on the rows of the others)."""
         columns: dict[str, pa.Array] = {}
         for col_name in sorted({k for g in self.groups for k in g.optional}):
             have = [(i, g.optional.pop(col_name)) for i, g in enumerate(self.groups) if col_name in g.optional]
-            values = np.zeros(len(self.dest), dtype=np.result_type(*[v for _, (v, _) in have]))
-            present = np.zeros(len(self.dest), dtype=bool)
+            values = _zeros(len(self.dest), np.result_type(*[v for _, (v, _) in have]).type)
+            present = _zeros(len(self.dest), np.bool_)
             for i, (v, ok) in have:
                 self._write(values, i, v)
                 self._write(present, i, ok)
+            del have
             columns[col_name] = _masked_array(values, present, EVENT_SCHEMA.field(col_name).type)
+            del values, present
+            _return_free_heap()  # as in column()
         return columns
 
 
@@ -1673,7 +1912,7 @@ def _null_columns(have: set[str], n: int) -> dict[str, pa.Array]:
     missing = [f for f in EVENT_SCHEMA if f.name not in have and f.name not in _FILLED_BY_DEFAULT]
     if not missing or n == 0:
         return {}
-    zeros = pa.py_buffer(np.zeros(n * 8, dtype=np.uint8))  # calloc: pages are mapped when read
+    zeros = pa.py_buffer(_zeros(n * 8, np.uint8))  # pages are mapped when read
     out: dict[str, pa.Array] = {}
     for f in missing:
         if pa.types.is_dictionary(f.type):
@@ -1689,7 +1928,7 @@ def _masked_array(values: np.ndarray, present: np.ndarray, target: pa.DataType) 
     copied, and it is narrowed to int32 here when ``target`` is int32 and every value fits (else it
     stays int64, and ``make_events_table``'s checked cast says what does not fit)."""
     if pa.types.is_int32(target) and len(values) and -(1 << 31) <= values.min() and values.max() < (1 << 31):
-        values = values.astype(np.int32)
+        values = values.astype(np.int32, copy=False)
     arrow_type = pa.from_numpy_dtype(values.dtype)
     if present.all():
         return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)])
@@ -1704,42 +1943,69 @@ def _launch_links(rank: np.ndarray, kind: np.ndarray, corr: np.ndarray, exact: b
     With ``exact``, on one packed integer key per (rank, correlation); else (``ROW_READER =
     "sqlite3"``, the reader before issue 12) with ``join_on_keys``'s hashed search."""
     api_rows = np.flatnonzero((kind == int(Kind.RUNTIME)) & (corr > 0))
-    gpu_kinds = [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.SYNC)]
-    gpu_rows = np.flatnonzero(np.isin(kind, gpu_kinds) & (corr > 0))
-    if len(api_rows) and len(gpu_rows):
-        left_key, right_key = _packed_key(rank[api_rows], corr[api_rows]), _packed_key(rank[gpu_rows], corr[gpu_rows])
-        if exact and left_key is not None and right_key is not None:
-            left, right = _exact_join(left_key, right_key)
-        else:  # a correlation id beyond 32 bits (hand-made export): the general join
-            left, right = join_on_keys([rank[api_rows], corr[api_rows]], [rank[gpu_rows], corr[gpu_rows]])
-        if len(left):
-            return make_links_table(rank[api_rows[left]], "launch", "correlation", api_rows[left], gpu_rows[right])
-    return empty_links()
+    gpu_rows = np.flatnonzero(_kind_in(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC)) & (corr > 0))
+    if not (len(api_rows) and len(gpu_rows)):
+        return empty_links()
+    left_key, right_key = _packed_key(rank[api_rows], corr[api_rows]), _packed_key(rank[gpu_rows], corr[gpu_rows])
+    if exact and left_key is not None and right_key is not None:
+        left, right = _exact_join(left_key, right_key)
+    else:  # a correlation id beyond 32 bits (hand-made export): the general join
+        left, right = join_on_keys([rank[api_rows], corr[api_rows]], [rank[gpu_rows], corr[gpu_rows]])
+    del left_key, right_key
+    if not len(left):
+        return empty_links()
+    src, dst = api_rows[left], gpu_rows[right]
+    del api_rows, gpu_rows, left, right
+    # the category as a dictionary array built here (indices: untouched zeros), where
+    # make_links_table would encode a Python list of one string per link
+    category = pa.DictionaryArray.from_arrays(pa.array(_zeros(len(src), np.int32)),
+                                              pa.array(["correlation"], pa.string()))
+    return make_links_table(rank[src], "launch", category, src, dst)
+
+
+def _kind_in(kind: np.ndarray, kinds: tuple[Kind, ...]) -> np.ndarray:
+    """Rows whose kind is one of ``kinds``, by one comparison each: ``np.isin`` looks int8 codes up
+    through an int64 index as long as the rows (35 MB at 4.6 M events)."""
+    out = np.zeros(len(kind), dtype=bool)
+    for k in kinds:
+        out |= kind == int(k)
+    return out
 
 
 def _packed_key(high: np.ndarray, low: np.ndarray) -> np.ndarray | None:
     """``(high << 32) | low`` as int64: one exact integer per (rank, correlation) pair; None when a
-    value does not fit (``high`` in ``[0, 2**31)``, ``low`` in ``[0, 2**32)``)."""
+    value does not fit (``high`` in ``[0, 2**31)``, ``low`` in ``[0, 2**32)``). ``low`` is taken
+    over (overwritten when it is int64: callers pass a fresh gather), so that one key array and one
+    shifted copy of ``high`` are all the memory this needs."""
     if len(high) and (high.min() < 0 or high.max() >= 1 << 31 or low.min() < 0 or low.max() >= 1 << 32):
         return None
-    return (high.astype(np.int64) << 32) | low.astype(np.int64)
+    key = low.astype(np.int64, copy=False)
+    shifted = high.astype(np.int64)
+    shifted <<= 32
+    key |= shifted
+    return key
 
 
 def _exact_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Inner equi-join on one exact int64 key: (left positions, right positions), ordered by left
     position, then right position (as :func:`traceview.model.join_on_keys`). The keys are the
     values themselves, so no match needs checking, and the result is in order as built: left in
-    turn, and for each the right rows in position order (a stable sort keeps them so)."""
+    turn, and for each the right rows in position order (a stable sort keeps them so). Only the
+    left rows with a match go on past the search (most API calls launch nothing, or one thing)."""
     order = np.argsort(right, kind="stable")
     sorted_right = right[order]
     lo = np.searchsorted(sorted_right, left, "left")
-    counts = np.searchsorted(sorted_right, left, "right") - lo
+    counts = np.searchsorted(sorted_right, left, "right")
+    del sorted_right
+    counts -= lo
+    hit = np.flatnonzero(counts)
+    lo, counts = lo[hit], counts[hit]
     total = int(counts.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    lpos = np.repeat(np.arange(len(left), dtype=np.int64), counts)
+    if total == len(hit):  # one match per matched left row (also: no match at all)
+        return hit.astype(np.int64, copy=False), order[lo].astype(np.int64, copy=False)
+    lpos = np.repeat(hit, counts)
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    return lpos, order[np.repeat(lo, counts) + within].astype(np.int64)
+    return lpos.astype(np.int64, copy=False), order[np.repeat(lo, counts) + within].astype(np.int64, copy=False)
 
 
 def _device_of(device_info: dict[tuple[int, int], DeviceInfo], proc: int, device: int) -> DeviceInfo:

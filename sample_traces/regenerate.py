@@ -3,6 +3,7 @@
 1. synthetic Kineto job (make_kineto.py)      -> synthetic_4rank/rank{0..3}.json.gz, truth.json
 2. synthetic Nsight Systems export (make_nsys.py) -> whatever make_nsys.main writes
 2b. before/after regression pair (make_pair.py) -> regression_pair/{base,new}/rank{0,1}.json.gz, truth.json
+2c. efficiency known answer (make_efficiency.py) -> efficiency_roofline.{json.gz,truth.json,gpus.toml}
 3. real CPU-only torch.profiler capture (capture_cpu_trace.py) -> torch_cpu_mlp.json.gz,
    skipped (keeping the committed file) when torch is not installed.
 
@@ -69,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         failures.append("make_pair.py failed")
+
+    print("[2c] efficiency known-answer sample: make_efficiency.main")
+    try:
+        print(f"      wrote {load('make_efficiency').main(out)}")
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        failures.append("make_efficiency.py failed")
 
     print("[3/3] CPU-only torch.profiler capture: capture_cpu_trace.main")
     if args.skip_capture:

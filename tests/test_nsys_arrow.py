@@ -215,3 +215,43 @@ def test_a_path_that_needs_escaping_in_a_uri_is_read_by_the_driver(tmp_path, mon
     new = parse_with("adbc", work, monkeypatch)
     assert not [r for r in caplog.records if FALLBACK_SAID in r.getMessage()]
     assert_same(parse_with("sqlite3", work, monkeypatch), new)
+
+
+# ------------------------------------------------------------------ reading in batches
+
+LAST_ROW = "rowid = (SELECT MAX(rowid) FROM {table})"
+
+
+def test_reading_in_small_batches_gives_identical_traces(monkeypatch, caplog):
+    """Rows come from the driver a batch at a time, each copied into growing columns: with batches
+    of 7 rows (every table in many, the growth reallocating again and again) the trace is the one
+    the sqlite3 reader makes, and no table falls back."""
+    caplog.set_level(logging.DEBUG, logger=nsys_module.__name__)
+    monkeypatch.setattr(nsys_module, "ARROW_BATCH_ROWS", 7)
+    old = parse_with("sqlite3", SAMPLE, monkeypatch)
+    caplog.clear()
+    new = parse_with("adbc", SAMPLE, monkeypatch)
+    assert not [r for r in caplog.records if FALLBACK_SAID in r.getMessage()]
+    assert new.events.num_rows > 7 * 10
+    assert_same(old, new, report=True)
+
+
+@pytest.mark.parametrize("table, column, value, falls_back", [
+    (KERNEL, "gridX", "1.5", True), (KERNEL, "start", "'abc'", True), (RUNTIME, "correlationId", "x'ff00fe'", True),
+    (RUNTIME, "end", "NULL", False), (NVTX, "text", "x'66ff'", False), (NVTX, "end", "NULL", False),
+    (KERNEL, "deviceId", "NULL", False),
+])
+def test_a_value_of_another_type_after_the_first_batch_gives_what_the_old_reader_gave(
+        table, column, value, falls_back, tmp_path, monkeypatch, caplog):
+    """The driver types a column by its first batch; a REAL, text or BLOB in an integer column of
+    the last row is its error mid-read, and that table is read again with sqlite3. A NULL there is
+    no error (the column keeps its type), nor is a BLOB as NVTX text (read as bytes, then decoded).
+    Either way the trace, or the error, is the old reader's."""
+    work = edited(tmp_path, f"UPDATE {table} SET {column} = {value} WHERE {LAST_ROW.format(table=table)}",
+                  loosen=table)
+    monkeypatch.setattr(nsys_module, "ARROW_BATCH_ROWS", 5)
+    caplog.set_level(logging.DEBUG, logger=nsys_module.__name__)
+    new = parse_with("adbc", work, monkeypatch)
+    fell_back = [r for r in caplog.records if FALLBACK_SAID in r.getMessage() and table in r.getMessage()]
+    assert bool(fell_back) == falls_back
+    assert_same(parse_with("sqlite3", work, monkeypatch), new)

@@ -96,16 +96,21 @@ def schema_record(op: str, overload: str = "default", **values: Any) -> dict:
     argument order taken from torch's schema of the op."""
     torch = _torch()
     schema = getattr(getattr(torch.ops.aten, op), overload)._schema
-    dims, types, concrete = [], [], []
+    dims: list[list[int]] = []
+    types: list[str] = []
+    concrete: list[str] = []
     for arg in schema.arguments:
         value = values.pop(arg.name, None)
         if isinstance(value, T):
-            dims.append(value.shape), types.append(value.type_name), concrete.append("")
+            entry = (value.shape, value.type_name, "")
         elif value is None:
-            dims.append([]), types.append(""), concrete.append("")
+            entry = ([], "", "")
         else:
             text = str(value) if not isinstance(value, list) else "[" + ", ".join(map(str, value)) + "]"
-            dims.append([]), types.append("ScalarList" if isinstance(value, list) else "Scalar"), concrete.append(text)
+            entry = ([], "ScalarList" if isinstance(value, list) else "Scalar", text)
+        dims.append(entry[0])
+        types.append(entry[1])
+        concrete.append(entry[2])
     assert not values, f"{op} has no argument {sorted(values)}"
     return {"name": f"aten::{op}", "dims": dims, "types": types, "strides": None, "concrete": concrete}
 
@@ -240,7 +245,8 @@ def test_gpu_convolution_ops_read_their_schema_positions():
     x, w = T([2, 8, 15, 15], "c10::BFloat16"), T([16, 4, 3, 3], "c10::BFloat16")
     out = (15 + 2 * 1 - 2) // 2 + 1
     expected = 2 * 2 * 16 * out * out * 4 * 9
-    common = dict(padding=[1, 1], stride=[2, 2], dilation=[1, 1], groups=2, benchmark=False, deterministic=False)
+    common: dict[str, Any] = dict(padding=[1, 1], stride=[2, 2], dilation=[1, 1], groups=2, benchmark=False,
+                                  deterministic=False)
     for rec in (schema_record("cudnn_convolution", self=x, weight=w, allow_tf32=True, **common),
                 schema_record("miopen_convolution", self=x, weight=w, bias=None, **common),
                 schema_record("mkldnn_convolution", self=x, weight=w, bias=None, padding=[1, 1], stride=[2, 2],
@@ -261,6 +267,88 @@ def test_cudnn_convolution_without_concrete_inputs_is_not_guessed():
            "strides": None, "concrete": None}
     c = cost(rec)
     assert isinstance(c, Unmodelled) and c.reason == "missing_argument" and "stride not recorded" in c.detail
+
+
+# cudnn_convolution_backward_input/_weight (PyTorch 1.x; torch 2 has only convolution_backward):
+# (self_size or weight_size, grad_output, weight or self, padding, stride, dilation, groups,
+# benchmark, deterministic, allow_tf32), as tbplugin_resnet50_v100_2021 records them (shapes only)
+V100_BACKWARD_INPUT = ([[], [32, 2048, 7, 7], [2048, 512, 1, 1], [], [], [], [], [], [], []],
+                       ["GenericList", "float", "float", "GenericList", "GenericList", "GenericList", "Int", "Bool",
+                        "Bool", "Bool"])
+V100_BACKWARD_WEIGHT = ([[], [32, 2048, 7, 7], [32, 512, 7, 7], [], [], [], [], [], [], []], V100_BACKWARD_INPUT[1])
+
+
+def _list_text(values: list[int]) -> str:
+    return "[" + ", ".join(map(str, values)) + "]"
+
+
+def split_backward_record(which: str, size: list[int], g: list[int], other: list[int], stride: int, padding: int,
+                          dilation: int, groups: int | None, prefix: str = "cudnn") -> dict:
+    """A record of ``aten::{prefix}_convolution_backward_{which}`` in the old schema, with Concrete
+    Inputs as a newer profiler would write them (groups "" when not recorded)."""
+    dims, types = (list(x) for x in V100_BACKWARD_INPUT)
+    dims[1], dims[2] = g, other
+    spatial = len(g) - 2
+    concrete = [_list_text(size), "", "", _list_text([padding] * spatial), _list_text([stride] * spatial),
+                _list_text([dilation] * spatial), "" if groups is None else str(groups), "False", "False", "True"]
+    return {"name": f"aten::{prefix}_convolution_backward_{which}", "dims": dims, "types": types, "strides": None,
+            "concrete": concrete}
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_split_convolution_backward_matches_flop_counter(case):
+    """backward_input and backward_weight are each the forward's product; flop_counter counts the
+    same shapes through aten::convolution_backward with one output asked for."""
+    torch = _torch()
+    dims, n, c_in, c_out, k, stride, padding, dilation, groups, size = case
+    x = torch.randn(n, c_in, *[size] * dims)
+    w = torch.randn(c_out, c_in // groups, *[k] * dims)
+    g = torch.ops.aten.convolution(x, w, None, [stride] * dims, [padding] * dims, [dilation] * dims, False,
+                                   [0] * dims, groups)
+
+    def backward(mask: list[bool]) -> int:
+        return counted(lambda: torch.ops.aten.convolution_backward(
+            g, x, w, None, [stride] * dims, [padding] * dims, [dilation] * dims, False, [0] * dims, groups, mask))[
+            "total"]
+
+    forward = counted(lambda: torch.ops.aten.convolution(x, w, None, [stride] * dims, [padding] * dims,
+                                                         [dilation] * dims, False, [0] * dims, groups))["total"]
+    shapes = [list(t.shape) for t in (x, g, w)]
+    for prefix in ("cudnn", "miopen", "miopen_depthwise"):
+        grad_input = cost(split_backward_record("input", shapes[0], shapes[1], shapes[2], stride, padding, dilation,
+                                                groups, prefix))
+        grad_weight = cost(split_backward_record("weight", shapes[2], shapes[1], shapes[0], stride, padding, dilation,
+                                                 None, prefix))
+        assert isinstance(grad_input, OpCost) and isinstance(grad_weight, OpCost)
+        assert grad_input.flops == backward([True, False, False]) == forward
+        # flop_counter's grad_weight term uses all input channels: groups times the forward
+        assert grad_weight.flops * groups == backward([False, True, False]) and grad_weight.flops == forward
+        assert (grad_input.bytes_read, grad_input.bytes_written) == ((g.numel() + w.numel()) * 4, x.numel() * 4)
+        assert (grad_weight.bytes_read, grad_weight.bytes_written) == ((g.numel() + x.numel()) * 4, w.numel() * 4)
+        assert grad_input.unit == grad_weight.unit == "tensor"
+
+
+def test_split_convolution_backward_needs_its_size_argument():
+    """Before "Concrete Inputs" the int[] self_size / weight_size is not recorded: grad_input's bytes
+    (its spatial size needs stride and padding) and grad_weight's kernel size are unknown."""
+    for name, (dims, types), what in (("input", V100_BACKWARD_INPUT, "self_size"),
+                                      ("weight", V100_BACKWARD_WEIGHT, "weight_size")):
+        c = model_op(f"aten::cudnn_convolution_backward_{name}", dims, types)
+        assert isinstance(c, Unmodelled) and c.reason == "missing_argument" and what in c.detail
+    # the same records with the size recorded: a 1x1 convolution, 2048 -> 512 channels, 7x7 output
+    grad_input = cost(split_backward_record("input", [32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1], 1, 0, 1, 1))
+    assert grad_input == OpCost(2 * 32 * 2048 * 49 * 512, (32 * 2048 * 49 + 2048 * 512) * 4, 32 * 512 * 49 * 4,
+                                "fp32", "tensor", "conv_backward")
+    grad_weight = cost(split_backward_record("weight", [2048, 512, 1, 1], [32, 2048, 7, 7], [32, 512, 7, 7], 1, 0, 1,
+                                             None))
+    assert isinstance(grad_weight, OpCost) and grad_weight.flops == 2 * 32 * 2048 * 49 * 512
+    # groups that do not fit the channels, and a weight whose output channels are not grad_output's
+    wrong_groups = split_backward_record("input", [32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1], 1, 0, 1, 2)
+    wrong_weight = split_backward_record("weight", [1024, 512, 1, 1], [32, 2048, 7, 7], [32, 512, 7, 7], 1, 0, 1, 1)
+    # a recorded stride of 2 cannot give a 7x7 output from a 7x7 input with a 1x1 kernel
+    wrong_stride = split_backward_record("input", [32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1], 2, 0, 1, 1)
+    for rec in (wrong_groups, wrong_weight, wrong_stride):
+        assert cost(rec).reason == "inconsistent_shapes", rec
 
 
 # --------------------------------------------------------------------------------------- attention
@@ -363,6 +451,85 @@ def test_norms_and_softmax_closed_forms(tmp_path):
     assert bn.bytes_written == rows * n * 4 + 2 * n * 4 + 2 * n * 4  # out, saved stats, running stats
 
 
+def test_batch_norm_backward_closed_forms(tmp_path):
+    """native_batch_norm_backward as the CPU profiler records it, training and with running
+    statistics: grad_input twice the forward normalisation (5 per element training, 2 not), 2 per
+    element for each of grad_weight and grad_bias. flop_counter counts no norm, so it says 0."""
+    torch = _torch()
+    n, c, hw = 4, 3, 25
+    numel = n * c * hw
+    x = torch.randn(n, c, 5, 5, requires_grad=True)
+    weight, bias = torch.randn(c, requires_grad=True), torch.randn(c, requires_grad=True)
+
+    def fn(training: bool) -> None:
+        torch.nn.functional.batch_norm(x, torch.zeros(c), torch.ones(c), weight, bias, training=training).sum().backward()
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for training, normalise in ((True, 5), (False, 2)):
+        with FlopCounterMode(display=False) as mode:
+            fn(training)
+        assert mode.get_total_flops() == 0
+        rec = only(recorded(lambda: fn(training), tmp_path), "aten::native_batch_norm_backward")[0]
+        assert rec["strides"][0] == [0, 0, 0, 0]  # sum().backward()'s gradient is one expanded element
+        # read: grad_out (once), input, two statistics and the weight per channel; written:
+        # grad_input, grad_weight and grad_bias
+        assert cost(rec) == OpCost(numel * (2 * normalise + 2 + 2), (1 + numel + 3 * c) * 4, (numel + 2 * c) * 4,
+                                   "fp32", "vector", "batch_norm_backward"), training
+    # only grad_input asked for, not training: the input itself is not read
+    rec = schema_record("native_batch_norm_backward", grad_out=T([n, c, 5, 5]), input=T([n, c, 5, 5]), weight=T([c]),
+                        running_mean=T([c]), running_var=T([c]), save_mean=T([c]), save_invstd=T([c]), train=False,
+                        eps=1e-5, output_mask=[True, False, False])
+    assert cost(rec) == OpCost(numel * 4, (numel + 3 * c) * 4, numel * 4, "fp32", "vector", "batch_norm_backward")
+    assert model_op(rec["name"], rec["dims"], rec["types"]).reason == "missing_argument"  # train not recorded
+
+
+def test_cudnn_and_miopen_batch_norm_backward_are_training_only():
+    """Their schemas have no training flag (native_functions.yaml: "You can only use this if you
+    used cudnn_batch_norm training=True"; not training, autograd calls native_batch_norm_backward)
+    and no output_mask: all three gradients, as native_batch_norm_backward(train=True) counts."""
+    shapes: dict[str, Any] = dict(input=T([8, 16, 6, 6], "c10::Half"), grad_output=T([8, 16, 6, 6], "c10::Half"),
+                                  weight=T([16]), running_mean=T([16]), running_var=T([16]), save_mean=T([16]),
+                                  save_var=T([16]))
+    cudnn = cost(schema_record("cudnn_batch_norm_backward", epsilon=1e-5, reserveSpace=T([64], "unsigned char"),
+                               **shapes))
+    miopen = cost(schema_record("miopen_batch_norm_backward", epsilon=1e-5, **shapes))
+    native = cost(schema_record("native_batch_norm_backward", grad_out=shapes["grad_output"], input=shapes["input"],
+                                weight=T([16]), running_mean=T([16]), running_var=T([16]), save_mean=T([16]),
+                                save_invstd=T([16]), train=True, eps=1e-5, output_mask=[True, True, True]))
+    numel = 8 * 16 * 36
+    assert isinstance(cudnn, OpCost) and isinstance(miopen, OpCost) and isinstance(native, OpCost)
+    assert cudnn.flops == miopen.flops == native.flops == numel * 14
+    assert miopen.bytes_read == native.bytes_read == 2 * numel * 2 + 3 * 16 * 4
+    assert cudnn.bytes_read == miopen.bytes_read + 64  # the reserve space written by the forward
+    assert cudnn.bytes_written == miopen.bytes_written == numel * 2 + 2 * 16 * 4
+    assert cudnn.dtype == "fp16"
+
+
+# as the shared traces record them (shapes only): tbplugin_resnet50_v100_2021 (no Concrete Inputs)
+# and tracelens_resnet_actckpt_mi300x_rank0
+V100_CUDNN_BN_BACKWARD = ([[32, 2048, 7, 7], [32, 2048, 7, 7], [2048], [2048], [2048], [2048], [2048], [], [0]],
+                          ["float"] * 7 + ["Double", "unsigned char"])
+V100_CUDNN_BN = ([[32, 64, 112, 112], [64], [64], [64], [64], [], [], []], ["float"] * 5 + ["Bool", "Double", "Double"])
+MI300X_NATIVE_BN_BACKWARD = ([[10, 512, 7, 7], [10, 512, 7, 7], [512], [512], [512], [512], [512], [], [], []],
+                             ["c10::BFloat16"] * 5 + ["float", "float", "Scalar", "Scalar", "ScalarList"],
+                             ["", "", "", "", "", "", "", "True", "1.0000000000000001e-05", "[True, True, True]"])
+
+
+def test_batch_norm_records_of_the_shared_traces():
+    numel = 32 * 2048 * 49
+    assert op_cost("aten::cudnn_batch_norm_backward", *V100_CUDNN_BN_BACKWARD) == OpCost(
+        numel * 14, (2 * numel + 3 * 2048) * 4, (numel + 2 * 2048) * 4, "fp32", "vector", "batch_norm_backward")
+    # the forward's FLOPs depend on `training` (statistics or not), which 2021 traces do not record
+    c = model_op("aten::cudnn_batch_norm", *V100_CUDNN_BN)
+    assert isinstance(c, Unmodelled) and c.reason == "missing_argument" and "training" in c.detail
+    numel = 10 * 512 * 49
+    dims, types, concrete = MI300X_NATIVE_BN_BACKWARD
+    assert op_cost("aten::native_batch_norm_backward", dims, types, None, concrete) == OpCost(
+        numel * 14, 2 * numel * 2 + 512 * 2 + 2 * 512 * 4, numel * 2 + 2 * 512 * 2, "bf16", "vector",
+        "batch_norm_backward")
+
+
 def test_half_softmax_needs_half_to_float():
     dims, types = [[4, 8], [], []], ["c10::BFloat16", "Scalar", "Scalar"]
     assert op_cost("aten::_softmax", dims, types, None, ["", "-1", "True"]).bytes_written == 4 * 8 * 4
@@ -449,6 +616,11 @@ def test_tensor_list_ops_say_why(tmp_path):
     records = recorded(lambda: torch._foreach_add_(params, params, alpha=0.1), tmp_path)
     c = cost(only(records, "aten::_foreach_add_")[0])
     assert isinstance(c, Unmodelled) and c.reason == "unknown_dtype" and "TensorList" in c.detail
+    # cat moves bytes only, but how many per element its TensorList does not say
+    rec = only(recorded(lambda: torch.cat([params[0], params[0].double()]), tmp_path), "aten::cat")[0]
+    assert rec["types"][0] == "TensorList" and rec["dims"][0] == [[10, 4], [10, 4]]
+    c = cost(rec)
+    assert isinstance(c, Unmodelled) and c.reason == "unknown_dtype" and "TensorList" in c.detail
 
 
 @pytest.mark.parametrize("name,dims,types,reason", [
@@ -463,6 +635,12 @@ def test_tensor_list_ops_say_why(tmp_path):
     ("aten::topk", [[4, 5], []], ["float", "Scalar"], "not_modelled"),
     ("my::custom_op", [[4]], ["float"], "not_modelled"),
     ("aten::linear", [[4, 5], [3, 5], [3]], ["float"] * 3, "counted_at_leaf"),
+    ("aten::cudnn_convolution_backward", [[2, 4, 9, 9], [2, 6, 9, 9], [6, 4, 3, 3]] + [[]] * 8,
+     ["float"] * 3 + ["GenericList"] * 3 + ["Int"] + ["Bool"] * 4, "counted_at_leaf"),
+    ("aten::cudnn_batch_norm_backward", [[2, 4, 3], [2, 4, 3], [5]] + [[]] * 6, ["float"] * 3 + [""] * 6,
+     "inconsistent_shapes"),
+    ("aten::miopen_batch_norm_backward", [[2, 4, 3], [2, 5, 3], [4]] + [[]] * 5, ["float"] * 3 + [""] * 5,
+     "inconsistent_shapes"),
 ])
 def test_unmodelled_reasons(name, dims, types, reason):
     c = model_op(name, dims, types)
@@ -548,6 +726,35 @@ def test_convolutions_on_the_mi300x_resnet_trace():
         assert cost(back).flops == mask * 2 * math.prod(g) * math.prod(w[1:])
 
 
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared traces not present (/work/shared/traces)")
+def test_resnet_backward_ops_on_the_shared_traces():
+    """Every batch-norm backward of the two ResNet traces costs 14 FLOPs per element (training, all
+    three gradients: recomputed here from the records), and every 2021 cuDNN convolution backward
+    says which size argument it lacks."""
+    checked: dict[str, int] = {}
+    for name in ("tbplugin_resnet50_v100_2021", "tracelens_resnet_actckpt_mi300x_rank0"):
+        path = SHARED / f"{name}.json.gz"
+        if not path.exists():
+            pytest.skip(f"{path.name} not present")
+        for r in _trace_ops(path):
+            c = cost(r)
+            if r["name"] in ("aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward"):
+                cudnn = r["name"] == "aten::cudnn_batch_norm_backward"
+                grad = r["dims"][1 if cudnn else 0]
+                assert cudnn or (r["concrete"][7], r["concrete"][9]) == ("True", "[True, True, True]"), r
+                assert isinstance(c, OpCost) and c.flops == 14 * math.prod(grad), (name, r, c)
+            elif r["name"].startswith("aten::cudnn_convolution_backward_"):
+                what = "self_size" if r["name"].endswith("input") else "weight_size"
+                assert isinstance(c, Unmodelled) and c.reason == "missing_argument" and what in c.detail, (r, c)
+            else:
+                continue
+            checked[r["name"]] = checked.get(r["name"], 0) + 1
+    assert checked == {"aten::cudnn_batch_norm_backward": 318, "aten::cudnn_convolution_backward_input": 312,
+                       "aten::cudnn_convolution_backward_weight": 318,
+                       "aten::native_batch_norm_backward": checked.get("aten::native_batch_norm_backward", 0)}
+    assert checked["aten::native_batch_norm_backward"] > 50, checked
+
+
 # --------------------------------------------------------------------------------------- hostile records
 
 BASE_RECORDS = [  # as the shared traces record them
@@ -571,8 +778,14 @@ BASE_RECORDS = [  # as the shared traces record them
      ["", "", "10", "-1", "False"]),
     ("aten::_softmax_backward_data", [[3, 5], [3, 5], [], []], ["float", "float", "Scalar", "Scalar"],
      ["", "", "-1", "6"]),
+    ("aten::native_batch_norm_backward", *MI300X_NATIVE_BN_BACKWARD),
+    ("aten::cudnn_batch_norm_backward", *V100_CUDNN_BN_BACKWARD, [""] * 9),
+    ("aten::cudnn_convolution_backward_input", *V100_BACKWARD_INPUT,
+     ["[32, 512, 7, 7]", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1", "False", "False", "True"]),
+    ("aten::cudnn_convolution_backward_weight", *V100_BACKWARD_WEIGHT,
+     ["[2048, 512, 1, 1]", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "", "False", "False", "True"]),
 ]
-HOSTILE_DIMS = [[], [0], [-1], [3, 0], "x", None, [[1, 2]], [2 ** 40], [1.5], [1, 2, 3, 4, 5], [True]]
+HOSTILE_DIMS: list[Any] = [[], [0], [-1], [3, 0], "x", None, [[1, 2]], [2 ** 40], [1.5], [1, 2, 3, 4, 5], [True]]
 HOSTILE_TEXT = ["", "True", "[1, x]", "-5", "0", "[0, 0]", "9999999999", "[]", "nan", "[-3]", "[1, 2, 3]"]
 HOSTILE_TYPES = ["", "float", "c10::BFloat16", "Scalar", "TensorList", "weird", "bool", "long int"]
 

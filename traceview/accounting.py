@@ -49,6 +49,7 @@ PRECEDENCE_SCALE: tuple[tuple[int, str], ...] = (
     (70, "idle while the host does other work"),
     (80, "idle with work queued (late start)"),
     (90, "idle with no known cause"),
+    (100, "busy time above the roofline (analyses/efficiency.py)"),
     (190, "umbrella: exposed communication"),
     (200, "umbrella: idle GPU"),
 )

@@ -39,6 +39,9 @@ class Options:
     #: table (``analyses/comm_rules.py``; CLI ``--comm-pattern``/``--comm-config``). A tuple of
     #: strings, so options stay a cache key (``analyses.steps.cached``) and travel to job workers
     comm_patterns: tuple[str, ...] = ()
+    #: a GPU specification TOML file overriding or extending the built-in peaks (traceview/hardware,
+    #: docs/metrics.md "Hardware peaks"); read by the efficiency analysis
+    gpu_specs: str | None = None
 
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key

@@ -111,19 +111,29 @@ def total(starts: Sequence[int] | np.ndarray, ends: Sequence[int] | np.ndarray) 
     return int((e - s).sum())
 
 
-def _sweep_depth(
-    a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Boundary points of two unions in order, and the covering depth just after each point."""
-    pts = np.concatenate([a_s, b_s, a_e, b_e])
-    delta = np.concatenate(
-        [np.ones(a_s.size + b_s.size, dtype=np.int8), np.full(a_e.size + b_e.size, -1, dtype=np.int8)]
-    )
-    # at equal coordinates, closings (-1) before openings (+1): no zero-length pieces
-    order = np.lexsort((delta, pts))
-    pts = pts[order]
-    depth = np.cumsum(delta[order], dtype=np.int32)
-    return pts, depth
+def _overlaps(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> Intervals:
+    """The overlaps of two unions, in order: each interval of ``a`` against the run of ``b``
+    intervals it meets (two ``searchsorted``, no sort of the boundary points). For unions the
+    overlaps are themselves a union (pieces are parted by the gaps of ``a`` or ``b``)."""
+    first = np.searchsorted(b_e, a_s, side="right")  # the first b interval ending after a starts
+    stop = np.searchsorted(b_s, a_e, side="left")  # b intervals starting before a ends
+    count = np.maximum(stop - first, 0)
+    i = np.repeat(np.arange(a_s.size, dtype=_I64), count)
+    offset = np.arange(int(count.sum()), dtype=_I64) - np.repeat(np.cumsum(count) - count, count)
+    j = np.repeat(first, count) + offset
+    s = np.maximum(a_s[i], b_s[j])
+    e = np.minimum(a_e[i], b_e[j])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def _complement(s: np.ndarray, e: np.ndarray) -> Intervals:
+    """The gaps of a union over the whole int64 line (a union too: its pieces are parted by it)."""
+    lo, hi = np.iinfo(_I64).min, np.iinfo(_I64).max
+    gs = np.concatenate([[lo], e]).astype(_I64)
+    ge = np.concatenate([s, [hi]]).astype(_I64)
+    keep = ge > gs
+    return gs[keep], ge[keep]
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
@@ -133,12 +143,7 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     a_s, a_e, b_s, b_e = map(_arr, (a_s, a_e, b_s, b_e))
     if a_s.size == 0 or b_s.size == 0:
         return _empty2()
-    pts, depth = _sweep_depth(a_s, a_e, b_s, b_e)
-    inside = np.flatnonzero(depth[:-1] == 2)
-    s = pts[inside]
-    e = pts[inside + 1]
-    keep = e > s
-    return s[keep], e[keep]
+    return _overlaps(a_s, a_e, b_s, b_e)
 
 
 def measure_intersection(a: Intervals, b: Intervals) -> int:
@@ -154,24 +159,8 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     a_s, a_e, b_s, b_e = map(_arr, (a_s, a_e, b_s, b_e))
     if a_s.size == 0 or b_s.size == 0:
         return a_s.copy(), a_e.copy()
-    # depth counts a as +1/-1 and b as +2/-2: inside a and outside b <=> depth == 1
-    pts = np.concatenate([a_s, b_s, a_e, b_e])
-    delta = np.concatenate(
-        [
-            np.ones(a_s.size, dtype=np.int8),
-            np.full(b_s.size, 2, dtype=np.int8),
-            np.full(a_e.size, -1, dtype=np.int8),
-            np.full(b_e.size, -2, dtype=np.int8),
-        ]
-    )
-    order = np.lexsort((delta, pts))
-    pts = pts[order]
-    depth = np.cumsum(delta[order], dtype=np.int32)
-    inside = np.flatnonzero(depth[:-1] == 1)
-    s = pts[inside]
-    e = pts[inside + 1]
-    keep = e > s
-    return union(s[keep], e[keep])
+    # inside a and outside b: a against the gaps of b (a union minus a union is a union)
+    return _overlaps(a_s, a_e, *_complement(b_s, b_e))
 
 
 def clip(
@@ -277,15 +266,25 @@ def combine_keys(*columns: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return codes, [c[firsts] for c in cols]
 
 
+def _group_codes(key_arrays: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The sorted distinct keys of all arrays, and each array's keys as indexes into them."""
+    if key_arrays and all(k.size < 2 or bool(np.all(k[1:] >= k[:-1])) for k in key_arrays):
+        # sorted keys (unions, claims): the distinct keys are the heads of runs, found without hashing
+        heads = [k[np.concatenate([[True], k[1:] != k[:-1]])] for k in key_arrays if k.size]
+        uniq = unique_sorted(np.concatenate(heads)) if heads else _EMPTY.copy()
+        return uniq, [np.searchsorted(uniq, k).astype(_I64) for k in key_arrays]
+    keys = np.concatenate(key_arrays) if key_arrays else _EMPTY
+    uniq, inverse = unique_inverse(keys)
+    inverse = inverse.astype(_I64).reshape(-1)
+    bounds = np.cumsum([0] + [k.size for k in key_arrays])
+    return uniq, [inverse[bounds[i] : bounds[i + 1]] for i in range(len(key_arrays))]
+
+
 class _Shift:
     """Maps (group, time) onto one number line so that groups never interact."""
 
     def __init__(self, key_arrays: list[np.ndarray], time_arrays: list[np.ndarray]) -> None:
-        keys = np.concatenate(key_arrays) if key_arrays else _EMPTY
-        self.uniq, inverse = unique_inverse(keys)
-        inverse = inverse.astype(_I64).reshape(-1)
-        bounds = np.cumsum([0] + [k.size for k in key_arrays])
-        self.group = [inverse[bounds[i] : bounds[i + 1]] for i in range(len(key_arrays))]
+        self.uniq, self.group = _group_codes(key_arrays)
         times = [t for t in time_arrays if t.size]
         self.compressed = False
         if times:
@@ -336,6 +335,24 @@ def union_by(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> KeyedInt
     return key, start, sh.back_end(ue, g)
 
 
+def is_union_by(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether ``(keys, starts, ends)`` is already in the form :func:`union_by` returns: sorted by
+    key then start, non-empty, and disjoint and non-touching within each group."""
+    k, s, e = _arr(keys), _arr(starts), _arr(ends)
+    if k.size == 0:
+        return True
+    if not (np.all(e > s) and np.all(k[1:] >= k[:-1])):
+        return False
+    return bool(np.all((k[1:] != k[:-1]) | (s[1:] > e[:-1])))
+
+
+def _as_union_by(a: KeyedIntervals) -> KeyedIntervals:
+    """:func:`union_by` of ``a``, without its sort when ``a`` is one already (claims always are)."""
+    if is_union_by(*a):
+        return _arr(a[0]).copy(), _arr(a[1]).copy(), _arr(a[2]).copy()  # copies, as union_by gives
+    return union_by(*a)
+
+
 def total_by(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Measure of the union per group: ``(unique_keys, totals)`` (groups with no measure omitted)."""
     k, s, e = union_by(keys, starts, ends)
@@ -366,8 +383,8 @@ def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, default: int
 
 def intersect_by(a: KeyedIntervals, b: KeyedIntervals) -> KeyedIntervals:
     """Per-group intersection of two keyed interval sets (each made a per-group union first)."""
-    ak, as_, ae = union_by(*a)
-    bk, bs, be = union_by(*b)
+    ak, as_, ae = _as_union_by(a)
+    bk, bs, be = _as_union_by(b)
     if as_.size == 0 or bs.size == 0:
         return _empty3()
     sh = _Shift([ak, bk], [as_, ae, bs, be])
@@ -387,8 +404,8 @@ def measure_intersection_by(a: KeyedIntervals, b: KeyedIntervals) -> tuple[np.nd
 
 def subtract_by(a: KeyedIntervals, b: KeyedIntervals) -> KeyedIntervals:
     """Per-group ``U(a) - U(b)``."""
-    ak, as_, ae = union_by(*a)
-    bk, bs, be = union_by(*b)
+    ak, as_, ae = _as_union_by(a)
+    bk, bs, be = _as_union_by(b)
     if as_.size == 0:
         return _empty3()
     if bs.size == 0:
@@ -615,6 +632,7 @@ __all__ = [
     "intersect",
     "intersect_by",
     "is_union",
+    "is_union_by",
     "lookup",
     "measure_intersection",
     "measure_intersection_by",

@@ -31,9 +31,10 @@ from traceview.model import (
 )
 
 #: Bump when parser output changes, so stale cache entries are never read.
-CACHE_VERSION = "4"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
+CACHE_VERSION = "5"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
 # 3: counter samples in Trace.counters (".counters"), async b/e pairs and n instants as events;
 # 4: text pid/tid ids numbered in event order (the same with any --jobs); RankInfo.activity_dropped
+# 5: op input columns (input_dims, input_types, input_strides, concrete_inputs)
 
 ProgressFn = Callable[[int, int], None]
 
@@ -170,15 +171,46 @@ def cache_dir() -> Path:
     return Path(xdg) / "traceview" if xdg else Path.home() / ".cache" / "traceview"
 
 
+#: cache keys computed inside :func:`remembered_cache_keys`, by the file's identity (path,
+#: device, inode, size, mtime): a cached ``analyze`` keys the report and then loads the trace, and
+#: each asked for the same files' keys (2 MiB read and hashed per file, twice)
+_KEY_MEMO: ContextVar[dict[tuple[str, int, int, int, int], str] | None] = ContextVar(
+    "traceview_cache_key_memo", default=None)
+
+
+@contextlib.contextmanager
+def remembered_cache_keys() -> Iterator[None]:
+    """Inside the block, a file whose identity is unchanged gets the key computed the first time,
+    without being read again. Scoped to one operation (one command): across operations a file
+    rewritten with the same size within the file system's time resolution must be read again."""
+    token = _KEY_MEMO.set({})
+    try:
+        yield
+    finally:
+        _KEY_MEMO.reset(token)
+
+
 def cache_key(path: Path) -> str:
     """Identity and content: resolved path, size, mtime, and a hash of the first and last MiB.
 
     Hashing the whole file would cost as much as parsing it; size + mtime + both ends catch
-    rewrites in practice, and the parser version invalidates old entries.
+    rewrites in practice, and the parser version invalidates old entries. Inside
+    :func:`remembered_cache_keys` a file is read once.
     """
     st = require_regular_file(path)  # before opening: a FIFO would block the open forever
+    identity = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    memo = _KEY_MEMO.get()
+    if memo is not None and identity in memo:
+        return memo[identity]
+    key = _content_key(path, identity[0], st)
+    if memo is not None:
+        memo[identity] = key
+    return key
+
+
+def _content_key(path: Path, resolved: str, st: os.stat_result) -> str:
     digest = hashlib.sha256()
-    digest.update(f"{CACHE_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    digest.update(f"{CACHE_VERSION}|{resolved}|{st.st_size}|{st.st_mtime_ns}".encode())
     with open(path, "rb") as f:
         digest.update(f.read(1 << 20))
         if st.st_size > (2 << 20):

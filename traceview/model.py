@@ -82,6 +82,12 @@ EVENT_SCHEMA = pa.schema(
         pa.field("group_size", pa.int32()),
         pa.field("process_group", NAME_TYPE),
         pa.field("process_group_ranks", NAME_TYPE),
+        # the recorded inputs of an op (Kineto ``record_shapes=True``), each the JSON text of the arg
+        # as written: shapes per argument, dtypes, strides, scalar arguments (analyses/opmodels.py)
+        pa.field("input_dims", NAME_TYPE),
+        pa.field("input_types", NAME_TYPE),
+        pa.field("input_strides", NAME_TYPE),
+        pa.field("concrete_inputs", NAME_TYPE),
     ]
 )
 
@@ -541,9 +547,13 @@ def step_range_rows(events: pa.Table) -> np.ndarray:
     oldest Kineto format records ``ProfilerStep#N`` as an ``Operator``); OS runtime calls never."""
     if events.num_rows == 0:
         return np.empty(0, dtype=np.int64)
-    kind = events.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False)
-    keep = np.isin(kind, np.asarray([int(Kind.ANNOTATION), int(Kind.CPU_OP)], dtype=np.int8))
-    category = events.column("category").combine_chunks()
+    # one chunk (a parser's table) is used as it is: combine_chunks would copy it
+    kind_col, category_col = events.column("kind"), events.column("category")
+    kind = (kind_col.chunk(0) if kind_col.num_chunks == 1 else kind_col.combine_chunks()).indices.to_numpy(
+        zero_copy_only=False)
+    # two comparisons: np.isin looks int8 codes up through an int64 copy as long as the rows
+    keep = (kind == int(Kind.ANNOTATION)) | (kind == int(Kind.CPU_OP))
+    category = category_col.chunk(0) if category_col.num_chunks == 1 else category_col.combine_chunks()
     excluded = np.isin(np.asarray(category.dictionary.to_pylist(), dtype=object), list(NON_STEP_CATEGORIES))
     if excluded.any():
         codes = category.indices.fill_null(0).to_numpy(zero_copy_only=False)

@@ -62,6 +62,30 @@ def _is_missing(value: Any) -> bool:
 
 def plain(value: Any, key: str = "") -> Any:
     """JSON-able copy of ``value``: numpy scalars to Python, NaN/NA to None, ``*_ns`` to int."""
+    # exact built-in types first: a report holds tens of thousands of them, and the ABC checks of
+    # the general path (``Mapping``, numpy scalars, ``pd.isna``) cost ten times a type lookup
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return _plain_float(value, key)
+    if kind is dict:
+        return {str(k): plain(v, str(k)) for k, v in value.items()}
+    if kind is list:
+        return [plain(v, key) for v in value]
+    return _plain_other(value, key)
+
+
+def _plain_float(value: float, key: str) -> float | int | None:
+    if math.isnan(value) or math.isinf(value):
+        return None
+    if key.endswith("_ns") or key.endswith("_ns_per_step"):
+        return int(round(value))
+    return value
+
+
+def _plain_other(value: Any, key: str) -> Any:
+    """:func:`plain` of anything but an exact str, int, bool, float, dict, list or None."""
     if isinstance(value, Mapping):
         return {str(k): plain(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, np.ndarray)):
@@ -74,11 +98,7 @@ def plain(value: Any, key: str = "") -> Any:
     if isinstance(value, (int, np.integer)):
         return int(value)
     if isinstance(value, (float, np.floating)):
-        if math.isinf(float(value)):
-            return None
-        if key.endswith("_ns") or key.endswith("_ns_per_step"):
-            return int(round(float(value)))
-        return float(value)
+        return _plain_float(float(value), key)
     if isinstance(value, (str, np.str_)):
         return str(value)
     return str(value)
@@ -92,12 +112,31 @@ def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, so
     total = int(len(df)) if total_rows is None else int(total_rows)
     sorted_by = None
     if len(df) > max_rows and sort_by and sort_by in df.columns:
-        df = df.iloc[top_order(df, sort_by)]
+        df = df.iloc[top_order(df, sort_by)[:max_rows]]  # only the rows shown: not the whole table reordered
         sorted_by = sort_by
     shown = df.head(max_rows)
     columns = [str(c) for c in shown.columns]
-    rows = [{c: plain(v, c) for c, v in zip(columns, values)} for values in shown.itertuples(index=False, name=None)]
+    rows = records(shown, columns)
     return {"columns": columns, "rows": rows, "total_rows": total, "shown_rows": len(rows), "sorted_by": sorted_by}
+
+
+def records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
+    """The rows of ``frame`` as dicts keyed by ``columns`` (its columns, renamed), each cell through
+    :func:`plain`: converted column by column (numpy columns through ``tolist``), the same values as
+    :func:`plain` of each cell that ``itertuples`` gives."""
+    values = [plain_column(frame.iloc[:, i], c) for i, c in enumerate(columns)]
+    return [dict(zip(columns, row)) for row in zip(*values)]
+
+
+def plain_column(column: pd.Series, key: str) -> list[Any]:
+    """:func:`plain` of every cell of ``column`` (as iterating the Series gives them)."""
+    data = column.to_numpy() if isinstance(column.dtype, np.dtype) else None
+    if data is None or data.dtype.kind not in "iubf":
+        return [v if type(v) is str else plain(v, key) for v in column]  # a str is its own plain()
+    cells = data.tolist()  # Python ints, bools or floats, as iterating a numpy-backed Series gives
+    if data.dtype.kind == "f":
+        return [_plain_float(v, key) for v in cells]
+    return cells
 
 
 # ------------------------------------------------------------------------------------ sections
@@ -427,8 +466,7 @@ def _launch_points(results: Mapping[str, AnalysisResult], total: int, limit: int
     else:
         launches = launches.head(limit)
     cols = ["rank", "api", "kernel", "kind", "api_dur_ns", "gpu_dur_ns", "launch_delay_ns", "short"]
-    points = [{c: plain(v, c) for c, v in zip(cols, values)}
-              for values in launches[cols].itertuples(index=False, name=None)]
+    points = records(launches[cols], cols)
     return {"total": total, "points": points, "sampled": sampled}
 
 
@@ -494,8 +532,7 @@ def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | 
     return {
         "rank": rank, "device": device, "start_ns": int(lo), "end_ns": int(hi),
         "worst_gap": {c: plain(worst[c], c) for c in cols},
-        "gaps": [{c: plain(v, c) for c, v in zip(cols, values)}
-                 for values in inside[cols].itertuples(index=False, name=None)],
+        "gaps": records(inside[cols], cols),
     }
 
 
@@ -632,7 +669,8 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
         },
     }
     report["summary"]["findings"] = finding_stats
-    return Report(scrub(plain(report)), results, trace)
+    # the analyses' table rows are plain already (table_records): walk only the rest again
+    return Report(scrub({k: v if k == "analyses" else plain(v, k) for k, v in report.items()}), results, trace)
 
 
 def _rows(results: Mapping[str, AnalysisResult], table_rows: Mapping[tuple[str, str], int], analysis: str,
@@ -658,8 +696,11 @@ def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Fin
                               total_rows=table_rows.get((name, tname)))
             t["title"] = tspec.title if tspec else tname.replace("_", " ")
             tables[tname] = t
-        out[name] = {"title": spec.title if spec else name, "warnings": list(result.warnings),
-                     "findings": sum(1 for f in findings if f.analysis == name), "tables": tables}
+        head = plain({"title": spec.title if spec else name, "warnings": list(result.warnings),
+                      "findings": sum(1 for f in findings if f.analysis == name)})
+        # each table's rows went through plain() in table_records; the rest of it goes through it here
+        out[str(name)] = {**head, "tables": {str(t): {k: v if k == "rows" else plain(v, k) for k, v in table.items()}
+                                             for t, table in tables.items()}}
     return out
 
 

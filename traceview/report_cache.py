@@ -76,17 +76,23 @@ def cache_path(key: str) -> Path:
 
 
 def code_fingerprint() -> str:
-    """A digest of the code a report depends on: the version, and the name, size and mtime of every
-    module of the core (``traceview/*.py``), the analyses and the parsers (computed once)."""
+    """A digest of the code and data a report depends on: the version, and the name, size and mtime
+    of every module of the core (``traceview/*.py``), the analyses, the parsers (with the native
+    decoder's binary) and the hardware table (``traceview/hardware``: the peaks the efficiency
+    analysis divides by) (computed once)."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
         import traceview
         import traceview.analyses as analyses
+        import traceview.hardware as hardware
         import traceview.parsers as parsers
 
-        folders = (Path(traceview.__file__).parent, Path(analyses.__file__).parent, Path(parsers.__file__).parent)
+        folders = (Path(traceview.__file__).parent, Path(analyses.__file__).parent, Path(parsers.__file__).parent,
+                   Path(hardware.__file__).parent)
         digest = hashlib.sha256(traceview.__version__.encode())
-        for f in (f for folder in folders for f in sorted(folder.glob("*.py"))):
+        files = (f for folder in folders for pattern in ("*.py", "*.so", "*.pyd", "*.toml")
+                 for f in sorted(folder.glob(pattern)))
+        for f in files:
             try:
                 st = f.stat()
             except OSError:
@@ -104,10 +110,13 @@ def report_key(files: Sequence[Path], options: Options, skipped: Sequence[Path] 
 
     try:
         parts = [cache_key(Path(f)) for f in files]
+        # the user's GPU table by content: an edited file gives new peaks under the same path
+        specs = hashlib.sha256(Path(options.gpu_specs).read_bytes()).hexdigest() if options.gpu_specs else ""
     except OSError:
         return None
     settings = json.dumps(asdict(options), sort_keys=True, default=str)
-    text = "|".join([FORMAT_VERSION, code_fingerprint(), settings, json.dumps([str(p) for p in skipped]), *parts])
+    text = "|".join([FORMAT_VERSION, code_fingerprint(), settings, specs, json.dumps([str(p) for p in skipped]),
+                     *parts])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

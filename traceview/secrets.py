@@ -443,7 +443,8 @@ class Scrubber:
         memo_key = (text, key)
         found = self._memo.get(memo_key)
         if found is not None:
-            self.replay(tuple((where + suffix, rule) for suffix, rule in found[1]))
+            if found[1]:
+                self.replay(tuple((where + suffix, rule) for suffix, rule in found[1]))
             return found[0]
         new, hits = self.capture(self.text, text, where, key)
         if len(self._memo) > 200_000:
@@ -511,7 +512,11 @@ class Scrubber:
                 child = f"{where}.{ks}" if where else ks
                 # a key is written out like a value (ranks.json, reports): a token used as a key leaks too
                 name = self._key_name(k, child, out)
-                out[name] = self.keyed(ks, v, child)
+                kind = type(v)
+                if (kind is int or kind is float or kind is bool or v is None) and not is_secret_key(ks):
+                    out[name] = v  # what keyed() gives a number under a key that is not secret, without the calls
+                else:
+                    out[name] = self.keyed(ks, v, child)
             return out
         if isinstance(obj, (list, tuple)):
             return self._list(obj, where + "[]", key)
@@ -537,6 +542,9 @@ class Scrubber:
         collides with one already in ``taken`` gets a number (``<redacted>#2``), so no value is lost."""
         if not isinstance(key, str):
             return key
+        known = self._memo.get((key, ""))
+        if known is not None and not known[1] and known[0] == key:
+            return key  # a key already seen clean (report tables repeat their column names in every row)
         new = self.text_cached(key, where + " (key)")
         if new == key:
             return key

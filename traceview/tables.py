@@ -11,6 +11,14 @@ import numpy as np
 import pandas as pd
 
 
+def masked_int64(values: np.ndarray, missing: np.ndarray) -> pd.arrays.IntegerArray:
+    """``values`` as a nullable Int64 array, missing where ``missing`` is True: what
+    ``pd.array([None if m else int(v) ...], dtype="Int64")`` gives (1 under the mask, as pandas
+    fills it), without a Python loop over the rows."""
+    missing = np.asarray(missing, dtype=bool)
+    return pd.arrays.IntegerArray(np.where(missing, 1, values).astype(np.int64), missing)
+
+
 def row_hash(values: np.ndarray) -> np.ndarray:
     """A fixed pseudo-random uint64 per value (splitmix64): the sample key of a row id."""
     with np.errstate(over="ignore"):

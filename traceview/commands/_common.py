@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 import typer
 
@@ -30,6 +30,24 @@ JOBS_OPTION = typer.Option(
     "side, many files are parsed side by side (default: the cores available; 1: this process only). Inputs under "
     "32 MB are read in one process. The same results whatever N.")
 
+#: ``--gpu-specs``, for every command that analyses traces
+GPU_SPECS_OPTION = typer.Option(
+    None, "--gpu-specs", help="TOML file of GPU figures (peak TFLOP/s, memory and link bandwidth) that overrides or "
+    "extends the built-in table, for a GPU traceview does not know or figures it has not verified against a vendor "
+    "source (docs/metrics.md, Hardware peaks). The efficiency analysis divides by them.")
+
+
+def checked_gpu_specs(path: Optional[Path]) -> str | None:
+    """``--gpu-specs``: the file read and checked before any work (a bad one is one line, exit 2),
+    as the absolute path the analyses read it from (job workers too)."""
+    if path is None:
+        return None
+    from traceview.hardware import load_specs
+
+    load_specs(path)
+    return str(path.resolve())
+
+
 #: ``progress(file, bytes_done, bytes_total)``, as :func:`traceview.load` and the pipeline call it
 LoadProgress = Callable[[Path, int, int], None]
 #: ``progress(files_done, files_total, files_failed)``, as a job's executor calls it
@@ -42,6 +60,20 @@ def make_console() -> Console:
 
     console = Console()
     return console if console.is_terminal else Console(width=PIPED_WIDTH)
+
+
+def prefer_system_memory_pool() -> None:
+    """Give Arrow buffers the system allocator in command processes, unless the user chose a pool
+    (``ARROW_DEFAULT_MEMORY_POOL``). pyarrow's default, mimalloc, keeps freed memory for reuse, so a
+    parse's transient columns stayed resident through the analyses: the peak memory of an
+    ``analyze`` of the 141 MB benchmark trace fell by about 50 MB with the system pool at the same
+    speed (benchmarks/README.md, "Peak memory"). Only the commands set it: a library user's process
+    keeps the pool its owner chose."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 def _wants_bar(console: Console) -> bool:
@@ -58,6 +90,7 @@ def load_progress(paths: Sequence[str], console: Console, jobs: int | None = Non
 
     from traceview.loading import find_trace_files, parse_jobs
 
+    prefer_system_memory_pool()
     files = find_trace_files(paths)
     total = sum(f.stat().st_size for f in files)
     if total < PROGRESS_MIN_BYTES or not _wants_bar(console):
@@ -112,10 +145,11 @@ def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: boo
     else computed and stored there; the trace is loaded either way (from its Arrow cache), so the
     report is the same object a computation gives (its HTML timeline needs the trace)."""
     from traceview import report_cache
-    from traceview.loading import find_trace_files, load
+    from traceview.loading import find_trace_files, load, remembered_cache_keys
     from traceview.pipeline import analyze
 
-    with load_progress(paths, console, jobs) as progress:
+    # the report key and the load read each file's key once between them
+    with remembered_cache_keys(), load_progress(paths, console, jobs) as progress:
         if not use_cache:
             return analyze(list(paths), options, use_cache=False, progress=progress)
         skipped: list[Path] = []

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from traceview.commands._common import (JOBS_OPTION, analyze_in_process, check_output_file, job_progress,
-                                        write_output_file)
+from traceview.commands._common import (GPU_SPECS_OPTION, JOBS_OPTION, analyze_in_process, check_output_file,
+                                        checked_gpu_specs, job_progress, write_output_file)
 from traceview.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ def command(
     comm_config: Optional[Path] = typer.Option(
         None, "--comm-config", help="TOML file of communication rules (comm_patterns = [...] or "
         "[[comm_rules]], top level or under [tool.traceview])."),
+    gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
 ) -> None:
     """Analyze traces: the answer first (step time, utilization, where time goes, top findings and
     kernels); --details or --format markdown|html|json for everything."""
@@ -65,7 +66,8 @@ def command(
     if output is not None:
         check_output_file(output)  # before the work: a path that cannot be written fails at once
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
-                      comm_patterns=comm_patterns(comm_pattern or [], comm_config))
+                      comm_patterns=comm_patterns(comm_pattern or [], comm_config),
+                      gpu_specs=checked_gpu_specs(gpu_specs))
     report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs)
     renderer = renderer_cls(top=top, details=details, summary_only=summary_only)
     if output is None:

@@ -6,9 +6,12 @@ per-rank files is one run); the browser refers to runs by index and can never na
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from traceview.commands._common import GPU_SPECS_OPTION
 
 
 def command(
@@ -19,12 +22,16 @@ def command(
                                   "(traces, reports)."),
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
+    gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
 ) -> None:
     """Interactive web app: overview, timeline, gaps, launches, communication, kernels, compare, findings."""
     from traceview.app.runs import RunStore, discover_runs
+    from traceview.commands._common import checked_gpu_specs, prefer_system_memory_pool
 
+    prefer_system_memory_pool()
+    specs = checked_gpu_specs(gpu_specs)  # a bad file fails here, as one line
     runs = discover_runs(paths)  # a bad path fails here, as one line
-    store = RunStore(runs, use_cache=not no_cache, step_marker=step_marker)
+    store = RunStore(runs, use_cache=not no_cache, step_marker=step_marker, gpu_specs=specs)
     typer.echo(f"traceview app: {len(runs)} run(s) found:")
     for run in runs[:20]:
         typer.echo(f"  {run.id}: {run.label}")

@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from traceview.commands._common import JOBS_OPTION
+from traceview.commands._common import GPU_SPECS_OPTION, JOBS_OPTION, checked_gpu_specs
 from traceview.commands.formats import check_compare_options, report_of
 from traceview.errors import TraceviewError
 
@@ -45,6 +45,7 @@ def command(
     jobs: Optional[int] = JOBS_OPTION,
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
+    gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
 ) -> None:
     """Fail (exit 1) when a trace breaks a performance rule; 0 when all hold; 2 for bad input."""
     from traceview.compare import DiffOptions, RuleError, evaluate, gather_rules
@@ -52,6 +53,7 @@ def command(
     from traceview.render.terminal import make_console
 
     check_compare_options(fmt, FORMATS, noise_k)
+    specs = checked_gpu_specs(gpu_specs)  # a bad file fails before any trace is read
     # rules first: a malformed rule fails before any trace is read
     rules, config_baseline = gather_rules({
         "max-idle": max_idle,
@@ -68,10 +70,12 @@ def command(
     if wants_baseline and baseline_path is None:
         raise RuleError("max-regression needs a baseline: --baseline PATH (or baseline = \"...\" in the rules file)")
 
-    report = report_of(path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
+    report = report_of(path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
+                             gpu_specs=specs)
     base_report = None
     if wants_baseline and baseline_path is not None:
-        base_report = report_of(baseline_path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
+        base_report = report_of(baseline_path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
+                             gpu_specs=specs)
     check = evaluate(rules, report, base_report, diff_options=DiffOptions(k=noise_k), path=path,
                      baseline_path=baseline_path if base_report is not None else None)
     if not check.results:

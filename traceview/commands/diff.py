@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from traceview.commands._common import JOBS_OPTION
+from traceview.commands._common import GPU_SPECS_OPTION, JOBS_OPTION, checked_gpu_specs
 from traceview.commands.formats import check_compare_options, report_of
 from traceview.errors import TraceviewError
 
@@ -33,6 +33,7 @@ def command(
     jobs: Optional[int] = JOBS_OPTION,
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
+    gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
 ) -> None:
     """Compare two traces: step time, busy/idle, communication, kernels and findings, with noise."""
     from traceview.compare import DiffOptions, diff_reports, parse_share
@@ -40,11 +41,14 @@ def command(
     from traceview.render.terminal import make_console
 
     check_compare_options(fmt, FORMATS, noise_k)
+    specs = checked_gpu_specs(gpu_specs)  # a bad file fails before any trace is read
     options = DiffOptions(k=noise_k, rel_floor=parse_share("--min-change", rel_floor))
     if output is not None and output.is_dir():
         raise TraceviewError(f"{output}: is a directory; -o takes a file name")
-    base_report = report_of(base, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
-    new_report = report_of(new, step_marker=step_marker, use_cache=not no_cache, jobs=jobs)
+    base_report = report_of(base, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
+                             gpu_specs=specs)
+    new_report = report_of(new, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
+                             gpu_specs=specs)
     diff = diff_reports(base_report, new_report, options=options, base_label=base, new_label=new)
     if output is not None:
         output.write_text(render(diff, fmt, top=top), encoding="utf-8")

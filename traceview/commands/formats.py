@@ -31,14 +31,15 @@ def check_compare_options(fmt: str, formats: Sequence[str], noise_k: float) -> N
     require_noise_k(noise_k)
 
 
-def report_of(path: str, *, step_marker: Optional[str], use_cache: bool, jobs: Optional[int] = None) -> Report:
+def report_of(path: str, *, step_marker: Optional[str], use_cache: bool, jobs: Optional[int] = None,
+              gpu_specs: Optional[str] = None) -> Report:
     """The report of the trace at ``path`` (a file or a folder of per-rank files), analysed in this
     process (the comparisons need whole tables), with a progress bar on standard error for big
-    inputs."""
+    inputs. ``gpu_specs``: the user's GPU table, checked (``checked_gpu_specs``)."""
     # imported on use: the CLI imports this module at start (traceview/cli.py)
     from rich.console import Console
 
     from traceview.findings import Options
 
-    return analyze_in_process([path], Options(step_marker=step_marker), use_cache=use_cache,
+    return analyze_in_process([path], Options(step_marker=step_marker, gpu_specs=gpu_specs), use_cache=use_cache,
                               console=Console(stderr=True), jobs=jobs)

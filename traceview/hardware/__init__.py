@@ -3,8 +3,11 @@
 The table ships as ``gpus.toml`` beside this module (units and conventions are in its header and in
 docs/metrics.md, "Hardware peaks"). Every peak is dense; a figure the vendor does not publish is
 absent, and the helpers here return ``None`` for it so that callers can say what they could not
-compute instead of printing a guess. A user TOML file in the same format overrides fields of a
-built-in entry or adds new entries (:func:`load_specs`).
+compute instead of printing a guess. A built-in figure counts only once a cited vendor source was
+checked to give it: each entry's ``verified`` list names those fields, and the helpers treat any
+other figure like a missing one (:func:`is_verified`). A user TOML file in the same format overrides
+fields of a built-in entry or adds new entries (:func:`load_specs`); the figures it gives are the
+user's own and count as verified.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -27,7 +30,8 @@ else:  # pragma: no cover - Python 3.10 ships no TOML parser
     import tomli as tomllib
 
 __all__ = ["GpuSpec", "Source", "DTYPES", "load_specs", "match_gpu", "normalize_dtype", "peak_flops",
-           "memory_bandwidth_bytes_per_s", "ridge_point", "missing_peak_reason"]
+           "memory_bandwidth_bytes_per_s", "interconnect_bytes_per_s", "ridge_point", "missing_peak_reason",
+           "is_verified", "unverified_fields"]
 
 #: dtype keys a table may give peaks for (int8 is in TOP/s)
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8")
@@ -66,6 +70,8 @@ class GpuSpec:
     tensor_tflops: Mapping[str, float] = field(default_factory=dict)
     notes: str = ""
     sources: tuple[Source, ...] = ()
+    # the figures a source was checked to give: field names, or "tensor_tflops.bf16" for one peak
+    verified: frozenset[str] = frozenset()
     origin: str = ""  # the file the entry (or its last override) came from
 
 
@@ -79,7 +85,9 @@ _NUMBER_FIELDS = ("boost_clock_mhz", "memory_gb", "memory_bandwidth_gbs", "l2_ca
 _INT_FIELDS = ("sm_count", "devices_per_package")
 _PEAK_FIELDS = ("vector_tflops", "tensor_tflops")
 _REQUIRED = ("name", "vendor", "architecture", "match")
-_KNOWN = set(_TEXT_FIELDS + _LIST_FIELDS + _NUMBER_FIELDS + _INT_FIELDS + _PEAK_FIELDS + ("sources",))
+_KNOWN = set(_TEXT_FIELDS + _LIST_FIELDS + _NUMBER_FIELDS + _INT_FIELDS + _PEAK_FIELDS + ("sources", "verified"))
+# figures that can be verified (devices_per_package is how the runtime shows a package, not a vendor figure)
+_FIGURES = _NUMBER_FIELDS + ("sm_count",)
 
 
 class _Bad(Exception):
@@ -116,6 +124,10 @@ def _check_field(key: str, name: str, value: Any) -> Any:
         return int(_positive(key, value, integer=True))
     if name in _PEAK_FIELDS:
         return _check_peaks(key, value)
+    if name == "verified":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise _Bad(key, "must be a list of field names (\"memory_bandwidth_gbs\", \"tensor_tflops.bf16\")")
+        return frozenset(value)
     return _check_sources(key, value)
 
 
@@ -168,31 +180,55 @@ def _entries(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     return gpus
 
 
-def _merge(base: GpuSpec | None, gpu_id: str, entry: Mapping[str, Any], origin: str) -> GpuSpec:
-    """``base`` with the fields of ``entry`` applied (peak tables are merged per dtype)."""
+def _figures(spec: GpuSpec) -> set[str]:
+    """The names of the figures ``spec`` gives, as a ``verified`` list names them."""
+    names = {name for name in _FIGURES if getattr(spec, name) is not None}
+    for table in _PEAK_FIELDS:
+        names.update(f"{table}.{dtype}" for dtype in getattr(spec, table))
+    return names
+
+
+def _given(fields: Mapping[str, Any]) -> set[str]:
+    """The figures one entry of a file sets (a user file's own figures count as verified)."""
+    names = {name for name in _FIGURES if name in fields}
+    for table in _PEAK_FIELDS:
+        names.update(f"{table}.{dtype}" for dtype in fields.get(table, {}))
+    return names
+
+
+def _merge(base: GpuSpec | None, gpu_id: str, entry: Mapping[str, Any], origin: str, user: bool) -> GpuSpec:
+    """``base`` with the fields of ``entry`` applied (peak tables are merged per dtype). In a ``user``
+    file the figures the entry sets join ``verified``; the built-in table must list them itself."""
     fields: dict[str, Any] = {}
     for name, value in entry.items():
         fields[name] = _check_field(f"gpus.{gpu_id}.{name}", name, value)
+    verified = set(fields.pop("verified", frozenset())) | (_given(fields) if user else set())
     if base is None:
         missing = [name for name in _REQUIRED if name not in fields]
         if missing:
             raise _Bad(f"gpus.{gpu_id}.{missing[0]}", "is required for a new GPU entry")
-        return GpuSpec(key=gpu_id, origin=origin, **fields)
-    for name in _PEAK_FIELDS:
-        if name in fields:
-            fields[name] = {**getattr(base, name), **fields[name]}
-    values = {f: getattr(base, f) for f in base.__dataclass_fields__}
-    values.update(fields, origin=origin)
-    return GpuSpec(**values)
+        spec = GpuSpec(key=gpu_id, origin=origin, **fields)
+    else:
+        for name in _PEAK_FIELDS:
+            if name in fields:
+                fields[name] = {**getattr(base, name), **fields[name]}
+        values = {f: getattr(base, f) for f in base.__dataclass_fields__}
+        values.update(fields, origin=origin)
+        verified |= base.verified
+        spec = GpuSpec(**values)
+    unknown = sorted(verified - _figures(spec))
+    if unknown:
+        raise _Bad(f"gpus.{gpu_id}.verified", f"{unknown[0]!r} names no figure of this entry")
+    return replace(spec, verified=frozenset(verified))
 
 
-def _read_table(path: Path, text: str, base: Mapping[str, GpuSpec]) -> dict[str, GpuSpec]:
+def _read_table(path: Path, text: str, base: Mapping[str, GpuSpec], user: bool) -> dict[str, GpuSpec]:
     """``base`` extended and overridden by the TOML ``text`` of ``path``; one-line error on bad input."""
     try:
         doc = tomllib.loads(text)
         specs = dict(base)
         for gpu_id, entry in _entries(doc).items():
-            specs[gpu_id] = _merge(specs.get(gpu_id), gpu_id, entry, str(path))
+            specs[gpu_id] = _merge(specs.get(gpu_id), gpu_id, entry, str(path), user)
     except tomllib.TOMLDecodeError as exc:
         raise TraceFormatError(path, f"is not valid TOML: {exc}", _HINT) from None
     except _Bad as exc:
@@ -203,7 +239,7 @@ def _read_table(path: Path, text: str, base: Mapping[str, GpuSpec]) -> dict[str,
 @lru_cache(maxsize=1)
 def _builtin() -> Mapping[str, GpuSpec]:
     resource = resources.files(__name__).joinpath("gpus.toml")
-    return _read_table(Path(str(resource)), resource.read_text(encoding="utf-8"), {})
+    return _read_table(Path(str(resource)), resource.read_text(encoding="utf-8"), {}, user=False)
 
 
 def load_specs(extra: Path | None = None) -> dict[str, GpuSpec]:
@@ -217,7 +253,7 @@ def load_specs(extra: Path | None = None) -> dict[str, GpuSpec]:
         raise os_error(extra, exc) from None
     except UnicodeDecodeError:
         raise TraceFormatError(extra, "is not UTF-8 text", _HINT) from None
-    return _read_table(Path(extra), text, specs)
+    return _read_table(Path(extra), text, specs, user=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -276,22 +312,45 @@ def normalize_dtype(dtype: str) -> str | None:
     return None
 
 
+def is_verified(spec: GpuSpec, figure: str) -> bool:
+    """Whether a cited source was checked to give ``figure`` (``"memory_bandwidth_gbs"``,
+    ``"tensor_tflops.bf16"``), or a user file gave it."""
+    return figure in spec.verified
+
+
+def unverified_fields(spec: GpuSpec) -> tuple[str, ...]:
+    """The figures ``spec`` holds that no checked source confirms (the helpers do not use them)."""
+    return tuple(sorted(_figures(spec) - spec.verified))
+
+
 def peak_flops(spec: GpuSpec, dtype: str, tensor: bool = True) -> float | None:
     """Dense peak in FLOP/s (OP/s for int8) of one device as the runtime sees it, on tensor/matrix
-    units (``tensor=True``) or vector units; ``None`` when the dtype is unknown or the vendor does
-    not publish that figure."""
+    units (``tensor=True``) or vector units; ``None`` when the dtype is unknown, the vendor does
+    not publish that figure, or the table's figure is not verified (an unchecked peak would give an
+    efficiency that looks measured and is not: :func:`missing_peak_reason` says which case)."""
     key = normalize_dtype(dtype)
     if key is None:
         return None
-    peak = (spec.tensor_tflops if tensor else spec.vector_tflops).get(key)
-    return None if peak is None else peak * _TERA / spec.devices_per_package
+    table = "tensor_tflops" if tensor else "vector_tflops"
+    peak = getattr(spec, table).get(key)
+    if peak is None or not is_verified(spec, f"{table}.{key}"):
+        return None
+    return peak * _TERA / spec.devices_per_package
 
 
 def memory_bandwidth_bytes_per_s(spec: GpuSpec) -> float | None:
-    """Peak device-memory bandwidth of one device (bytes/s), or None when not published."""
-    if spec.memory_bandwidth_gbs is None:
+    """Peak device-memory bandwidth of one device (bytes/s), or None when not published or not verified."""
+    if spec.memory_bandwidth_gbs is None or not is_verified(spec, "memory_bandwidth_gbs"):
         return None
     return spec.memory_bandwidth_gbs * _GIGA / spec.devices_per_package
+
+
+def interconnect_bytes_per_s(spec: GpuSpec) -> float | None:
+    """GPU-to-GPU link bandwidth of one device (bytes/s, all links, both directions, as vendors quote
+    it), or None when not published or not verified."""
+    if spec.interconnect_gbs is None or not is_verified(spec, "interconnect_gbs"):
+        return None
+    return spec.interconnect_gbs * _GIGA / spec.devices_per_package
 
 
 def ridge_point(spec: GpuSpec, dtype: str, tensor: bool = True) -> float | None:
@@ -313,9 +372,15 @@ def missing_peak_reason(device_name: str, spec: GpuSpec | None, dtype: str, tens
     key = normalize_dtype(dtype)
     if key is None:
         return f"dtype {dtype!r} has no peak in the GPU table"
-    if peak_flops(spec, key, tensor) is None:
-        units = "tensor-core" if tensor else "vector"
+    table, units = ("tensor_tflops", "tensor-core") if tensor else ("vector_tflops", "vector")
+    if key not in getattr(spec, table):
         return f"{spec.name}: the vendor publishes no dense {key} {units} peak"
+    if peak_flops(spec, key, tensor) is None:
+        return (f"{spec.name}: the table's dense {key} {units} peak is not verified against a vendor source "
+                "(give it in a GPU specification file to use it)")
     if spec.memory_bandwidth_gbs is None:
         return f"{spec.name}: no published memory bandwidth"
+    if memory_bandwidth_bytes_per_s(spec) is None:
+        return (f"{spec.name}: the table's memory bandwidth is not verified against a vendor source "
+                "(give it in a GPU specification file to use it)")
     return None

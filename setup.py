@@ -1,0 +1,18 @@
+"""Build the optional native column decoder of the Kineto parser (everything else is in pyproject.toml).
+
+``optional=True``: on a machine without a C compiler the package still installs and the parser
+uses its pure-Python (msgspec) path.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "traceview.parsers._kineto_columns",
+            sources=["parsers/_kineto_columns.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+    ]
+)
