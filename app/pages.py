@@ -29,6 +29,7 @@ from traceview.units import fmt_ns, fmt_share
 
 from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards
 from .features import figures
+from .roofline import plotted, roofline_figure, roofs
 from .runs import EARLY_ANALYSIS, RunContext
 
 #: the page shown for an unknown path (the temporal analysis's page)
@@ -92,7 +93,8 @@ def _warnings_block(ctx: RunContext, analyses: tuple[str, ...]) -> list[Any]:
     sections = ctx.report["analyses"]
     for name in analyses:
         for w in sections.get(name, {}).get("warnings", []):
-            out.append(message(f"{name}: {w}", "warn"))
+            text = str(w)
+            out.append(message(text if text.startswith(f"{name}:") else f"{name}: {text}", "warn"))
     return out
 
 
@@ -389,6 +391,120 @@ def kernels(ctx: RunContext) -> list[Any]:
     return out
 
 
+# ------------------------------------------------------------------------------------ efficiency
+
+#: the op-type table's columns on the Efficiency page (the table has a few more: see docs/metrics.md)
+EFFICIENCY_COLUMNS = ["rank", "device", "name", "dtype", "unit", "model", "calls", "gpu_ns", "achieved_tflops",
+                      "achieved_gbs", "intensity", "bound", "roofline_ns", "efficiency_pct", "above_roofline_ns",
+                      "above_roofline_ns_per_step", "roof"]
+#: rows of the per-collective table (the longest first)
+COLLECTIVE_ROWS = 2000
+
+
+def _as_pct(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``frame`` with ``column`` (a fraction) also as ``<column>_pct``, shown with one decimal."""
+    if frame is None or frame.empty or column not in frame.columns:
+        return frame
+    return frame.assign(**{f"{column}_pct": 100.0 * pd.to_numeric(frame[column], errors="coerce")})
+
+
+def efficiency(ctx: RunContext) -> list[Any]:
+    """The Efficiency page: the roofline of the op types, their table, coverage, HFU per step and the
+    collectives' bandwidth, all from the efficiency analysis's tables in the report."""
+    if "efficiency" not in ctx.report["analyses"]:
+        return [message("The efficiency analysis gave no results for this selection.")]
+    out: list[Any] = _warnings_block(ctx, ("efficiency",))
+    out.extend(finding_card(f, compact=True) for f in _finding_rows(ctx.report, "efficiency"))
+    op_types = ctx.table("efficiency", "op_types")
+    out.append(section("Roofline: op types against the GPU's peaks", *_roofline_body(ctx, op_types),
+                       note="One point per op type (rank, GPU, op, dtype, unit), its area proportional to its GPU "
+                            "time; a line per roof: memory bandwidth x intensity up to the ridge point, then the "
+                            "dense peak of the dtype (docs/metrics.md, Efficiency)."))
+    out.append(section("Op types against the roofline", frame_table(
+        _as_pct(op_types, "efficiency"), "eff-op-types", columns=EFFICIENCY_COLUMNS, page_size=15, filter_=True,
+        rename={"achieved_tflops": "achieved TFLOP/s", "achieved_gbs": "achieved GB/s",
+                "intensity": "FLOP/byte", "efficiency_pct": "efficiency %"},
+        empty="No op type was modelled (see the coverage below).")))
+    out.append(section("Coverage: modelled share of the op-linked kernel time", frame_table(
+        ctx.table("efficiency", "coverage"), "eff-coverage", page_size=10, rename={"modelled_pct": "modelled %"},
+        empty="No compute kernels in this selection."),
+        note="kernel = compute kernel time; op = the part launched under a CPU op; modelled = the part of ops "
+             "with a cost model; the rest by reason (graph replay, no launch call, no CPU op, annotation only)."))
+    out.append(section("Op-linked kernel time without a cost model", frame_table(
+        ctx.table("efficiency", "unmodelled"), "eff-unmodelled", page_size=10, filter_=True,
+        rename={"share_pct": "share of op time %"}, empty="Every op-linked kernel is modelled.")))
+    out.append(section("Hardware FLOPs utilisation per step", frame_table(
+        _as_pct(ctx.table("efficiency", "steps"), "hfu"), "eff-steps", page_size=12,
+        columns=["rank", "device", "step", "window_ns", "modelled_ops", "flops", "achieved_tflops",
+                 "compute_roof_ns", "hfu_pct", "roofline_ns", "modelled_gpu_ns"],
+        rename={"achieved_tflops": "achieved TFLOP/s", "hfu_pct": "HFU %"}, empty="No GPU window."),
+        note="HFU = time the modelled FLOPs need at the dtype's peak / the step's GPU window."))
+    out.extend(_collective_sections(ctx))
+    return out
+
+
+def _roofline_body(ctx: RunContext, op_types: pd.DataFrame) -> list[Any]:
+    """The chart, with what it leaves out; or why there is none."""
+    fig = roofline_figure(op_types)
+    if fig is None:
+        return [message(_no_roofline_reason(ctx, op_types), "warn")]
+    body: list[Any] = [graph(fig, "eff-roofline")]
+    points = plotted(op_types)
+    if not roofs(points):
+        why = "; ".join(dict.fromkeys(str(r) for r in points["roof"]))
+        body.append(message(f"No roof is drawn (achieved figures need no GPU peak, the roofs do): {why}", "warn"))
+    left = len(op_types) - len(points)
+    if left:
+        body.append(html.Div(f"{left} op type(s) without FLOPs (copies, gathers) are not on the chart: an "
+                             "intensity of 0 has no place on a log axis; the table below lists them.",
+                             style={"color": "#666", "fontSize": "13px"}))
+    return body
+
+
+def _no_roofline_reason(ctx: RunContext, op_types: pd.DataFrame) -> str:
+    """What could not be computed, and why, when no op type can be placed on the roofline."""
+    coverage = ctx.table("efficiency", "coverage")
+    if coverage.empty:
+        return "No roofline: there are no compute kernels in this selection."
+    if int(coverage["op_ns"].sum()) == 0:
+        return ("No roofline: no compute kernel was launched under a CPU op (the trace records no ops around the "
+                "launch calls, as in an Nsight export), so no kernel time can be given a FLOP or byte count.")
+    if not op_types.empty:
+        return ("No roofline: the modelled op types have no FLOPs (copies, gathers): they are bound by memory "
+                "bandwidth alone and have no place on a FLOP/s axis (the table below lists them).")
+    unmodelled = ctx.table("efficiency", "unmodelled")  # the most time first
+    reasons = ""
+    if not unmodelled.empty:
+        reasons = " (reasons: " + ", ".join(dict.fromkeys(str(r) for r in unmodelled["reason"])) + \
+            "; the table below has the time of each op)"
+    return ("No roofline: no op with kernels could be modelled" + reasons + ". An op needs its recorded input "
+            "shapes and types (profile with record_shapes=True) and a cost model for its name.")
+
+
+def _collective_sections(ctx: RunContext) -> list[Any]:
+    """Algorithm and bus bandwidth per collective kind, and per collective (the longest first)."""
+    kinds = _as_pct(ctx.table("efficiency", "collective_kinds"), "link_share")
+    rename = {"algbw_gbs": "algbw GB/s", "busbw_gbs": "busbw GB/s", "link_gbs": "link GB/s",
+              "link_share_pct": "share of link %"}
+    out = [section("Collectives: algorithm and bus bandwidth per kind", frame_table(
+        kinds, "eff-coll-kinds", page_size=10, rename=rename,
+        columns=["rank", "device", "collective", "process_group", "count", "timed_over_group", "bytes", "time_ns",
+                 "algbw_gbs", "busbw_gbs", "link_gbs", "link_share_pct", "link"],
+        empty="No collective with a known message size in this selection."),
+        note="busbw = algbw x the nccl-tests factor of the kind; time = the shortest duration over the group when "
+             "every rank is in the trace (the others include waiting), else the rank's own.")]
+    per = ctx.table("efficiency", "collectives")
+    if per is not None and len(per):
+        shown = per.iloc[top_order(per, "time_ns")[:COLLECTIVE_ROWS]]
+        note = f"{len(per):,} collective(s), the longest first" + (
+            f"; the first {COLLECTIVE_ROWS:,} are shown" if len(per) > COLLECTIVE_ROWS else "")
+        out.append(section("Bus bandwidth per collective", frame_table(
+            _as_pct(shown, "link_share"), "eff-collectives", page_size=10, filter_=True, rename=rename,
+            columns=["rank", "device", "step", "collective", "process_group", "occurrence", "bytes", "group_size",
+                     "dur_ns", "time_ns", "time_basis", "algbw_gbs", "busbw_gbs", "link_share_pct"]), note=note))
+    return out
+
+
 # -------------------------------------------------------------------------------------- findings
 
 
@@ -485,6 +601,7 @@ ANALYSIS_VIEWS: dict[str, Callable[[RunContext], list[Any]]] = {
     "launch_overhead": launch,
     "communication": communication,
     "kernels": kernels,
+    "efficiency": efficiency,
 }
 
 

@@ -126,14 +126,16 @@ result_cache_path = report_cache.cache_path
 clear_result_cache = report_cache.clear
 
 
-def run_options(step_marker: str | None, ranks: tuple[int, ...] | None = None) -> Options:
-    """The options of the app's analyses of a run (with no filter: those of `traceview analyze`)."""
-    return Options(step_marker=step_marker, ranks=ranks)
+def run_options(step_marker: str | None, ranks: tuple[int, ...] | None = None,
+                gpu_specs: str | None = None) -> Options:
+    """The options of the app's analyses of a run (with no filter: those of `traceview analyze`;
+    ``gpu_specs``: the user's GPU table, as `analyze --gpu-specs`)."""
+    return Options(step_marker=step_marker, ranks=ranks, gpu_specs=gpu_specs)
 
 
-def result_key(spec: "RunSpec", step_marker: str | None) -> str | None:
+def result_key(spec: "RunSpec", step_marker: str | None, gpu_specs: str | None = None) -> str | None:
     """The result cache's key for the whole run ``spec`` (None when a file cannot be read)."""
-    return report_cache.report_key(list(spec.files), run_options(step_marker))
+    return report_cache.report_key(list(spec.files), run_options(step_marker, gpu_specs=gpu_specs))
 
 
 def read_report(key: str, trace: Trace) -> Report | None:
@@ -201,10 +203,13 @@ class RunStore:
     results per (run, filters) in memory, least recently used first out."""
 
     def __init__(self, runs: Sequence[RunSpec], *, use_cache: bool = True, step_marker: str | None = None,
-                 max_contexts: int = 12, loader: Callable[..., Trace] | None = None) -> None:
+                 max_contexts: int = 12, loader: Callable[..., Trace] | None = None,
+                 gpu_specs: str | None = None) -> None:
         self.runs = list(runs)
         self.use_cache = use_cache
         self.step_marker = step_marker
+        #: the user's GPU table (``Options.gpu_specs``) for the efficiency figures; None: the built-in one
+        self.gpu_specs = gpu_specs
         self.max_contexts = max_contexts
         self._loader = loader
         self._traces: dict[int, Trace] = {}
@@ -325,8 +330,8 @@ class RunStore:
         published as a partial context, so the Overview can draw while the analyses run."""
         t0 = time.perf_counter()
         sub = subset_trace(full, filters, info, self.step_marker)
-        options = run_options(self.step_marker, filters.ranks)
-        disk_key = result_key(spec, self.step_marker) if self.use_cache and not filters.active else None
+        options = run_options(self.step_marker, filters.ranks, self.gpu_specs)
+        disk_key = result_key(spec, self.step_marker, self.gpu_specs) if self.use_cache and not filters.active else None
         report = read_report(disk_key, sub) if disk_key else None
         from_disk = report is not None
         if report is None:

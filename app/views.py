@@ -436,6 +436,18 @@ def _compare_sections(d: dict[str, Any]) -> list[Any]:
             kern.rename(columns={"base": "base_ns", "new": "new_ns", "delta": "delta_ns"}), "cmp-kernels",
             columns=["rank", "device", "name", "match", "base_ns", "new_ns", "delta_ns", "delta_pct", "status"],
             page_size=15, filter_=True)))
+    eff = pd.DataFrame((d.get("efficiency") or {}).get("op_types") or [])
+    if len(eff):
+        eff = eff.assign(**{f"{side}_efficiency_pct": 100.0 * pd.to_numeric(eff[f"{side}_efficiency"], errors="coerce")
+                            for side in ("base", "new")})
+        out.append(section("Efficiency per op type (whole trace; shown side by side, not judged)", frame_table(
+            eff, "cmp-efficiency", page_size=15, filter_=True,
+            columns=["rank", "device", "name", "dtype", "unit", "match", "base_gpu_ns", "new_gpu_ns",
+                     "base_efficiency_pct", "new_efficiency_pct", "efficiency_delta_pp", "base_tflops", "new_tflops",
+                     "tflops_delta_pct"],
+            rename={"base_efficiency_pct": "base efficiency %", "new_efficiency_pct": "new efficiency %",
+                    "efficiency_delta_pp": "delta (pp)", "base_tflops": "base TFLOP/s", "new_tflops": "new TFLOP/s",
+                    "tflops_delta_pct": "TFLOP/s delta %"})))
     fnd = pd.DataFrame(d["findings"])
     if len(fnd):
         out.append(section("Findings", frame_table(

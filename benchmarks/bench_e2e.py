@@ -47,6 +47,8 @@ DEFAULT_HTA_PYTHON = "/work/hta-venv/bin/python"
 TARGET_SPEEDUP = 8.0
 TARGET_RSS_RATIO = 1 / 3
 TARGET_CACHED_S = 1.0
+#: the source folders of the installed package (pyproject.toml's package-dir)
+PACKAGE_DIRS = ("traceview", "parsers", "analyses", "app")
 
 HTA_SCRIPT = """
 import logging, sys, warnings
@@ -176,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     trace = args.trace or _derived(args.copies)
     size = trace.stat().st_size
+    # byte-code for traceview's modules, as a wheel install has (pip compiles at install; HTA's
+    # venv has it): an editable checkout run with PYTHONDONTWRITEBYTECODE=1 would compile every
+    # module at every start instead
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / d) for d in PACKAGE_DIRS)], check=True)
     print(f"trace {trace.name}: {size / 1e6:.1f} MB; load average before: {_load()}")
     hta_ok = os.path.exists(args.hta_python)
     with tempfile.TemporaryDirectory() as tmp:

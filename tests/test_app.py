@@ -534,6 +534,10 @@ def test_cli_app_command_rejects_bad_paths() -> None:
 
     result = CliRunner().invoke(cli, ["app", "/nonexistent/trace.json"])
     assert isinstance(result.exception, TraceFormatError)
+    # a GPU table that cannot be read fails before any trace is looked at, naming the file
+    result = CliRunner().invoke(cli, ["app", str(SAMPLE_TRACES / "torch_cpu_mlp.json.gz"), "--gpu-specs",
+                                      "/nonexistent/gpus.toml"])
+    assert result.exit_code != 0 and "/nonexistent/gpus.toml" in str(result.exception or result.output)
 
 
 # ------------------------------------------------------------------ partial results and caches
@@ -705,6 +709,120 @@ def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> N
     mine = [(f["id"], f["title"]) for f in report["findings"] if f["analysis"] == "zz_streams"]
     assert [t for _, t in mine] == [f"On all ranks (worst: rank {worst}): Rank {worst} has busy streams"]
     assert _finding_cards(body) == mine
+
+
+# ------------------------------------------------------------------------------------ efficiency
+
+
+def planted_controller(tmp_path: Path, *, inputs: bool = True, device_name: str | None = None,
+                       gpu_specs: bool = True) -> AppController:
+    """The app over one run: the planted efficiency trace of tests/test_efficiency.py (two aten::mm in
+    bf16, one aten::add in fp32, one aten::cat without a model), on the round peaks of its GPU file."""
+    from test_efficiency import GPU, SPEC_TOML, planted
+
+    from traceview.app.runs import RunSpec
+
+    specs = tmp_path / "gpus.toml"
+    specs.write_text(SPEC_TOML)
+    trace, _ = planted(inputs=inputs, device_name=device_name or GPU)
+    store = RunStore([RunSpec(0, "planted", (tmp_path / "planted.json",))], use_cache=False,
+                     loader=lambda files: trace, gpu_specs=str(specs) if gpu_specs else None)
+    return AppController(store)
+
+
+def test_efficiency_page_draws_the_roofline_from_the_report(tmp_path: Path) -> None:
+    """Points at the report's intensity and achieved TFLOP/s, one per op type, sized by GPU time; a
+    roof per (peak, bandwidth) the report gives: bandwidth x intensity up to the ridge, then flat."""
+    ctl = planted_controller(tmp_path)
+    assert "/efficiency" in [p.path for p in ctl.pages]
+    body, _ = ctl.render_page("/efficiency", "", 0)
+    assert body[0].children == "Efficiency" and "internal error" not in text_of(body)
+    op_types = ctl.store.context(0).report.table("efficiency", "op_types").set_index("name")
+    fig = by_id(body, "eff-roofline").figure
+    points = {t.name: t for t in fig.data if t.meta == "points"}
+    roof_lines = [t for t in fig.data if t.meta == "roof"]
+    assert len(points) == 2 and len(roof_lines) == 2
+    for trace in points.values():
+        (x,), (y,) = trace.x, trace.y
+        name = trace.customdata[0][0]
+        assert x == op_types.loc[name, "intensity"] and y == op_types.loc[name, "achieved_tflops"]
+    # the larger GPU time has the larger marker (add: 24 us, mm: 20 us)
+    sizes = {t.customdata[0][0]: t.marker.size[0] for t in points.values()}
+    assert sizes["aten::add"] > sizes["aten::mm"]
+    mm_hover = next(t for t in points.values() if t.customdata[0][0] == "aten::mm").customdata[0]
+    assert mm_hover[1] == "bf16 on tensor units" and mm_hover[3].startswith(
+        f"{100 * op_types.loc['aten::mm', 'efficiency']:.1f}%")
+    for line in roof_lines:
+        peaks = {float(op_types.loc[n, "peak_tflops"]) for n in op_types.index}
+        x0, ridge, x1 = line.x
+        y0, top, flat = line.y
+        assert top == flat and top in peaks  # flat at the peak the report used
+        bandwidth = float(op_types["bandwidth_gbs"].iloc[0])  # one GPU: one bandwidth
+        assert y0 == pytest.approx(bandwidth * x0 / 1e3) and ridge == pytest.approx(top * 1e3 / bandwidth)
+        assert x0 < min(op_types["intensity"]) and x1 > max(op_types["intensity"])
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    # the tables: op types, coverage, unmodelled (aten::cat), HFU per step
+    assert {r["name"] for r in by_id(body, "eff-op-types").data} == {"aten::mm", "aten::add"}
+    [coverage] = by_id(body, "eff-coverage").data
+    assert coverage["modelled_pct"] == pytest.approx(100 * 44 / 49)
+    assert [r["name"] for r in by_id(body, "eff-unmodelled").data] == ["aten::cat"]
+    steps = by_id(body, "eff-steps").data
+    assert len(steps) == 2 and all(r["hfu_pct"] is not None for r in steps)
+    # the finding of the analysis, as the report numbers it
+    mine = [(f["id"], f["title"]) for f in ctl.store.context(0).report["findings"] if f["analysis"] == "efficiency"]
+    assert mine and _finding_cards(body) == mine
+
+
+def test_efficiency_page_unknown_gpu_draws_points_without_roofs(tmp_path: Path) -> None:
+    ctl = planted_controller(tmp_path, device_name="Mystery GPU 9000")
+    body, _ = ctl.render_page("/efficiency", "", 0)
+    fig = by_id(body, "eff-roofline").figure
+    assert [t.meta for t in fig.data] == ["points"]  # achieved figures need no peak: no roof drawn
+    text = text_of(body)
+    assert "No roof is drawn" in text and "Mystery GPU 9000" in text
+
+
+def test_efficiency_page_without_shapes_says_why_and_draws_no_chart(tmp_path: Path) -> None:
+    ctl = planted_controller(tmp_path, inputs=False)
+    body, _ = ctl.render_page("/efficiency", "", 0)
+    assert not [g for g in graphs(body) if getattr(g, "id", None) == "eff-roofline"]
+    text = text_of(body)
+    assert "No roofline: no op with kernels could be modelled (reasons: missing_shapes" in text
+    assert "record_shapes=True" in text
+
+
+def test_efficiency_page_on_a_trace_without_cpu_ops() -> None:
+    """An Nsight export records no ops: the page says no kernel could be given a cost."""
+    store = RunStore(discover_runs([str(SAMPLE_TRACES / "synthetic_nsys.sqlite")]), use_cache=False)
+    body, _ = AppController(store).render_page("/efficiency", "", 0)
+    assert not [g for g in graphs(body) if getattr(g, "id", None) == "eff-roofline"]
+    assert "No roofline: no compute kernel was launched under a CPU op" in text_of(body)
+
+
+def test_efficiency_page_on_the_sample_with_its_gpu_file() -> None:
+    """The efficiency_roofline sample (shapes from the Kineto parser) with ``gpu_specs`` given to the
+    app, as ``traceview app --gpu-specs``: its planted efficiencies (truth file) on the chart."""
+    sample = SAMPLE_TRACES / "efficiency_roofline.json.gz"
+    truth = json.loads(sample.with_name("efficiency_roofline.truth.json").read_text())
+    app = create_app([str(sample)], warm=False, use_cache=False,
+                     gpu_specs=str(sample.with_name("efficiency_roofline.gpus.toml")))
+    body, _ = app.traceview_controller.render_page("/efficiency", "", 0)
+    if not any(getattr(g, "id", None) == "eff-roofline" for g in graphs(body)):
+        pytest.skip("the Kineto parser does not fill input_dims yet: the sample has no op shapes")
+    fig = by_id(body, "eff-roofline").figure
+    hovers = {t.customdata[0][0]: t.customdata[0] for t in fig.data if t.meta == "points"}
+    assert set(hovers) == set(truth["op_types"])
+    for name, expected in truth["op_types"].items():
+        assert hovers[name][3] == f"{100 * expected['efficiency']:.1f}%, {expected['bound']}-bound"
+    peaks = sorted(t.y[-1] for t in fig.data if t.meta == "roof")
+    assert peaks == sorted([truth["peaks"]["bf16_tensor_flop_per_ns"] / 1e3, truth["peaks"]["fp32_vector_flop_per_ns"] / 1e3])
+
+
+def test_compare_page_shows_efficiency_per_op_type(tmp_path: Path) -> None:
+    ctl = planted_controller(tmp_path)
+    rows = by_id(ctl.compare(0, 0, Filters()), "cmp-efficiency").data
+    assert {r["name"] for r in rows} == {"aten::mm", "aten::add"}
+    assert all(r["match"] == "both" and r["efficiency_delta_pp"] == 0 for r in rows)
 
 
 def test_every_page_renders_for_every_shared_trace() -> None:

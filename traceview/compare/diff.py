@@ -14,7 +14,12 @@ repeated here.
 * per kernel: total GPU time per step (kernels, memcpy and memset, from the kernel analysis's
   ``kernels`` and ``kernels_by_step`` tables), with names matched as described below;
 * findings: the report's own list (``report["findings"]``: merged across ranks, numbered as in every
-  other format), by (code, rank).
+  other format), by (code, rank);
+* efficiency (the efficiency analysis, docs/metrics.md "Efficiency"): per op type (rank, device, op
+  name, dtype, unit) its GPU time, efficiency and achieved TFLOP/s in each report (its ``op_types``
+  table), and per rank and device the modelled share of the op-linked kernel time (``coverage``) and
+  the whole-trace HFU (``steps``). These are whole-trace ratios with no per-step samples: they are
+  shown side by side, not judged by the noise rule, and do not enter the verdict.
 
 **Samples.** Each per-step row of a report is one sample; the value compared is the mean of the
 samples (activity outside every step is not in them). A trace without steps gives one sample, the
@@ -55,9 +60,10 @@ from traceview.findings import SEVERITIES
 from traceview.report import Report
 from traceview.secrets import scrub_text
 
-__all__ = ["METRICS", "SCHEMA_VERSION", "Change", "DiffOptions", "FindingDelta", "KernelDelta", "MetricDelta",
-           "Side", "TraceDiff", "compare", "diff_reports", "finding_groups", "kernel_samples", "metric_samples",
-           "normalize_kernel_name", "pooled_std", "require_whole_tables", "steps_per_rank"]
+__all__ = ["METRICS", "SCHEMA_VERSION", "Change", "DiffOptions", "EfficiencyOverall", "FindingDelta", "KernelDelta",
+           "MetricDelta", "OpTypeDelta", "Side", "TraceDiff", "compare", "diff_efficiency", "diff_reports",
+           "finding_groups", "kernel_samples", "metric_samples", "normalize_kernel_name", "pooled_std",
+           "require_whole_tables", "steps_per_rank"]
 
 #: JSON schema version of :meth:`TraceDiff.to_dict`
 SCHEMA_VERSION = 1
@@ -151,6 +157,51 @@ class FindingDelta:
 
 
 @dataclass
+class OpTypeDelta:
+    """One op type's efficiency figures in each report (None where it is absent or has no roof)."""
+
+    rank: int
+    device: int | None
+    name: str
+    dtype: str
+    unit: str
+    match: str  # both, appeared (only in the new report), vanished (only in the base)
+    base_gpu_ns: int | None
+    new_gpu_ns: int | None
+    base_efficiency: float | None
+    new_efficiency: float | None
+    base_tflops: float | None
+    new_tflops: float | None
+
+    @property
+    def efficiency_delta_pp(self) -> float | None:
+        """The change of efficiency in percentage points."""
+        if self.base_efficiency is None or self.new_efficiency is None:
+            return None
+        return 100.0 * (self.new_efficiency - self.base_efficiency)
+
+    @property
+    def tflops_delta_pct(self) -> float | None:
+        """The change of achieved TFLOP/s in percent of the base."""
+        if self.base_tflops is None or self.new_tflops is None or self.base_tflops <= 0:
+            return None
+        return 100.0 * (self.new_tflops - self.base_tflops) / self.base_tflops
+
+
+@dataclass
+class EfficiencyOverall:
+    """Per rank and device: the modelled share of the op-linked kernel time and the whole-trace HFU
+    in each report (None where absent)."""
+
+    rank: int
+    device: int | None
+    base_modelled_pct: float | None
+    new_modelled_pct: float | None
+    base_hfu: float | None
+    new_hfu: float | None
+
+
+@dataclass
 class Side:
     """What one trace was: its label (path), ranks and steps per rank, and its report's warnings."""
 
@@ -169,6 +220,9 @@ class TraceDiff:
     kernels: list[KernelDelta]
     findings: list[FindingDelta]
     notes: list[str] = field(default_factory=list)
+    #: efficiency per op type and per rank (shown, not judged: see the module docstring)
+    op_types: list[OpTypeDelta] = field(default_factory=list)
+    efficiency: list[EfficiencyOverall] = field(default_factory=list)
 
     def metric(self, metric: str, rank: int, device: int | None = None) -> MetricDelta | None:
         for m in self.metrics:
@@ -246,12 +300,29 @@ class TraceDiff:
                 for k in self.kernels
             ],
             "findings": [asdict(f) for f in self.findings],
+            "efficiency": {
+                "op_types": [asdict(o) | {"base_efficiency": _round(o.base_efficiency, 4),
+                                          "new_efficiency": _round(o.new_efficiency, 4),
+                                          "base_tflops": _sig(o.base_tflops), "new_tflops": _sig(o.new_tflops),
+                                          "efficiency_delta_pp": _round(o.efficiency_delta_pp, 2),
+                                          "tflops_delta_pct": _round(o.tflops_delta_pct, 2)}
+                             for o in self.op_types],
+                "overall": [asdict(e) | {k: _round(getattr(e, k), 4) for k in ("base_modelled_pct",
+                                                                               "new_modelled_pct", "base_hfu",
+                                                                               "new_hfu")}
+                            for e in self.efficiency],
+            },
             "notes": list(self.notes),
         }
 
 
 def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(float(x), digits)
+
+
+def _sig(x: float | None, digits: int = 6) -> float | None:
+    """``x`` to ``digits`` significant digits (TFLOP/s of tiny ops would round to 0 at fixed decimals)."""
+    return None if x is None else float(f"{float(x):.{digits}g}")
 
 
 def _as_ns(x: float | None) -> int | None:
@@ -430,7 +501,9 @@ def diff_reports(base: Report, new: Report, *, options: DiffOptions | None = Non
     kernels = _diff_kernels(kernel_samples(base), kernel_samples(new), options)
     step_noise = {m.rank: m.change.pooled_std for m in metrics if m.metric == "step_time_ns"}
     findings = _diff_findings(finding_groups(base), finding_groups(new), options, step_noise)
-    return TraceDiff(side_b, side_n, options, metrics, kernels, findings, _notes(side_b, side_n, metrics))
+    op_types, overall = diff_efficiency(base, new)
+    return TraceDiff(side_b, side_n, options, metrics, kernels, findings, _notes(side_b, side_n, metrics), op_types,
+                     overall)
 
 
 def _notes(b: Side, n: Side, metrics: list[MetricDelta]) -> list[str]:
@@ -546,3 +619,71 @@ def _diff_findings(base: dict[FindingKey, dict[str, Any]], new: dict[FindingKey,
     out.sort(key=lambda f: (_FINDING_STATUS_ORDER[f.status], -max(f.new_cost_ns or 0, f.base_cost_ns or 0), f.code,
                             -1 if f.rank is None else f.rank))
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Efficiency (shown side by side, not judged)
+
+#: an op type: (rank, device or None, name, dtype, unit)
+OpTypeKey = tuple[int, "int | None", str, str, str]
+
+
+def _number(value: Any) -> float | None:
+    """A table cell as a float; None for a missing figure (NaN, NA, None)."""
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _op_type_figures(report: Report) -> dict[OpTypeKey, tuple[int, float | None, float | None]]:
+    """(rank, device, name, dtype, unit) -> (GPU ns, efficiency, achieved TFLOP/s) of the report's
+    ``op_types`` table; the device is None when the rank drives a single GPU (as for kernels)."""
+    table = report.table("efficiency", "op_types")
+    if table.empty:
+        return {}
+    multi = multi_device(table)
+    out: dict[OpTypeKey, tuple[int, float | None, float | None]] = {}
+    for row in table.itertuples(index=False):  # one row per op type: hundreds at most
+        rank = int(row.rank)
+        key = (rank, int(row.device) if multi.get(rank) else None, scrub_text(str(row.name)), str(row.dtype),
+               str(row.unit))
+        out[key] = (int(row.gpu_ns), _number(row.efficiency), _number(row.achieved_tflops))
+    return out
+
+
+def _overall_figures(report: Report) -> dict[Where, tuple[float | None, float | None]]:
+    """(rank, device) -> (modelled %, whole-trace HFU) from the report's ``coverage`` and ``steps``."""
+    coverage = report.table("efficiency", "coverage")
+    out: dict[Where, tuple[float | None, float | None]] = {}
+    if coverage.empty:
+        return out
+    multi = multi_device(coverage)
+    steps = report.table("efficiency", "steps")
+    whole = steps[steps["step"].isna()] if len(steps) else steps
+    hfu = {(int(r), int(d)): _number(h) for r, d, h in zip(whole.get("rank", []), whole.get("device", []),
+                                                           whole.get("hfu", []))}
+    for rank, device, pct in zip(coverage["rank"], coverage["device"], coverage["modelled_pct"]):
+        rank, device = int(rank), int(device)
+        out[(rank, device if multi.get(rank) else None)] = (_number(pct), hfu.get((rank, device)))
+    return out
+
+
+def diff_efficiency(base: Report, new: Report) -> tuple[list[OpTypeDelta], list[EfficiencyOverall]]:
+    """The efficiency figures of both reports side by side: op types matched by (rank, device, name,
+    dtype, unit), the largest GPU time first; and per rank and device the coverage and HFU."""
+    b, n = _op_type_figures(base), _op_type_figures(new)
+    op_types = []
+    for key in set(b) | set(n):
+        rank, device, name, dtype, unit = key
+        bb, nn = b.get(key), n.get(key)
+        match = "both" if bb and nn else ("vanished" if bb else "appeared")
+        op_types.append(OpTypeDelta(rank, device, name, dtype, unit, match, bb[0] if bb else None,
+                                    nn[0] if nn else None, bb[1] if bb else None, nn[1] if nn else None,
+                                    bb[2] if bb else None, nn[2] if nn else None))
+    op_types.sort(key=lambda o: (-max(o.base_gpu_ns or 0, o.new_gpu_ns or 0), o.rank,
+                                 -1 if o.device is None else o.device, o.name, o.dtype, o.unit))
+    bo, no = _overall_figures(base), _overall_figures(new)
+    overall = []
+    for where in sorted(set(bo) | set(no), key=lambda w: (w[0], -1 if w[1] is None else w[1])):
+        base_pct, base_hfu = bo.get(where, (None, None))
+        new_pct, new_hfu = no.get(where, (None, None))
+        overall.append(EfficiencyOverall(where[0], where[1], base_pct, new_pct, base_hfu, new_hfu))
+    return op_types, overall

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from traceview.compare.check import CheckReport
-from traceview.compare.diff import METRICS, Change, FindingDelta, KernelDelta, Side, TraceDiff
+from traceview.compare.diff import METRICS, Change, EfficiencyOverall, FindingDelta, KernelDelta, OpTypeDelta, Side, \
+    TraceDiff
 from traceview.compare.rules import RULES
 from traceview.units import fmt_ns, fmt_pct
 
@@ -166,6 +167,44 @@ def _kernel_rows(diff: TraceDiff, top: int) -> tuple[list[KernelDelta], int]:
     return shown[:top], quiet + max(0, len(shown) - top)
 
 
+#: the efficiency section's title (whole-trace ratios: shown, not judged)
+_EFFICIENCY_TITLE = "Efficiency per op type (whole trace; shown side by side, not judged by the noise rule)"
+
+
+def _eff(value: float | None) -> str:
+    return "-" if value is None else fmt_pct(100.0 * value, 1)
+
+
+def _tflops(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _op_type_cells(o: OpTypeDelta) -> list[str]:
+    """op type, where, dtype/unit, GPU time, efficiency base/new/delta, TFLOP/s base/new/delta."""
+    label = o.name + ("" if o.match == "both" else f" ({o.match})")
+    pp = o.efficiency_delta_pp
+    pct = o.tflops_delta_pct
+    return [_short(label), _where(o.rank, o.device), f"{o.dtype} {o.unit}",
+            f"{_value(o.base_gpu_ns, 'ns')} -> {_value(o.new_gpu_ns, 'ns')}", _eff(o.base_efficiency),
+            _eff(o.new_efficiency), "-" if pp is None else f"{pp:+.1f} pp", _tflops(o.base_tflops),
+            _tflops(o.new_tflops), "-" if pct is None else _signed_pct(pct)]
+
+
+_OP_TYPE_HEAD = ("op type", "where", "dtype", "GPU time", "efficiency base", "new", "delta", "TFLOP/s base", "new",
+                 "delta %")
+
+
+def _overall_cells(e: EfficiencyOverall) -> list[str]:
+    def pct(v: float | None) -> str:
+        return "-" if v is None else fmt_pct(v, 1)
+
+    return [_where(e.rank, e.device), pct(e.base_modelled_pct), pct(e.new_modelled_pct), _eff(e.base_hfu),
+            _eff(e.new_hfu)]
+
+
+_OVERALL_HEAD = ("where", "modelled base", "modelled new", "HFU base", "HFU new")
+
+
 def _finding_cost(f: FindingDelta, arrow: str = "->") -> str:
     b = fmt_ns(f.base_cost_ns) if f.base_cost_ns else "-"
     n = fmt_ns(f.new_cost_ns) if f.new_cost_ns else "-"
@@ -212,6 +251,29 @@ def _findings_table(diff: TraceDiff) -> Table:
     return table
 
 
+def _efficiency_text(diff: TraceDiff, console: Console, top: int) -> None:
+    if not diff.op_types:
+        console.print("Efficiency: no modelled op types in either trace.", highlight=False)
+    else:
+        table = Table(title=_EFFICIENCY_TITLE, title_justify="left")
+        for col in _OP_TYPE_HEAD:
+            table.add_column(col, overflow="fold", justify="left" if col in ("op type", "where", "dtype") else "right")
+        for o in diff.op_types[:top]:
+            table.add_row(*_op_type_cells(o))
+        console.print(table)
+        if len(diff.op_types) > top:
+            console.print(f"  {len(diff.op_types) - top} more op types (--format json lists all)", style="dim",
+                          highlight=False)
+    if diff.efficiency:
+        table = Table(title="Efficiency coverage (modelled share of op-linked kernel time) and HFU, whole trace",
+                      title_justify="left")
+        for col in _OVERALL_HEAD:
+            table.add_column(col, justify="left" if col == "where" else "right")
+        for e in diff.efficiency:
+            table.add_row(*_overall_cells(e))
+        console.print(table)
+
+
 def render_text(diff: TraceDiff, console: Console, top: int = DEFAULT_TOP) -> None:
     """The diff as rich tables on ``console``."""
     console.print(f"[bold]traceview diff[/bold]: {_side(diff.base)} -> {_side(diff.new)}", highlight=False,
@@ -230,6 +292,7 @@ def render_text(diff: TraceDiff, console: Console, top: int = DEFAULT_TOP) -> No
         console.print(_findings_table(diff))
     else:
         console.print("Findings: none in either trace.")
+    _efficiency_text(diff, console, top)
     for note in diff.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
 
@@ -298,12 +361,35 @@ def _md_findings(diff: TraceDiff) -> list[str]:
     return out
 
 
+def _md_table(head: tuple[str, ...], rows: list[list[str]], right_from: int) -> list[str]:
+    align = ["---" if i < right_from else "---:" for i in range(len(head))]
+    return (["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+            + ["| " + " | ".join(row) + " |" for row in rows])  # cells already escaped
+
+
+def _md_efficiency(diff: TraceDiff, top: int) -> list[str]:
+    out = ["", "### Efficiency", ""]
+    if not diff.op_types:
+        out += ["No modelled op types in either trace.", ""]
+    else:
+        out += [f"_{_md(_EFFICIENCY_TITLE)}_", ""]
+        rows = [[_md_code(c[0])] + [_md(x) for x in c[1:]] for c in map(_op_type_cells, diff.op_types[:top])]
+        out += _md_table(_OP_TYPE_HEAD, rows, 3)
+        if len(diff.op_types) > top:
+            out += ["", f"{len(diff.op_types) - top} more op types (`--format json` lists all)."]
+        out.append("")
+    if diff.efficiency:
+        out += ["Modelled share of the op-linked kernel time and HFU (whole trace):", ""]
+        out += _md_table(_OVERALL_HEAD, [[_md(x) for x in _overall_cells(e)] for e in diff.efficiency], 1)
+    return out
+
+
 def to_markdown(diff: TraceDiff, top: int = DEFAULT_TOP) -> str:
     """The diff as GitHub-flavoured Markdown (PR comments, job summaries)."""
     icon = _VERDICT_ICON.get(diff.verdict(), "⚪")
     out = ["## traceview diff", "", f"**{_md(_side(diff.base))}** → **{_md(_side(diff.new))}**", "",
            f"**Verdict: {icon} {_md(_headline(diff))}**", ""]
-    out += _md_metrics(diff) + _md_kernels(diff, top) + _md_findings(diff)
+    out += _md_metrics(diff) + _md_kernels(diff, top) + _md_findings(diff) + _md_efficiency(diff, top)
     if diff.notes:
         out.append("")
         out += [f"> **Note:** {_md(note)}" for note in diff.notes]
