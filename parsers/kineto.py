@@ -1292,6 +1292,8 @@ class _KinetoFile:
                 cols[key] = memo.dictionary_array(np.concatenate(parts))
             elif isinstance(parts[0], np.ndarray):
                 cols[key] = np.concatenate(parts)
+            elif all(part.null_count == len(part) for part in parts):
+                continue  # all null (most optional columns of most files): make_events_table's nulls
             else:
                 cols[key] = pa.chunked_array(parts).combine_chunks() if not pa.types.is_dictionary(parts[0].type) \
                     else pa.chunked_array(parts).unify_dictionaries().combine_chunks()
