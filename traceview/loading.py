@@ -31,10 +31,11 @@ from traceview.model import (
 )
 
 #: Bump when parser output changes, so stale cache entries are never read.
-CACHE_VERSION = "5"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
+CACHE_VERSION = "6"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
 # 3: counter samples in Trace.counters (".counters"), async b/e pairs and n instants as events;
 # 4: text pid/tid ids numbered in event order (the same with any --jobs); RankInfo.activity_dropped
-# 5: op input columns (input_dims, input_types, input_strides, concrete_inputs)
+# 5: op input columns (input_dims, input_types, input_strides, concrete_inputs), still empty;
+# 6: those columns filled by the Kineto parser
 
 ProgressFn = Callable[[int, int], None]
 
