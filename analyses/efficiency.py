@@ -32,7 +32,10 @@ Definitions (docs/metrics.md, "Efficiency"), per rank and GPU device; times int6
   over its calls, achieved TFLOP/s = FLOPs / gpu_ns, achieved GB/s = bytes / gpu_ns.
 - Per step (and whole trace, ``step`` None): window = the temporal breakdown's GPU window; compute
   roof time = sum over modelled ops of FLOPs / peak; HFU (hardware FLOPs utilisation) = compute
-  roof time / window (= FLOPs / (peak x window) for one dtype).
+  roof time / window (= FLOPs / (peak x window) for one dtype). MFU (model FLOPs utilisation, when
+  the user gives the model's FLOPs per step and GPU, ``Options.model_flops_per_step``) = model
+  FLOPs / (dense tensor peak of ``Options.mfu_dtype`` x window); whole trace: over its steps. Above
+  100% it is a broken input (the FLOPs or the peak), never a result: no figure, a warning.
 - Coverage: ``op_ns`` = kernel time attributed to an op; ``modelled_ns`` = that of ops with a cost;
   ``modelled_pct`` = 100 x modelled / op.
 - Collectives (cross-rank): each communication kernel with a known message size S (``msg_bytes``)
@@ -412,7 +415,7 @@ def op_type_table(ops: pd.DataFrame, step_counts: dict[int, int]) -> pd.DataFram
 
 
 STEP_COLUMNS = ["rank", "device", "step", "window_ns", "modelled_ops", "flops", "achieved_tflops",
-                "compute_roof_ns", "hfu", "roofline_ns", "modelled_gpu_ns"]
+                "compute_roof_ns", "hfu", "roofline_ns", "modelled_gpu_ns", "mfu"]
 
 
 def step_table(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
@@ -440,9 +443,42 @@ def step_table(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     out["achieved_tflops"] = _ratio(out["flops"], out["window_ns"]) / 1e3
     out["hfu"] = _ratio(out["compute_roof_ns"], out["window_ns"])
     out.loc[out["hfu"] > 1.0, "hfu"] = np.nan  # above 100% is a broken roof, never a result (see warnings)
+    out["mfu"] = np.nan  # with_mfu fills it when the user gives the model's FLOPs
     out = out.sort_values(["rank", "device", "step"]).reset_index(drop=True)
     out["step"] = step_column(out["step"].to_numpy())
     return out[STEP_COLUMNS]
+
+
+def with_mfu(steps: pd.DataFrame, trace: Trace, options: Options) -> tuple[pd.DataFrame, list[str]]:
+    """``steps`` with model FLOPs utilisation (``Options.model_flops_per_step``): per step, MFU =
+    model FLOPs / (peak x window); the whole-trace row, over its steps: model FLOPs x steps / (peak x
+    the steps' windows summed). The peak is the GPU's verified dense tensor peak of
+    ``options.mfu_dtype``. Above 100% the input (model FLOPs or peak) is broken: no figure, a warning."""
+    flops = options.model_flops_per_step
+    if flops is None or steps.empty:
+        return steps, []
+    out, warnings = steps.copy(), []
+    for (rank, device), rows in out.groupby(["rank", "device"]).groups.items():
+        name, spec = gpu_of(trace, int(rank), int(device), options)
+        peak = hw.peak_flops(spec, options.mfu_dtype, tensor=True) if spec is not None else None
+        if peak is None:
+            warnings.append(f"efficiency: rank {rank} GPU {device}: no MFU: "
+                            f"{hw.missing_peak_reason(name, spec, options.mfu_dtype) or 'no peak'}")
+            continue
+        frame = out.loc[rows]
+        per_step = frame["step"].notna().to_numpy()
+        window_s = frame["window_ns"].to_numpy(np.float64) / 1e9
+        mfu = np.where(per_step, flops / (peak * window_s), np.nan)
+        if per_step.any():
+            mfu[~per_step] = flops * per_step.sum() / (peak * window_s[per_step].sum())
+        broken = mfu > 1.0
+        if broken.any():
+            warnings.append(f"efficiency: rank {rank} GPU {device}: MFU would be {np.nanmax(mfu):.0%}, above 100%: "
+                            f"the model FLOPs per step given ({flops:.4g}) or the GPU's {options.mfu_dtype} peak "
+                            "is wrong; no MFU is reported")
+            mfu[:] = np.nan
+        out.loc[rows, "mfu"] = mfu
+    return out, warnings
 
 
 COVERAGE_COLUMNS = ["rank", "device", "gpu", "kernel_ns", "op_ns", "modelled_ns", "modelled_pct",
@@ -625,10 +661,12 @@ def _compute(trace: Trace, options: Options) -> tuple[dict[str, pd.DataFrame], l
     roofed = with_roofs(trace, k.ops, options)
     windows = breakdown(trace, options)
     op_types = op_type_table(roofed, step_counts)
-    tables = {"op_types": op_types, "steps": step_table(roofed, windows[["rank", "device", "step", "window_ns"]]),
-              "coverage": coverage_table(trace, k, options), "unmodelled": unmodelled_table(k)}
+    steps, mfu_warnings = with_mfu(step_table(roofed, windows[["rank", "device", "step", "window_ns"]]), trace,
+                                   options)
+    tables = {"op_types": op_types, "steps": steps, "coverage": coverage_table(trace, k, options),
+              "unmodelled": unmodelled_table(k)}
     findings = below_roofline_findings(k, roofed, windows, step_counts) if len(roofed) else []
-    return tables, findings, _warnings(k, roofed, op_types)
+    return tables, findings, _warnings(k, roofed, op_types) + mfu_warnings
 
 
 def _warnings(k: OpKernels, roofed: pd.DataFrame, op_types: pd.DataFrame) -> list[str]:
@@ -827,7 +865,7 @@ SPEC = AnalysisSpec(
     order=90,
     tables=(
         TableSpec("op_types", "Op types against the roofline, per rank and GPU", sort_by="gpu_ns"),
-        TableSpec("steps", "Hardware FLOPs utilisation per step"),
+        TableSpec("steps", "FLOPs utilisation per step (HFU; MFU with --model-flops)"),
         TableSpec("coverage", "Modelled share of the op-linked kernel time"),
         TableSpec("unmodelled", "Op-linked kernel time without a cost model", sort_by="gpu_ns"),
         TableSpec("collective_kinds", "Collectives: algorithm and bus bandwidth per kind", cross_rank=True),

@@ -433,12 +433,17 @@ def efficiency(ctx: RunContext) -> list[Any]:
     out.append(section("Op-linked kernel time without a cost model", frame_table(
         ctx.table("efficiency", "unmodelled"), "eff-unmodelled", page_size=10, filter_=True,
         rename={"share_pct": "share of op time %"}, empty="Every op-linked kernel is modelled.")))
-    out.append(section("Hardware FLOPs utilisation per step", frame_table(
-        _as_pct(ctx.table("efficiency", "steps"), "hfu"), "eff-steps", page_size=12,
+    steps = _as_pct(ctx.table("efficiency", "steps"), "hfu")
+    with_mfu = steps is not None and "mfu" in steps and bool(steps["mfu"].notna().any())
+    steps = _as_pct(steps, "mfu") if with_mfu else steps
+    out.append(section("FLOPs utilisation per step", frame_table(
+        steps, "eff-steps", page_size=12,
         columns=["rank", "device", "step", "window_ns", "modelled_ops", "flops", "achieved_tflops",
-                 "compute_roof_ns", "hfu_pct", "roofline_ns", "modelled_gpu_ns"],
-        rename={"achieved_tflops": "achieved TFLOP/s", "hfu_pct": "HFU %"}, empty="No GPU window."),
-        note="HFU = time the modelled FLOPs need at the dtype's peak / the step's GPU window."))
+                 "compute_roof_ns", "hfu_pct", "roofline_ns", "modelled_gpu_ns", *(["mfu_pct"] if with_mfu else [])],
+        rename={"achieved_tflops": "achieved TFLOP/s", "hfu_pct": "HFU %", "mfu_pct": "MFU %"},
+        empty="No GPU window."),
+        note="HFU = time the modelled FLOPs need at the dtype's peak / the step's GPU window; MFU (with "
+             "--model-flops) = the model's FLOPs per step / (peak x window)."))
     out.extend(_collective_sections(ctx))
     return out
 

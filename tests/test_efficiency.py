@@ -416,3 +416,41 @@ def test_cli_gpu_specs_option_checks_the_file_and_keys_the_report_cache_on_its_c
     first = report_cache.report_key(files, Options(gpu_specs=str(table)))
     table.write_bytes(table.read_bytes() + b"\n# edited\n")
     assert report_cache.report_key(files, Options(gpu_specs=str(table))) != first
+
+
+def test_mfu_known_answer_and_a_broken_input_is_no_result():
+    """MFU = model FLOPs / (dense bf16 peak x step window): the sample's steps have 0.150 ms GPU
+    windows on a 1000 TFLOP/s bf16 peak, so 75 GFLOP per step is exactly 50%; the whole-trace row
+    is over its steps. Model FLOPs above what the peak allows in the window are a broken input:
+    no figure, a warning naming it."""
+    trace = traceview.load(SAMPLE / "efficiency_roofline.json.gz")
+    specs = str(SAMPLE / "efficiency_roofline.gpus.toml")
+    steps = efficiency.analyze(trace, Options(gpu_specs=specs)).tables["steps"]
+    assert steps["mfu"].isna().all()  # no model FLOPs given: no MFU
+    windows = steps.dropna(subset=["step"])["window_ns"].to_numpy()
+    flops = 0.5 * 1000e12 * windows[0] / 1e9
+    assert (windows == windows[0]).all()
+    result = efficiency.analyze(trace, Options(gpu_specs=specs, model_flops_per_step=flops))
+    assert result.tables["steps"]["mfu"].tolist() == pytest.approx([0.5] * len(steps))
+    broken = efficiency.analyze(trace, Options(gpu_specs=specs, model_flops_per_step=3 * flops))
+    assert broken.tables["steps"]["mfu"].isna().all()
+    assert any("above 100%" in w and "model FLOPs" in w for w in broken.warnings)
+    unknown = efficiency.analyze(trace, Options(gpu_specs=specs, model_flops_per_step=flops, mfu_dtype="fp64"))
+    assert unknown.tables["steps"]["mfu"].isna().all()
+    assert any("no MFU" in w for w in unknown.warnings)
+
+
+@pytest.mark.parametrize("value, ok", [("6*1e9*4096", True), ("2.5e13", True), ("6*x", False), ("-1", False),
+                                       ("0", False), ("inf", False)])
+def test_cli_model_flops_is_checked_before_any_work(value: str, ok: bool):
+    from traceview.commands._common import checked_model_flops
+    from traceview.errors import TraceviewError
+
+    if ok:
+        flops, dtype = checked_model_flops(value, "c10::BFloat16")
+        assert flops > 0 and dtype == "bf16"
+    else:
+        with pytest.raises(TraceviewError, match="--model-flops"):
+            checked_model_flops(value, "bf16")
+    with pytest.raises(TraceviewError, match="--mfu-dtype"):
+        checked_model_flops(value, "float13")

@@ -42,6 +42,12 @@ class Options:
     #: a GPU specification TOML file overriding or extending the built-in peaks (traceview/hardware,
     #: docs/metrics.md "Hardware peaks"); read by the efficiency analysis
     gpu_specs: str | None = None
+    #: the model FLOPs of one step on one GPU (e.g. 6 x parameters x tokens per GPU per step for a
+    #: dense transformer's training step): with it the efficiency analysis gives model FLOPs
+    #: utilisation per step, MFU = model FLOPs / (dense peak of ``mfu_dtype`` x step window)
+    model_flops_per_step: float | None = None
+    #: the dtype whose dense tensor peak MFU divides by
+    mfu_dtype: str = "bf16"
 
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key

@@ -48,6 +48,38 @@ def checked_gpu_specs(path: Optional[Path]) -> str | None:
     return str(path.resolve())
 
 
+#: ``--model-flops`` and ``--mfu-dtype``, for the commands that analyse traces
+MODEL_FLOPS_OPTION = typer.Option(
+    None, "--model-flops", help="The model's FLOPs of one step on one GPU, a number or a product (6*7e9*4096: "
+    "6 x parameters x tokens per GPU per step for a dense transformer's training step). The efficiency analysis "
+    "then gives model FLOPs utilisation (MFU) per step; above 100% it says the input is wrong.")
+MFU_DTYPE_OPTION = typer.Option("bf16", "--mfu-dtype", help="The dtype whose dense tensor peak MFU divides by "
+                                "(bf16, fp16, fp8, tf32, fp32, ...).")
+
+
+def checked_model_flops(text: Optional[str], dtype: str) -> tuple[float | None, str]:
+    """``--model-flops`` (a positive number or a product of numbers) and ``--mfu-dtype`` checked
+    before any work: one line and exit 2 when wrong."""
+    from traceview.errors import TraceviewError
+    from traceview.hardware import DTYPES, normalize_dtype
+
+    key = normalize_dtype(dtype) or dtype.lower()
+    if key not in DTYPES:
+        raise TraceviewError(f"--mfu-dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
+    if text is None:
+        return None, key
+    value = 1.0
+    try:
+        for factor in text.split("*"):
+            value *= float(factor.strip())
+    except ValueError:
+        raise TraceviewError(f"--model-flops: {text!r} is not a number or a product of numbers (e.g. 6*7e9*4096)") \
+            from None
+    if not 0 < value < float("inf"):
+        raise TraceviewError(f"--model-flops: {text!r} must be a positive, finite number of FLOPs")
+    return value, key
+
+
 #: ``progress(file, bytes_done, bytes_total)``, as :func:`traceview.load` and the pipeline call it
 LoadProgress = Callable[[Path, int, int], None]
 #: ``progress(files_done, files_total, files_failed)``, as a job's executor calls it

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from traceview.commands._common import (GPU_SPECS_OPTION, JOBS_OPTION, analyze_in_process, check_output_file,
-                                        checked_gpu_specs, job_progress, write_output_file)
+from traceview.commands._common import (GPU_SPECS_OPTION, JOBS_OPTION, MFU_DTYPE_OPTION, MODEL_FLOPS_OPTION,
+                                        analyze_in_process, check_output_file, checked_gpu_specs,
+                                        checked_model_flops, job_progress, write_output_file)
 from traceview.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ def command(
         None, "--comm-config", help="TOML file of communication rules (comm_patterns = [...] or "
         "[[comm_rules]], top level or under [tool.traceview])."),
     gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
+    model_flops: Optional[str] = MODEL_FLOPS_OPTION,
+    mfu_dtype: str = MFU_DTYPE_OPTION,
 ) -> None:
     """Analyze traces: the answer first (step time, utilization, where time goes, top findings and
     kernels); --details or --format markdown|html|json for everything."""
@@ -65,9 +68,10 @@ def command(
     renderer_cls = get_renderer(fmt_name)  # a bad --format fails before any work
     if output is not None:
         check_output_file(output)  # before the work: a path that cannot be written fails at once
+    flops, flops_dtype = checked_model_flops(model_flops, mfu_dtype)
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config),
-                      gpu_specs=checked_gpu_specs(gpu_specs))
+                      gpu_specs=checked_gpu_specs(gpu_specs), model_flops_per_step=flops, mfu_dtype=flops_dtype)
     report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs)
     renderer = renderer_cls(top=top, details=details, summary_only=summary_only)
     if output is None:
