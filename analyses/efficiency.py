@@ -683,9 +683,11 @@ def _warnings(k: OpKernels, roofed: pd.DataFrame, op_types: pd.DataFrame) -> lis
         out.append(f"efficiency: rank {rank} GPU {device}: {roof}")
     over = op_types[op_types["over_roofline"].to_numpy(bool)]
     for row in over.itertuples(index=False):
+        why = ("its roof is too low (TF32 products judged on the fp32 peak), or its data came from cache"
+               if row.unit == "tensor" else "its data came from cache, or the recorded shapes or durations are "
+               "not those that ran (a synthetic trace)")
         out.append(f"efficiency: {row.name} ({row.dtype}) on rank {row.rank} GPU {row.device} ran faster than its "
-                   f"roofline ({row.roofline_ns / row.gpu_ns:.0%}): its data came from cache, or its roof is too low "
-                   "(TF32 products judged on the fp32 peak); no efficiency is given for it")
+                   f"roofline ({row.roofline_ns / row.gpu_ns:.0%}): {why}; no efficiency is given for it")
     return out
 
 
