@@ -12,6 +12,7 @@ named on the command line too). A folder given on the command line is searched r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -127,15 +128,16 @@ clear_result_cache = report_cache.clear
 
 
 def run_options(step_marker: str | None, ranks: tuple[int, ...] | None = None,
-                gpu_specs: str | None = None) -> Options:
-    """The options of the app's analyses of a run (with no filter: those of `traceview analyze`;
-    ``gpu_specs``: the user's GPU table, as `analyze --gpu-specs`)."""
-    return Options(step_marker=step_marker, ranks=ranks, gpu_specs=gpu_specs)
+                base: Options | None = None) -> Options:
+    """The options of the app's analyses of a run (with no filter: those of `traceview analyze`):
+    ``base`` (the command line's analysis options: the GPU table, the model's FLOPs for MFU) with
+    the step marker and the selection's ranks."""
+    return dataclasses.replace(base or Options(), step_marker=step_marker, ranks=ranks)
 
 
-def result_key(spec: "RunSpec", step_marker: str | None, gpu_specs: str | None = None) -> str | None:
+def result_key(spec: "RunSpec", step_marker: str | None, base: Options | None = None) -> str | None:
     """The result cache's key for the whole run ``spec`` (None when a file cannot be read)."""
-    return report_cache.report_key(list(spec.files), run_options(step_marker, gpu_specs=gpu_specs))
+    return report_cache.report_key(list(spec.files), run_options(step_marker, base=base))
 
 
 def read_report(key: str, trace: Trace) -> Report | None:
@@ -204,12 +206,13 @@ class RunStore:
 
     def __init__(self, runs: Sequence[RunSpec], *, use_cache: bool = True, step_marker: str | None = None,
                  max_contexts: int = 12, loader: Callable[..., Trace] | None = None,
-                 gpu_specs: str | None = None) -> None:
+                 options: Options | None = None) -> None:
         self.runs = list(runs)
         self.use_cache = use_cache
         self.step_marker = step_marker
-        #: the user's GPU table (``Options.gpu_specs``) for the efficiency figures; None: the built-in one
-        self.gpu_specs = gpu_specs
+        #: the command line's analysis options (``run_options``' base): the GPU table
+        #: (``Options.gpu_specs``), the model's FLOPs for MFU; None: the defaults
+        self.options = options
         self.max_contexts = max_contexts
         self._loader = loader
         self._traces: dict[int, Trace] = {}
@@ -330,8 +333,8 @@ class RunStore:
         published as a partial context, so the Overview can draw while the analyses run."""
         t0 = time.perf_counter()
         sub = subset_trace(full, filters, info, self.step_marker)
-        options = run_options(self.step_marker, filters.ranks, self.gpu_specs)
-        disk_key = result_key(spec, self.step_marker, self.gpu_specs) if self.use_cache and not filters.active else None
+        options = run_options(self.step_marker, filters.ranks, self.options)
+        disk_key = result_key(spec, self.step_marker, self.options) if self.use_cache and not filters.active else None
         report = read_report(disk_key, sub) if disk_key else None
         from_disk = report is not None
         if report is None:

@@ -16,6 +16,8 @@ from typing import Any, Sequence
 import dash
 from dash import Input, Output, State, dcc, html
 
+from traceview.findings import Options
+
 from . import pages
 from .runs import RunStore, discover_runs
 from .views import AppController
@@ -204,12 +206,12 @@ def _add_download_callback(app: dash.Dash, controller: AppController, fmt: str) 
 
 def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: RunStore | None = None,
                use_cache: bool = True, step_marker: str | None = None, warm: bool = True,
-               gpu_specs: str | None = None) -> dash.Dash:
-    """The Dash app for the runs found under ``paths`` (or an existing ``store``); ``gpu_specs``: the
-    user's GPU table for the efficiency figures (as `analyze --gpu-specs`)."""
+               options: Options | None = None) -> dash.Dash:
+    """The Dash app for the runs found under ``paths`` (or an existing ``store``); ``options``: the
+    analysis options of the command line (GPU table, model FLOPs), as `analyze` takes them."""
     if store is None:
         store = RunStore(discover_runs(list(paths or [])), use_cache=use_cache, step_marker=step_marker,
-                         gpu_specs=gpu_specs)
+                         options=options)
     if warm and store.runs:
         store.warm(0)
     controller = AppController(store)
@@ -227,10 +229,10 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
 
 def serve(paths: Sequence[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050, use_cache: bool = True,
           step_marker: str | None = None, debug: bool = False, store: RunStore | None = None,
-          gpu_specs: str | None = None) -> None:
+          options: Options | None = None) -> None:
     """Start the app and serve it until interrupted."""
     # the first run loads and its analyses start once the web framework is imported: starting them
     # earlier only makes the two fight for the interpreter lock and delays the first page
-    app = create_app(paths, store=store, use_cache=use_cache, step_marker=step_marker, gpu_specs=gpu_specs)
+    app = create_app(paths, store=store, use_cache=use_cache, step_marker=step_marker, options=options)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app.run(host=host, port=port, debug=debug, use_reloader=False, threaded=True)

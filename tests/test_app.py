@@ -22,6 +22,7 @@ from traceview.app.runs import RunError, RunStore, discover_runs  # noqa: E402
 from traceview.app.server import create_app  # noqa: E402
 from traceview.app.timeline import SHAPE_BUDGET, LaneIndex, count_shapes, render  # noqa: E402
 from traceview.app.views import AppController, gap_search, parse_search  # noqa: E402
+from traceview.findings import Options  # noqa: E402
 
 #: every page of the app, in navigation order (from the analyses' specs)
 PAGE_LIST = pages.page_list()
@@ -726,7 +727,7 @@ def planted_controller(tmp_path: Path, *, inputs: bool = True, device_name: str 
     specs.write_text(SPEC_TOML)
     trace, _ = planted(inputs=inputs, device_name=device_name or GPU)
     store = RunStore([RunSpec(0, "planted", (tmp_path / "planted.json",))], use_cache=False,
-                     loader=lambda files: trace, gpu_specs=str(specs) if gpu_specs else None)
+                     loader=lambda files: trace, options=Options(gpu_specs=str(specs)) if gpu_specs else None)
     return AppController(store)
 
 
@@ -805,7 +806,7 @@ def test_efficiency_page_on_the_sample_with_its_gpu_file() -> None:
     sample = SAMPLE_TRACES / "efficiency_roofline.json.gz"
     truth = json.loads(sample.with_name("efficiency_roofline.truth.json").read_text())
     app = create_app([str(sample)], warm=False, use_cache=False,
-                     gpu_specs=str(sample.with_name("efficiency_roofline.gpus.toml")))
+                     options=Options(gpu_specs=str(sample.with_name("efficiency_roofline.gpus.toml"))))
     body, _ = app.traceview_controller.render_page("/efficiency", "", 0)
     if not any(getattr(g, "id", None) == "eff-roofline" for g in graphs(body)):
         pytest.skip("the Kineto parser does not fill input_dims yet: the sample has no op shapes")
@@ -816,6 +817,21 @@ def test_efficiency_page_on_the_sample_with_its_gpu_file() -> None:
         assert hovers[name][3] == f"{100 * expected['efficiency']:.1f}%, {expected['bound']}-bound"
     peaks = sorted(t.y[-1] for t in fig.data if t.meta == "roof")
     assert peaks == sorted([truth["peaks"]["bf16_tensor_flop_per_ns"] / 1e3, truth["peaks"]["fp32_vector_flop_per_ns"] / 1e3])
+
+
+def test_efficiency_page_shows_mfu_when_the_model_flops_are_given() -> None:
+    """``traceview app --model-flops``: the page's per-step table gains MFU, from the report's own
+    figures (75 GFLOP per 0.150 ms step on the sample's 1000 TFLOP/s bf16 peak: 50%)."""
+    sample = SAMPLE_TRACES / "efficiency_roofline.json.gz"
+    specs = str(sample.with_name("efficiency_roofline.gpus.toml"))
+    without = create_app([str(sample)], warm=False, use_cache=False, options=Options(gpu_specs=specs))
+    body, _ = without.traceview_controller.render_page("/efficiency", "", 0)
+    assert all("mfu_pct" not in r for r in by_id(body, "eff-steps").data)
+    app = create_app([str(sample)], warm=False, use_cache=False,
+                     options=Options(gpu_specs=specs, model_flops_per_step=7.5e10))
+    body, _ = app.traceview_controller.render_page("/efficiency", "", 0)
+    rows = by_id(body, "eff-steps").data
+    assert [r["mfu_pct"] for r in rows] == pytest.approx([50.0] * len(rows))
 
 
 def test_compare_page_shows_efficiency_per_op_type(tmp_path: Path) -> None:

@@ -254,6 +254,7 @@ def efficiency_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     import traceview
     from traceview.app.runs import RunSpec, RunStore
     from traceview.app.server import create_app
+    from traceview.findings import Options
 
     folder = tmp_path_factory.mktemp("efficiency")
     specs = folder / "gpus.toml"
@@ -264,7 +265,7 @@ def efficiency_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         return traceview.load(files, use_cache=False) if files[0] == EFFICIENCY_SAMPLE else trace
 
     runs = [RunSpec(0, "planted", (folder / "planted.json",)), RunSpec(1, "efficiency sample", (EFFICIENCY_SAMPLE,))]
-    app = create_app(store=RunStore(runs, use_cache=False, loader=loader, gpu_specs=str(specs)))
+    app = create_app(store=RunStore(runs, use_cache=False, loader=loader, options=Options(gpu_specs=str(specs))))
     srv = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, name="traceview-app-efficiency", daemon=True)
     thread.start()

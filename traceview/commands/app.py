@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from traceview.commands._common import GPU_SPECS_OPTION
+from traceview.commands._common import GPU_SPECS_OPTION, MFU_DTYPE_OPTION, MODEL_FLOPS_OPTION
 
 
 def command(
@@ -23,15 +23,19 @@ def command(
     step_marker: Optional[str] = typer.Option(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
     gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
+    model_flops: Optional[str] = MODEL_FLOPS_OPTION,
+    mfu_dtype: str = MFU_DTYPE_OPTION,
 ) -> None:
     """Interactive web app: overview, timeline, gaps, launches, communication, kernels, compare, findings."""
     from traceview.app.runs import RunStore, discover_runs
-    from traceview.commands._common import checked_gpu_specs, prefer_system_memory_pool
+    from traceview.commands._common import checked_gpu_specs, checked_model_flops, prefer_system_memory_pool
+    from traceview.findings import Options
 
     prefer_system_memory_pool()
-    specs = checked_gpu_specs(gpu_specs)  # a bad file fails here, as one line
-    runs = discover_runs(paths)  # a bad path fails here, as one line
-    store = RunStore(runs, use_cache=not no_cache, step_marker=step_marker, gpu_specs=specs)
+    flops, flops_dtype = checked_model_flops(model_flops, mfu_dtype)  # bad input fails here, as one line
+    options = Options(gpu_specs=checked_gpu_specs(gpu_specs), model_flops_per_step=flops, mfu_dtype=flops_dtype)
+    runs = discover_runs(paths)
+    store = RunStore(runs, use_cache=not no_cache, step_marker=step_marker, options=options)
     typer.echo(f"traceview app: {len(runs)} run(s) found:")
     for run in runs[:20]:
         typer.echo(f"  {run.id}: {run.label}")
