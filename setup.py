@@ -12,7 +12,7 @@ setup(
             "traceview.parsers._kineto_columns",
             sources=["parsers/_kineto_columns.c"],
             optional=True,
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O3"],
         )
     ]
 )

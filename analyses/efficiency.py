@@ -15,8 +15,11 @@ Definitions (docs/metrics.md, "Efficiency"), per rank and GPU device; times int6
 - Op cost. An op that owns kernels is modelled by ``analyses/opmodels.py`` from its recorded
   ``input_dims``/``input_types``/``input_strides``/``concrete_inputs`` (each JSON text decoded once
   per distinct text); it is a *leaf* (a composite such as ``aten::linear`` is then modelled itself)
-  unless an op nested in it owns kernels too. ``gpu_ns`` of an op = the sum of its kernels'
-  durations (not a union).
+  unless an op nested in it owns kernels too. Where its own record lacks a size, two records of
+  the same call give it: the calling op's shapes (``opmodels.SIZES_FROM_CALLER``: PyTorch 1.x's
+  split convolution backward ops) and the gradient shape of the autograd node a ``fwdbwd`` link
+  pairs with a forward convolution (its output); never a guess. ``gpu_ns`` of an op = the sum of
+  its kernels' durations (not a union).
 - Roof. The GPU is matched by the device name the trace records (``traceview.hardware``; a user
   file via ``Options.gpu_specs``). peak = the dense peak of the op's dtype on its unit (tensor for
   products, vector otherwise; a product in a dtype the tensor units have no published peak for, e.g.
@@ -52,9 +55,10 @@ Findings: ``below_roofline`` (per op family and dtype: efficiency below 50% and 
 roofline at least 2% of the GPU window; claims: the last (1 - efficiency) of each of its kernels),
 ``tiny_gemms`` (matrix products that would take under 2 us at peak: launch and ramp-up dominate;
 their claims are left out of ``below_roofline``'s), ``collective_bandwidth`` (a collective kind
-below 25% of the link's bandwidth, every instance timed over its whole group; no claims: its time
-is communication, costed by the communication findings). An unknown GPU or an unverified peak
-raises no finding: a warning says what could not be computed.
+below 25% of the link's bandwidth, every instance timed over its whole group; claims: per instance
+the last (time - S x factor / link) of its kernel, the time above the link-bandwidth roofline,
+where it is exposed; part of ``exposed_collective``). An unknown GPU or an unverified peak raises
+no finding: a warning says what could not be computed.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ from traceview.units import fmt_ns
 from . import classify
 from .communication import cross_rank_inputs, match_collectives
 from .launch_overhead import graph_replayed, issuing_cpu_op
-from .opmodels import OpCost, model_op
+from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
 from .steps import NO_STEP, activity, cached, per_step, step_column
 from .temporal import breakdown
 
@@ -111,7 +115,9 @@ _FAMILY_LABEL = {"gemm": "GEMMs", "scaled_mm": "FP8 scaled GEMMs", "conv": "conv
                  "attention backward", "elementwise": "elementwise ops", "copy": "copies", "reduction":
                  "reductions", "layer_norm": "layer norms", "rms_norm": "RMS norms", "layer_norm_backward":
                  "layer norm backward", "batch_norm": "batch norms", "softmax": "softmax", "softmax_backward":
-                 "softmax backward", "gather": "gathers (embedding)", "scatter_add": "embedding backward"}
+                 "softmax backward", "gather": "gathers (embedding)", "scatter_add": "embedding backward",
+                 "pool": "max pooling", "pool_backward": "max pooling backward", "loss": "losses",
+                 "loss_backward": "loss backward"}
 
 
 # ------------------------------------------------------------------------------------ the roof
@@ -304,11 +310,18 @@ def _with_costs(trace: Trace, ops: pd.DataFrame, leaf: np.ndarray) -> pd.DataFra
         codes, dictionary = _codes(trace, column)
         columns.append(codes[rows])
         decoded.append(_decoded(dictionary, np.unique(codes[rows])))
+    # shapes another op records: the caller's (SIZES_FROM_CALLER), the backward node's (the output)
+    dims_codes, dims_dictionary = _codes(trace, "input_dims")
+    for linked in (_callers(trace, rows, name_codes, names), _backward_nodes(trace, rows, name_codes, names)):
+        columns.append(np.where(linked >= 0, dims_codes[np.maximum(linked, 0)], -1))
+        decoded.append(_decoded(dims_dictionary, np.unique(columns[-1])))
     distinct, inverse = _distinct_rows(columns + [leaf.astype(np.int64)])
     results = []
     for k in distinct.tolist():
-        dims, types, strides, concrete = (decoded[i][k[i + 1]] for i in range(4))
-        results.append(model_op(names[k[0]] or "", dims, types, strides, concrete, leaf=bool(k[5])))
+        dims, types, strides, concrete, caller_dims, node_dims = (decoded[i][k[i + 1]] for i in range(6))
+        output = node_dims[0] if isinstance(node_dims, list) and node_dims else None
+        results.append(model_op(names[k[0]] or "", dims, types, strides, concrete, leaf=bool(k[7]),
+                                caller_dims=caller_dims, output_dims=output))
     per_result = pd.DataFrame(
         [(names[k[0]] or "", True, r.flops, r.bytes_read + r.bytes_written, r.dtype, r.unit, r.model, "", "")
          if isinstance(r, OpCost) else (names[k[0]] or "", False, 0, 0, "", "", "", r.reason, r.detail)
@@ -318,6 +331,81 @@ def _with_costs(trace: Trace, ops: pd.DataFrame, leaf: np.ndarray) -> pd.DataFra
     per_op = per_op.astype({"modelled": bool, "flops": np.int64, "bytes": np.int64})
     per_op["has_dims"] = columns[1] >= 0
     return pd.concat([ops.reset_index(drop=True), per_op], axis=1)
+
+
+def _enclosing(trace: Trace, inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
+    """Per row of ``inner``: the latest-starting row of ``outer`` on the same thread that starts at
+    or before it and ends at or after it (-1 for none): an as-of join on start time per thread.
+    Rows of ``outer`` do not nest in one another, so the latest one before is the only candidate."""
+    out = np.full(inner.size, -1, dtype=np.int64)
+    if inner.size == 0 or outer.size == 0:
+        return out
+    both = np.concatenate([inner, outer])
+    thread, _ = iv.combine_keys(trace.column("rank")[both], trace.column("pid")[both], trace.column("tid")[both])
+    start, dur = trace.column("start_ns"), np.maximum(trace.column("dur_ns"), 0)
+    left = pd.DataFrame({"at": np.arange(inner.size), "thread": thread[:inner.size], "start": start[inner]})
+    right = pd.DataFrame({"outer": outer, "thread": thread[inner.size:], "start": start[outer]})
+    found = pd.merge_asof(left.sort_values("start"), right.sort_values("start"), on="start", by="thread",
+                          direction="backward").dropna(subset=["outer"])
+    at, rows = found["at"].to_numpy(np.int64), found["outer"].to_numpy(np.int64)
+    encloses = start[rows] + dur[rows] >= start[inner[at]] + dur[inner[at]]
+    out[at[encloses]] = rows[encloses]
+    return out
+
+
+def _callers(trace: Trace, rows: np.ndarray, name_codes: np.ndarray, names: list[Any]) -> np.ndarray:
+    """Per op row of ``rows``: for the ops of ``SIZES_FROM_CALLER``, the innermost enclosing op of
+    one of their caller names on the same thread (-1 for none or other ops)."""
+    out = np.full(rows.size, -1, dtype=np.int64)
+    spec_of = {i: SIZES_FROM_CALLER[n] for i, n in enumerate(names) if n in SIZES_FROM_CALLER}
+    child = np.flatnonzero(np.isin(name_codes[rows], list(spec_of)))
+    caller_codes = [i for i, n in enumerate(names) if any(n in spec.callers for spec in spec_of.values())]
+    if child.size == 0 or not caller_codes:
+        return out
+    ops = np.flatnonzero((trace.kind_codes() == int(Kind.CPU_OP)) & np.isin(name_codes, caller_codes))
+    callers = _enclosing(trace, rows[child], ops)
+    width = len(names) + 1
+    allowed = [child_code * width + i for child_code, spec in spec_of.items()
+               for i, n in enumerate(names) if n in spec.callers]
+    ok = (callers >= 0) & np.isin(name_codes[rows[child]] * width + name_codes[np.maximum(callers, 0)], allowed)
+    out[child[ok]] = callers[ok]
+    return out
+
+
+def _equals(table: Any, column: str, value: str) -> np.ndarray:
+    """Rows of a dictionary column of ``table`` equal to ``value`` (compared by dictionary code)."""
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=bool)
+    col = table.column(column).combine_chunks()
+    words = col.dictionary.to_pylist()
+    if value not in words:
+        return np.zeros(table.num_rows, dtype=bool)
+    return col.indices.fill_null(-1).to_numpy(zero_copy_only=False) == words.index(value)
+
+
+def _backward_nodes(trace: Trace, rows: np.ndarray, name_codes: np.ndarray, names: list[Any]) -> np.ndarray:
+    """Per op row of ``rows``: for the ops of ``OUTPUT_FROM_BACKWARD``, the autograd node that a
+    ``fwdbwd`` flow link pairs with the op or with an op of its chain enclosing it on its thread
+    (``FORWARD_CHAINS``: PyTorch links the op that created the node, e.g. aten::convolution over
+    aten::cudnn_convolution); -1 for none or other ops."""
+    out = np.full(rows.size, -1, dtype=np.int64)
+    links = trace.links
+    flow = _equals(links, "type", "flow") & _equals(links, "category", "fwdbwd")
+    if not flow.any():
+        return out
+    src = links.column("src_row").to_numpy()[flow]
+    dst = links.column("dst_row").to_numpy()[flow]
+    wanted = [i for i, n in enumerate(names) if n in OUTPUT_FROM_BACKWARD]
+    inner = np.flatnonzero(np.isin(name_codes[rows], wanted))
+    chain = [i for i, n in enumerate(names) if n in FORWARD_CHAINS]
+    linked = np.isin(name_codes[src], chain)
+    src, dst = src[linked], dst[linked]
+    order = np.argsort(src, kind="stable")
+    src, dst = src[order], dst[order]
+    outer = _enclosing(trace, rows[inner], np.unique(src))
+    has = outer >= 0
+    out[inner[has]] = dst[np.searchsorted(src, outer[has])]  # one node per forward op: the first link
+    return out
 
 
 def with_roofs(trace: Trace, ops: pd.DataFrame, options: Options) -> pd.DataFrame:
@@ -705,10 +793,13 @@ def analyze(trace: Trace, options: Options) -> AnalysisResult:
 class CollectiveInputs:
     """What one rank gives the cross-rank collective figures: its communication kernels (kind,
     process group, step, start, end, bytes, group size), its GPUs' one-direction link bandwidth
-    (``link_gbs``, NaN when unknown, with ``link`` saying why) and GPU windows (whole trace)."""
+    (``link_gbs``, NaN when unknown, with ``link`` saying why) and GPU windows (whole trace), and
+    the exposed intervals of each collective kind (``communication.exposed_intervals``: rank,
+    device, collective, process_group, start_ns, end_ns)."""
 
     kernels: pd.DataFrame
     gpus: pd.DataFrame
+    exposed: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
 
     def remap_rows(self, rows: Any, offset: int = 0) -> "CollectiveInputs":
         del rows, offset  # no event rows are kept
@@ -722,7 +813,8 @@ _COLLECTIVE_KEYS = ["rank", "device", "step", "collective", "process_group", "st
 
 
 def collective_inputs(trace: Trace, options: Options) -> CollectiveInputs:
-    kernels = cross_rank_inputs(trace, options).kernels[_COLLECTIVE_KEYS].reset_index(drop=True)
+    inputs = cross_rank_inputs(trace, options)
+    kernels = inputs.kernels[_COLLECTIVE_KEYS].reset_index(drop=True)
     windows = breakdown(trace, options)
     whole = windows[windows["step"].isna()]
     counts = activity(trace, options).steps.counts()
@@ -732,7 +824,7 @@ def collective_inputs(trace: Trace, options: Options) -> CollectiveInputs:
         link, why = _link(name, spec)
         gpus.append((int(rank), int(device), int(window), counts.get(int(rank), 0), link, why))
     frame = pd.DataFrame(gpus, columns=["rank", "device", "window_ns", "steps", "link_gbs", "link"])
-    return CollectiveInputs(kernels, frame)
+    return CollectiveInputs(kernels, frame, inputs.exposed.reset_index(drop=True))
 
 
 def _link(name: str, spec: hw.GpuSpec | None) -> tuple[float, str]:
@@ -756,9 +848,14 @@ KIND_COLUMNS = ["rank", "device", "collective", "process_group", "count", "timed
 
 def collective_table(inputs: CollectiveInputs) -> pd.DataFrame:
     """One row per communication kernel with a known message size (see the module docstring)."""
-    kernels = inputs.kernels
-    if kernels.empty:
+    if inputs.kernels.empty:
         return _empty(COLLECTIVE_COLUMNS)
+    return _per_kernel(inputs)[COLLECTIVE_COLUMNS].reset_index(drop=True)
+
+
+def _per_kernel(inputs: CollectiveInputs) -> pd.DataFrame:
+    """:func:`collective_table`'s rows with the kernels' ``start`` and ``end`` (for the claims)."""
+    kernels = inputs.kernels
     kernels = kernels.sort_values(["rank", "start", "end"]).reset_index(drop=True).assign(kid=lambda f: f.index)
     arrivals, _ = match_collectives(kernels)  # its warnings are the communication analysis's
     occ = ["collective", "process_group", "step", "occurrence"]
@@ -783,7 +880,7 @@ def collective_table(inputs: CollectiveInputs) -> pd.DataFrame:
     for column in ("bytes", "group_size"):
         values = out[column].to_numpy(np.int64)
         out[column] = pd.arrays.IntegerArray(np.maximum(values, 0), values < 0)
-    return out.sort_values(["rank", "device", "start"])[COLLECTIVE_COLUMNS].reset_index(drop=True)
+    return out.sort_values(["rank", "device", "start"]).reset_index(drop=True)
 
 
 def bus_factor(kind: str, n: float) -> float:
@@ -819,9 +916,11 @@ def kind_table(per_kernel: pd.DataFrame, gpus: pd.DataFrame) -> pd.DataFrame:
     return out[KIND_COLUMNS]
 
 
-def collective_findings(kinds: pd.DataFrame, gpus: pd.DataFrame) -> list[Finding]:
+def collective_findings(kinds: pd.DataFrame, gpus: pd.DataFrame, per_kernel: pd.DataFrame | None = None,
+                        exposed: pd.DataFrame | None = None) -> list[Finding]:
     """``collective_bandwidth``: a kind below ``LOW_LINK_SHARE`` of the link taking at least
-    ``MIN_COLLECTIVE_SHARE`` of the rank's GPU window (no claims: see the module docstring)."""
+    ``MIN_COLLECTIVE_SHARE`` of the rank's GPU window. Its claims (:func:`_bandwidth_claims`): the
+    time above the link-bandwidth roofline, where it is exposed."""
     window = {(int(r), int(d)): (int(w), int(s)) for r, d, w, s in
               zip(gpus["rank"], gpus["device"], gpus["window_ns"], gpus["steps"])}
     # a kind timed on some rank's own durations includes waiting for the others: not judged
@@ -831,6 +930,7 @@ def collective_findings(kinds: pd.DataFrame, gpus: pd.DataFrame) -> list[Finding
         whole, steps = window.get((int(row.rank), int(row.device)), (0, 0))
         if not whole or row.time_ns < MIN_COLLECTIVE_SHARE * whole:
             continue
+        claims = _bandwidth_claims(row, per_kernel, exposed)
         findings.append(Finding(
             code="collective_bandwidth",
             title=f"{row.collective} on rank {row.rank} reaches {row.link_share:.0%} of the link's bandwidth "
@@ -839,7 +939,8 @@ def collective_findings(kinds: pd.DataFrame, gpus: pd.DataFrame) -> list[Finding
             recommendation="Larger messages (bigger DDP buckets, fewer and larger FSDP units) reach more of the "
                            "link; check NCCL uses NVLink/xGMI (NCCL_DEBUG=INFO) and that a group spanning nodes is "
                            "judged against the network, which this figure does not know.",
-            rank=int(row.rank), cost_ns_per_step=0,
+            rank=int(row.rank), cost_ns_per_step=per_step(claims.total_ns(), steps),
+            cost_share=claims.total_ns() / whole, claims=claims, part_of="exposed_collective",
             evidence={"collective": row.collective, "process_group": row.process_group, "count": int(row.count),
                       "bytes": int(row.bytes), "time_ns": int(row.time_ns), "algbw_gbs": float(row.algbw_gbs),
                       "busbw_gbs": float(row.busbw_gbs), "link_gbs": float(row.link_gbs),
@@ -848,16 +949,41 @@ def collective_findings(kinds: pd.DataFrame, gpus: pd.DataFrame) -> list[Finding
     return findings
 
 
+def _bandwidth_claims(row: Any, per_kernel: pd.DataFrame | None, exposed: pd.DataFrame | None) -> Claims:
+    """The time of one rank's collective kind above the link-bandwidth roofline that is exposed:
+    per instance, the last (time - S x factor / link) of its kernel (time = the shortest over the
+    group; the first dur - time of a rank's kernel is waiting for the others, the straggler's),
+    intersected with the kind's exposed intervals (time that overlapped compute costs nothing)."""
+    if per_kernel is None or exposed is None or per_kernel.empty or exposed.empty:
+        return Claims.empty()
+    mine = per_kernel[(per_kernel["rank"] == row.rank) & (per_kernel["device"] == row.device)
+                      & (per_kernel["collective"] == row.collective)
+                      & (per_kernel["process_group"] == row.process_group)]
+    roof_ns = mine["bytes"].to_numpy(np.float64) * (mine["busbw_gbs"] / mine["algbw_gbs"]).to_numpy() / row.link_gbs
+    above = np.nan_to_num(np.maximum(mine["time_ns"].to_numpy(np.float64) - roof_ns, 0.0))
+    end = mine["end"].to_numpy(np.int64)
+    slowness = Claims.of(mine["rank"].to_numpy(), mine["device"].to_numpy(), end - np.round(above).astype(np.int64),
+                         end)
+    shown = exposed[(exposed["rank"] == row.rank) & (exposed["device"] == row.device)
+                    & (exposed["collective"].astype(object) == row.collective)
+                    & (exposed["process_group"].astype(object) == row.process_group)]
+    return slowness.intersect(Claims.of(shown["rank"].to_numpy(), shown["device"].to_numpy(),
+                                        shown["start_ns"].to_numpy(), shown["end_ns"].to_numpy()))
+
+
 def reduce_collectives(parts: list[CollectiveInputs], options: Options) -> AnalysisResult:
     """The cross-rank collective tables and findings from every rank's :func:`collective_inputs`;
     ``options.whole_only`` (jobs of thousands of ranks) leaves out the one row per kernel."""
     kernels = pd.concat([p.kernels for p in parts], ignore_index=True) if parts else pd.DataFrame()
     gpus = pd.concat([p.gpus for p in parts], ignore_index=True) if parts else pd.DataFrame()
-    per_kernel = collective_table(CollectiveInputs(kernels, gpus)) if len(kernels) else _empty(COLLECTIVE_COLUMNS)
+    exposed = pd.concat([p.exposed for p in parts], ignore_index=True) if parts else pd.DataFrame()
+    full = _per_kernel(CollectiveInputs(kernels, gpus)) if len(kernels) else _empty(COLLECTIVE_COLUMNS)
+    per_kernel = full[COLLECTIVE_COLUMNS].reset_index(drop=True)
     kinds = kind_table(per_kernel, gpus) if len(per_kernel) else _empty(KIND_COLUMNS)
     tables = {"collective_kinds": kinds} if options.whole_only else {"collectives": per_kernel,
                                                                      "collective_kinds": kinds}
-    return AnalysisResult(name=NAME, tables=tables, findings=collective_findings(kinds, gpus) if len(kinds) else [])
+    findings = collective_findings(kinds, gpus, full, exposed) if len(kinds) else []
+    return AnalysisResult(name=NAME, tables=tables, findings=findings)
 
 
 SPEC = AnalysisSpec(
@@ -875,6 +1001,8 @@ SPEC = AnalysisSpec(
     ),
     finding_codes=("below_roofline", "tiny_gemms", "collective_bandwidth"),
     finding_precedence=(("below_roofline", 100), ("tiny_gemms", 100)),
+    # its time is part of its kind's exposed communication: the time above the bandwidth roof
+    finding_parents=(("collective_bandwidth", "exposed_collective"),),
     gather=collective_inputs,
     reduce=reduce_collectives,
     headline_table="op_types",

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TypedDict
 
 import numpy as np
@@ -68,6 +69,7 @@ from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.units import fmt_ns
 from .idle_gaps import HOST_BOUND
+from .kernel_names import normalize_kernel_name
 from .idle_gaps import compute as idle_gap_tables
 from .launch_overhead import graph_replayed
 from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
@@ -305,7 +307,8 @@ def tiny_table(act: Activity, graph: np.ndarray | None = None) -> pd.DataFrame:
 
 def _empty_frame(columns: list[str]) -> pd.DataFrame:
     dtypes = {"name": object, "category": object, "kind": object, "step": "Int64"}
-    floats = {"mean_ns", "std_ns", "share_pct", "tiny_share"}
+    floats = {"mean_ns", "std_ns", "share_pct", "tiny_share", "p50_ns", "p90_ns", "total_ns_per_gpu"}
+    dtypes.update({"norm_name": object, "full_name": object})
     return pd.DataFrame(
         {c: pd.Series(dtype=dtypes.get(c, "float64" if c in floats else "int64")) for c in columns}
     )
@@ -558,13 +561,17 @@ JOB_COLUMNS = ["name", "category", "kind", "count", "total_ns", "mean_ns", "min_
 
 @dataclass
 class KernelTotals:
-    """One rank's totals per kernel name (count, total, min, max, GPUs it ran on): what the job-wide
-    ``job_kernels`` table needs of each rank. No row numbers, so nothing to remap."""
+    """One rank's kernel figures for the cross-rank tables: ``frame``, totals per full kernel name
+    (count, total, min, max, GPUs it ran on; for ``job_kernels``), and ``calls``, every distinct
+    (full name, device, duration) with its number of calls (for ``kernel_summary`` and
+    ``kernel_ranks``: exact percentiles over all calls, at the size of the distinct durations rather
+    than of the calls). No row numbers, so nothing to remap."""
 
     frame: pd.DataFrame
+    calls: pd.DataFrame
 
     def remap_rows(self, rows: np.ndarray | None, offset: int = 0) -> "KernelTotals":
-        del rows, offset  # per-name totals hold no event rows
+        del rows, offset  # per-name figures hold no event rows
         return self
 
     def compact(self) -> "KernelTotals":
@@ -577,18 +584,88 @@ def _cached_tables(trace: Trace, act: Activity, options: Options) -> dict[str, p
     return cached(trace, "kernel_tables", options, lambda: kernel_tables(trace, act, options.top_n))
 
 
+CALL_COLUMNS = ["name", "norm_name", "category", "kind", "rank", "device", "dur_ns", "calls"]
+
+
+@lru_cache(maxsize=65536)
+def normalized_name(name: str) -> str:
+    """:func:`~traceview.analyses.kernel_names.normalize_kernel_name`, remembered (a trace repeats
+    its few thousand names on every rank)."""
+    return normalize_kernel_name(name)
+
+
+def _distinct_calls(trace: Trace, act: Activity) -> pd.DataFrame:
+    """Every distinct (rank, device, name, duration) of ``act`` with its number of calls."""
+    cat, codes, dictionary = categories_of(trace, act)
+    dur = (act.end - act.start).astype(np.int64)
+    group, (rank, device, code, value) = iv.combine_keys(act.rank, act.device, codes, dur)
+    calls = np.bincount(group, minlength=rank.size).astype(np.int64)
+    first = np.zeros(rank.size, dtype=np.int64)
+    first[group[::-1]] = np.arange(len(group) - 1, -1, -1)  # an event of each group: its category, kind
+    kind_names = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
+    names = [dictionary[c] for c in code.tolist()]
+    return pd.DataFrame({
+        "name": names, "norm_name": [normalized_name(n) for n in names],
+        "category": [CATEGORIES[c] for c in cat[first].tolist()],
+        "kind": [kind_names.get(int(k), "other") for k in act.kind[first].tolist()],
+        "rank": rank.astype(np.int64), "device": device.astype(np.int64), "dur_ns": value, "calls": calls,
+    })
+
+
 def kernel_totals(trace: Trace, options: Options) -> KernelTotals:
-    """Per kernel name over every rank and GPU of ``trace``: count, total, min and max duration, and
-    the number of (rank, device) pairs it ran on."""
+    """What one rank gives the cross-rank tables: per full kernel name over every GPU of ``trace``,
+    count, total, min and max duration and the number of (rank, device) pairs it ran on; and its
+    distinct calls (:func:`_distinct_calls`)."""
     act = activity(trace, options)
     if len(act) == 0:
         return KernelTotals(_empty_frame(["name", "category", "kind", "count", "total_ns", "min_ns", "max_ns",
-                                          "gpus"]))
+                                          "gpus"]), _empty_frame(CALL_COLUMNS))
     per_gpu = _cached_tables(trace, act, options)["kernels"]
     grouped = per_gpu.groupby(["name", "category", "kind"], sort=False)
     frame = grouped.agg(count=("count", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
                         max_ns=("max_ns", "max"), gpus=("count", "size")).reset_index()
-    return KernelTotals(frame)
+    return KernelTotals(frame, _distinct_calls(trace, act))
+
+
+def weighted_percentiles(group: np.ndarray, value: np.ndarray, weight: np.ndarray, n_groups: int,
+                         q: float) -> np.ndarray:
+    """Per group, the ``q`` percentile (0-100) of the values each repeated ``weight`` times: exactly
+    ``np.percentile`` (linear interpolation) of the expanded values, without expanding them.
+
+    ``group``: dense codes 0..n_groups-1; every group must have a positive total weight."""
+    order = np.lexsort((value, group))
+    g, v, w = group[order], value[order].astype(np.float64), weight[order].astype(np.int64)
+    upto = np.cumsum(w)  # calls up to and including each distinct value, over all groups
+    size = np.bincount(g, weights=w, minlength=n_groups).astype(np.int64)
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])  # first call of each group
+    pos = (q / 100.0) * (size - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, size - 1)
+    v_lo = v[np.searchsorted(upto, start + lo, side="right")]
+    v_hi = v[np.searchsorted(upto, start + hi, side="right")]
+    t = pos - lo
+    diff = v_hi - v_lo
+    # numpy's own lerp (its rounding: from the upper value when t >= 0.5), so the figures equal
+    # np.percentile's to the last bit
+    return np.where(t >= 0.5, v_hi - diff * (1 - t), v_lo + diff * t)
+
+
+def _call_stats(calls: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """count, total, mean, p50, p90, min and max of the calls per distinct ``keys`` (key order)."""
+    group, distinct = iv.combine_keys(*(calls[k].to_numpy() for k in keys))
+    n = distinct[0].size
+    dur, w = calls["dur_ns"].to_numpy().astype(np.int64), calls["calls"].to_numpy().astype(np.int64)
+    out = pd.DataFrame(dict(zip(keys, distinct)))
+    out["count"] = np.bincount(group, weights=w, minlength=n).astype(np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, group, dur * w)
+    out["total_ns"] = total
+    out["mean_ns"] = total / np.maximum(out["count"].to_numpy(), 1)
+    out["p50_ns"] = weighted_percentiles(group, dur, w, n, 50.0)
+    out["p90_ns"] = weighted_percentiles(group, dur, w, n, 90.0)
+    out["min_ns"] = pd.Series(dur).groupby(group).min().to_numpy()
+    out["max_ns"] = pd.Series(dur).groupby(group).max().to_numpy()
+    return out
 
 
 def job_kernels(parts: list[KernelTotals], options: Options) -> AnalysisResult:
@@ -613,12 +690,84 @@ def job_kernels(parts: list[KernelTotals], options: Options) -> AnalysisResult:
     return result
 
 
+SUMMARY_COLUMNS = ["name", "category", "kind", "count", "total_ns", "mean_ns", "p50_ns", "p90_ns", "min_ns",
+                   "max_ns", "share_pct", "ranks", "gpus", "min_rank", "min_rank_total_ns", "max_rank",
+                   "max_rank_total_ns", "names", "full_name"]
+RANK_COLUMNS = ["name", "rank", "device", "count", "total_ns", "mean_ns", "p50_ns", "p90_ns", "min_ns", "max_ns",
+                "share_pct"]
+
+
+def _rank_spread(calls: pd.DataFrame) -> pd.DataFrame:
+    """Per normalised name: its ranks, and the ranks with the smallest and the largest total (all
+    their devices; the lower rank on a tie)."""
+    per_rank = _sums_by_key({"norm_name": calls["norm_name"].to_numpy(), "rank": calls["rank"].to_numpy()},
+                            {"total": calls["dur_ns"].to_numpy() * calls["calls"].to_numpy()})
+    lo = per_rank.sort_values(["norm_name", "total", "rank"], kind="stable").drop_duplicates("norm_name")
+    hi = per_rank.sort_values(["norm_name", "total", "rank"], ascending=[True, False, True],
+                              kind="stable").drop_duplicates("norm_name")
+    out = per_rank.groupby("norm_name", sort=True).size().rename("ranks").reset_index()
+    out = out.merge(lo.rename(columns={"rank": "min_rank", "total": "min_rank_total_ns"}), on="norm_name")
+    return out.merge(hi.rename(columns={"rank": "max_rank", "total": "max_rank_total_ns"}), on="norm_name")
+
+
+def _summary_table(calls: pd.DataFrame) -> pd.DataFrame:
+    """``kernel_summary``: one row per normalised name over every rank and GPU (module docstring)."""
+    stats = _call_stats(calls, ["norm_name"])
+    # category, kind and the full name shown: those of the full name with the largest total
+    by_name = _sums_by_key({"norm_name": calls["norm_name"].to_numpy(), "name": calls["name"].to_numpy()},
+                           {"total": calls["dur_ns"].to_numpy() * calls["calls"].to_numpy()})
+    names = by_name.groupby("norm_name", sort=True).size().rename("names").reset_index()
+    largest = by_name.sort_values(["norm_name", "total", "name"], ascending=[True, False, True],
+                                  kind="stable").drop_duplicates("norm_name")
+    about = calls.drop_duplicates("name")[["name", "category", "kind"]]
+    largest = largest.merge(about, on="name", how="left").rename(columns={"name": "full_name"})
+    gpus = calls.drop_duplicates(["norm_name", "rank", "device"]).groupby("norm_name").size().rename("gpus")
+    out = stats.merge(largest[["norm_name", "full_name", "category", "kind"]], on="norm_name")
+    out = out.merge(names, on="norm_name").merge(gpus.reset_index(), on="norm_name")
+    out = out.merge(_rank_spread(calls), on="norm_name")
+    all_ns = float(out["total_ns"].sum())
+    out["share_pct"] = 100.0 * out["total_ns"].to_numpy() / all_ns if all_ns > 0 else 0.0
+    out = out.rename(columns={"norm_name": "name"}).sort_values(["total_ns", "name"], ascending=[False, True],
+                                                                kind="stable")
+    for c in ("ranks", "gpus", "names", "min_rank", "max_rank", "min_rank_total_ns", "max_rank_total_ns"):
+        out[c] = out[c].astype(np.int64)
+    return out[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def _rank_table(calls: pd.DataFrame) -> pd.DataFrame:
+    """``kernel_ranks``: the figures of each normalised name per rank and GPU."""
+    out = _call_stats(calls, ["norm_name", "rank", "device"])
+    gpu_ns = out.groupby(["rank", "device"])["total_ns"].transform("sum").to_numpy()
+    out["share_pct"] = np.where(gpu_ns > 0, 100.0 * out["total_ns"].to_numpy() / np.maximum(gpu_ns, 1), 0.0)
+    return out.rename(columns={"norm_name": "name"})[RANK_COLUMNS].reset_index(drop=True)
+
+
+def cross_rank(parts: list[KernelTotals], options: Options) -> AnalysisResult:
+    """The cross-rank tables from every rank's :class:`KernelTotals`: ``job_kernels`` (by full
+    name), ``kernel_summary`` (by normalised name) and ``kernel_ranks`` (normalised name per rank
+    and GPU)."""
+    result = job_kernels(parts, options)
+    frames = [p.calls for p in parts if len(p.calls)]
+    if not frames:
+        result.tables["kernel_summary"] = _empty_frame(SUMMARY_COLUMNS)
+        result.tables["kernel_ranks"] = _empty_frame(RANK_COLUMNS)
+        return result
+    calls = pd.concat(frames, ignore_index=True)
+    result.tables["kernel_summary"] = _summary_table(calls)
+    result.tables["kernel_ranks"] = _rank_table(calls)
+    return result
+
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Kernels",
     run=analyze,
     order=50,
     tables=(
+        TableSpec("kernel_summary", "Kernels over all ranks, by normalised name", sort_by="total_ns",
+                  cross_rank=True),
+        TableSpec("kernel_ranks", "Kernels over all ranks: each normalised name per rank and GPU", sort_by="total_ns",
+                  cross_rank=True),
         TableSpec("job_kernels", "Kernels over the whole job (all ranks and GPUs), by total time", sort_by="total_ns",
                   cross_rank=True),
         TableSpec("kernels", "Kernels by total time, per rank and GPU", sort_by="total_ns", per_event=True),
@@ -632,6 +781,6 @@ SPEC = AnalysisSpec(
     finding_precedence=(("many_tiny_kernels", 61),),
     page=("/kernels", "Kernels"),
     gather=kernel_totals,
-    reduce=job_kernels,
+    reduce=cross_rank,
     headline_table="categories",
 )

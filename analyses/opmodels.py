@@ -18,12 +18,14 @@ This module declares no ``SPEC``: it is a library for the analyses, not an analy
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
-__all__ = ["OpCost", "Unmodelled", "REASONS", "model_op", "op_cost", "dtype_of", "modelled_ops"]
+__all__ = ["OpCost", "Unmodelled", "REASONS", "model_op", "op_cost", "dtype_of", "modelled_ops", "CallerSizes",
+           "SIZES_FROM_CALLER", "OUTPUT_FROM_BACKWARD", "FORWARD_CHAINS"]
 
 #: reason codes of :class:`Unmodelled`
 REASONS = ("not_modelled", "counted_at_leaf", "missing_shapes", "inconsistent_shapes", "unknown_dtype",
@@ -93,6 +95,10 @@ class _Args:
     types: Sequence[str]
     strides: Sequence[Any] | None
     concrete: Sequence[str] | None
+    #: int[] arguments known from the calling op (:data:`SIZES_FROM_CALLER`), by position, as text
+    derived: dict[int, str] = dataclasses.field(default_factory=dict)
+    #: the shape of the op's first output, where a linked backward op records it (``output_dims``)
+    output: list[int] | None = None
 
     def tensor(self, i: int, what: str) -> tuple[list[int], str]:
         """(shape, c10 type name) of tensor argument ``i``; raises when absent or not a tensor."""
@@ -123,6 +129,7 @@ class _Args:
     def scalar(self, i: int, what: str) -> str:
         """Concrete text of scalar argument ``i``; raises when it was not recorded."""
         value = self.concrete[i] if self.concrete is not None and i < len(self.concrete) else ""
+        value = value or self.derived.get(i, "")
         if value == "":
             raise _Skip("missing_argument", f"{self.name}: {what} not recorded (no Concrete Inputs)")
         return value
@@ -259,7 +266,15 @@ def _conv(a: _Args, pos: dict[str, int]) -> OpCost:
     c_in = w[0] if transposed else w[1] * groups
     c_out = w[1] * groups if transposed else w[0]
     _require(x[1] == c_in and c_out % groups == 0, a.name, f"input {x} does not fit weight {w} with groups {groups}")
-    out = [x[0], c_out, *_conv_out_spatial(a, x, w, pos, transposed)]
+    try:
+        out = [x[0], c_out, *_conv_out_spatial(a, x, w, pos, transposed)]
+        _require(a.output is None or a.output == out, a.name, f"output {out} is not the linked {a.output}")
+    except _Skip as skip:
+        if skip.reason != "missing_argument" or a.output is None:
+            raise
+        out = a.output  # stride or padding not recorded: the output its backward op received
+        _require(len(out) == len(x) and out[:2] == [x[0], c_out] and min(out) > 0, a.name,
+                 f"linked output {out} is not one of input {x} with weight {w}")
     # 2 FLOPs per weight element and per point of the side the kernel slides over
     slid = x if transposed else out
     flops = 2 * math.prod(slid) * math.prod(w[1:])
@@ -349,6 +364,53 @@ def _conv_backward_weight(a: _Args) -> OpCost:
     read = _bytes(a.unique_elements(1), tg) + _bytes(a.unique_elements(2), tx)
     return OpCost(2 * math.prod(g) * math.prod(w[1:]), read, _bytes(math.prod(w), tx), _DTYPES[tx][0], "tensor",
                   "conv_backward")
+
+
+@dataclass(frozen=True)
+class CallerSizes:
+    """An int[] argument of a PyTorch 1.x op that its calling op passes as one of its own tensors'
+    sizes. ATen 1.x (``native/cudnn/ConvShared.cpp``, ``native/miopen/Conv_miopen.cpp``):
+    ``cudnn_convolution_backward(self, grad_output, weight, ...)`` calls
+    ``cudnn_convolution_backward_input(self.sizes(), grad_output, weight, ...)`` and
+    ``cudnn_convolution_backward_weight(weight.sizes(), grad_output, self, ...)``. Kineto records
+    the caller's tensor shapes, not the callee's int[] (before "Concrete Inputs"), so the caller's
+    "Input Dims" give it, once the tensors both record are seen to be the same (``same``)."""
+
+    callers: tuple[str, ...]  # the ops that make this call
+    argument: int  # the op's int[] argument
+    caller_tensor: int  # the caller's tensor argument whose shape it is
+    same: tuple[tuple[int, int], ...]  # (op's tensor argument, caller's tensor argument) of equal shape
+
+
+_CUDNN_BACKWARD = ("aten::cudnn_convolution_backward",)
+_MIOPEN_BACKWARD = ("aten::miopen_convolution_backward",)
+_MIOPEN_DEPTHWISE_BACKWARD = ("aten::miopen_depthwise_convolution_backward",)
+#: op name -> where its int[] size argument comes from (see :class:`CallerSizes`)
+SIZES_FROM_CALLER: dict[str, CallerSizes] = {
+    "aten::cudnn_convolution_backward_input": CallerSizes(_CUDNN_BACKWARD, 0, 0, ((1, 1), (2, 2))),
+    "aten::cudnn_convolution_backward_weight": CallerSizes(_CUDNN_BACKWARD, 0, 2, ((1, 1), (2, 0))),
+    "aten::miopen_convolution_backward_input": CallerSizes(_MIOPEN_BACKWARD, 0, 0, ((1, 1), (2, 2))),
+    "aten::miopen_convolution_backward_weight": CallerSizes(_MIOPEN_BACKWARD, 0, 2, ((1, 1), (2, 0))),
+    "aten::miopen_depthwise_convolution_backward_input": CallerSizes(_MIOPEN_DEPTHWISE_BACKWARD, 0, 0,
+                                                                     ((1, 1), (2, 2))),
+    "aten::miopen_depthwise_convolution_backward_weight": CallerSizes(_MIOPEN_DEPTHWISE_BACKWARD, 0, 2,
+                                                                      ((1, 1), (2, 0))),
+}
+
+
+def _from_caller(name: str, dims: Sequence[Any], caller_dims: Sequence[Any] | None) -> dict[int, str]:
+    """The int[] arguments of ``name`` that its caller's recorded shapes give (empty when none)."""
+    spec = SIZES_FROM_CALLER.get(name)
+    if spec is None or not isinstance(caller_dims, (list, tuple)):
+        return {}
+    pairs = (*spec.same, (None, spec.caller_tensor))
+    if any(c >= len(caller_dims) or (i is not None and (i >= len(dims) or dims[i] != caller_dims[c]))
+           for i, c in pairs):
+        return {}  # not the call it should be: nothing is taken from it
+    shape = caller_dims[spec.caller_tensor]
+    if not isinstance(shape, list) or not shape or not all(type(d) is int for d in shape):
+        return {}
+    return {spec.argument: "[" + ", ".join(map(str, shape)) + "]"}
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -577,7 +639,8 @@ def _softmax_backward(a: _Args) -> OpCost:
 _ELEMENTWISE_FLOPS: dict[str, int] = {
     **dict.fromkeys(("abs neg exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid relu gelu silu "
                      "mish erf erfinv reciprocal sign floor ceil round trunc clamp clamp_min clamp_max hardtanh "
-                     "hardswish hardsigmoid leaky_relu elu softplus square pow nan_to_num logical_not bitwise_not "
+                     "hardswish hardsigmoid leaky_relu elu softplus threshold square pow nan_to_num logical_not "
+                     "bitwise_not "
                      "add sub rsub mul div remainder fmod maximum minimum atan2 where masked_fill lerp "
                      "threshold_backward gelu_backward silu_backward sigmoid_backward tanh_backward "
                      "hardtanh_backward leaky_relu_backward logical_and logical_or bitwise_and bitwise_or "
@@ -669,6 +732,88 @@ def _reduction(a: _Args, base: str) -> OpCost:
                   "vector", "reduction")
 
 
+# ------------------------------------------------------------------------------------ pooling and losses
+
+
+def _pool_out(a: _Args, x: list[int], kernel: list[int], first: int) -> list[int]:
+    """Output spatial size of max_pool{1,2,3}d(self, kernel_size, stride, padding, dilation,
+    ceil_mode) from the arguments at ``first`` ... ``first + 4`` (ATen's pooling_output_shape: an
+    empty stride is the kernel size; with ceil_mode the last window must start inside the input or
+    its left padding)."""
+    dims = len(kernel)
+    stride_text = a.scalar(first + 1, "stride")
+    stride = kernel if stride_text.strip() == "[]" else _expand(a.int_list(first + 1, "stride"), dims, a.name)
+    padding = _expand(a.int_list(first + 2, "padding"), dims, a.name)
+    dilation = _expand(a.int_list(first + 3, "dilation"), dims, a.name)
+    ceil = a.flag(first + 4, "ceil_mode")
+    _require(min(stride + dilation + kernel) > 0 and min(padding) >= 0, a.name,
+             f"kernel {kernel}, stride {stride}, padding {padding}, dilation {dilation}")
+    out = []
+    for i, k, s, p, d in zip(x[len(x) - dims:], kernel, stride, padding, dilation):
+        span = i + 2 * p - d * (k - 1) - 1
+        o = (span + (s - 1 if ceil else 0)) // s + 1
+        if ceil and (o - 1) * s >= i + p:
+            o -= 1
+        out.append(o)
+    _require(all(o > 0 for o in out), a.name, f"no output for input {x}")
+    return out
+
+
+def _max_pool(a: _Args) -> OpCost:
+    """max_pool{1,2,3}d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) ->
+    (out, indices): one comparison per window element of each output element; the input read
+    once, the output and its int64 indices written."""
+    x, tx = a.tensor(0, "self")
+    kernel = a.int_list(1, "kernel_size")
+    dims = 3 if "3d" in a.name else 2
+    kernel = _expand(kernel, dims, a.name)
+    _require(len(x) in (dims + 1, dims + 2), a.name, f"input {x} for a {dims}-D pool")
+    out = [*x[:len(x) - dims], *_pool_out(a, x, kernel, 1)]
+    numel = math.prod(out)
+    return OpCost(numel * math.prod(kernel), _bytes(a.unique_elements(0), tx), _nbytes(out, tx) + numel * 8,
+                  _DTYPES[tx][0], "vector", "pool")
+
+
+def _max_pool_backward(a: _Args) -> OpCost:
+    """max_pool{1,2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+    dilation, ceil_mode, indices): each gradient element added into the input position its index
+    names (one FLOP each); grad_output and indices read, grad_input (self's shape) written. The
+    shapes are all recorded: no scalar argument is needed."""
+    (g, tg), (x, tx), (idx, ti) = a.tensor(0, "grad_output"), a.tensor(1, "self"), a.tensor(7, "indices")
+    dims = 3 if "3d" in a.name else 2
+    _require(g == idx and len(g) == len(x) in (dims + 1, dims + 2) and g[:len(g) - dims] == x[:len(x) - dims],
+             a.name, f"grad_output {g}, self {x}, indices {idx}")
+    return OpCost(math.prod(g), _bytes(a.unique_elements(0), tg) + _bytes(a.unique_elements(7), ti), _nbytes(x, tx),
+                  _DTYPES[tg][0], "vector", "pool_backward")
+
+
+_MSE_FLOPS = 2  # subtract, square (a reduction adds one per element)
+_MSE_BACKWARD_FLOPS = 3  # subtract, multiply by 2/N, multiply by the gradient
+
+
+def _mse_loss(a: _Args) -> OpCost:
+    """mse_loss(self, target, reduction): reduction 0 (none) writes one element per input, 1-2
+    (mean, sum) one scalar and adds every element."""
+    (x, tx), (t, tt) = a.tensor(0, "self"), a.tensor(1, "target")
+    out = _broadcast(a.name, [x, t])
+    reduction = a.int_value(2, "reduction")
+    _require(reduction in (0, 1, 2), a.name, f"reduction {reduction}")
+    numel = math.prod(out)
+    flops = numel * (_MSE_FLOPS + (reduction > 0))
+    read = _bytes(a.unique_elements(0), tx) + _bytes(a.unique_elements(1), tt)
+    return OpCost(flops, read, _bytes(numel if reduction == 0 else 1, tx), _DTYPES[tx][0], "vector", "loss")
+
+
+def _mse_loss_backward(a: _Args) -> OpCost:
+    """mse_loss_backward(grad_output, self, target, reduction): grad_input = 2 (self - target)
+    grad_output (/ N for the mean); every tensor argument read once, grad_input written."""
+    (_, tg), (x, tx), (t, _) = a.tensor(0, "grad_output"), a.tensor(1, "self"), a.tensor(2, "target")
+    out = _broadcast(a.name, [x, t])
+    read = sum(_bytes(a.unique_elements(i), a.types[i]) for i in (0, 1, 2))
+    return OpCost(_MSE_BACKWARD_FLOPS * math.prod(out), read, _nbytes(out, tx), _DTYPES[tg][0], "vector",
+                  "loss_backward")
+
+
 # ------------------------------------------------------------------------------------ embedding, optimizer
 
 
@@ -701,6 +846,14 @@ def _tensor_lists(a: _Args) -> OpCost:
     raise _Skip("unknown_dtype", f"{a.name}: the element types of TensorList arguments are not recorded")
 
 
+#: forward ops that take their output shape from their backward node (``model_op(output_dims=...)``)
+OUTPUT_FROM_BACKWARD = frozenset((*_CONV_FORWARD, "aten::convolution", "aten::_convolution",
+                                  *(f"aten::conv{d}d" for d in (1, 2, 3)),
+                                  *(f"aten::conv_transpose{d}d" for d in (1, 2, 3))))
+#: the ops of one forward call chain whose result is the same tensor (conv2d -> convolution ->
+#: _convolution -> cudnn_convolution): a fwdbwd link on any of them gives the output of all
+FORWARD_CHAINS = OUTPUT_FROM_BACKWARD
+
 # ------------------------------------------------------------------------------------ the table of ops
 
 #: ops whose kernels run under a child op that is modelled (composite ops): counting them too
@@ -723,6 +876,7 @@ _COUNTED_AT_LEAF: dict[str, str] = {
     "aten::batch_norm": "aten::native/cudnn/miopen_batch_norm",
     "aten::_batch_norm_impl_index": "aten::native/cudnn/miopen_batch_norm",
     "aten::softmax": "aten::_softmax", "aten::log_softmax": "aten::_log_softmax",
+    "aten::max_pool2d": "aten::max_pool2d_with_indices", "aten::max_pool3d": "aten::max_pool3d_with_indices",
     "aten::embedding": "aten::index_select", "aten::to": "aten::copy_", "aten::_to_copy": "aten::copy_",
     "aten::clone": "aten::copy_", "aten::contiguous": "aten::copy_",
 }
@@ -745,6 +899,9 @@ _MODELS: dict[str, Callable[[_Args], OpCost]] = {
     "aten::_softmax": _softmax, "aten::_log_softmax": _softmax,
     "aten::_softmax_backward_data": _softmax_backward, "aten::_log_softmax_backward_data": _softmax_backward,
     "aten::index_select": _index_select, "aten::embedding_dense_backward": _embedding_backward,
+    **dict.fromkeys((f"aten::max_pool{d}d_with_indices" for d in (2, 3)), _max_pool),
+    **dict.fromkeys((f"aten::max_pool{d}d_with_indices_backward" for d in (2, 3)), _max_pool_backward),
+    "aten::mse_loss": _mse_loss, "aten::mse_loss_backward": _mse_loss_backward,
     "aten::cat": _tensor_lists,
     "aten::_fused_adam_": _tensor_lists, "aten::_fused_adamw_": _tensor_lists, "aten::_fused_sgd_": _tensor_lists,
 }
@@ -809,12 +966,19 @@ def modelled_ops() -> list[str]:
 
 
 def model_op(name: str, dims: Sequence[Any], types: Sequence[str], strides: Sequence[Any] | None = None,
-             concrete: Sequence[str] | None = None, *, leaf: bool = False) -> OpCost | Unmodelled:
+             concrete: Sequence[str] | None = None, *, leaf: bool = False,
+             caller_dims: Sequence[Any] | None = None, output_dims: Any = None) -> OpCost | Unmodelled:
     """Cost of one op from its recorded "Input Dims", "Input type", "Input Strides" and "Concrete
     Inputs" (``None`` where the trace has no such field), or why it has none.
 
     ``leaf``: no recorded op under this one launches its kernels. A composite op (linear,
-    convolution, layer_norm ...) is then modelled itself; by default it is ``counted_at_leaf``."""
+    convolution, layer_norm ...) is then modelled itself; by default it is ``counted_at_leaf``.
+    ``caller_dims``: the "Input Dims" of the op that called this one, for the ops of
+    :data:`SIZES_FROM_CALLER` (an int[] argument that is the caller's tensor's shape).
+    ``output_dims``: the shape of the op's first output where another record gives it (the
+    gradient its backward op received: "Input Dims"[0] of the autograd node that a ``fwdbwd``
+    link pairs with it); used by the forward convolutions when stride or padding is not recorded,
+    and checked against them when it is."""
     if name in _COUNTED_AT_LEAF and not (leaf and name in _COMPOSITE_MODELS):
         return Unmodelled("counted_at_leaf", f"{name}: its kernels run under {_COUNTED_AT_LEAF[name]}")
     model = _COMPOSITE_MODELS.get(name) if leaf else None
@@ -824,13 +988,16 @@ def model_op(name: str, dims: Sequence[Any], types: Sequence[str], strides: Sequ
     if not isinstance(dims, (list, tuple)) or not isinstance(types, (list, tuple)) or len(dims) != len(types):
         return Unmodelled("missing_shapes", f"{name}: Input Dims and Input type missing or of different lengths")
     try:
-        return model(_Args(name, dims, types, strides, concrete))
+        output = output_dims if isinstance(output_dims, list) and all(type(d) is int for d in output_dims) else None
+        return model(_Args(name, dims, types, strides, concrete, _from_caller(name, dims, caller_dims), output))
     except _Skip as skip:
         return Unmodelled(skip.reason, skip.detail)
 
 
 def op_cost(name: str, dims: Sequence[Any], types: Sequence[str], strides: Sequence[Any] | None = None,
-            concrete: Sequence[str] | None = None, *, leaf: bool = False) -> OpCost | None:
+            concrete: Sequence[str] | None = None, *, leaf: bool = False,
+            caller_dims: Sequence[Any] | None = None, output_dims: Any = None) -> OpCost | None:
     """:func:`model_op`, None when the op has no cost."""
-    result = model_op(name, dims, types, strides, concrete, leaf=leaf)
+    result = model_op(name, dims, types, strides, concrete, leaf=leaf, caller_dims=caller_dims,
+                      output_dims=output_dims)
     return result if isinstance(result, OpCost) else None

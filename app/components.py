@@ -12,7 +12,7 @@ from dash.dash_table.Format import Format, Scheme
 from traceview.units import is_missing
 
 #: columns in ns are shown in these units (table cells stay numeric so sorting works)
-_NS_UNITS = (("ms", 1e6), ("us", 1e3))
+_NS_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
 
 CARD = {"border": "1px solid #e3e3e3", "borderRadius": "6px", "padding": "10px 14px", "background": "white",
         "marginBottom": "12px"}
@@ -61,17 +61,19 @@ def severity_badge(severity: str) -> html.Span:
                             "borderRadius": "4px", "padding": "1px 7px", "fontSize": "12px", "marginRight": "8px"})
 
 
-def _time_unit(df: pd.DataFrame) -> tuple[str, float]:
-    """The unit (name, ns per unit) of a table's ``*_ns`` columns: ms unless every time is small.
-
-    One unit per table, because columns compared side by side share it."""
-    ns_cols = [c for c in df.columns if c.endswith("_ns") and pd.api.types.is_numeric_dtype(df[c])]
-    biggest = 0.0
-    for c in ns_cols:
-        top = pd.to_numeric(df[c], errors="coerce").astype("float64").abs().max()
-        if top == top and top is not None:
-            biggest = max(biggest, float(top))
-    return _NS_UNITS[0] if biggest >= 1e5 else _NS_UNITS[1]
+def time_unit(values: pd.Series) -> tuple[str, float, int]:
+    """The unit (name, ns per unit) and decimals a column of ns is shown in, chosen per column by
+    the magnitude of its typical (median non-zero) value: ns, us, ms or s, with about three
+    significant digits there (``3.0 us``, not ``0.003 ms``). Per column, not per cell, so that the
+    cells stay numbers the browser sorts."""
+    vals = pd.to_numeric(values, errors="coerce").astype("float64").abs()
+    vals = vals[(vals > 0) & vals.notna()]
+    typical = float(vals.median()) if len(vals) else 0.0
+    for name, scale in _NS_UNITS:
+        if typical >= scale:
+            scaled = typical / scale
+            return name, scale, 2 if scaled < 10 else 1 if scaled < 100 else 0
+    return "ns", 1.0, 0
 
 
 def _numeric_column(c: str, s: pd.Series, spec: dict[str, Any]) -> pd.Series:
@@ -90,19 +92,18 @@ def _numeric_column(c: str, s: pd.Series, spec: dict[str, Any]) -> pd.Series:
     return vals
 
 
-def _table_column(c: str, s: pd.Series, rename: dict[str, str], unit: str,
-                  div: float) -> tuple[dict[str, Any], pd.Series]:
+def _table_column(c: str, s: pd.Series, rename: dict[str, str]) -> tuple[dict[str, Any], pd.Series]:
     """The DataTable column spec of one column and the values it shows."""
     spec: dict[str, Any] = {"id": c, "name": rename.get(c, c.replace("_", " "))}
     if c == "step" and c not in rename and s.isna().any():
         spec["name"] = "step (blank: whole trace)"
     if c.endswith("_ns") and pd.api.types.is_numeric_dtype(s):
         vals = pd.to_numeric(s, errors="coerce").astype("float64")
+        unit, div, decimals = time_unit(vals)
         spec["name"] = rename.get(c, c[:-3].replace("_", " ")) + f" ({unit})"
         spec["type"] = "numeric"
-        spec["format"] = Format(precision=3 if unit == "ms" else 1,
-                                                  scheme=Scheme.fixed).group(True)
-        return spec, (vals / div).round(4 if unit == "ms" else 2)
+        spec["format"] = Format(precision=decimals, scheme=Scheme.fixed).group(True)
+        return spec, (vals / div).round(decimals + 2)
     if pd.api.types.is_bool_dtype(s):
         spec["type"] = "text"
         return spec, s.map({True: "yes", False: "no"})
@@ -112,26 +113,47 @@ def _table_column(c: str, s: pd.Series, rename: dict[str, str], unit: str,
     return spec, s.map(lambda v: None if is_missing(v) else str(v))
 
 
+#: a text cell longer than this gets its full value as a tooltip (it may be cut at the cell's width)
+TOOLTIP_CHARS = 40
+
+
+def _tooltip_data(records: list[dict[str, Any]], text_cols: list[str],
+                  sources: dict[str, pd.Series]) -> list[dict[str, Any]]:
+    """Per row, the tooltip of each long text cell (its value, or the value of its source column)."""
+    out = []
+    for i, r in enumerate(records):
+        tips = {}
+        for c in text_cols:
+            value = str(sources[c].iloc[i]) if c in sources and not is_missing(sources[c].iloc[i]) else r.get(c)
+            if value and (c in sources or len(str(value)) > TOOLTIP_CHARS):
+                tips[c] = {"value": str(value), "type": "text"}
+        out.append(tips)
+    return out
+
+
 def frame_table(df: pd.DataFrame | None, table_id: str, *, columns: Sequence[str] | None = None,
                 rename: dict[str, str] | None = None, page_size: int = 15, sort: bool = True,
                 filter_: bool = False, row_ids: Iterable[Any] | None = None, max_rows: int = 5000,
-                style_cell: dict[str, Any] | None = None, empty: str = "No rows.", **kwargs: Any) -> Any:
+                style_cell: dict[str, Any] | None = None, empty: str = "No rows.",
+                tooltips: dict[str, str] | None = None, **kwargs: Any) -> Any:
     """A DataFrame as a sortable (and optionally filterable) DataTable.
 
-    Columns ending in ``_ns`` are shown in ms (or us when all values are small), as numbers so
-    that sorting is numeric; ``*_pct`` with one decimal; text is truncated with a tooltip.
+    Columns ending in ``_ns`` are shown in the unit their typical value reads best in (ns, us, ms or
+    s: :func:`time_unit`), as numbers so that sorting is numeric; ``*_pct`` with one decimal; text
+    is left-aligned and truncated, with its full value as a tooltip (``tooltips``: column -> another
+    column whose value is the tooltip instead, e.g. a kernel's full name).
     """
     if df is None or len(df) == 0:
         return message(empty)
-    df = df if columns is None else df[[c for c in columns if c in df.columns]]
     if len(df) > max_rows:
         df = df.head(max_rows)
+    sources = {c: df[src].reset_index(drop=True) for c, src in (tooltips or {}).items() if src in df.columns}
+    df = df if columns is None else df[[c for c in columns if c in df.columns]]
     rename = rename or {}
     out = pd.DataFrame(index=range(len(df)))
     cols = []
-    unit, div = _time_unit(df)
     for c in df.columns:
-        spec, values = _table_column(c, df[c].reset_index(drop=True), rename, unit, div)
+        spec, values = _table_column(c, df[c].reset_index(drop=True), rename)
         out[c] = values
         cols.append(spec)
     records = out.astype(object).where(pd.notna(out), None).to_dict("records")
@@ -147,10 +169,15 @@ def frame_table(df: pd.DataFrame | None, table_id: str, *, columns: Sequence[str
                     "maxWidth": "420px", "overflow": "hidden", "textOverflow": "ellipsis", "whiteSpace": "nowrap",
                     **(style_cell or {})},
         style_header={"fontWeight": "600", "background": "#F4F6F7"},
-        tooltip_data=[{c: {"value": str(r.get(c) or ""), "type": "text"} for c in text_cols
-                       if r.get(c) and len(str(r.get(c))) > 50} for r in records[: page_size * 40]],
+        # text reads from the left (names, categories); numbers stay right-aligned to compare digits
+        style_cell_conditional=[{"if": {"column_id": c}, "textAlign": "left"} for c in text_cols],
+        style_header_conditional=[{"if": {"column_id": c}, "textAlign": "left"} for c in text_cols],
+        tooltip_data=_tooltip_data(records[: page_size * 40], text_cols, sources),
         tooltip_duration=None,
-        css=[{"selector": ".dash-spreadsheet td div", "rule": "line-height: 18px;"}],
+        css=[{"selector": ".dash-spreadsheet td div", "rule": "line-height: 18px;"},
+             # a long name's tooltip wraps instead of widening the page
+             {"selector": ".dash-table-tooltip", "rule": "max-width: 640px; white-space: normal; "
+                                                        "word-break: break-all;"}],
     )
     if filter_:
         props["filter_options"] = {"case": "insensitive"}

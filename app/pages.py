@@ -25,9 +25,9 @@ from traceview.pipeline import row_columns
 from traceview.registry import ANALYSES, analysis_specs
 from traceview.tables import top_order
 from traceview.render.common import per_step_text
-from traceview.units import fmt_ns, fmt_share
+from traceview.units import fmt_bytes, fmt_ns, fmt_share
 
-from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards
+from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards, time_unit
 from .features import figures
 from .roofline import plotted, roofline_figure, roofs
 from .runs import EARLY_ANALYSIS, RunContext
@@ -104,13 +104,16 @@ def _finding_rows(report: Any, analysis: str | None = None, limit: int | None = 
     return rows[:limit] if limit else rows
 
 
-def finding_card(f: dict, *, compact: bool = False, origin_ns: int = 0) -> html.Div:
-    """A finding as the report numbers it (``F1``, ``F1.1``): id, severity, title, cost, where."""
+def finding_card(f: dict, *, origin_ns: int = 0) -> html.Details:
+    """A finding as the report numbers it (``F1``, ``F1.1``), on one line: id, severity, title, cost
+    and rank; its recommendation, evidence and a link to its time range in the timeline when
+    expanded. Nested findings are indented under their umbrella."""
     cost = f.get("cost_ns_per_step") or 0
     share = f.get("cost_share")
-    head = [html.Span(f.get("id", ""), className="tv-fid", style={"fontWeight": "700", "marginRight": "8px"}),
-            severity_badge(f.get("severity", "info")),
-            html.Span(f.get("title", ""), className="tv-ftitle", style={"fontWeight": "600"})]
+    line: list[Any] = [html.Span(f.get("id", ""), className="tv-fid",
+                                 style={"fontWeight": "700", "marginRight": "8px"}),
+                       severity_badge(f.get("severity", "info")),
+                       html.Span(f.get("title", ""), className="tv-ftitle", style={"fontWeight": "600"})]
     meta = []
     if cost:
         per_step = f.get("cost_basis") != "whole trace"
@@ -119,19 +122,22 @@ def finding_card(f: dict, *, compact: bool = False, origin_ns: int = 0) -> html.
         meta.append(f"costs {fmt_ns(cost)} {'per step' if per_step else 'over the whole trace'}{of_step}")
     if f.get("rank") is not None:
         meta.append(f"rank {f['rank']}")
-    meta.append(f"{f.get('analysis')} · {f.get('code')}" + (f" · part of {f['part_of']}" if f.get("part_of") else ""))
-    children: list[Any] = [html.Div(head), html.Div(" · ".join(meta), style={"color": "#555", "fontSize": "13px",
-                                                                               "margin": "3px 0"})]
-    if not compact:
-        children.extend(_finding_details(f, origin_ns))
-    indent = {"marginLeft": "28px"} if f.get("parent") and not compact else {}
-    return html.Div(children, className="tv-finding", style={**CARD, **indent},
-                    **{"data-finding": f.get("id", "")})
+    if meta:
+        line.append(html.Span(" · " + " · ".join(meta), className="tv-fmeta", style={"color": "#555",
+                                                                                     "fontSize": "13px"}))
+    indent = {"marginLeft": "28px"} if f.get("parent") else {}
+    return html.Details([html.Summary(line, style={"cursor": "pointer"}),
+                         html.Div(_finding_details(f, origin_ns), style={"marginLeft": "22px"})],
+                        className="tv-finding", open=False,
+                        style={**CARD, "padding": "6px 12px", "marginBottom": "6px", **indent},
+                        **{"data-finding": f.get("id", "")})
 
 
 def _finding_details(f: dict, origin_ns: int) -> list[Any]:
-    """Recommendation, evidence and a link to the finding's time range in the timeline."""
-    out: list[Any] = [html.Div(f.get("recommendation", ""), style={"margin": "6px 0"})]
+    """Where it comes from, recommendation, evidence and a link to its time range in the timeline."""
+    source = f"{f.get('analysis')} · {f.get('code')}" + (f" · part of {f['part_of']}" if f.get("part_of") else "")
+    out: list[Any] = [html.Div(source, style={"color": "#555", "fontSize": "13px", "margin": "4px 0"}),
+                      html.Div(f.get("recommendation", ""), className="tv-frec", style={"margin": "6px 0"})]
     evidence = f.get("evidence") or {}
     if evidence:
         out.append(html.Details([
@@ -143,7 +149,8 @@ def _finding_details(f: dict, origin_ns: int) -> list[Any]:
     tr = f.get("time_range_ns")
     if tr and len(tr) == 2 and tr[0] is not None and tr[1] is not None:
         a, b = int(tr[0]) - origin_ns, int(tr[1]) - origin_ns
-        out.append(dcc.Link("show in the timeline", href=f"/timeline?t0={a}&t1={b}&f0={a}&f1={b}",
+        rank = f"&r={int(f['rank'])}" if isinstance(f.get("rank"), int) else ""  # the timeline opens that rank
+        out.append(dcc.Link("show in the timeline", href=f"/timeline?t0={a}&t1={b}&f0={a}&f1={b}{rank}",
                             style={"fontSize": "13px"}))
     return out
 
@@ -157,15 +164,21 @@ def overview(ctx: RunContext) -> list[Any]:
     util = s.get("utilization")
     # dropped activity touches every GPU figure: a short mark on each card, the whole note below
     dropped = "; leaves out dropped events (see note)" if (s.get("notes") or {}).get("dropped_activity") else ""
+    steps_n = int(s.get("steps") or 0)
+    if steps_n:
+        steps_card = ("steps", str(steps_n), f"median {fmt_ns(s.get('median_step_time_ns'))}"
+                      if s.get("median_step_time_ns") else None)
+    else:  # no step: say so once, and label every figure as the whole trace's
+        steps_card = ("steps", "none found", "figures are for the whole trace")
+    basis = per_step_text(rep) if steps_n else "whole trace"
     cards = stat_cards([
         ("ranks", str(s.get("num_ranks", "-")), f"world size {s.get('world_size')}" if s.get("world_size") else None),
-        ("GPUs", str(s.get("gpus", 0)), ", ".join(s.get("gpu_models") or [])[:60] or None),
+        ("GPUs", str(s.get("gpus", 0)), gpu_description(rep) or None),
         ("events", f"{s.get('events', 0):,}", None),
-        ("steps", str(s.get("steps", 0)), f"median {fmt_ns(s.get('median_step_time_ns'))}"
-         if s.get("median_step_time_ns") else "no steps found"),
+        steps_card,
         ("GPU utilization", fmt_share(util), "busy / window, all GPUs" + dropped),
-        (f"idle, {per_step_text(rep)}", fmt_ns(s.get("idle_ns_per_step")), dropped.lstrip("; ") or None),
-        (f"exposed comm., {per_step_text(rep)}", fmt_ns(s.get("exposed_comm_ns_per_step")),
+        (f"idle, {basis}", fmt_ns(s.get("idle_ns_per_step")), dropped.lstrip("; ") or None),
+        (f"exposed comm., {basis}", fmt_ns(s.get("exposed_comm_ns_per_step")),
          dropped.lstrip("; ") or None),
     ])
     out: list[Any] = [cards]
@@ -182,14 +195,7 @@ def overview(ctx: RunContext) -> list[Any]:
                                             "communication_ns", "memory_ns", "idle_ns", "overlap_pct"],
                                    rename={"utilization_pct": "utilization %", "overlap_pct": "comm. overlap %"},
                                    page_size=16, empty="No GPU activity in the trace.")))
-    # step times
-    steps = ctx.table("temporal", "steps")
-    if steps is not None and len(steps):
-        fig = _step_time_figure(steps, ctx.table("temporal", "breakdown"))
-        out.append(section("Step times", graph(fig, "ov-steps"),
-                           note="CPU range of each step (ProfilerStep / step marker) and its GPU window."))
-    else:
-        out.append(section("Step times", message("No steps in this selection (no ProfilerStep#N or step marker).")))
+    out.append(_step_section(ctx))
     # top findings (when the analyses are still running: a placeholder the poll callback replaces)
     if ctx.partial:
         out.append(html.Div([
@@ -202,8 +208,50 @@ def overview(ctx: RunContext) -> list[Any]:
         out.append(dcc.Interval(id="ov-poll", interval=OVERVIEW_POLL_MS, n_intervals=0,
                                 max_intervals=600_000 // OVERVIEW_POLL_MS))
     else:
-        out.append(html.Div(overview_findings(rep), id="ov-findings"))
+        out.append(html.Div(overview_findings(rep, ctx.origin_ns), id="ov-findings"))
     return out
+
+
+#: a step chart needs at least this many steps (one or two points per line tell nothing a table does not)
+MIN_CHART_STEPS = 3
+
+
+def _step_section(ctx: RunContext) -> html.Div:
+    """Step times: a chart per rank from three steps on; a table below that; what the figures
+    cover without steps."""
+    steps = ctx.table("temporal", "steps")
+    if steps is None or not len(steps):
+        return section("Step times", message("No steps in this selection (no ProfilerStep#N or step marker): the "
+                                             "figures on this page are for the whole trace."))
+    note = "CPU range of each step (ProfilerStep / step marker) and its GPU window."
+    if steps["step"].nunique() >= MIN_CHART_STEPS:
+        return section("Step times", graph(_step_time_figure(steps, ctx.table("temporal", "breakdown")), "ov-steps"),
+                       note=note)
+    table = steps.assign(duration_ns=steps["end_ns"] - steps["start_ns"])
+    return section("Step times", frame_table(table, "ov-step-table", columns=["rank", "step", "duration_ns"],
+                                             rename={"duration_ns": "step time (CPU range)"}, page_size=16),
+                   note=f"{steps['step'].nunique()} step(s): too few for a chart. " + note)
+
+
+def gpu_description(rep: Any) -> str:
+    """The accelerators, as the trace describes them: ``8 x AMD Instinct MI300X (AMD, 304 CUs, gfx 9.4,
+    206 GB)``; a device the trace does not describe: its vendor when the runtime says it."""
+    parts = []
+    for g in (rep.get("environment") or {}).get("gpus") or []:
+        vendor = g.get("vendor")
+        amd = vendor == "AMD"
+        name = g.get("model") or (f"{vendor} GPU (model not in the trace)" if vendor else "GPU not described by the "
+                                                                                           "trace")
+        facts = [vendor] if vendor and g.get("model") and vendor.lower() not in str(g["model"]).lower() else []
+        if g.get("sm_count"):
+            facts.append(f"{g['sm_count']} {'CUs' if amd else 'SMs'}")
+        if g.get("compute_capability"):
+            facts.append(f"gfx {g['compute_capability']}" if amd else f"compute {g['compute_capability']}")
+        if g.get("memory_bytes"):
+            facts.append(fmt_bytes(g["memory_bytes"]))
+        count = f"{g['count']} x " if g.get("count", 1) > 1 else ""
+        parts.append(f"{count}{name}" + (f" ({', '.join(facts)})" if facts else ""))
+    return "; ".join(parts)
 
 
 def _other_analyses() -> str:
@@ -211,10 +259,11 @@ def _other_analyses() -> str:
     return ", ".join(spec.title.lower() for spec in analysis_specs() if spec.name != EARLY_ANALYSIS)
 
 
-def overview_findings(rep: Any) -> list[Any]:
-    """The Overview's findings section and trust warnings (from the complete report)."""
+def overview_findings(rep: Any, origin_ns: int = 0) -> list[Any]:
+    """The Overview's findings section and trust warnings (from the complete report; ``origin_ns``:
+    the run's first event, for the timeline links)."""
     top = [f for f in rep["findings"] if f.get("parent") is None][:6]
-    body: list[Any] = [finding_card(f, compact=True) for f in top] or [message("No findings.")]
+    body: list[Any] = [finding_card(f, origin_ns=origin_ns) for f in top] or [message("No findings.")]
     body.append(dcc.Link("all findings and the downloadable reports →", href="/findings"))
     return [section(f"Top findings, by what they cost ({per_step_text(rep)})", *body), *warnings_details(rep)]
 
@@ -231,24 +280,28 @@ def warnings_details(rep: Any) -> list[Any]:
 
 
 def _step_time_figure(steps: pd.DataFrame, breakdown: pd.DataFrame) -> Any:
+    """Step time per rank (CPU range, solid) and GPU window per rank and device (dotted), in the unit
+    the typical step reads best in."""
     import plotly.graph_objects as go
 
+    unit, div, decimals = time_unit(steps["end_ns"] - steps["start_ns"])
+    fmt = f"%{{y:.{decimals + 1}f}} {unit}"
     fig = go.Figure()
     for rank, g in steps.groupby("rank"):
         g = g.sort_values("step")
-        fig.add_trace(go.Scatter(x=g["step"], y=(g["end_ns"] - g["start_ns"]) / 1e6, mode="lines+markers",
+        fig.add_trace(go.Scatter(x=g["step"], y=(g["end_ns"] - g["start_ns"]) / div, mode="lines+markers",
                                  name=f"rank {rank} step (CPU)",
-                                 hovertemplate="step %{x}<br>%{y:.3f} ms<extra>rank " + str(rank) + "</extra>"))
+                                 hovertemplate=f"step %{{x}}<br>{fmt}<extra>rank {rank}</extra>"))
     if breakdown is not None and len(breakdown):
         per = breakdown[breakdown["step"].notna()]
         for (rank, dev), g in per.groupby(["rank", "device"]):
             g = g.sort_values("step")
-            fig.add_trace(go.Scatter(x=g["step"].astype(int), y=g["window_ns"] / 1e6, mode="lines+markers",
+            fig.add_trace(go.Scatter(x=g["step"].astype(int), y=g["window_ns"] / div, mode="lines+markers",
                                      line={"dash": "dot"}, name=f"rank {rank} GPU {dev} window",
-                                     hovertemplate="step %{x}<br>GPU window %{y:.3f} ms<extra></extra>"))
+                                     hovertemplate=f"step %{{x}}<br>GPU window {fmt}<extra></extra>"))
     fig.update_layout(template="plotly_white", height=340, margin=dict(l=60, r=20, t=30, b=50),
                       legend=dict(orientation="h", y=1.02, yanchor="bottom"), xaxis_title="step",
-                      yaxis_title="time (ms)")
+                      yaxis_title=f"time ({unit})")
     fig.update_xaxes(tickformat="d", dtick=1 if steps["step"].nunique() <= 30 else None)
     return fig
 
@@ -320,7 +373,7 @@ def launch(ctx: RunContext) -> list[Any]:
     rep = ctx.report
     out: list[Any] = _warnings_block(ctx, ("launch_overhead",))
     for f in _finding_rows(rep, "launch_overhead"):
-        out.append(finding_card(f, compact=True))
+        out.append(finding_card(f))
     out.append(section("Kernel duration vs launch cost", graph(figures.launch_scatter_figure(rep), "launch-scatter"),
                        note="Left: kernels below the diagonal are shorter than the call that launched them."))
     out.append(section("Short kernels by the CPU op that launched them",
@@ -347,7 +400,7 @@ def communication(ctx: RunContext) -> list[Any]:
     rep = ctx.report
     out: list[Any] = _warnings_block(ctx, ("communication",))
     for f in _finding_rows(rep, "communication"):
-        out.append(finding_card(f, compact=True))
+        out.append(finding_card(f))
     out.append(section("Overlap of communication with compute, per rank",
                        graph(figures.overlap_figure(rep), "comm-overlap")))
     heat = figures.skew_heatmap_figure(rep)
@@ -371,24 +424,116 @@ def communication(ctx: RunContext) -> list[Any]:
 # --------------------------------------------------------------------------------------- kernels
 
 
+#: kernels drawn in the Kernels page's chart (the largest total first)
+TOP_KERNELS_CHART = 15
+#: characters of a kernel name on the chart's axis (the hover has the full name)
+CHART_NAME_CHARS = 48
+#: the aggregate table's columns (``kernel_summary``, docs/metrics.md "Kernel breakdown")
+KERNEL_COLUMNS = ["name", "category", "count", "total_ns", "mean_ns", "p50_ns", "p90_ns", "share_pct", "ranks",
+                  "min_rank", "min_rank_total_ns", "max_rank", "max_rank_total_ns", "names"]
+KERNEL_RENAME = {"share_pct": "share %", "p50_ns": "p50", "p90_ns": "p90", "min_rank": "min rank",
+                 "min_rank_total_ns": "min rank total", "max_rank": "max rank",
+                 "max_rank_total_ns": "max rank total", "names": "full names", "count": "calls"}
+
+
 def kernels(ctx: RunContext) -> list[Any]:
+    """The Kernels page: the kernels of every rank by normalised name (the report's
+    ``kernel_summary``), a chart of the largest, each one's per-rank figures on row select
+    (``kernel_ranks``), then categories, tiny kernels and every full name per rank (folded)."""
     out: list[Any] = _warnings_block(ctx, ("kernels",))
-    k = ctx.table("kernels", "kernels")
+    summary = ctx.table("kernels", "kernel_summary")
+    if summary is None or summary.empty:
+        return [*out, message("No GPU activity (kernels, memcpy, memset) in this selection.")]
+    ranks = int(summary["ranks"].max())
+    out.append(section(f"Largest kernels, over {'all ' + str(ranks) + ' ranks' if ranks > 1 else 'the trace'}",
+                       graph(kernel_chart(summary), "kern-chart"),
+                       note="Total GPU time of each kernel (instantiations of one kernel under one normalised "
+                            "name); hover for the full name, calls and percentiles."))
+    note = ("One row per kernel over every rank: p50 and p90 over all its calls; min/max rank: the ranks "
+            "with the smallest and the largest total. Select a row for its figures per rank and GPU; hover a "
+            "name for the full one. Sort by a header; filter in the row under it (gemm in category, > 1 in "
+            "total, nccl in name).")
+    out.append(section("Kernels", frame_table(
+        summary, "kern-table", columns=KERNEL_COLUMNS, rename=KERNEL_RENAME, page_size=15, filter_=True,
+        row_ids=range(len(summary)), tooltips={"name": "full_name"}), html.Div(
+        message("Select a kernel in the table to see it per rank and GPU."), id="kern-detail"), note=note))
     cats = _whole(ctx.table("kernels", "categories"))
     if cats is not None and len(cats):
         out.append(section("Categories (whole trace)", frame_table(cats, "kern-categories", page_size=10,
                                                                   columns=["rank", "device", "category", "count",
-                                                                           "total_ns", "share_pct"])))
-    note = ("Sort by clicking a column header; filter by typing in the row under the headers "
-            "(e.g. gemm in category, > 1 in total, nccl in name).")
-    out.append(section("Kernels", frame_table(k, "kern-table", page_size=20, filter_=True,
-                                              columns=["rank", "device", "name", "category", "kind", "count",
-                                                       "total_ns", "mean_ns", "min_ns", "max_ns", "std_ns",
-                                                       "share_pct"],
-                                              empty="No GPU activity in this selection."), note=note))
+                                                                           "total_ns", "share_pct"],
+                                                                  rename={"share_pct": "share %"})))
     tiny = _whole(ctx.table("kernels", "tiny_kernels"))
     out.append(section("Tiny kernels (< 10 us)", frame_table(tiny, "kern-tiny", page_size=10, empty="No kernels.")))
+    per_gpu = ctx.table("kernels", "kernels")
+    out.append(html.Details([
+        html.Summary(f"Every full kernel name per rank and GPU ({len(per_gpu):,} rows)"),
+        frame_table(per_gpu, "kern-full", page_size=15, filter_=True, rename={"share_pct": "share %"},
+                    columns=["rank", "device", "name", "category", "kind", "count", "total_ns", "mean_ns", "min_ns",
+                             "max_ns", "std_ns", "share_pct"], empty="No GPU activity in this selection."),
+    ], style=CARD))
     return out
+
+
+def short_name(name: str, chars: int = CHART_NAME_CHARS) -> str:
+    """``name`` cut in the middle to ``chars`` characters: kernels that differ only at the end (tile
+    sizes of ``Cijk_...`` or ``sm90_xmma_gemm_...`` kernels) stay apart."""
+    if len(name) <= chars:
+        return name
+    tail = chars // 3
+    return name[: chars - tail - 1] + "…" + name[-tail:]
+
+
+def kernel_chart(summary: pd.DataFrame) -> Any:
+    """Horizontal bars: the total time of the largest kernels (the report's ``kernel_summary``), by
+    category, in the unit the largest total reads best in."""
+    import plotly.graph_objects as go
+
+    top = summary.head(TOP_KERNELS_CHART).iloc[::-1]  # the largest at the top
+    unit, div, _ = time_unit(top["total_ns"])
+    labels = [short_name(n) for n in top["name"].astype(str)]
+    hover = [f"{full}<br>total {fmt_ns(t)} ({share:.1f}%) · {int(c):,} calls<br>mean {fmt_ns(m)} · p50 {fmt_ns(p50)}"
+             f" · p90 {fmt_ns(p90)}<br>ranks {r}: min {fmt_ns(lo)} (rank {lr}), max {fmt_ns(hi)} (rank {hr})"
+             for full, t, share, c, m, p50, p90, r, lo, lr, hi, hr in zip(
+                 top["full_name"].astype(str).str.slice(0, 400), top["total_ns"], top["share_pct"], top["count"],
+                 top["mean_ns"], top["p50_ns"], top["p90_ns"], top["ranks"], top["min_rank_total_ns"],
+                 top["min_rank"], top["max_rank_total_ns"], top["max_rank"])]
+    fig = go.Figure()
+    for category in dict.fromkeys(top["category"].astype(str)):
+        sel = (top["category"].astype(str) == category).to_numpy()
+        fig.add_trace(go.Bar(
+            x=(top["total_ns"].to_numpy()[sel] / div).tolist(), y=[i for i, s in zip(range(len(top)), sel) if s],
+            orientation="h", name=category, hovertext=[h for h, s in zip(hover, sel) if s], hoverinfo="text",
+            marker_color=CATEGORY_COLORS.get(category, "#95A5A6")))
+    fig.update_layout(template="plotly_white", height=120 + 24 * len(top), margin=dict(l=20, r=20, t=30, b=40),
+                      barmode="stack", xaxis_title=f"total GPU time ({unit})",
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom"))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(top))), ticktext=labels, automargin=True)
+    return fig
+
+
+#: bar colours of the kernel categories (``analyses/kernels.py`` CATEGORIES)
+CATEGORY_COLORS = {"gemm": "#4C78A8", "attention": "#9D755D", "convolution": "#B279A2", "elementwise": "#F58518",
+                   "reduction": "#54A24B", "communication": "#E45756", "memory": "#72B7B2", "other": "#BAB0AC"}
+
+
+def kernel_detail(ctx: RunContext, row: int) -> list[Any]:
+    """The figures of the ``row``-th kernel of ``kernel_summary`` per rank and GPU (``kernel_ranks``)."""
+    summary = ctx.table("kernels", "kernel_summary")
+    if summary is None or not 0 <= row < len(summary):
+        return [message(f"row {row} is not a kernel of this selection: the table may be stale; reload the page",
+                        "error")]
+    name = str(summary["name"].iloc[row])
+    per_rank = ctx.table("kernels", "kernel_ranks")
+    rows = per_rank[per_rank["name"] == name].sort_values(["rank", "device"]) if len(per_rank) else per_rank
+    return [html.Div([html.B(name), html.Span(f" on {len(rows)} GPU(s); full name: ",
+                                              style={"color": "#555"}),
+                      html.Code(str(summary["full_name"].iloc[row])[:2000], style={"fontSize": "12px"})],
+                     className="tv-kernel-name", style={"margin": "8px 0 4px 0", "wordBreak": "break-all"}),
+            frame_table(rows, "kern-ranks", page_size=16, rename={"share_pct": "share of GPU %", "count": "calls",
+                                                                   "p50_ns": "p50", "p90_ns": "p90"},
+                        columns=["rank", "device", "count", "total_ns", "mean_ns", "p50_ns", "p90_ns", "min_ns",
+                                 "max_ns", "share_pct"])]
 
 
 # ------------------------------------------------------------------------------------ efficiency
@@ -414,7 +559,7 @@ def efficiency(ctx: RunContext) -> list[Any]:
     if "efficiency" not in ctx.report["analyses"]:
         return [message("The efficiency analysis gave no results for this selection.")]
     out: list[Any] = _warnings_block(ctx, ("efficiency",))
-    out.extend(finding_card(f, compact=True) for f in _finding_rows(ctx.report, "efficiency"))
+    out.extend(finding_card(f) for f in _finding_rows(ctx.report, "efficiency"))
     op_types = ctx.table("efficiency", "op_types")
     out.append(section("Roofline: op types against the GPU's peaks", *_roofline_body(ctx, op_types),
                        note="One point per op type (rank, GPU, op, dtype, unit), its area proportional to its GPU "
@@ -535,7 +680,7 @@ def findings(ctx: RunContext) -> list[Any]:
         html.Span(" for a bug report: secrets in the trace metadata are redacted.",
                   style={"color": "#666", "fontSize": "13px"}),
     ], style=CARD)
-    cards = [finding_card(f, origin_ns=ctx.origin_ns) for f in rep["findings"]]
+    cards: list[Any] = [finding_card(f, origin_ns=ctx.origin_ns) for f in rep["findings"]]
     if not cards:
         cards = [message("No findings: nothing in this selection crossed a threshold.")]
     return [head, *cards, *warnings_details(rep)]
@@ -586,7 +731,7 @@ def generic(ctx: RunContext, analysis: str) -> list[Any]:
         return [message(f"The analysis {analysis!r} gave no results for this selection.")]
     about = sections[analysis]
     out: list[Any] = _warnings_block(ctx, (analysis,))
-    cards = [finding_card(f, compact=True) for f in _finding_rows(ctx.report, analysis)]
+    cards: list[Any] = [finding_card(f) for f in _finding_rows(ctx.report, analysis)]
     out.append(section(f"Findings of {about['title']}", *(cards or [message("No findings.")])))
     spec = ANALYSES.get(analysis)
     names = list(about["tables"])

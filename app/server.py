@@ -18,7 +18,7 @@ from dash import Input, Output, State, dcc, html
 
 from traceview.findings import Options
 
-from . import pages
+from . import history, pages
 from .runs import RunStore, discover_runs
 from .views import AppController
 
@@ -161,19 +161,25 @@ def _add_page_callbacks(app: dash.Dash, controller: AppController) -> None:
 
 
 def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
-    """Zooming and panning the timeline, and opening it on a gap clicked in the gap table."""
+    """Zooming and panning the timeline, search, event details, open ranks (one callback: every one
+    of them redraws the figure), and opening it on a gap clicked in the gap table."""
     @app.callback(
         Output("tl-graph", "figure"), Output("tl-window", "data"), Output("tl-stats", "children"),
+        Output("tl-details", "children"), Output("tl-open", "value"),
         Input("tl-graph", "relayoutData"), Input("tl-graph", "clickData"),
         Input("tl-zoom-in", "n_clicks"), Input("tl-zoom-out", "n_clicks"), Input("tl-left", "n_clicks"),
         Input("tl-right", "n_clicks"), Input("tl-reset", "n_clicks"),
-        State("tl-window", "data"), State("run", "value"), *_filter_states(),
+        Input("tl-search-next", "n_clicks"), Input("tl-search-prev", "n_clicks"), Input("tl-search", "n_submit"),
+        Input("tl-open", "value"),
+        State("tl-search", "value"), State("tl-window", "data"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
-    def _timeline(relayout: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, state: Any, run: Any,
-                  ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+    def _timeline(relayout: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, _f: Any, _g: Any,
+                  _h: Any, open_value: Any, query: Any, state: Any, run: Any, ranks: Any, steps: Any, t0: Any,
+                  t1: Any) -> tuple:
         trig = dash.ctx.triggered[0]["prop_id"] if dash.ctx.triggered else None
-        return controller.timeline_update(trig, relayout, click, state, run, ranks, steps, t0, t1)
+        return controller.timeline_action(trig, relayout, click, state, run, ranks, steps, t0, t1, query=query,
+                                          open_value=open_value)
 
     @app.callback(
         Output("url", "pathname"), Output("url", "search"), Output("gap-click-msg", "children"),
@@ -182,6 +188,14 @@ def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
     )
     def _gap_clicked(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
         return controller.gap_clicked(cell, run, ranks, steps, t0, t1)
+
+
+def _add_kernel_callback(app: dash.Dash, controller: AppController) -> None:
+    """A row selected in the Kernels table: that kernel per rank and GPU."""
+    @app.callback(Output("kern-detail", "children"), Input("kern-table", "active_cell"), State("run", "value"),
+                  *_filter_states(), prevent_initial_call=True)
+    def _kernel(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> list:
+        return controller.kernel_selected(cell, run, ranks, steps, t0, t1)
 
 
 def _add_compare_callback(app: dash.Dash, controller: AppController) -> None:
@@ -206,7 +220,7 @@ def _add_download_callback(app: dash.Dash, controller: AppController, fmt: str) 
 
 def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: RunStore | None = None,
                use_cache: bool = True, step_marker: str | None = None, warm: bool = True,
-               options: Options | None = None) -> dash.Dash:
+               options: Options | None = None, history_db: Path | None = None) -> dash.Dash:
     """The Dash app for the runs found under ``paths`` (or an existing ``store``); ``options``: the
     analysis options of the command line (GPU table, model FLOPs), as `analyze` takes them."""
     if store is None:
@@ -214,25 +228,31 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
                          options=options)
     if warm and store.runs:
         store.warm(0)
-    controller = AppController(store)
+    # with a history database, the controller that adds the History page (app/history.py)
+    controller = AppController(store) if history_db is None else \
+        history.HistoryController(store, history.link_runs(history_db, store))
     app = _dash_app()
     app.layout = build_layout(store, controller.pages)
     # tests and benchmarks reach the controller here (Dash objects take extra attributes)
     app.traceview_controller = controller  # type: ignore[attr-defined]
     _add_page_callbacks(app, controller)
     _add_timeline_callbacks(app, controller)
+    _add_kernel_callback(app, controller)
     _add_compare_callback(app, controller)
     for fmt in ("md", "html", "json"):
         _add_download_callback(app, controller, fmt)
+    if isinstance(controller, history.HistoryController):
+        history.add_callbacks(app, controller)
     return app
 
 
 def serve(paths: Sequence[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050, use_cache: bool = True,
           step_marker: str | None = None, debug: bool = False, store: RunStore | None = None,
-          options: Options | None = None) -> None:
+          options: Options | None = None, history_db: Path | None = None) -> None:
     """Start the app and serve it until interrupted."""
     # the first run loads and its analyses start once the web framework is imported: starting them
     # earlier only makes the two fight for the interpreter lock and delays the first page
-    app = create_app(paths, store=store, use_cache=use_cache, step_marker=step_marker, options=options)
+    app = create_app(paths, store=store, use_cache=use_cache, step_marker=step_marker, options=options,
+                     history_db=history_db)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app.run(host=host, port=port, debug=debug, use_reloader=False, threaded=True)

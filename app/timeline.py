@@ -7,9 +7,11 @@ Large traces stay responsive because nothing here scans the whole trace per requ
   union of its intervals with a running total, so the busy time of any lane in any time range is
   two binary searches;
 * :func:`render` then only binary-searches each lane for the window: lanes with few events in the
-  window show their real events (bars), the others show per-bin busy fractions (one heatmap row
-  per lane), and the number of bars + heatmap cells + gap bars sent to the browser never exceeds
-  :data:`SHAPE_BUDGET`.
+  window show their real events as a raster (one heatmap per lane, a row per nesting level, a
+  column per ~pixel, each cell the event drawn there), the others show per-bin busy fractions (one
+  heatmap row per lane); a heatmap is one image for the browser however many events it shows, and
+  the cells + names + lane separators sent never exceed :data:`SHAPE_BUDGET`;
+* :func:`locate` finds the event or gap under a click (plotly's heatmap clicks carry no customdata).
 
 Figures are plain dicts (``{"data": [...], "layout": {...}}``) so building one costs no plotly
 validation; colours and cause labels are those of :mod:`traceview.figures`.
@@ -18,13 +20,14 @@ validation; colours and cause labels are those of :mod:`traceview.figures`.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 from traceview.model import Kind, Trace
 
+from traceview.secrets import scrub_text
 from traceview.units import fmt_ns
 
 from .features import figures
@@ -58,7 +61,7 @@ SERIES: list[tuple[str, str, str]] = [
 _SERIES_INDEX = {key: i for i, (key, _, _) in enumerate(SERIES)}
 CAUSES = ("host_bound", "sync_bound", "launch_latency", "unattributed")
 
-GPU_LANE, GAP_LANE, CPU_LANE = "gpu", "gaps", "cpu"
+GPU_LANE, GAP_LANE, CPU_LANE, RANK_LANE = "gpu", "gaps", "cpu", "rank"
 
 
 def esc(text: Any, limit: int = 90) -> str:
@@ -110,9 +113,14 @@ class LaneIndex:
     series: np.ndarray  # int8 index into SERIES
     depth: np.ndarray  # int16 nesting depth (CPU lanes), 0 on GPU lanes
     name_code: np.ndarray
-    names: list[str]
+    names: list[str]  # scrubbed (traceview.secrets): they are shown in the browser
     origin_ns: int
     end_ns: int
+    #: the trace row of each position (positions are what the browser sends back on a click)
+    row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: the event lanes in position order (``lo`` increasing): position -> lane by binary search
+    event_lanes: list[Lane] = field(default_factory=list)
+    num_rows: int = 0
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -145,12 +153,13 @@ class LaneIndex:
             depth[cpu] = np.minimum(iv.nesting_depth(lane_of[cpu], start[cpu], end[cpu]), 32000).astype(np.int16)
         name_col = trace.events.column("name")
         name_col = name_col.combine_chunks() if name_col.num_chunks != 1 else name_col.chunk(0)
-        names = [str(x) if x is not None else "" for x in name_col.dictionary.to_pylist()]
+        names = [scrub_text(str(x)) if x is not None else "" for x in name_col.dictionary.to_pylist()]
         name_code = trace.column("name")[rows]
 
         bounds = np.searchsorted(lane_of, np.arange(len(keys) + 1))
         event_lanes = _event_lanes(keys, bounds, start, end, depth, _thread_names(trace))
-        return cls(_display_order(event_lanes), start, end, s_rows, depth, name_code, names, origin, last)
+        return cls(_display_order(event_lanes), start, end, s_rows, depth, name_code, names, origin, last,
+                   row=rows.astype(np.int64), event_lanes=event_lanes, num_rows=n)
 
     @property
     def span_ns(self) -> int:
@@ -163,6 +172,23 @@ class LaneIndex:
         return [ln for ln in self.lanes if ln.rank in chosen]
 
     # ------------------------------------------------------------------ queries
+    def lane_at(self, pos: int) -> Lane:
+        """The lane holding position ``pos`` (0 <= pos < number of positions)."""
+        los = np.fromiter((ln.lo for ln in self.event_lanes), dtype=np.int64, count=len(self.event_lanes))
+        i = int(np.searchsorted(los, pos, "right")) - 1
+        return self.event_lanes[max(i, 0)]
+
+    def position_of_row(self, row: int) -> int | None:
+        """The position of trace row ``row``, None when the timeline does not draw it."""
+        inv = self.__dict__.get("_inverse")
+        if inv is None:  # built on the first lookup (a click), not for every run
+            inv = np.full(self.num_rows, -1, dtype=np.int64)
+            inv[self.row] = np.arange(self.row.size, dtype=np.int64)
+            self.__dict__["_inverse"] = inv
+        if not 0 <= row < inv.size or inv[row] < 0:
+            return None
+        return int(inv[row])
+
     def visible(self, lane: Lane, t0: int, t1: int) -> np.ndarray:
         """Positions (into the index arrays) of the lane's events overlapping ``[t0, t1)``, by start."""
         if lane.size == 0:
@@ -315,6 +341,16 @@ def _covered_before(lane: Lane, t: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ rendering
 
+#: plot area width the label and hover-point spacing assume (px; the page is at most 1500 px wide)
+PLOT_WIDTH_PX = 1100
+#: pixels per lane height unit
+LANE_PX = 30
+#: most names drawn on events (SVG text: one element each, unlike the raster images)
+LABEL_BUDGET = 300
+#: most flow arrows drawn for the selected event
+FLOW_BUDGET = 40
+MARGIN_TOP, MARGIN_BOTTOM = 96, 24
+
 
 @dataclass
 class RenderStats:
@@ -329,11 +365,16 @@ class RenderStats:
     bins: int
     layout_shapes: int = 0  # lane separators and the highlighted range
     focus_label: str = ""
+    labels: int = 0  # names drawn on bars
+    hidden_lanes: int = 0  # lanes with nothing in the window
+    collapsed_ranks: tuple[int, ...] = ()
+    matches_in_window: int = 0
 
     @property
     def shapes(self) -> int:
-        """What the browser has to draw: bars, heatmap cells, gap bars and layout shapes."""
-        return self.bars + self.cells + self.gap_bars + self.layout_shapes
+        """What the browser has to draw: heatmap cells (events and gaps are drawn as rasters, one
+        cell per bin and nesting level), names on events and layout shapes."""
+        return self.cells + self.labels + self.layout_shapes
 
     def describe(self) -> str:
         t0, t1 = self.window_ns
@@ -341,13 +382,17 @@ class RenderStats:
         if self.focus_label:
             parts.append(f"highlighted: {self.focus_label}")
         if self.bars:
-            parts.append(f"{self.bars:,} events drawn on {self.detail_lanes} lane(s)")
+            parts.append(f"{self.bars:,} events drawn on {self.detail_lanes} lane(s) in {self.bins:,} columns")
         if self.aggregated_lanes:
             parts.append(f"{self.aggregated_lanes} busy lane(s) shown as busy fraction in {self.bins:,} bins "
                          "(zoom in to see events)")
         if self.gaps_in_window:
             shown = "" if self.gap_bars >= self.gaps_in_window else f" ({self.gap_bars:,} largest drawn)"
             parts.append(f"{self.gaps_in_window:,} idle gaps{shown}")
+        if self.hidden_lanes:
+            parts.append(f"{self.hidden_lanes} empty lane(s) hidden")
+        if self.collapsed_ranks:
+            parts.append(f"rank(s) {', '.join(str(r) for r in self.collapsed_ranks)} collapsed")
         parts.append(f"{self.shapes:,} shapes sent")
         return " · ".join(parts)
 
@@ -380,8 +425,8 @@ class _Window:
         return self.t1 - self.t0
 
     @property
-    def min_draw_ns(self) -> int:
-        return max(1, self.width_ns // 1500)  # ~1 px at 1500 px: short events stay visible
+    def px_per_ns(self) -> float:
+        return PLOT_WIDTH_PX / max(self.width_ns, 1)
 
     def ms(self, ns: Any) -> np.ndarray:
         """Absolute ns -> ms since the origin (subtracted in int64: exact)."""
@@ -389,12 +434,6 @@ class _Window:
         if arr.dtype.kind in "iu":
             return (arr.astype(np.int64) - self.origin_ns) / 1e6
         return (arr - float(self.origin_ns)) / 1e6
-
-    def clipped(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bar bases (ms) and lengths (ms, at least one pixel) of intervals, clipped near the window
-        (a bar far outside it would only make the browser's numbers large)."""
-        ss, ee = np.maximum(start, self.t0 - self.width_ns), np.minimum(end, self.t1 + self.width_ns)
-        return self.ms(ss), np.maximum(ee - ss, self.min_draw_ns) / 1e6
 
 
 def _window_gaps(gaps: Any, win: _Window, ranks: Sequence[int] | None, budget: int) -> tuple[np.ndarray, int]:
@@ -414,55 +453,84 @@ def _window_gaps(gaps: Any, win: _Window, ranks: Sequence[int] | None, budget: i
 
 
 def _choose_lanes(index: LaneIndex, lanes: list[Lane], win: _Window,
-                  budget: int) -> tuple[dict[int, np.ndarray], list[Lane]]:
+                  budget: int) -> tuple[dict[int, np.ndarray], list[Lane], set[int]]:
     """Lanes drawn in detail (fewest events first, up to ``budget`` events: their visible rows by
-    lane id) and lanes with events in the window that are aggregated instead."""
+    lane id), lanes with events in the window that are aggregated instead, and the ids of the
+    lanes with nothing in the window."""
     event_lanes = [ln for ln in lanes if ln.kind != GAP_LANE]
     counts = {id(ln): index.count_upper(ln, win.t0, win.t1) for ln in event_lanes}
     detail: dict[int, np.ndarray] = {}
+    empty: set[int] = set()
     used = 0
     for ln in sorted(event_lanes, key=lambda ln: counts[id(ln)]):
         if counts[id(ln)] == 0:
+            empty.add(id(ln))
             continue
+        if used + counts[id(ln)] > budget and counts[id(ln)] > 4 * budget:
+            continue  # far over the budget: aggregated without listing its events
         # the upper bound may overestimate: the exact count decides when it is over the budget
         vis = index.visible(ln, win.t0, win.t1)
-        if used + vis.size > budget:
-            continue
-        if vis.size:
+        if not vis.size:
+            empty.add(id(ln))
+        elif used + vis.size <= budget:
             detail[id(ln)] = vis
             used += int(vis.size)
-    aggregated = [ln for ln in event_lanes if id(ln) not in detail and counts[id(ln)] > 0
-                  and (counts[id(ln)] > budget or index.visible(ln, win.t0, win.t1).size)]
-    return detail, aggregated
+    aggregated = [ln for ln in event_lanes if id(ln) not in detail and id(ln) not in empty]
+    return detail, aggregated, empty
 
 
-def _lane_positions(lanes: list[Lane]) -> tuple[dict[int, float], dict[int, float], float]:
-    """Centre and half-height of each lane (by lane id), top to bottom, and the total height (y
-    grows downwards: the axis is reversed)."""
-    ypos: dict[int, float] = {}
-    yhalf: dict[int, float] = {}
-    top = 0.0
-    for ln in lanes:
-        ypos[id(ln)] = top + ln.height / 2
-        yhalf[id(ln)] = ln.height / 2
-        top += ln.height
-    return ypos, yhalf, top
+@dataclass
+class _Rows:
+    """The drawn lanes top to bottom: centre and half-height of each (by lane id), total height."""
+
+    lanes: list[Lane]
+    ypos: dict[int, float]
+    yhalf: dict[int, float]
+    total: float
+
+    @classmethod
+    def of(cls, lanes: list[Lane]) -> "_Rows":
+        ypos: dict[int, float] = {}
+        yhalf: dict[int, float] = {}
+        top = 0.0
+        for ln in lanes:
+            ypos[id(ln)] = top + ln.height / 2
+            yhalf[id(ln)] = ln.height / 2
+            top += ln.height
+        return cls(lanes, ypos, yhalf, top)
+
+    @property
+    def plot_px(self) -> int:
+        return int(max(380 - MARGIN_TOP - MARGIN_BOTTOM, LANE_PX * self.total + 20))
+
+    @property
+    def px_per_unit(self) -> float:
+        return self.plot_px / max(self.total, 1e-9)
 
 
-def _heatmap_traces(index: LaneIndex, aggregated: list[Lane], bins: int, win: _Window, ypos: dict[int, float],
-                    yhalf: dict[int, float]) -> list[dict]:
-    """One heatmap row per aggregated lane: the busy fraction of each of ``bins`` bins."""
+def _heatmap_traces(index: LaneIndex, aggregated: list[Lane], bins: int, win: _Window, rows: _Rows,
+                    collapsed: dict[int, list[Lane]]) -> list[dict]:
+    """One heatmap row per aggregated lane: the busy fraction of each of ``bins`` bins (a collapsed
+    rank's row: the largest busy fraction of its GPU streams per bin)."""
     data: list[dict] = []
     edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
     rel = edges - win.origin_ns
     centers = (rel[:-1] + rel[1:]) / 2.0 / 1e6
     first_gpu = True
     for ln in aggregated:
-        frac = index.busy_fraction(ln, edges)
-        starts = index.starts_per_bin(ln, edges)
-        gpu = ln.kind == GPU_LANE
+        members = collapsed.get(id(ln))
+        if members is not None:
+            frac = np.zeros(bins)
+            starts = np.zeros(bins, dtype=np.int64)
+            for m in members:
+                frac = np.maximum(frac, index.busy_fraction(m, edges))
+                starts = starts + index.starts_per_bin(m, edges)
+        else:
+            frac = index.busy_fraction(ln, edges)
+            starts = index.starts_per_bin(ln, edges)
+        gpu = ln.kind in (GPU_LANE, RANK_LANE)
         color = SERIES[0][2] if gpu else COLORS.get("cpu_op", "#72B7B2")
-        y, half = ypos[id(ln)], 0.42 * 2 * yhalf[id(ln)]
+        y, half = rows.ypos[id(ln)], 0.42 * 2 * rows.yhalf[id(ln)]
         trace = {
             "type": "heatmap", "x": centers.round(6).tolist(), "y": [round(y - half, 4), round(y + half, 4)],
             "z": [frac.round(3).tolist()], "customdata": [starts.tolist()],
@@ -480,96 +548,255 @@ def _heatmap_traces(index: LaneIndex, aggregated: list[Lane], bins: int, win: _W
     return data
 
 
-def _lane_bars(index: LaneIndex, ln: Lane, vis: np.ndarray, win: _Window, y0: float, half: float,
-               per_series: dict[int, dict[str, list]]) -> None:
-    """Add the visible events ``vis`` of one detailed lane to the bars of their series (CPU events
-    on the sub-level of their nesting depth)."""
-    s, e, ser = index.start[vis], index.end[vis], index.series[vis]
-    if ln.kind == CPU_LANE:
-        d = np.minimum(index.depth[vis].astype(np.int64), MAX_DEPTH - 1)
-        span = 2 * half * 0.88
-        h = span / max(ln.levels, 1)
-        y = y0 - span / 2 + h * (d + 0.5)
-        w = np.full(vis.size, h * 0.9)
-    else:
-        y = np.full(vis.size, float(y0))
-        w = np.full(vis.size, 0.7 * 2 * half)
-    uniq, inv = np.unique(index.name_code[vis], return_inverse=True)
-    labels = [esc(index.names[c]) for c in uniq.tolist()]
-    dur_us = (e - s) / 1e3
-    for si in np.unique(ser).tolist():
-        m = ser == si
-        acc = per_series.setdefault(si, {"base": [], "x": [], "y": [], "width": [], "text": []})
-        base, length = win.clipped(s[m], e[m])
-        acc["base"].append(base)
-        acc["x"].append(length)
-        acc["y"].append(y[m])
-        acc["width"].append(w[m])
-        acc["text"].extend(f"{labels[k]}<br>{dv:,.2f} us" for k, dv in zip(inv[m].tolist(), dur_us[m].tolist()))
+def _darker(color: str, factor: float = 0.78) -> str:
+    """``#rrggbb`` darkened (the shade of every other event, so back-to-back events stay apart)."""
+    c = color.lstrip("#")
+    if len(c) != 6:
+        return color
+    r, g, b = (int(c[i:i + 2], 16) for i in (0, 2, 4))
+    return "#%02x%02x%02x" % (int(r * factor), int(g * factor), int(b * factor))
 
 
-def _bar_traces(index: LaneIndex, lanes: list[Lane], detail: dict[int, np.ndarray], win: _Window,
-                ypos: dict[int, float], yhalf: dict[int, float]) -> tuple[list[dict], int]:
-    """The detailed lanes' events: one bar trace per series; and the number of bars."""
-    per_series: dict[int, dict[str, list]] = {}
-    for ln in lanes:
+#: cell values of the event rasters: two shades per series, then causes of gaps, then the marks
+_PALETTE: list[str] = [c for _k, _n, col in SERIES for c in (col, _darker(col))]
+_CAUSE_BASE = len(_PALETTE)
+_PALETTE += [COLORS.get(c, COLORS.get("other", "#C7C7C7")) for c in CAUSES] + [COLORS.get("other", "#C7C7C7")]
+MATCH_VALUE, SELECTED_VALUE = len(_PALETTE), len(_PALETTE) + 1
+_PALETTE += ["#F4D03F", "#7B241C"]
+_COLORSCALE = [s for i, col in enumerate(_PALETTE)
+               for s in ([i / len(_PALETTE), col], [(i + 1) / len(_PALETTE), col])]
+
+
+def _lane_levels(index: LaneIndex, ln: Lane, vis: np.ndarray, rows: _Rows) -> tuple[list[np.ndarray], list[float]]:
+    """The lane's visible events split by the row they are drawn on (nesting level for CPU
+    threads), and the y edges of those rows (top to bottom)."""
+    y0, half = rows.ypos[id(ln)], rows.yhalf[id(ln)]
+    if ln.kind != CPU_LANE:
+        return [vis], [y0 - 0.7 * half, y0 + 0.7 * half]
+    span = 2 * half * 0.88
+    level = span / max(ln.levels, 1)
+    d = np.minimum(index.depth[vis].astype(np.int64), MAX_DEPTH - 1)
+    top = y0 - span / 2
+    return [vis[d == k] for k in range(ln.levels)], [top + level * k for k in range(ln.levels + 1)]
+
+
+def _pick(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per bin ``[edges[i], edges[i+1])``: the index (into ``start``, sorted) of the event covering the
+    bin's middle, else of the first event starting in the bin (a sub-pixel event stays visible), else -1."""
+    if start.size == 0:
+        return np.full(edges.size - 1, -1, dtype=np.int64)
+    mid = (edges[:-1] + edges[1:]) // 2
+    i = np.searchsorted(start, mid, "right") - 1
+    cover = (i >= 0) & (end[np.maximum(i, 0)] > mid)
+    j = np.searchsorted(start, edges, "left")
+    first = np.where(j[:-1] < j[1:], j[:-1], -1)
+    return np.where(cover, i, first)
+
+
+def _mark_bins(pick: np.ndarray, sub: np.ndarray, start: np.ndarray, edges: np.ndarray,
+               marked: np.ndarray) -> np.ndarray:
+    """Bins to draw as marked: those whose picked event is marked, and those a marked event starts in."""
+    is_marked = np.isin(sub, marked)
+    out = (pick >= 0) & is_marked[np.maximum(pick, 0)]
+    if is_marked.any():
+        k = np.searchsorted(edges, start[is_marked], "right") - 1
+        k = k[(k >= 0) & (k < out.size)]
+        out[k] = True
+    return out
+
+
+def _raster_row(index: LaneIndex, sub: np.ndarray, edges: np.ndarray, marks: "Marks") -> tuple[np.ndarray, np.ndarray]:
+    """One row of events: each bin's cell value (None where empty) and the position of its event."""
+    if not sub.size:  # a nesting level with nothing in the window
+        return np.full(edges.size - 1, np.nan), np.full(edges.size - 1, -1, dtype=np.int64)
+    start, end = index.start[sub], index.end[sub]
+    pick = _pick(start, end, edges)
+    val = np.full(pick.size, np.nan)
+    has = pick >= 0
+    safe = np.maximum(pick, 0)
+    val[has] = 2 * index.series[sub[safe[has]]].astype(np.int64) + (safe[has] % 2) + 0.5
+    pos = np.where(has, sub[safe] if sub.size else -1, -1)
+    if marks.matches is not None and marks.matches.size:
+        hit = _mark_bins(pick, sub, start, edges, marks.matches)
+        val[hit] = MATCH_VALUE + 0.5
+    if marks.selected is not None:
+        hit = _mark_bins(pick, sub, start, edges, np.array([marks.selected]))
+        val[hit] = SELECTED_VALUE + 0.5
+        pos[hit] = marks.selected  # a click there selects it again
+    return val, pos
+
+
+def _event_rasters(index: LaneIndex, rows: _Rows, detail: dict[int, np.ndarray], win: _Window, bins: int,
+                   marks: "Marks") -> list[dict]:
+    """The detailed lanes drawn as rasters: one heatmap per lane (a row per nesting level), each
+    cell coloured by the event it shows (by series, alternating shades; search matches and the
+    selected event marked), its name in the hover and its position as customdata (a click selects it)."""
+    edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
+    x = win.ms(edges).round(6).tolist()
+    dur_text: dict[int, str] = {}
+    out: list[dict] = []
+    for ln in rows.lanes:
         vis = detail.get(id(ln))
-        if vis is not None and vis.size:
-            _lane_bars(index, ln, vis, win, ypos[id(ln)], yhalf[id(ln)], per_series)
-    data, bars = [], 0
-    for si in sorted(per_series):
-        acc = per_series[si]
-        key, name, color = SERIES[si]
-        base = np.concatenate(acc["base"])
-        bars += int(base.size)
-        data.append({
-            "type": "bar", "orientation": "h", "name": name, "legendgroup": key,
-            "base": base.round(6).tolist(), "x": np.concatenate(acc["x"]).round(6).tolist(),
-            "y": np.concatenate(acc["y"]).round(4).tolist(), "width": np.concatenate(acc["width"]).round(4).tolist(),
-            "hovertext": acc["text"], "hovertemplate": "%{hovertext}<extra>" + name + "</extra>",
-            "marker": {"color": color, "line": {"width": 0}},
-        })
-    return data, bars
-
-
-def _gap_traces(gaps: Any, idx: np.ndarray, lanes: list[Lane], win: _Window, ypos: dict[int, float]) -> list[dict]:
-    """The gaps ``idx`` of the gap table on their gap lanes: one bar trace per cause, labelled when
-    wide enough; each bar carries its range (ns since the origin) for a click to zoom to."""
-    data: list[dict] = []
-    g = gaps.iloc[idx]
-    g_dev = g["device"].to_numpy() if "device" in g else np.zeros(idx.size, dtype=np.int64)
-    gap_lane_y = {(ln.rank, ln.device): ypos[id(ln)] for ln in lanes if ln.kind == GAP_LANE}
-    g_y = np.array([gap_lane_y.get((int(r), int(d)), -1.0) for r, d in zip(g["rank"].to_numpy().tolist(),
-                                                                          g_dev.tolist())], dtype=np.float64)
-    gs = g["start_ns"].to_numpy(np.int64)
-    ge = g["end_ns"].to_numpy(np.int64)
-    causes = g["cause"].astype(str).to_numpy()
-    cpu = g["cpu_context"].to_numpy() if "cpu_context" in g else np.full(idx.size, None)
-    for cause in list(CAUSES) + sorted(set(causes.tolist()) - set(CAUSES)):
-        m = (causes == cause) & (g_y >= 0)
-        if not m.any():
+        if vis is None or not vis.size:
             continue
-        label = CAUSE_LABELS.get(cause, cause)
-        base, length = win.clipped(gs[m], ge[m])
-        text = [f"{label} gap · {(b - a) / 1e3:,.1f} us" + (f"<br>CPU: {esc(c)}" if c else "")
-                for a, b, c in zip(gs[m].tolist(), ge[m].tolist(), cpu[m].tolist())]
-        n = int(m.sum())
-        data.append({
-            "type": "bar", "orientation": "h", "name": f"gap: {label}", "legendgroup": "gap-" + cause,
-            "base": base.round(6).tolist(), "x": length.round(6).tolist(),
-            "y": g_y[m].astype(float).tolist(), "width": [0.85 * 0.7] * n,
-            "text": [label] * n, "textposition": "inside", "insidetextanchor": "middle",
-            "textfont": {"color": "white", "size": 11}, "hovertext": text,
-            "customdata": np.stack([gs[m] - win.origin_ns, ge[m] - win.origin_ns], axis=1).tolist(),
-            "hovertemplate": "%{hovertext}<br>click to zoom<extra></extra>",
-            "marker": {"color": COLORS.get(cause, COLORS.get("other", "#C7C7C7")), "line": {"width": 0}},
-        })
-    return data
+        levels, y_edges = _lane_levels(index, ln, vis, rows)
+        z, cd, text = [], [], []
+        for sub in levels:
+            val, pos = _raster_row(index, sub, edges, marks)
+            z.append([None if v != v else v for v in val.tolist()])
+            cd.append([[p] if p >= 0 else None for p in pos.tolist()])
+            text.append(_cell_texts(index, pos, win, dur_text))
+        out.append({"type": "heatmap", "x": x, "y": [round(v, 4) for v in y_edges], "z": z, "customdata": cd,
+                    "text": text, "zmin": 0, "zmax": len(_PALETTE), "colorscale": _COLORSCALE, "showscale": False,
+                    "hoverongaps": False, "name": ln.label, "xgap": 0, "ygap": 1,
+                    "hovertemplate": "%{text}<br>click for details<extra></extra>"})
+    return out
 
 
-def _layout(lanes: list[Lane], win: _Window, ypos: dict[int, float], y_total: float,
-            focus: tuple[int, int] | None, title: str) -> dict:
-    """Axes (lane labels on y), lane separators (darker between ranks) and the highlighted range."""
+def _cell_texts(index: LaneIndex, pos: np.ndarray, win: _Window, memo: dict[int, str]) -> list[str]:
+    """The hover text of each cell: the name, duration and start of its event ("" where empty)."""
+    out: list[str] = []
+    for p in pos.tolist():
+        if p < 0:
+            out.append("")
+            continue
+        t = memo.get(p)
+        if t is None:
+            s, e = int(index.start[p]), int(index.end[p])
+            t = memo[p] = (f"{esc(index.names[int(index.name_code[p])], 80)}<br>{fmt_ns(e - s)} · at "
+                           f"{(s - win.origin_ns) / 1e6:,.3f} ms")
+        out.append(t)
+    return out
+
+
+def _lane_y(index: LaneIndex, ln: Lane, vis: np.ndarray, rows: _Rows) -> np.ndarray:
+    """The y of each visible event of a lane (CPU events in the middle of their nesting level's row)."""
+    y0 = rows.ypos[id(ln)]
+    if ln.kind != CPU_LANE:
+        return np.full(vis.size, float(y0))
+    span = 2 * rows.yhalf[id(ln)] * 0.88
+    level = span / max(ln.levels, 1)
+    d = np.minimum(index.depth[vis].astype(np.int64), MAX_DEPTH - 1)
+    return y0 - span / 2 + level * (d + 0.5)
+
+
+def _labels(index: LaneIndex, rows: _Rows, detail: dict[int, np.ndarray],
+            win: _Window) -> tuple[list[float], list[float], list[str]]:
+    """Names on the events wide enough to hold at least a few characters (widest first, at most
+    :data:`LABEL_BUDGET`), cut to the event's width."""
+    parts = [(vis, _lane_y(index, ln, vis, rows), ln.kind == CPU_LANE and ln.levels > 3)
+             for ln in rows.lanes if (vis := detail.get(id(ln))) is not None and vis.size]
+    if not parts:
+        return [], [], []
+    pos = np.concatenate([p[0] for p in parts])
+    ys = np.concatenate([p[1] for p in parts])
+    lo = np.maximum(index.start[pos], win.t0)
+    hi = np.minimum(index.end[pos], win.t1)
+    px = (hi - lo) * win.px_per_ns
+    chars = (px // 7).astype(np.int64) - 1
+    cand = np.flatnonzero(chars >= 4)
+    cand = cand[np.argsort(-px[cand], kind="stable")[:LABEL_BUDGET]]
+    mid = win.ms((lo[cand] + hi[cand]) // 2).round(6).tolist()
+    texts = [esc(index.names[code], int(c)) for code, c in zip(index.name_code[pos[cand]].tolist(),
+                                                                 chars[cand].tolist())]
+    return mid, ys[cand].round(4).tolist(), texts
+
+
+def _label_trace(xs: list[float], ys: list[float], texts: list[str]) -> dict:
+    return {"type": "scatter", "mode": "text", "x": xs, "y": ys, "text": texts, "name": "names",
+            "textposition": "middle center", "textfont": {"color": "white", "size": 10},
+            "hoverinfo": "skip", "showlegend": False, "cliponaxis": True}
+
+
+def _legend_traces(index: LaneIndex, detail: dict[int, np.ndarray], causes: list[str]) -> list[dict]:
+    """One legend entry per series drawn and per gap cause (the rasters have no legend of their own)."""
+    drawn = sorted(set(np.unique(index.series[np.concatenate(list(detail.values()))]).tolist())) if detail else []
+    entries = [(SERIES[s][1], SERIES[s][2]) for s in drawn]
+    entries += [(f"gap: {CAUSE_LABELS.get(c, c)}", COLORS.get(c, COLORS.get("other", "#C7C7C7"))) for c in causes]
+    return [{"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": name, "showlegend": True,
+             "hoverinfo": "skip", "marker": {"color": color, "symbol": "square", "size": 11}}
+            for name, color in entries]
+
+
+def _gap_rasters(gaps: Any, idx: np.ndarray, rows: _Rows, win: _Window, bins: int) -> tuple[list[dict], list[str]]:
+    """The gaps ``idx`` of the gap table on their gap lanes, as rasters coloured by cause; each cell's
+    customdata is its gap's range (ns since the origin) for a click to zoom to. Also the causes drawn."""
+    g = gaps.iloc[idx]
+    dev = g["device"].to_numpy() if "device" in g else np.zeros(idx.size, dtype=np.int64)
+    rank = g["rank"].to_numpy()
+    gs, ge = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+    causes = g["cause"].astype(str).to_numpy()
+    cause_code = np.array([CAUSES.index(c) if c in CAUSES else len(CAUSES) for c in causes.tolist()], dtype=np.int64)
+    cpu = g["cpu_context"].to_numpy() if "cpu_context" in g else np.full(idx.size, None)
+    edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
+    x = win.ms(edges).round(6).tolist()
+    out: list[dict] = []
+    for ln in rows.lanes:
+        if ln.kind != GAP_LANE:
+            continue
+        mine = np.flatnonzero((rank == ln.rank) & (dev == ln.device))
+        if not mine.size:
+            continue
+        mine = mine[np.argsort(gs[mine], kind="stable")]
+        pick = _pick(gs[mine], ge[mine], edges)
+        has = pick >= 0
+        at = mine[np.maximum(pick, 0)]
+        val = np.where(has, _CAUSE_BASE + cause_code[at] + 0.5, np.nan)
+        labels = {int(k): (f"{CAUSE_LABELS.get(causes[k], causes[k])} gap · {fmt_ns(int(ge[k] - gs[k]))}"
+                           + (f"<br>CPU: {esc(scrub_text(str(cpu[k])))}" if cpu[k] else ""))
+                  for k in np.unique(at[has]).tolist()}
+        y0, half = rows.ypos[id(ln)], rows.yhalf[id(ln)]
+        out.append({"type": "heatmap", "x": x, "y": [round(y0 - 0.85 * half, 4), round(y0 + 0.85 * half, 4)],
+                    "z": [[None if v != v else v for v in val.tolist()]],
+                    "customdata": [[[int(gs[k] - win.origin_ns), int(ge[k] - win.origin_ns)] if h else None
+                                    for k, h in zip(at.tolist(), has.tolist())]],
+                    "text": [[labels[k] if h else "" for k, h in zip(at.tolist(), has.tolist())]],
+                    "zmin": 0, "zmax": len(_PALETTE), "colorscale": _COLORSCALE, "showscale": False,
+                    "hoverongaps": False, "name": ln.label, "hovertemplate": "%{text}<br>click to zoom<extra></extra>"})
+    drawn = [c for c in list(CAUSES) + sorted(set(causes.tolist()) - set(CAUSES)) if c in set(causes.tolist())]
+    return out, drawn
+
+
+def _gap_labels(gaps: Any, idx: np.ndarray, rows: _Rows, win: _Window) -> tuple[list[float], list[float], list[str]]:
+    """The cause written on gaps wide enough for it."""
+    g = gaps.iloc[idx]
+    dev = g["device"].to_numpy() if "device" in g else np.zeros(idx.size, dtype=np.int64)
+    ys = {(ln.rank, ln.device): rows.ypos[id(ln)] for ln in rows.lanes if ln.kind == GAP_LANE}
+    lo = np.maximum(g["start_ns"].to_numpy(np.int64), win.t0)
+    hi = np.minimum(g["end_ns"].to_numpy(np.int64), win.t1)
+    labels = [CAUSE_LABELS.get(c, c) for c in g["cause"].astype(str).tolist()]
+    wide = np.flatnonzero((hi - lo) * win.px_per_ns >= 7 * np.array([len(t) + 2 for t in labels]))[:LABEL_BUDGET]
+    out_x, out_y, out_t = [], [], []
+    for k in wide.tolist():
+        y = ys.get((int(g["rank"].iloc[k]), int(dev[k])))
+        if y is not None:
+            out_x.append(round(float(win.ms((lo[k] + hi[k]) // 2)), 6))
+            out_y.append(round(y, 4))
+            out_t.append(labels[k])
+    return out_x, out_y, out_t
+
+
+def _flow_annotations(index: LaneIndex, flows: Sequence[tuple[int, int]], rows: _Rows, win: _Window) -> list[dict]:
+    """An arrow per (launch call, GPU activity) pair of positions whose lanes are both drawn: from
+    the end of the call's bar to the start of the activity's bar."""
+    out: list[dict] = []
+    for src, dst in list(flows)[:FLOW_BUDGET]:
+        a_lane, b_lane = index.lane_at(src), index.lane_at(dst)
+        if id(a_lane) not in rows.ypos or id(b_lane) not in rows.ypos:
+            continue
+        ay = float(_lane_y(index, a_lane, np.array([src]), rows)[0])
+        by = float(_lane_y(index, b_lane, np.array([dst]), rows)[0])
+        out.append({"x": win.ms(index.start[dst]).item(), "y": round(by, 4), "ax": win.ms(index.start[src]).item(),
+                    "ay": round(ay, 4), "xref": "x", "yref": "y", "axref": "x", "ayref": "y", "text": "",
+                    "showarrow": True, "arrowhead": 2, "arrowsize": 1.2, "arrowwidth": 1.6, "arrowcolor": "#C0392B",
+                    "standoff": 2, "startstandoff": 2})
+    return out
+
+
+def _layout(rows: _Rows, win: _Window, focus: tuple[int, int] | None, title: str) -> dict:
+    """Axes (time on top, lane labels on y), lane separators (darker between ranks) and the
+    highlighted range."""
+    lanes = rows.lanes
     shapes, annotations = [], []
     edge = 0.0
     for ln, nxt in zip(lanes[:-1], lanes[1:]):
@@ -585,21 +812,22 @@ def _layout(lanes: list[Lane], win: _Window, ypos: dict[int, float], y_total: fl
     if not lanes:
         annotations.append({"text": "Nothing to draw for the selected ranks.", "xref": "paper", "yref": "paper",
                             "x": 0.5, "y": 0.5, "showarrow": False})
+    plot_px = rows.plot_px
     layout = {
-        "barmode": "overlay", "hovermode": "closest", "dragmode": "zoom",
-        "height": int(max(380, 150 + 30 * y_total)),
-        "margin": {"l": 250, "r": 30, "t": 70 if title else 40, "b": 50},
+        "barmode": "overlay", "hovermode": "closest", "dragmode": "pan", "hoverdistance": 12,
+        "height": int(plot_px + MARGIN_TOP + MARGIN_BOTTOM),
+        "margin": {"l": 250, "r": 30, "t": MARGIN_TOP, "b": MARGIN_BOTTOM},
         "paper_bgcolor": "white", "plot_bgcolor": "white",
         "font": {"family": "Helvetica, Arial, sans-serif", "size": 12},
-        "xaxis": {"range": [win.ms(win.t0).item(), win.ms(win.t1).item()],
-                  "title": {"text": "time since the run's first event (ms)"},
-                  "showgrid": True, "gridcolor": "#eee", "zeroline": False, "showline": True, "linecolor": "#999"},
-        "yaxis": {"tickmode": "array", "tickvals": [round(ypos[id(ln)], 4) for ln in lanes],
+        "xaxis": {"range": [win.ms(win.t0).item(), win.ms(win.t1).item()], "side": "top", "ticksuffix": " ms",
+                  "showgrid": True, "gridcolor": "#eee", "zeroline": False, "showline": True, "linecolor": "#999",
+                  "mirror": "ticks"},
+        "yaxis": {"tickmode": "array", "tickvals": [round(rows.ypos[id(ln)], 4) for ln in lanes],
                   "ticktext": [esc(ln.label, 48) for ln in lanes],
-                  "range": [y_total, 0] if lanes else [1, 0], "fixedrange": True, "showgrid": False,
+                  "range": [rows.total, 0] if lanes else [1, 0], "fixedrange": True, "showgrid": False,
                   "zeroline": False},
-        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
-        "uniformtext": {"minsize": 9, "mode": "hide"},
+        # above the time axis (which is on top): 34 px over the plot area
+        "legend": {"orientation": "h", "y": 1 + 34 / plot_px, "yanchor": "bottom", "x": 0, "xanchor": "left"},
         "shapes": shapes, "annotations": annotations,
     }
     if title:
@@ -607,46 +835,187 @@ def _layout(lanes: list[Lane], win: _Window, ypos: dict[int, float], y_total: fl
     return layout
 
 
+def _collapse(lanes: list[Lane], open_ranks: Sequence[int] | None) -> tuple[list[Lane], dict[int, list[Lane]]]:
+    """The lanes with each rank not in ``open_ranks`` (None: all open) replaced by one summary lane
+    (its GPU streams' busy fraction), and each summary lane's member lanes by lane id."""
+    if open_ranks is None:
+        return lanes, {}
+    keep = {int(r) for r in open_ranks}
+    out: list[Lane] = []
+    members: dict[int, list[Lane]] = {}
+    for r in sorted({ln.rank for ln in lanes}, key=lambda r: min(i for i, ln in enumerate(lanes) if ln.rank == r)):
+        own = [ln for ln in lanes if ln.rank == r]
+        if r in keep:
+            out.extend(own)
+            continue
+        gpu = [ln for ln in own if ln.kind == GPU_LANE] or [ln for ln in own if ln.kind == CPU_LANE]
+        summary = Lane(RANK_LANE, r, -1, -1, f"r{r} · collapsed ({len(own)} lanes)")
+        members[id(summary)] = gpu
+        out.append(summary)
+    return out, members
+
+
+@dataclass
+class Marks:
+    """What to mark on top of the events: search matches, the selected event and its flows
+    (positions in the index)."""
+
+    matches: np.ndarray | None = None
+    selected: int | None = None
+    flows: Sequence[tuple[int, int]] = ()
+
+
+def _visible_lanes(index: LaneIndex, lanes: list[Lane], win: _Window, gap_idx: np.ndarray, gaps: Any,
+                   detail_budget: int) -> tuple[list[Lane], dict[int, np.ndarray], list[Lane], int]:
+    """The lanes to draw (empty ones hidden: event lanes with nothing in the window, gap lanes with
+    no gap drawn), the detailed lanes' events, the aggregated lanes and how many lanes were hidden."""
+    detail, aggregated, empty = _choose_lanes(index, lanes, win, detail_budget)
+    with_gaps: set[tuple[int, int]] = set()
+    if gap_idx.size:
+        g = gaps.iloc[gap_idx]
+        dev = g["device"].to_numpy() if "device" in g else np.zeros(gap_idx.size, dtype=np.int64)
+        with_gaps = set(zip(g["rank"].to_numpy().astype(int).tolist(), dev.astype(int).tolist()))
+    shown = [ln for ln in lanes if not (id(ln) in empty or (ln.kind == GAP_LANE
+                                                            and (ln.rank, ln.device) not in with_gaps))]
+    return shown, detail, aggregated, len(lanes) - len(shown)
+
+
+@dataclass
+class _Plan:
+    """Which lanes a response draws, top to bottom, and how."""
+
+    lanes: list[Lane]
+    detail: dict[int, np.ndarray]
+    aggregated: list[Lane]
+    collapsed: dict[int, list[Lane]]
+    summary: list[Lane]
+    gap_idx: np.ndarray
+    gaps_in_window: int
+    hidden: int
+
+
+def _plan(index: LaneIndex, win: _Window, ranks: Sequence[int] | None, gaps: Any, open_ranks: Sequence[int] | None,
+          detail_budget: int, gap_budget: int) -> _Plan:
+    all_lanes, collapsed = _collapse(index.lanes_for(ranks), open_ranks)
+    gap_idx, gaps_in_window = _window_gaps(gaps, win, ranks, gap_budget)
+    if collapsed and gap_idx.size:  # a collapsed rank has no gap lane
+        open_set = {ln.rank for ln in all_lanes if ln.kind != RANK_LANE}
+        gap_idx = gap_idx[np.isin(gaps["rank"].to_numpy()[gap_idx], list(open_set))]
+    event_lanes = [ln for ln in all_lanes if ln.kind != RANK_LANE]
+    shown, detail, aggregated, hidden = _visible_lanes(index, event_lanes, win, gap_idx, gaps, detail_budget)
+    summary = [ln for ln in all_lanes if ln.kind == RANK_LANE]
+    order = {id(ln): i for i, ln in enumerate(all_lanes)}
+    lanes = sorted(shown + summary, key=lambda ln: order[id(ln)])
+    return _Plan(lanes, detail, aggregated + summary, collapsed, summary, gap_idx, gaps_in_window, hidden)
+
+
+def locate(index: LaneIndex, t0: int, t1: int, x_ms: float, y: float, *, ranks: Sequence[int] | None = None,
+           gaps: Any = None, open_ranks: Sequence[int] | None = None, detail_budget: int = DETAIL_BUDGET,
+           gap_budget: int = GAP_BUDGET) -> tuple[str, Any] | None:
+    """What a click at (``x_ms``, ``y``) on the figure :func:`render` draws for the same arguments
+    hit (plotly's click on a heatmap carries no customdata): ``("event", position)``, ``("gap",
+    (start, end))`` in ns since the origin, or None (an aggregated lane, nothing there)."""
+    win = _Window(int(t0), max(int(t1), int(t0) + 1), index.origin_ns)
+    plan = _plan(index, win, ranks, gaps, open_ranks, detail_budget, gap_budget)
+    rows = _Rows.of(plan.lanes)
+    lane = next((ln for ln in plan.lanes if abs(y - rows.ypos[id(ln)]) <= rows.yhalf[id(ln)]), None)
+    if lane is None:
+        return None
+    t = index.origin_ns + int(round(x_ms * 1e6))
+    slack = max(1, win.width_ns // 600)  # about two raster columns
+    if lane.kind == GAP_LANE:
+        if not plan.gap_idx.size:
+            return None
+        g = gaps.iloc[plan.gap_idx]
+        dev = g["device"].to_numpy() if "device" in g else np.zeros(len(g), dtype=np.int64)
+        gs, ge = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+        hit = np.flatnonzero((g["rank"].to_numpy() == lane.rank) & (dev == lane.device)
+                             & (gs <= t + slack) & (ge >= t - slack))
+        if not hit.size:
+            return None
+        k = hit[np.argmin(np.abs((gs[hit] + ge[hit]) // 2 - t))]
+        return "gap", (int(gs[k] - index.origin_ns), int(ge[k] - index.origin_ns))
+    vis = plan.detail.get(id(lane))
+    if vis is None or not vis.size:
+        return None
+    levels, y_edges = _lane_levels(index, lane, vis, rows)
+    k = int(np.clip(np.searchsorted(np.asarray(y_edges), y) - 1, 0, len(levels) - 1))
+    sub = levels[k]
+    hit = sub[(index.start[sub] <= t + slack) & (index.end[sub] >= t - slack)]
+    if not hit.size:
+        return None
+    covering = hit[(index.start[hit] <= t) & (index.end[hit] >= t)]
+    return "event", int(covering[0] if covering.size else hit[0])
+
+
 def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = None, gaps: Any = None,
            focus: tuple[int, int] | None = None, focus_label: str = "", detail_budget: int = DETAIL_BUDGET,
-           shape_budget: int = SHAPE_BUDGET, gap_budget: int = GAP_BUDGET, title: str = "") -> tuple[dict, RenderStats]:
+           shape_budget: int = SHAPE_BUDGET, gap_budget: int = GAP_BUDGET, title: str = "",
+           open_ranks: Sequence[int] | None = None, marks: Marks | None = None) -> tuple[dict, RenderStats]:
     """The timeline of ``[t0, t1)`` (absolute ns) as a plotly figure dict, and what it holds.
 
     ``gaps``: the idle-gap table (``rank, device, start_ns, end_ns, dur_ns, cause, cpu_context,
-    step``); ``focus``: an absolute range to highlight (a clicked gap). Lanes with few events in the
-    window are drawn in detail (up to ``detail_budget`` events), the others as busy fractions in as
-    many bins as the rest of ``shape_budget`` allows.
+    step``); ``focus``: an absolute range to highlight (a clicked gap); ``open_ranks``: the ranks
+    drawn lane by lane (the others collapse to one row each; None: all); ``marks``: search matches,
+    the selected event and its flow arrows. Lanes with few events in the window are drawn in detail
+    (up to ``detail_budget`` events, as rasters), the others as busy fractions in as many bins as
+    the rest of ``shape_budget`` allows; lanes with nothing in the window are left out.
     """
+    marks = marks or Marks()
     win = _Window(int(t0), max(int(t1), int(t0) + 1), index.origin_ns)
-    lanes = index.lanes_for(ranks)
-    gap_idx, gaps_in_window = _window_gaps(gaps, win, ranks, gap_budget)
-    detail, aggregated = _choose_lanes(index, lanes, win, detail_budget)
-    used = sum(int(v.size) for v in detail.values())
-    room = max(0, shape_budget - used - int(gap_idx.size) - len(lanes) - 1)
-    bins = int(min(MAX_BINS, room // max(1, len(aggregated)))) if aggregated else 0
-    if aggregated and bins < 10:  # cannot happen with the default budgets; stay under budget regardless
-        aggregated, bins = [], 0
-    ypos, yhalf, y_total = _lane_positions(lanes)
-    data = _heatmap_traces(index, aggregated, bins, win, ypos, yhalf) if aggregated else []
-    bar_data, bars = _bar_traces(index, lanes, detail, win, ypos, yhalf)
-    data.extend(bar_data)
+    plan = _plan(index, win, ranks, gaps, open_ranks, detail_budget, gap_budget)
+    lanes, detail, aggregated, collapsed = plan.lanes, plan.detail, plan.aggregated, plan.collapsed
+    gap_idx = plan.gap_idx
+    gaps_in_window, hidden, summary = plan.gaps_in_window, plan.hidden, plan.summary
+    rows = _Rows.of(lanes)
+    label_x, label_y, label_text = _labels(index, rows, detail, win)
     if gap_idx.size:
-        data.extend(_gap_traces(gaps, gap_idx, lanes, win, ypos))
-    layout = _layout(lanes, win, ypos, y_total, focus, title)
+        gx, gy, gt = _gap_labels(gaps, gap_idx, rows, win)
+        label_x, label_y, label_text = label_x + gx, label_y + gy, label_text + gt
+    used = sum(int(v.size) for v in detail.values())
+    raster_rows = sum(ln.levels if ln.kind == CPU_LANE else 1 for ln in lanes if id(ln) in detail)
+    raster_rows += sum(1 for ln in lanes if ln.kind == GAP_LANE)
+    room = max(0, shape_budget - len(lanes) - 1 - len(label_text))
+    bins = int(min(MAX_BINS, room // max(1, raster_rows + len(aggregated))))
+    data = _heatmap_traces(index, aggregated, bins, win, rows, collapsed) if aggregated else []
+    data.extend(_event_rasters(index, rows, detail, win, bins, marks))
+    causes: list[str] = []
+    if gap_idx.size:
+        gap_data, causes = _gap_rasters(gaps, gap_idx, rows, win, bins)
+        data.extend(gap_data)
+    data.extend(_legend_traces(index, detail, causes))
+    if label_text:
+        data.append(_label_trace(label_x, label_y, label_text))
+    layout = _layout(rows, win, focus, title)
+    layout["annotations"].extend(_flow_annotations(index, marks.flows, rows, win))
+    cells = sum(len(tr["z"]) * (len(tr["z"][0]) if tr["z"] else 0) for tr in data if tr["type"] == "heatmap")
     stats = RenderStats(window_ns=(win.t0, win.t1), lanes=len(lanes), detail_lanes=len(detail),
-                        aggregated_lanes=len(aggregated), bars=bars, cells=bins * len(aggregated),
+                        aggregated_lanes=len(aggregated), bars=used, cells=cells,
                         gap_bars=int(gap_idx.size), gaps_in_window=gaps_in_window, bins=bins,
-                        layout_shapes=len(layout["shapes"]), focus_label=focus_label if focus is not None else "")
+                        layout_shapes=len(layout["shapes"]), focus_label=focus_label if focus is not None else "",
+                        labels=len(label_text), hidden_lanes=hidden,
+                        collapsed_ranks=tuple(ln.rank for ln in summary),
+                        matches_in_window=_matches_in_window(index, marks, win))
     return {"data": data, "layout": layout}, stats
 
 
+def _matches_in_window(index: LaneIndex, marks: Marks, win: _Window) -> int:
+    m = marks.matches
+    if m is None or not m.size:
+        return 0
+    return int(((index.start[m] < win.t1) & (index.end[m] > win.t0)).sum())
+
+
 def count_shapes(figure: dict) -> int:
-    """Bars, markers and heatmap cells in a figure dict (what the shape budget limits)."""
+    """What the shape budget limits, counted from a figure dict: heatmap cells (the event and gap
+    rasters and the busy fractions), names drawn on events, points and layout shapes."""
     total = 0
     for tr in figure.get("data", []):
         if tr.get("type") == "heatmap":
             total += sum(len(row) for row in tr.get("z", []))
+        elif tr.get("mode") == "text":
+            total += len(tr.get("text", []) or [])
         else:
-            total += len(tr.get("x", []) or [])
+            total += sum(1 for v in tr.get("x", []) or [] if v is not None)
     total += len(figure.get("layout", {}).get("shapes", []) or [])
     return total

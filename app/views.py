@@ -25,7 +25,11 @@ from .features import DOWNLOADS, diff_reports, metric_label, render_report
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .validate import BadValue
-from .timeline import clamp_window, render
+from . import timeline_view
+from .timeline import clamp_window
+from .timeline import locate as timeline_locate
+from .timeline_view import SEARCH_TRIGGERS as SEARCH
+from traceview.secrets import scrub_text
 
 log = logging.getLogger("traceview.app")
 
@@ -34,12 +38,13 @@ MIN_WINDOW_NS = 1_000
 
 
 def parse_search(search: str | None) -> dict[str, int]:
-    """Integer query parameters (``?t0=..&t1=..&f0=..&f1=..``); anything else is ignored."""
+    """Integer query parameters (``?t0=..&t1=..&f0=..&f1=..&r=..``: window, highlighted range, rank
+    to open); anything else is ignored."""
     out: dict[str, int] = {}
     if not search:
         return out
     for key, values in parse_qs(search.lstrip("?")).items():
-        if key in ("t0", "t1", "f0", "f1") and values:
+        if key in ("t0", "t1", "f0", "f1", "r") and values:
             try:
                 v = validate.integer(values[0], key, -validate.MAX_ABS_NS, validate.MAX_ABS_NS)
             except BadValue:
@@ -102,7 +107,7 @@ class AppController:
             slider = (0, 1, [0, 1], {0: "no steps", 1: ""}, True)
         files = len(spec.files)
         desc = (f"{len(info.ranks)} rank(s), {len(info.steps)} step(s), {files} file(s), "
-                f"{info.span_ns / 1e6:,.3f} ms")
+                f"{fmt_ns(info.span_ns)}")
         return (rank_options, None, *slider, None, None, desc)
 
     # ------------------------------------------------------------------ pages
@@ -153,11 +158,12 @@ class AppController:
             if not self.store.ready(run, filters):
                 return no_update, no_update
             ctx = self.store.context(run, filters)
-            return pages.overview_findings(ctx.report), True
+            return pages.overview_findings(ctx.report, ctx.origin_ns), True
         except (RunError, BadValue) as exc:
             return [message(str(exc), "error")], True
 
     # ------------------------------------------------------------------ timeline
+    # (the page's interactions beyond the window: app/timeline_view.py)
     def extent(self, ctx: RunContext) -> tuple[int, int]:
         """Absolute time range the timeline may show for this selection."""
         tr = ctx.trace
@@ -171,14 +177,8 @@ class AppController:
 
     def timeline_figure(self, ctx: RunContext, state: dict) -> tuple[dict, str]:
         index = self.store.timeline(ctx.run.id)
-        o = ctx.origin_ns
-        focus = None
-        if state.get("f0") is not None and state.get("f1") is not None:
-            focus = (o + int(state["f0"]), o + int(state["f1"]))
         gaps = ctx.table("idle_gaps", "gaps")
-        fig, stats = render(index, o + int(state["t0"]), o + int(state["t1"]), ranks=ctx.filters.ranks, gaps=gaps,
-                            focus=focus, focus_label=state.get("label") or "")
-        return fig, stats.describe()
+        return timeline_view.figure(ctx, index, state, gaps, state.get("label") or "")
 
     def _initial_window(self, ctx: RunContext, params: dict[str, int]) -> dict:
         lo, hi = self.extent(ctx)
@@ -189,10 +189,27 @@ class AppController:
         else:
             a, b = lo, hi
         state["t0"], state["t1"] = a - o, b - o
+        ranks = timeline_view.ranks_of(self.store.timeline(ctx.run.id), ctx)
+        state["open"] = timeline_view.default_open(ranks)
         if "f0" in params and "f1" in params:
             state["f0"], state["f1"] = params["f0"], params["f1"]
             state["label"] = self._gap_label(ctx, o + params["f0"], o + params["f1"])
+            gap = self._gap_at(ctx, o + params["f0"], o + params["f1"])
+            if gap is not None:  # a gap opens its own rank (the others collapsed): it is in view
+                state["open"] = [gap[0]]
+        if params.get("r") in ranks:  # a finding of one rank
+            state["open"] = [params["r"]]
         return state
+
+    def _gap_at(self, ctx: RunContext, start: int, end: int) -> tuple[int, int] | None:
+        """(rank, device) of the gap of the selection spanning exactly ``[start, end)``."""
+        gaps = ctx.table("idle_gaps", "gaps")
+        if gaps is None or not len(gaps):
+            return None
+        hit = gaps[(gaps["start_ns"] == start) & (gaps["end_ns"] == end)]
+        if not len(hit):
+            return None
+        return int(hit.iloc[0]["rank"]), int(hit.iloc[0]["device"])
 
     def _gap_label(self, ctx: RunContext, start: int, end: int) -> str:
         gaps = ctx.table("idle_gaps", "gaps")
@@ -205,31 +222,50 @@ class AppController:
                 cause = CAUSE_LABELS.get(str(g["cause"]), str(g["cause"]))
                 text = f"{cause} gap, {fmt_ns(int(g['dur_ns']))}, rank {int(g['rank'])} GPU {int(g['device'])}"
                 if g.get("cpu_context"):
-                    text += f" · CPU: {str(g['cpu_context'])[:60]}"
+                    text += f" · CPU: {scrub_text(str(g['cpu_context']))[:60]}"
                 return text
         return f"selected range, {fmt_ns(end - start)}"
 
     def _timeline_page(self, ctx: RunContext, params: dict[str, int]) -> list[Any]:
         state = self._initial_window(ctx, params)
         fig, text = self.timeline_figure(ctx, state)
-        return pages.timeline(fig, text, state)
+        ranks = timeline_view.ranks_of(self.store.timeline(ctx.run.id), ctx)
+        return timeline_view.page_body(fig, text, state, ranks)
 
     def timeline_update(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> tuple:
-        """Zoom, pan, reset or click on the timeline: the new figure, window state and stats line.
+        """Zoom, pan, reset or click on the timeline: the new figure, window state and stats line
+        (:meth:`timeline_action` without search, details or open ranks)."""
+        return self.timeline_action(trigger, relayout, click, state, run, ranks, steps, t0, t1)[:3]
+
+    def timeline_action(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
+                        ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None, *,
+                        query: Any = None, open_value: Any = None) -> tuple:
+        """Any timeline event: the new figure, window state, stats line, details panel and open ranks.
 
         ``trigger``: the id (and property) that fired: ``tl-graph.relayoutData``,
-        ``tl-graph.clickData``, ``tl-zoom-in``, ``tl-zoom-out``, ``tl-left``, ``tl-right``, ``tl-reset``.
+        ``tl-graph.clickData``, ``tl-zoom-in``, ``tl-zoom-out``, ``tl-left``, ``tl-right``, ``tl-reset``,
+        ``tl-search-next``, ``tl-search-prev``, ``tl-search.n_submit`` (``query``: the search box),
+        ``tl-open.value`` (``open_value``: the ranks drawn lane by lane).
         """
         start = time.perf_counter()
+        trig = trigger if isinstance(trigger, str) else ""
         try:
             ctx = self._context(run, ranks, steps, t0, t1)
-            state = validate.window_state(state)
-            window = self._new_window(ctx, trigger if isinstance(trigger, str) else "", relayout, click, state)
+            index = self.store.timeline(ctx.run.id)
+            extra = timeline_view.extras(state, int(index.start.size))
+            state = {**validate.window_state(state), **extra}
+            if "t0" not in state or "t1" not in state:
+                lo, hi = self.extent(ctx)
+                state["t0"], state["t1"] = lo - ctx.origin_ns, hi - ctx.origin_ns
+            if "open" not in state:
+                state["open"] = timeline_view.default_open(timeline_view.ranks_of(index, ctx))
+            panel, event = self._timeline_choice(ctx, index, trig, click, state, query, open_value)
+            window = event if event is not None else self._new_window(ctx, trig, relayout, click, state)
         except (RunError, BadValue) as exc:
-            return no_update, no_update, str(exc)
-        if window is None:  # not a zoom (autosize, a legend click) nor a click on a gap
-            return no_update, no_update, no_update
+            return no_update, no_update, str(exc), no_update, no_update
+        if window is None:  # not a zoom (autosize, a legend click) nor a click on a gap or an event
+            return no_update, no_update, no_update, no_update, no_update
         (a, b), new_focus = window
         o = ctx.origin_ns
         state["t0"], state["t1"] = a - o, b - o
@@ -237,8 +273,76 @@ class AppController:
             state["f0"], state["f1"] = new_focus
             state["label"] = self._gap_label(ctx, o + new_focus[0], o + new_focus[1])
         fig, text = self.timeline_figure(ctx, state)
+        if panel is None and state.get("sel") is not None and trig.startswith(("tl-graph.clickData",) + SEARCH):
+            panel = timeline_view.details(ctx, index, int(state["sel"]))
         self._timed("timeline", start)
-        return fig, state, text
+        return fig, state, text, (panel if panel is not None else no_update), state.get("open")
+
+    def _timeline_choice(self, ctx: RunContext, index: Any, trig: str, click: Any, state: dict[str, Any],
+                         query: Any, open_value: Any) -> tuple[Any, Any]:
+        """Search, event clicks and open ranks (which keep the window unless a match or event must be
+        brought into view): the details panel (or None) and the new window (or None: the window
+        logic of :meth:`_new_window` decides)."""
+        cur = (ctx.origin_ns + int(state.get("t0", 0)), ctx.origin_ns + int(state.get("t1", 0)))
+        if trig.startswith("tl-open.value"):
+            state["open"] = timeline_view.open_ranks(open_value if open_value is not None else [])
+            return None, (cur, None)
+        if trig.startswith(SEARCH):
+            state["q"] = timeline_view.query(query)
+            found = timeline_view.matches(index, state["q"], ctx.filters.ranks)
+            if not found.size:
+                state.pop("sel", None)
+                return html.Div(f"No event name contains “{state['q'][:80]}”." if state["q"] else "",
+                                style={"color": "#777", "fontSize": "13px"}), (cur, None)
+            forward = not trig.startswith("tl-search-prev")
+            pos = timeline_view.step_match(index, found, state.get("sel"), cur, forward)
+            return None, (self._bring_into_view(ctx, index, state, pos, cur), None)
+        if trig.startswith("tl-graph.clickData"):
+            clicked = _clicked_event(click, int(index.start.size))
+            if clicked is None:
+                hit = self._clicked_cell(ctx, index, click, state)
+                if hit is not None and hit[0] == "gap":  # as a click on a gap bar: zoom to it
+                    g0, g1 = hit[1]
+                    pad = max(2 * (g1 - g0), 20_000)
+                    lo, hi = self.extent(ctx)
+                    o = ctx.origin_ns
+                    return None, (clamp_window(o + g0 - pad, o + g1 + pad, lo, hi, MIN_WINDOW_NS), (g0, g1))
+                clicked = hit[1] if hit is not None else None
+            if clicked is not None:
+                state["sel"] = clicked
+                return None, (cur, None)
+        return None, None
+
+    def _clicked_cell(self, ctx: RunContext, index: Any, click: Any, state: dict[str, Any]) -> tuple[str, Any] | None:
+        """What a click on a raster cell hit (plotly sends a heatmap click's x and y, not its
+        customdata): the event or gap at that place of the figure drawn for ``state``."""
+        points = click.get("points") if isinstance(click, dict) else None
+        if not isinstance(points, list) or not points or not isinstance(points[0], dict):
+            return None
+        x, y = points[0].get("x"), points[0].get("y")
+        if x is None or y is None:
+            return None
+        x_ms, _ = validate.zoom_range_ms(x, x)
+        y_val = validate.number(y, "clicked lane", 1e6)
+        o = ctx.origin_ns
+        return timeline_locate(index, o + int(state["t0"]), o + int(state["t1"]), x_ms, float(y_val or 0.0),
+                               ranks=ctx.filters.ranks, gaps=ctx.table("idle_gaps", "gaps"),
+                               open_ranks=state.get("open"))
+
+    def _bring_into_view(self, ctx: RunContext, index: Any, state: dict[str, Any], pos: int,
+                         cur: tuple[int, int]) -> tuple[int, int]:
+        """Select the event at ``pos``, open its rank, and centre the window on it (zoomed in to about
+        40 times its length when the window is wider)."""
+        state["sel"] = pos
+        rank = index.lane_at(pos).rank
+        if rank not in state["open"]:
+            state["open"] = sorted(state["open"] + [rank])
+        s, e = int(index.start[pos]), int(index.end[pos])
+        # close enough that its lane is drawn event by event (a wider window keeps the user's zoom)
+        width = max(min(cur[1] - cur[0], max(40 * (e - s), 100_000)), 3 * (e - s), MIN_WINDOW_NS)
+        c = (s + e) // 2
+        lo, hi = self.extent(ctx)
+        return clamp_window(c - width // 2, c + width // 2, lo, hi, MIN_WINDOW_NS)
 
     def _new_window(self, ctx: RunContext, trig: str, relayout: Any, click: Any,
                     state: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int] | None] | None:
@@ -290,6 +394,21 @@ class AppController:
         g = gaps.loc[row_id]
         s, e = int(g["start_ns"]) - ctx.origin_ns, int(g["end_ns"]) - ctx.origin_ns
         return "/timeline", gap_search(s, e), None
+
+    # ------------------------------------------------------------------ kernels
+    def kernel_selected(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                        t1: Any = None) -> list[Any]:
+        """A row of the Kernels table was selected: that kernel's figures per rank and GPU."""
+        if active_cell is None:
+            return [message("Select a kernel in the table to see it per rank and GPU.")]
+        if not isinstance(active_cell, dict):
+            return [message(f"selected cell: {validate.quote(active_cell)} is not a table cell", "error")]
+        try:
+            row = validate.row_id(active_cell.get("row_id"))
+            ctx = self._context(run, ranks, steps, t0, t1)
+        except (RunError, BadValue) as exc:
+            return [message(str(exc), "error")]
+        return pages.kernel_detail(ctx, row)
 
     # ------------------------------------------------------------------ compare
     def _compare_page(self, ctx: RunContext) -> list[Any]:
@@ -395,6 +514,20 @@ def _button_window(trigger: str, a: int, b: int, extent: tuple[int, int]) -> tup
     return a, b
 
 
+def _clicked_event(click: Any, num_positions: int) -> int | None:
+    """The position of a clicked event (a point whose ``customdata`` is ``[position]``); None for a
+    click on anything else. An unusable position raises :class:`BadValue`."""
+    if not isinstance(click, dict):
+        return None
+    points = click.get("points")
+    if not isinstance(points, list) or not points or not isinstance(points[0], dict):
+        return None
+    cd = points[0].get("customdata")
+    if not isinstance(cd, list) or len(cd) != 1:
+        return None
+    return timeline_view.position(cd[0], num_positions, "clicked event")
+
+
 def _clicked_gap(click: Any) -> tuple[int, int] | None:
     """The gap range of a click on a gap bar; None for a click on anything else (a bar without
     ``customdata``). A gap bar with an unusable range raises :class:`BadValue`."""
@@ -417,13 +550,15 @@ def _compare_sections(d: dict[str, Any]) -> list[Any]:
         out.append(section("Side by side: mean per step", graph(_compare_figure(metrics))))
         m = metrics.copy()
         m["metric"] = [metric_label(x) for x in m["metric"]]
-        ns = m["unit"] == "ns"
+        # times in the unit each reads best in (ns .. s), other metrics with their unit: one column
+        # mixes both, so the cells are text
         for c in ("base", "new", "delta", "threshold"):
-            m[c + "_ms"] = [(v / 1e6 if v is not None and is_ns else v) for v, is_ns in zip(m[c], ns)]
-        out.append(section("Metrics (times in ms, overlap in %)", frame_table(
-            m, "cmp-metrics", columns=["metric", "rank", "device", "base_ms", "new_ms", "delta_ms", "delta_pct",
-                                       "threshold_ms", "status"],
-            rename={"base_ms": "base", "new_ms": "new", "delta_ms": "delta", "threshold_ms": "noise threshold"},
+            m[c + "_text"] = [_metric_text(v, unit) for v, unit in zip(m[c], m["unit"])]
+        out.append(section("Metrics (mean per step)", frame_table(
+            m, "cmp-metrics", columns=["metric", "rank", "device", "base_text", "new_text", "delta_text", "delta_pct",
+                                       "threshold_text", "status"],
+            rename={"base_text": "base", "new_text": "new", "delta_text": "delta",
+                    "threshold_text": "noise threshold"},
             page_size=20, filter_=True,
             style_data_conditional=[
                 {"if": {"filter_query": '{status} = "worse"'}, "backgroundColor": "#FADBD8"},
@@ -454,6 +589,17 @@ def _compare_sections(d: dict[str, Any]) -> list[Any]:
             fnd, "cmp-findings", columns=["status", "code", "rank", "title", "base_severity", "new_severity",
                                           "base_cost_ns", "new_cost_ns"], page_size=15)))
     return out
+
+
+def _metric_text(value: Any, unit: Any) -> str | None:
+    """A metric of the diff for people: a time in its own unit, anything else with its unit."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if unit == "ns":
+        return fmt_ns(value)
+    if unit == "pct":
+        return f"{float(value):.1f}%"
+    return f"{float(value):,.2f}" + (f" {unit}" if unit else "")
 
 
 def _compare_figure(metrics: Any) -> Any:

@@ -4,6 +4,15 @@
     python benchmarks/bench_app.py                          # benchmarks/out/kineto_500mb.json (made if absent)
     python benchmarks/bench_app.py --trace FILE             # any trace
     python benchmarks/bench_app.py --runs 3 --repeat 5
+    python benchmarks/bench_app.py --browser JOB_DIR --screenshots /tmp/tl   # timeline latencies in Chromium
+
+With ``--browser PATH...`` it instead starts ``traceview app PATH...`` and drives the timeline in
+headless Chromium (tests/browser.py), timing each interaction from the user's action until the
+server's new figure is drawn (two animation frames after plotly got it): opening the page, wheel
+zoom (plotly asks the server 300 ms after the last wheel event: included), drag pan, the buttons,
+search, next/previous match, an event click (details and flow arrows), and a gap click in the Gaps
+table (until the timeline focused on it is drawn). Target: 300 ms on the 8-rank job of gen_job.py,
+1 s on benchmarks/out/kineto_150mb.json.
 
 It starts ``traceview app`` as a fresh process (``--runs`` times) and talks to it over HTTP exactly as
 the browser does (``GET /``, ``/_dash-layout``, ``/_dash-dependencies``, then the Overview page's
@@ -56,7 +65,7 @@ TARGET_INTERACTION_MS = 300.0
 TARGET_SHAPES = 50_000
 
 PAGE_OUT = "..page.children...status.children.."
-TL_OUT = "..tl-graph.figure...tl-window.data...tl-stats.children.."
+TL_OUT = "..tl-graph.figure...tl-window.data...tl-stats.children...tl-details.children...tl-open.value.."
 GAP_OUT = "..url.pathname...url.search...gap-click-msg.children.."
 FILTERS = [("f-ranks", "value"), ("f-steps", "value"), ("f-t0", "value"), ("f-t1", "value")]
 
@@ -104,12 +113,18 @@ def timeline_payload(trigger: str, state: dict, relayout: Any = None, click: Any
     return {
         "output": TL_OUT,
         "outputs": [{"id": "tl-graph", "property": "figure"}, {"id": "tl-window", "property": "data"},
-                    {"id": "tl-stats", "property": "children"}],
+                    {"id": "tl-stats", "property": "children"}, {"id": "tl-details", "property": "children"},
+                    {"id": "tl-open", "property": "value"}],
         "inputs": [{"id": "tl-graph", "property": "relayoutData", "value": relayout},
                    {"id": "tl-graph", "property": "clickData", "value": click},
-                   *[{"id": b, "property": "n_clicks", "value": 1} for b in buttons]],
+                   *[{"id": b, "property": "n_clicks", "value": 1} for b in buttons],
+                   {"id": "tl-search-next", "property": "n_clicks", "value": 0},
+                   {"id": "tl-search-prev", "property": "n_clicks", "value": 0},
+                   {"id": "tl-search", "property": "n_submit", "value": 0},
+                   {"id": "tl-open", "property": "value", "value": (state or {}).get("open")}],
         "changedPropIds": [trigger],
-        "state": [{"id": "tl-window", "property": "data", "value": state},
+        "state": [{"id": "tl-search", "property": "value", "value": ""},
+                  {"id": "tl-window", "property": "data", "value": state},
                   {"id": "run", "property": "value", "value": run}, *filt()],
     }
 
@@ -153,13 +168,10 @@ def find_component(tree: Any, ident: str) -> dict | None:
 
 
 def count_shapes(fig: dict) -> int:
-    total = 0
-    for tr in fig.get("data", []):
-        if tr.get("type") == "heatmap":
-            total += sum(len(row) for row in tr.get("z", []))
-        else:
-            total += len(tr.get("x", []) or [])
-    return total + len(fig.get("layout", {}).get("shapes", []) or [])
+    """Bars, heatmap cells, names and layout shapes of a timeline figure (the app's own count)."""
+    from traceview.app.timeline import count_shapes as app_count
+
+    return app_count(fig)
 
 
 class App:
@@ -345,13 +357,211 @@ def interactions(app: App, repeat: int) -> dict[str, Any]:
             "filter_all_ms": all_done * 1000, "filter_cached_ms": dt_cached * 1000}
 
 
+
+# ------------------------------------------------------------------------------ in the browser
+#: JavaScript: the timeline's plotly element
+_TL = "document.querySelector('#tl-graph .js-plotly-plot')"
+#: JavaScript: remember the figure's layout object (plotly replaces it when the server's figure arrives)
+_MARK_JS = f"() => {{ window.__tlLayout = {_TL}.layout; }}"
+#: JavaScript: resolves (true) once the server's new figure is in and two frames were painted after
+#: it; false after 30 s without one
+_DRAWN_JS = f"""() => new Promise(resolve => {{
+    const t0 = performance.now();
+    const check = () => {{
+        const el = {_TL};
+        if (el && el.layout && el.layout !== window.__tlLayout && el._fullLayout) {{
+            requestAnimationFrame(() => requestAnimationFrame(() => resolve(true)));
+        }} else if (performance.now() - t0 > 30000) {{ resolve(false); }} else {{ setTimeout(check, 2); }}
+    }};
+    check();
+}})"""
+#: JavaScript: the page coordinates of a raster cell showing an event wider than a few pixels whose
+#: name contains the argument and that is not the selected one (a click there selects it), and the
+#: event's position
+_EVENT_POINT_JS = f"""(needle) => {{
+    const el = {_TL};
+    const fl = el._fullLayout, xa = fl.xaxis, ya = fl.yaxis;
+    const r = el.querySelector('.nsewdrag').getBoundingClientRect();
+    for (const t of el.data) {{
+        if (t.type !== 'heatmap' || !t.customdata || !t.text) continue;
+        for (let k = 0; k < t.z.length; k++) {{
+            const row = t.customdata[k];
+            for (let i = 2; i < row.length - 2; i++) {{
+                const cd = row[i];
+                if (!Array.isArray(cd) || cd.length !== 1 || !row[i - 1] || !row[i + 1]) continue;
+                if (row[i - 1][0] !== cd[0] || row[i + 1][0] !== cd[0]) continue;
+                if (String(t.text[k][i]).toLowerCase().indexOf(needle) < 0) continue;
+                if (t.z[k][i] === t.zmax - 0.5) continue;  // the selected event (the last colour)
+                const px = xa.l2p((t.x[i] + t.x[i + 1]) / 2), py = ya.l2p((t.y[k] + t.y[k + 1]) / 2);
+                if (px > 5 && px < xa._length - 5 && py > 2 && py < ya._length - 2) {{
+                    return {{x: r.left + px, y: r.top + py, pos: cd[0], lane: t.name}};
+                }}
+            }}
+        }}
+    }}
+    return null;
+}}"""
+
+
+def timed_in_browser(page: Any, action: Any, times: dict[str, list[float]], name: str) -> float:
+    """Milliseconds from the user's action until the server's new figure is drawn in the browser
+    (two animation frames painted after plotly received it); appended to ``times[name]``."""
+    page.evaluate(_MARK_JS)
+    t0 = time.perf_counter()
+    action()
+    if not page.evaluate(_DRAWN_JS):
+        raise RuntimeError(f"{name}: no new timeline figure within 30 s")
+    dt = (time.perf_counter() - t0) * 1000
+    times.setdefault(name, []).append(dt)
+    return dt
+
+
+def open_timeline(page: Any, url: str) -> float:
+    """Go to the timeline at ``url``; milliseconds until its figure is drawn."""
+    t0 = time.perf_counter()
+    page.goto(url, wait_until="load")
+    page.wait_for_function(f"() => {{ const el = {_TL}; return el && el._fullLayout && el.data; }}",
+                           timeout=120_000)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    return (time.perf_counter() - t0) * 1000
+
+
+def attempt(page: Any, action: Any, times: dict[str, list[float]], name: str) -> None:
+    """:func:`timed_in_browser`, counting an action that got no new figure instead of stopping."""
+    try:
+        timed_in_browser(page, action, times, name)
+    except RuntimeError:
+        times.setdefault("NO ANSWER: " + name, []).append(float("nan"))
+        page.wait_for_load_state("networkidle")
+
+
+def browser_interactions(page: Any, base: str, repeat: int, query: str) -> dict[str, list[float]]:
+    """Every kind of timeline interaction, ``repeat`` times, timed in the browser (ms)."""
+    times: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        times.setdefault("open the timeline page", []).append(open_timeline(page, base + "/timeline"))
+        page.wait_for_load_state("networkidle")
+        box = page.locator("#tl-graph .nsewdrag").first.bounding_box()
+        cx, cy = box["x"] + box["width"] * 0.5, box["y"] + min(box["height"] * 0.3, 200)
+
+        def wheel(cx: float = cx, cy: float = cy) -> None:
+            page.mouse.move(cx, cy)
+            for _ in range(6):  # a wheel turn is a burst of events; plotly zooms ~10% per event
+                page.mouse.wheel(0, -100)
+
+        # plotly zooms at once on the wheel, and asks for the detail 300 ms (its REDRAWDELAY) after
+        # the last wheel event: the time below includes that wait
+        for _ in range(3):
+            attempt(page, wheel, times, "wheel zoom in (incl. plotly's 300 ms wait)")
+
+        def drag(cx: float = cx, cy: float = cy) -> None:
+            page.mouse.move(cx, cy)
+            page.mouse.down()
+            page.mouse.move(cx - 150, cy, steps=4)
+            page.mouse.up()
+
+        attempt(page, drag, times, "drag pan")
+        attempt(page, lambda: page.click("#tl-zoom-out"), times, "button zoom out")
+        attempt(page, lambda: page.click("#tl-left"), times, "button pan")
+        attempt(page, lambda: page.click("#tl-reset"), times, "whole selection (reset)")
+        page.fill("#tl-search", query)
+        attempt(page, lambda: page.press("#tl-search", "Enter"), times, "search (Enter)")
+        attempt(page, lambda: page.click("#tl-search-next"), times, "search: next match")
+        attempt(page, lambda: page.click("#tl-search-prev"), times, "search: previous match")
+        for needle in ("gemm", "cudalaunchkernel", "aten::"):
+            pt = page.evaluate(_EVENT_POINT_JS, needle)
+            if pt is None:
+                continue
+            attempt(page, lambda pt=pt: page.mouse.click(pt["x"], pt["y"]), times,
+                             "click an event (details + flows)")
+            page.wait_for_selector("#tl-details-body")
+        page.fill("#tl-search", "")
+        attempt(page, lambda: page.press("#tl-search", "Enter"), times, "search cleared")
+    return times
+
+
+def gap_click_focus(page: Any, base: str) -> float:
+    """Milliseconds from a click on the largest gap in the Gaps table until the timeline is drawn
+    around it."""
+    page.goto(base + "/gaps", wait_until="load")
+    page.wait_for_selector("#gap-table td[data-dash-column='cause']", timeout=120_000)
+    page.wait_for_load_state("networkidle")
+    t0 = time.perf_counter()
+    page.locator("#gap-table td[data-dash-column='cause']").first.click()
+    page.wait_for_url("**/timeline?**")
+    page.wait_for_function(f"() => {{ const el = {_TL}; return el && el._fullLayout && el.data; }}")
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    return (time.perf_counter() - t0) * 1000
+
+
+def browser_bench(paths: list[str], repeat: int, query: str, shots: str | None) -> dict[str, Any]:
+    """Start ``traceview app PATHS``, drive its timeline in headless Chromium, print the latencies."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from browser import open_page
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    import tempfile
+
+    log = tempfile.NamedTemporaryFile("w+", prefix="traceview-app-", suffix=".log")  # the app's errors, if any
+    proc = subprocess.Popen([sys.executable, "-m", "traceview.cli", "app", *paths, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=log, cwd=str(REPO))
+    try:
+        t0 = time.perf_counter()
+        while True:
+            try:
+                get(base, "/")
+                break
+            except OSError:
+                if time.perf_counter() - t0 > 300 or proc.poll() is not None:
+                    raise RuntimeError("traceview app did not start")
+                time.sleep(0.1)
+        print(f"load average before: {loadavg()}", flush=True)
+        with open_page(base + "/overview", width=1400, height=1000, timeout_ms=300_000) as page:
+            page.wait_for_selector("#page h2", timeout=300_000)
+            open_timeline(page, base + "/timeline")  # the first one builds the timeline index: not timed
+            if shots:
+                page.screenshot(path=f"{shots}_full.png", full_page=True)
+            times = browser_interactions(page, base, repeat, query)
+            if shots:
+                page.screenshot(path=f"{shots}_details.png", full_page=True)
+            times["gap click -> timeline focused on it"] = [gap_click_focus(page, base) for _ in range(repeat)]
+            if shots:
+                page.screenshot(path=f"{shots}_gap.png", full_page=False)
+            errors = list(page.console_errors)
+        print(f"load average after: {loadavg()}")
+    except Exception:
+        log.seek(0)
+        print("the app's log (end):\n" + log.read()[-3000:])
+        raise
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    print(f"{'timeline interaction, in the browser':46s} {'n':>3s} {'median ms':>10s} {'max ms':>9s}")
+    for name, ts in times.items():
+        print(f"{name:46s} {len(ts):3d} {statistics.median(ts):10.1f} {max(ts):9.1f}")
+    if errors:
+        print("console errors:", errors[:5])
+    return {"times": times, "console_errors": errors}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--runs", type=int, default=3, help="start-ups measured per case (median)")
     ap.add_argument("--repeat", type=int, default=3, help="repetitions of each interaction")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--browser", nargs="+", metavar="PATH",
+                    help="instead: time the timeline's interactions in headless Chromium on `traceview app PATH...` "
+                         "(e.g. a gen_job.py job folder, benchmarks/out/kineto_150mb.json)")
+    ap.add_argument("--query", default="gemm", help="with --browser: the name searched")
+    ap.add_argument("--screenshots", metavar="PREFIX", help="with --browser: save PREFIX_{full,details,gap}.png")
     args = ap.parse_args()
+    if args.browser:
+        out = browser_bench(args.browser, args.repeat, args.query, args.screenshots)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1))
+        return
     env = dict(os.environ)
     env.setdefault("PYTHONPATH", "")
     ensure_trace(args.trace, env)

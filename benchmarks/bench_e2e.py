@@ -5,6 +5,7 @@ running five analyses, plus the cached ``analyze``; each a fresh process, as a u
     python benchmarks/bench_e2e.py                 # >= 140 MB trace derived from a real V100 trace
     python benchmarks/bench_e2e.py --copies 1      # the real trace itself (54 MB)
     python benchmarks/bench_e2e.py --trace F.json  # any trace
+    python benchmarks/bench_e2e.py --jobs 2 --split     # also a rank's analyses in two processes
 
 The trace: ``shared/traces/kineto/hta_df_index_resolver_v100_rank1.json.gz`` (rank 1 of a 2 x V100
 DDP run; 216k events), its events repeated ``--copies`` times one after another in time, with
@@ -175,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs of each (default 3; medians)")
     ap.add_argument("--hta-python", default=DEFAULT_HTA_PYTHON)
     ap.add_argument("--jobs", default="", help="comma list of --jobs values to pass traceview (empty: its default)")
+    ap.add_argument("--split", action="store_true", help="also run each traceview variant with a rank's analyses "
+                    "in two processes (TRACEVIEW_SPLIT_MIN_EVENTS=100000, opt-in): the speed/memory trade-off")
     args = ap.parse_args(argv)
     trace = args.trace or _derived(args.copies)
     size = trace.stat().st_size
@@ -190,12 +193,15 @@ def main(argv: list[str] | None = None) -> int:
         os.symlink(trace.resolve(), hta_dir / trace.name)
         report = Path(tmp, "r.json")
         variants = [v for v in args.jobs.split(",") if v] or [""]
-        tv_cmds = {f"traceview{' --jobs ' + v if v else ''}": _tv_cmd(trace, report, v, no_cache=True)
+        tv_cmds = {f"traceview{' --jobs ' + v if v else ''}": (_tv_cmd(trace, report, v, no_cache=True), {})
                    for v in variants}
+        if args.split:  # the same runs with a rank's analyses in two processes
+            tv_cmds.update({f"{label}, analyses split": (cmd, {"TRACEVIEW_SPLIT_MIN_EVENTS": "100000"})
+                            for label, (cmd, _) in list(tv_cmds.items())})
         results: dict[str, list[dict]] = {k: [] for k in (*tv_cmds, "HTA 0.5.0 (load + 5 analyses)")}
         for _ in range(args.runs):  # alternate, so a change in the machine's load hits both
-            for label, cmd in tv_cmds.items():
-                results[label].append(run_measured(cmd))
+            for label, (cmd, env) in tv_cmds.items():
+                results[label].append(run_measured(cmd, env))
             if hta_ok:
                 results["HTA 0.5.0 (load + 5 analyses)"].append(
                     run_measured([args.hta_python, "-c", HTA_SCRIPT, str(hta_dir)]))

@@ -40,7 +40,9 @@ static int vec_reserve(Vec *v, size_t extra) {
     return 0;
 }
 
-static inline int vec_push(Vec *v, const void *item, size_t size) {
+/* Inlined everywhere: the sizes are constants (4, 8 bytes), so the copy is one store, not a
+ * call to memcpy per value. */
+__attribute__((always_inline)) static inline int vec_push(Vec *v, const void *item, size_t size) {
     if (size == 0) return 0; /* (memcpy with a null destination is undefined even for 0 bytes) */
     if (v->len + size > v->cap && vec_reserve(v, size) < 0) return -1;
     memcpy(v->data + v->len, item, size);
@@ -302,6 +304,7 @@ typedef struct {
 static int number(Scanner *s, Number *n) {
     const char *p = s->p, *end = s->end;
     n->text = p;
+    n->value = 0;
     int negative = 0;
     if (p < end && *p == '-') { negative = 1; p++; }
     if (p >= end || *p < '0' || *p > '9') return NO;
@@ -402,14 +405,17 @@ static int skip_value(Scanner *s, int depth) {
 enum {
     /* int64 arg columns (those of _Args, then those of _MemoryArgs), default -1 but Bytes 0 */
     A_EXTERNAL_ID, A_EXTERNAL_ID_OLD, A_CORRELATION, A_STREAM, A_DEVICE, A_BYTES, A_IN_NELEMS, A_OUT_NELEMS,
-    A_GROUP_SIZE, A_MEM_BYTES, A_TOTAL_ALLOCATED, A_TOTAL_RESERVED, A_DEVICE_ID, A_DEVICE_TYPE, A_ADDR, N_INT_ARGS
+    A_GROUP_SIZE, A_SEQUENCE_NUMBER, A_FWD_THREAD_ID, A_MEM_BYTES, A_TOTAL_ALLOCATED, A_TOTAL_RESERVED,
+    A_DEVICE_ID, A_DEVICE_TYPE, A_ADDR, N_INT_ARGS
 };
 static const char *INT_ARG_KEYS[N_INT_ARGS] = {
     "External id", "external id", "correlation", "stream", "device", "bytes", "In msg nelems", "Out msg nelems",
-    "Group size", "Bytes", "Total Allocated", "Total Reserved", "Device Id", "Device Type", "Addr"};
+    "Group size", "Sequence number", "Fwd thread id", "Bytes", "Total Allocated", "Total Reserved", "Device Id",
+    "Device Type", "Addr"};
 static const char *INT_ARG_COLUMNS[N_INT_ARGS] = {
     "external_id", "external_id_old", "correlation", "stream", "device", "bytes", "in_nelems", "out_nelems",
-    "group_size", "mem_bytes", "total_allocated", "total_reserved", "device_id", "device_type", "addr"};
+    "group_size", "sequence_number", "fwd_thread_id", "mem_bytes", "total_allocated", "total_reserved",
+    "device_id", "device_type", "addr"};
 enum { S_COLLECTIVE, S_DTYPE, S_PG_NAME, S_PG_RANKS, S_NAME, N_STR_ARGS };
 static const char *STR_ARG_KEYS[N_STR_ARGS] = {"Collective name", "dtype", "Process Group Name",
                                                "Process Group Ranks", "name"};
@@ -447,6 +453,7 @@ static inline uint64_t head8(const char *k, size_t n, size_t avail) {
 
 /* Keys matched, their lengths computed once at import (key_index compares lengths first). */
 #define N_ARG_NAMES (N_INT_ARGS + N_STR_ARGS + 2 + N_RAW_ARGS)
+_Static_assert(N_ARG_NAMES <= 32, "args_object marks the keys it has seen in a uint32_t");
 #define FIRST_RAW_ARG (N_INT_ARGS + N_STR_ARGS + 2)
 static const char *ARG_NAMES[N_ARG_NAMES];
 static size_t ARG_LENS[N_ARG_NAMES];
@@ -486,6 +493,8 @@ typedef struct {
     Vec time_kind[N_TIMES];      /* uint8: 0 absent, 1 an integer within int64, 2 another number */
     Vec time_off[N_TIMES];       /* int64 offset of the number text in buf, -1: absent */
     Vec time_len[N_TIMES];       /* uint16 */
+    Vec time_ns[N_TIMES];        /* int64: exact nanoseconds where time_exact */
+    Vec time_exact[N_TIMES];     /* uint8: 1 where the text gives the ns exactly (below) */
     Vec sparse_index[N_SPARSE_INT], sparse_value[N_SPARSE_INT];
     Vec code_index[N_SPARSE_CODE], code_value[N_SPARSE_CODE];
     Vec dims[2];                 /* grid, block: flat int64 values of the events that have them */
@@ -501,9 +510,11 @@ typedef struct {
     uint8_t time_kind[N_TIMES];
     int64_t time_off[N_TIMES];
     uint16_t time_len[N_TIMES];
+    int64_t time_ns[N_TIMES];
+    uint8_t time_exact[N_TIMES];
 } Event;
 
-static int push_sparse(Vec *index, Vec *value, int32_t at, const void *v, size_t size) {
+static inline int push_sparse(Vec *index, Vec *value, int32_t at, const void *v, size_t size) {
     return (vec_push(index, &at, 4) < 0 || vec_push(value, v, size) < 0) ? ERR : OK;
 }
 
@@ -678,6 +689,18 @@ static int time_value(Scanner *s, Event *e, int t) {
     }
     e->time_off[t] = (int64_t)(n.text - s->base);
     e->time_len[t] = (uint16_t)n.len; /* at most MAX_NUMBER_TEXT */
+    /* Exact ns from the decimal text: at most 3 decimals, and below TS_EXACT_LIMIT_US (2**43 us,
+     * parsers/kineto.py), where a double's spacing is under 1 ns, so microseconds_to_ns finds
+     * exactly this value from the double; elsewhere Python converts as before. */
+    uint64_t mantissa = n.mantissa;
+    int scale = n.scale;
+    while (scale > 3 && mantissa % 10 == 0) { mantissa /= 10; scale--; } /* "1.5000" */
+    if (n.exact && scale <= 3 && fabs(v) < 8796093022208.0) {
+        static const int64_t SCALE[4] = {1000, 100, 10, 1};
+        int64_t ns = (int64_t)mantissa * SCALE[scale]; /* below 2**43 * 1000 < 2**53 */
+        e->time_ns[t] = n.text[0] == '-' ? -ns : ns;
+        e->time_exact[t] = 1;
+    }
     return OK;
 }
 
@@ -728,6 +751,8 @@ static int push_event(Columns *c, const Event *e) {
         failed |= vec_push(&c->time_kind[t], &e->time_kind[t], 1);
         failed |= vec_push(&c->time_off[t], &e->time_off[t], 8);
         failed |= vec_push(&c->time_len[t], &e->time_len[t], 2);
+        failed |= vec_push(&c->time_ns[t], &e->time_ns[t], 8);
+        failed |= vec_push(&c->time_exact[t], &e->time_exact[t], 1);
     }
     return failed ? ERR : OK;
 }
@@ -737,7 +762,10 @@ static int event(Scanner *s, Columns *c, int32_t empty, int32_t index) {
     e.index = index;
     for (int i = 0; i < N_STR_FIELDS; i++) e.str_field[i] = empty;
     e.pid = e.tid = -1;
-    for (int t = 0; t < N_TIMES; t++) { e.time_value[t] = 0; e.time_kind[t] = 0; e.time_off[t] = -1; e.time_len[t] = 0; }
+    for (int t = 0; t < N_TIMES; t++) {
+        e.time_value[t] = 0; e.time_kind[t] = 0; e.time_off[t] = -1; e.time_len[t] = 0;
+        e.time_ns[t] = 0; e.time_exact[t] = 0;
+    }
     if (s->p >= s->end || *s->p != '{') return NO;
     s->p++;
     skip_ws(s);
@@ -793,6 +821,8 @@ static PyObject *columns_dict(Columns *c, Py_ssize_t n, PyObject *strings) {
         snprintf(key, sizeof key, "%s_kind", f); failed |= put(out, key, &c->time_kind[t]);
         snprintf(key, sizeof key, "%s_offset", f); failed |= put(out, key, &c->time_off[t]);
         snprintf(key, sizeof key, "%s_length", f); failed |= put(out, key, &c->time_len[t]);
+        snprintf(key, sizeof key, "%s_ns", f); failed |= put(out, key, &c->time_ns[t]);
+        snprintf(key, sizeof key, "%s_exact", f); failed |= put(out, key, &c->time_exact[t]);
     }
     failed |= put_sparse(out, "id", &c->sparse_index[SP_ID], &c->sparse_value[SP_ID]);
     for (int i = 0; i < N_INT_ARGS; i++)
@@ -898,7 +928,44 @@ done:
     return out;
 }
 
+/* array_end(buf, start) -> int or None: the position of the first bracket at or after `start`
+ * that closes one opened before `start` (the end of the events array when `start` is inside
+ * it), with bracket_depths' rules (parsers/jsonstream.py), so both find the same bracket in any
+ * text, valid JSON or not: a quote counts unless an odd run of backslashes precedes it, the
+ * counted quotes alternately open and close strings, brackets inside strings are ignored. */
+static PyObject *array_end(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "y*n:array_end", &view, &start)) return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "array_end: start outside the buffer");
+        return NULL;
+    }
+    static const unsigned char special[256] = {['"'] = 1, ['\\'] = 1, ['['] = 1, ['{'] = 1, [']'] = 1, ['}'] = 1};
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t found = -1, depth = 0;
+    int in_string = 0, odd = 0; /* odd: the run of backslashes just before this byte is odd */
+    for (Py_ssize_t i = start; i < view.len; i++) {
+        unsigned char c = b[i];
+        if (!special[c]) { odd = 0; continue; }
+        if (c == '\\') { odd = !odd; continue; }
+        if (c == '"') { if (!odd) in_string = !in_string; }
+        else if (!in_string) {
+            if (c == '[' || c == '{') depth++;
+            else if (--depth < 0) { found = i; break; }
+        }
+        odd = 0;
+    }
+    PyBuffer_Release(&view);
+    if (found < 0) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(found);
+}
+
 static PyMethodDef methods[] = {
+    {"array_end", array_end, METH_VARARGS,
+     "array_end(buf, start) -> position of the first bracket closing one opened before start, or None"},
     {"first_seen", first_seen, METH_VARARGS,
      "first_seen(codes, k) -> list of the distinct int32 codes (0..k-1) in the order first seen"},
     {"decode_chunk", decode_chunk, METH_VARARGS,

@@ -28,9 +28,9 @@ wrong), so both give the same tables, counts and warnings (``tests/test_kineto_n
 
 Chunk boundaries are found by looking for ``}`` ``,`` ``{`` near the end of the buffer. A cut that
 lands inside a string or a nested object makes the chunk fail to decode; then a numpy scan of the
-chunk's structure (quotes, escapes, brackets) finds the real boundary. The same scan finds the end
-of the array at end of file, so metadata written after the events (``baseTimeNanoseconds``,
-``traceName``) is read too.
+chunk's structure (quotes, escapes, brackets) finds the real boundary. The same scan (in C when the
+native decoder is built: ``_events_array_end``) finds the end of the array at end of file, so
+metadata written after the events (``baseTimeNanoseconds``, ``traceName``) is read too.
 
 Allocator events
 ----------------
@@ -46,7 +46,9 @@ Kineto writes microseconds, recent versions as decimals with three fractional di
 cannot hold every such value exactly once it exceeds 2**43 us, so times are recovered exactly:
 integer values are scaled in int64; a decimal below 2**43 us is the unique integer ``c`` with
 ``float(c) / 1000 == ts`` (IEEE division is correctly rounded, and distinct ``c`` give distinct
-doubles there); larger fractional values are re-read from the JSON text of that chunk.
+doubles there); larger fractional values are re-read from the JSON text of that chunk. The native
+decoder computes that same integer straight from the decimal text (mantissa times a power of ten)
+for values with at most three decimals below 2**43 us, so numpy converts only the others.
 
 Counters and async events
 -------------------------
@@ -95,9 +97,10 @@ import pyarrow.compute as pc
 from traceview.errors import TraceFormatError
 
 try:  # the native column decoder: built when a C compiler was present at install
-    from traceview.parsers._kineto_columns import decode_chunk as _decode_chunk, first_seen as _first_seen
+    from traceview.parsers._kineto_columns import (
+        array_end as _array_end, decode_chunk as _decode_chunk, first_seen as _first_seen)
 except ImportError:  # pragma: no cover - then msgspec decodes every chunk
-    _decode_chunk = _first_seen = None
+    _decode_chunk = _first_seen = _array_end = None
 from traceview.registry import InputFormat, register_input_format
 from traceview.intervals import NestedIndex
 from traceview.parsers.jsonstream import (
@@ -106,6 +109,7 @@ from traceview.parsers.jsonstream import (
     find_top_level_key,
     open_bytes as _open_bytes,
 )
+from traceview.parsers.kineto_autograd import AUTOGRAD_ARG_COLUMNS, autograd_warnings, derive_fwdbwd_links
 from traceview.model import (
     hash_keys,
     Kind,
@@ -209,6 +213,9 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     in_nelems: int = msgspec.field(default=-1, name="In msg nelems")
     out_nelems: int = msgspec.field(default=-1, name="Out msg nelems")
     group_size: int = msgspec.field(default=-1, name="Group size")
+    # autograd: a forward op's node number and a backward op's forward thread (kineto_autograd.py)
+    sequence_number: int = msgspec.field(default=-1, name="Sequence number")
+    fwd_thread_id: int = msgspec.field(default=-1, name="Fwd thread id")
     dtype: str = ""
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
@@ -368,6 +375,7 @@ class _KinetoFile:
         self.counts: dict[str, int] = {}
         self.unmapped: dict[str, int] = {}
         self.warnings: list[str] = []
+        self.autograd_warnings: list[str] = []  # said once the links are made (_derived_fwdbwd)
         self.string_ids: dict[str, int] = {}
         self.n_rows = 0
         self.imprecise_ts = 0
@@ -387,6 +395,10 @@ class _KinetoFile:
         self.ph_memo = _Codes()
         self.cat_memo = _Codes()
         self.name_memo = _Codes()
+        # one per OP_INPUT_COLUMNS column (``<column>_memo``): its texts as codes, so the column is
+        # dictionary-encoded once, from codes, instead of hashing every row's text at the end
+        for key in OP_INPUT_COLUMNS:
+            setattr(self, op_input_memo(key), _Codes())
 
     # -- reading -----------------------------------------------------------------------
     def parse(self) -> Trace:
@@ -479,38 +491,52 @@ class _KinetoFile:
 
     def _read_events(self, raw: "io.BufferedReader | _Consumed", chunks: Iterator[bytes], buf: bytearray,
                      array_document: bool) -> None:
-        """Decode the events array chunk by chunk (``buf`` starts with its ``[``)."""
+        """Decode the events array chunk by chunk (``buf`` starts with its ``[``).
+
+        ``buf`` keeps its room between chunks: ``size`` bytes of it are in use, blocks are copied
+        in after them and the undecoded tail moved to the front, by same-length slice assignments
+        (a bytearray that shrinks below half its room reallocates, and refilling it grows it
+        block by block: each chunk's memory freshly faulted in, ~0.1 s of 141 MB).
+        """
+        size = len(buf)
         at_eof = False
         while True:
-            if not at_eof and (len(buf) < CHUNK_BYTES or self._need_more):
+            if not at_eof and (size < CHUNK_BYTES or self._need_more):
                 self._need_more = False
                 for block in chunks:
-                    buf += block
-                    if len(buf) >= CHUNK_BYTES:
+                    end = size + len(block)
+                    if end > len(buf):
+                        buf += bytes(end - len(buf))  # room, once (or for an event larger than a chunk)
+                    buf[size:end] = block
+                    size = end
+                    if size >= CHUNK_BYTES:
                         break
                 else:
                     at_eof = True
                 self._report(raw)
             if at_eof:
+                del buf[size:]
                 self._final_chunk(buf, array_document)
                 return
-            cut = self._find_cut(buf)
+            cut = self._find_cut(buf, size)
             if cut is None:
                 self._need_more = True
                 continue  # one event larger than a chunk: read more
             consumed = self._decode_events(buf, 1, cut)
-            del buf[1:consumed]
+            tail = size - consumed
+            buf[1 : 1 + tail] = buf[consumed:size]
+            size = 1 + tail
 
     def _find_events_key(self, buf: bytearray) -> int:
         # a real top-level key: outside any string, directly inside the outer object
         return find_top_level_key(buf, _TRACE_EVENTS_KEY)
 
-    def _find_cut(self, buf: bytearray) -> int | None:
-        """Position just after the last complete event in ``buf`` (the ``}``), or None."""
-        search_from = max(0, len(buf) - 64 * 1024)  # events are small: the last boundary is near the end
+    def _find_cut(self, buf: bytearray, size: int) -> int | None:
+        """Position just after the last complete event in ``buf[:size]`` (the ``}``), or None."""
+        search_from = max(0, size - 64 * 1024)  # events are small: the last boundary is near the end
         while True:
             # positions only: a match object locks ``buf`` against resizing while it lives
-            starts = [m.start() for m in _EVENT_SEPARATOR.finditer(buf, search_from)]
+            starts = [m.start() for m in _EVENT_SEPARATOR.finditer(buf, search_from, size)]
             if starts:
                 return starts[-1] + 1
             if search_from == 0:
@@ -651,16 +677,13 @@ class _KinetoFile:
         if self.whole_events:  # a range cut before an event (read_range): no array end to look for
             self._decode_all(buf, self._rstrip_separators(buf, len(buf)))
             return
-        brackets, depth = _structure(memoryview(buf)[1:])
-        brackets = brackets + 1
-        ends = np.flatnonzero(depth == -1)
-        if len(ends) == 0 and array_document:
+        array_end = _events_array_end(buf)
+        if array_end is None and array_document:
             # the Chrome JSON array format may omit the closing bracket: the events end with the file
-            brackets, depth, ends = np.append(brackets, len(buf)), np.append(depth, -1), np.array([len(depth)])
-        if len(ends) == 0:
+            array_end = len(buf)
+        if array_end is None:
             raise TraceFormatError(self.path, "JSON is truncated: the traceEvents array never closes",
                                    "the file was cut short (profiler killed, or an incomplete copy)")
-        array_end = int(brackets[ends[0]])
         self._decode_all(buf, self._rstrip_separators(buf, array_end))
         if not array_document:
             tail = bytes(buf[array_end + 1:]).strip()
@@ -745,8 +768,16 @@ class _KinetoFile:
         ph_codes = fields.codes(self.ph_memo, "ph")
         ph_values = self.ph_memo.values()
 
+        present = np.bincount(ph_codes, minlength=len(ph_values)) > 0  # the phases this chunk has
+
         def ph_mask(wanted: tuple[str, ...]) -> np.ndarray:
-            return np.array([p in wanted for p in ph_values], dtype=bool)[ph_codes]  # a lookup per code
+            table = np.array([p in wanted for p in ph_values], dtype=bool)
+            # a chunk has a few phases: most masks are all False or all True, without a lookup per event
+            if not (table & present).any():
+                return np.zeros(n, dtype=bool)
+            if (table | ~present).all():
+                return np.ones(n, dtype=bool)
+            return table[ph_codes]  # a lookup per code
 
         is_meta = ph_mask(("M",))
         self._count("metadata", int(is_meta.sum()))
@@ -1043,13 +1074,14 @@ class _KinetoFile:
             "correlation": fields.int_arg("correlation", self.counts),
             "external_id": np.where(external_id < 0, fields.int_arg("external_id_old", self.counts), external_id),
             "bytes": pa.array(nbytes, mask=nbytes < 0),
+            # not event columns: for the fwdbwd links of traces without fwdbwd flows (_links)
+            "sequence_number": fields.int_arg("sequence_number", self.counts),
+            "fwd_thread_id": fields.int_arg("fwd_thread_id", self.counts),
         }
         self._launch_geometry(cols, kind, fields, m)
         self._collective_columns(cols, fields, m)
-        for key in OP_INPUT_COLUMNS:
-            texts = fields.op_inputs(key)
-            if texts is not None:
-                cols[key] = pa.array(texts, pa.string())
+        for key in OP_INPUT_COLUMNS:  # int32 codes in the column's memo, -1 absent
+            cols[key] = fields.op_input_codes(key, getattr(self, op_input_memo(key)))
         memcpy_rows = np.flatnonzero(kind == int(Kind.MEMCPY))
         if len(memcpy_rows):
             copy_kinds = np.array([_copy_kind(s) for s in self.name_memo.values()], dtype=object)
@@ -1142,10 +1174,14 @@ class _KinetoFile:
         valid = finite & (np.abs(values) < TIME_LIMIT_US)
         state = np.where(valid, _VALID, np.where(np.isnan(values), _MISSING, _OUT_OF_RANGE)).astype(np.int8)
         ns = np.zeros(n, dtype=np.int64)
-        if valid.all():
+        rest = valid  # values converted here: those the native decoder did not read exactly
+        exact = fields.exact_times(field)
+        if exact is not None:
+            ns, rest = exact[0].copy(), valid & ~exact[1]  # exact rows are valid; the others hold 0
+        if rest.all():
             ns, ambiguous, where = *microseconds_to_ns(values), None
         else:
-            where = np.flatnonzero(valid)
+            where = np.flatnonzero(rest)
             ns[where], ambiguous = microseconds_to_ns(values[where])
         n_ambiguous = int(ambiguous.sum())
         if n_ambiguous:
@@ -1199,7 +1235,8 @@ class _KinetoFile:
         if self.imprecise_ts:
             info.event_counts["times_reread_exactly"] = self.imprecise_ts
         events = self._events_table(rank, base_time_ns, drop)
-        links = self._links(events, rank)
+        links = self._links(events, rank, drop)
+        info.warnings.extend(self.autograd_warnings)
         steps = steps_from_annotations(events)
         return Trace(events=events, links=links, ranks={rank: info}, steps=steps, warnings=[],
                      memory=self._memory_table(rank, base_time_ns), counters=self._counters_table(rank, base_time_ns))
@@ -1290,6 +1327,14 @@ class _KinetoFile:
             elif key in ("category", "name"):
                 memo = self.cat_memo if key == "category" else self.name_memo
                 cols[key] = memo.dictionary_array(np.concatenate(parts))
+            elif key in AUTOGRAD_ARG_COLUMNS:
+                continue  # not event columns (_derived_fwdbwd)
+            elif key in OP_INPUT_COLUMNS:
+                codes = np.concatenate(parts)
+                if (codes < 0).all():
+                    continue  # no op recorded it: make_events_table's nulls
+                # the dictionary dictionary_encode() makes: the texts in the order first seen
+                cols[key] = getattr(self, op_input_memo(key)).dictionary_array(codes, mask=codes < 0)
             elif isinstance(parts[0], np.ndarray):
                 cols[key] = np.concatenate(parts)
             elif all(part.null_count == len(part) for part in parts):
@@ -1308,7 +1353,7 @@ class _KinetoFile:
             table = table.filter(pa.array(keep))
         return table
 
-    def _links(self, events: pa.Table, rank: int) -> pa.Table:
+    def _links(self, events: pa.Table, rank: int, drop: np.ndarray) -> pa.Table:
         if events.num_rows == 0:
             return empty_links()
         kind_column = events.column("kind")
@@ -1322,11 +1367,15 @@ class _KinetoFile:
         gpu = np.flatnonzero(np.isin(kind, _ACTIVITY_OR_SYNC) & (correlation >= 0))
         left, right = join_on_keys([correlation[api]], [correlation[gpu]])
         if len(left):
-            tables.append(make_links_table(np.full(len(left), rank), "launch", "correlation", api[left], gpu[right]))
+            tables.append(make_links_table(np.full(len(left), rank), "launch", _one_category("correlation", len(left)),
+                                           api[left], gpu[right]))
         tables.extend(self._cpu_op_links(events, rank, kind, external))
         flow_table = self._flow_links(events, rank, kind)
         if flow_table is not None:
             tables.append(flow_table)
+        derived = self._derived_fwdbwd(events, rank, kind, drop, flow_table)
+        if derived is not None:
+            tables.append(derived)
         if not tables:
             return empty_links()
         return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
@@ -1355,7 +1404,8 @@ class _KinetoFile:
         )
         op_rows, rt_rows = op_rows[encloses], rt_rows[encloses]
         if len(rt_rows):
-            tables.append(make_links_table(np.full(len(rt_rows), rank), "cpu_op", "external_id", op_rows, rt_rows))
+            tables.append(make_links_table(np.full(len(rt_rows), rank), "cpu_op",
+                                           _one_category("external_id", len(rt_rows)), op_rows, rt_rows))
             linked[np.searchsorted(runtime, np.unique(rt_rows))] = True
         pending = runtime[~linked]
         all_ops = np.flatnonzero(is_op)
@@ -1364,9 +1414,34 @@ class _KinetoFile:
             found = index.covering(thread[pending], start[pending], end[pending])
             ok = found >= 0
             if ok.any():
-                tables.append(make_links_table(np.full(int(ok.sum()), rank), "cpu_op", "enclosing",
+                n_found = int(ok.sum())
+                tables.append(make_links_table(np.full(n_found, rank), "cpu_op", _one_category("enclosing", n_found),
                                                all_ops[found[ok]], pending[ok]))
         return tables
+
+    def _derived_fwdbwd(self, events: pa.Table, rank: int, kind: np.ndarray, drop: np.ndarray,
+                        flow_table: pa.Table | None) -> pa.Table | None:
+        """``fwdbwd`` links from the ops' autograd sequence numbers (``kineto_autograd``) when the
+        file has no ``fwdbwd`` flow of its own (PyTorch before ~1.11 wrote none)."""
+        if flow_table is not None and pc.any(pc.equal(flow_table.column("category").cast(pa.string()),
+                                                      "fwdbwd")).as_py():
+            return None
+        seq, fwd = (np.concatenate(self.columns.get(key) or [np.empty(0, np.int64)])
+                    for key in ("sequence_number", "fwd_thread_id"))
+        if len(drop) and len(seq) == self.n_rows:  # the rows _events_table dropped
+            keep = np.ones(self.n_rows, dtype=bool)
+            keep[drop] = False
+            seq, fwd = seq[keep], fwd[keep]
+        if len(seq) != events.num_rows or not (fwd > 0).any():
+            return None
+        start, tid = events.column("start_ns").to_numpy(), events.column("tid").to_numpy()
+        found = derive_fwdbwd_links(np.arange(events.num_rows), kind == int(Kind.CPU_OP), tid,
+                                    start, start + events.column("dur_ns").to_numpy(), seq, fwd)
+        self.autograd_warnings = autograd_warnings(found)
+        if len(found.src_row) == 0:
+            return None
+        return make_links_table(np.full(len(found.src_row), rank), "flow", _one_category("fwdbwd", len(found.src_row)),
+                                found.src_row, found.dst_row)
 
     def _flow_links(self, events: pa.Table, rank: int, kind: np.ndarray) -> pa.Table | None:
         """Resolve non-launch flows (e.g. ``fwdbwd``): each flow point binds to the slice that
@@ -1388,7 +1463,7 @@ class _KinetoFile:
         row_of_flow[left] = candidates[right]  # several slices at one instant: the last (innermost) wins
         starts = np.flatnonzero(ph == "s")
         finishes = np.flatnonzero(ph == "f")
-        ids = pd.to_numeric(pd.Series(flows["id"]), errors="coerce").to_numpy()
+        ids = _flow_ids(flows["id"])
         if np.isnan(ids).any() or (np.abs(ids) >= 2.0**62).any():  # string ids: join on text
             keys = np.array([f"{c}|{i}" for c, i in zip(flows["cat"].tolist(), flows["id"].tolist())], dtype=object)
             s_idx, f_idx = join_on_keys([keys[starts]], [keys[finishes]])
@@ -1403,8 +1478,15 @@ class _KinetoFile:
             self.counts["flows_unresolved"] = unresolved
         if not ok.any():
             return None
-        cat_list = [cat_values[c] for c in flows["cat"][starts[s_idx][ok]].tolist()]
-        return make_links_table(np.full(int(ok.sum()), rank), "flow", cat_list, src[ok], dst[ok])
+        # the categories dictionary-encoded as dictionary_encode() would: values in first-seen order
+        codes = flows["cat"][starts[s_idx][ok]]
+        used, first = np.unique(codes, return_index=True)
+        used = used[np.argsort(first)]
+        local = np.zeros(len(cat_values), dtype=np.int32)
+        local[used] = np.arange(len(used), dtype=np.int32)
+        categories = pa.DictionaryArray.from_arrays(pa.array(local[codes], pa.int32()),
+                                                    pa.array([cat_values[c] for c in used.tolist()], pa.string()))
+        return make_links_table(np.full(int(ok.sum()), rank), "flow", categories, src[ok], dst[ok])
 
     def _base_time(self) -> int:
         """``baseTimeNanoseconds``, or 0 with a warning when it is not a time within +-2**61 ns
@@ -1426,8 +1508,12 @@ _OPTIONAL_COLUMNS = {
     "collective": pa.string(), "msg_nelems": pa.int64(), "msg_bytes": pa.int64(), "msg_dtype": pa.string(),
     "group_size": pa.int32(), "process_group": pa.string(), "process_group_ranks": pa.string(),
     "copy_kind": pa.string(),
-    **{key: pa.string() for key in OP_INPUT_COLUMNS},
 }
+
+
+def op_input_memo(column: str) -> str:
+    """The reader attribute holding the memo of one of ``OP_INPUT_COLUMNS`` (its codes' strings)."""
+    return f"{column}_memo"
 
 _DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
@@ -1453,8 +1539,10 @@ class _Codes(dict):
     def values(self) -> list[str]:  # type: ignore[override]
         return list(self.keys())
 
-    def dictionary_array(self, codes: np.ndarray) -> pa.DictionaryArray:
-        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(self.values(), pa.string()))
+    def dictionary_array(self, codes: np.ndarray, mask: np.ndarray | None = None) -> pa.DictionaryArray:
+        """``codes`` (``mask``: True where null) as a dictionary array of the memo's strings."""
+        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=mask),
+                                              pa.array(self.values(), pa.string()))
 
     def codes_of_local(self, local: np.ndarray, strings: list[str]) -> np.ndarray:
         """Codes for ``strings[local]``: new strings get codes in the order of their first row,
@@ -1532,6 +1620,20 @@ class _StructFields:
         texts[present] = [msgspec.json.encode(v).decode() for v in compress(values, present)]
         return texts
 
+    def op_input_codes(self, field: str, memo: _Codes) -> np.ndarray:
+        """``op_inputs`` as int32 codes in ``memo`` (-1: absent), assigned in row order."""
+        codes = np.full(self.n, -1, dtype=np.int32)
+        texts = self.op_inputs(field)
+        if texts is not None:
+            present = np.fromiter(map(_is_not_none, texts), dtype=bool, count=self.n)
+            codes[present] = memo.codes(iter(texts[present]), int(present.sum()))
+        return codes
+
+    @staticmethod
+    def exact_times(field: str) -> tuple[np.ndarray, np.ndarray] | None:  # noqa: ARG004
+        """Exact ns read from the text by the native decoder: none here (``microseconds_to_ns``)."""
+        return None
+
     def integer_times(self, field: str) -> np.ndarray | None:
         """``ts``/``dur`` as int64 when every event has an integer within int64, else None."""
         raw_values = list(map(attrgetter(field), self.events))
@@ -1569,11 +1671,12 @@ class _StructFields:
 
 #: the native decoder's dense columns that are not int64
 _NATIVE_DTYPES = {"ph": np.int32, "cat": np.int32, "name": np.int32, "ts_kind": np.uint8, "dur_kind": np.uint8,
-                  "ts_length": np.uint16, "dur_length": np.uint16}
+                  "ts_length": np.uint16, "dur_length": np.uint16, "ts_exact": np.uint8, "dur_exact": np.uint8}
 #: its sparse columns (a value for each event that has the field), their dtypes and defaults
 _NATIVE_SPARSE = {
     **{key: (np.int64, -1) for key in ("id", "external_id", "external_id_old", "correlation", "stream", "device",
-                                       "bytes", "in_nelems", "out_nelems", "group_size", "total_allocated",
+                                       "bytes", "in_nelems", "out_nelems", "group_size", "sequence_number",
+                                       "fwd_thread_id", "total_allocated",
                                        "total_reserved", "device_id", "device_type", "addr")},
     "mem_bytes": (np.int64, 0),
     # codes into the chunk's strings: -1 a number (ids), 0 the empty string (string args: their default)
@@ -1702,20 +1805,22 @@ class _NativeFields:
     def int_arg(self, field: str, counts: dict[str, int]) -> np.ndarray:  # noqa: ARG002 (none beyond int64)
         return self.column(field)
 
-    def op_inputs(self, field: str) -> np.ndarray | None:
-        """As ``_StructFields.op_inputs``: the decoder interned each raw JSON text, so only the
-        distinct texts are decoded and written canonically."""
+    def op_input_codes(self, field: str, memo: _Codes) -> np.ndarray:
+        """As ``_StructFields.op_input_codes``: only the distinct raw texts are made canonical,
+        and codes go to their canonical texts in the order of their first row."""
         codes = self.column(field)
         if field == "input_dims":
             codes = np.where(codes >= 0, codes, self.column("input_dims_old"))
+        out = np.full(self.n, -1, dtype=np.int32)
         present = codes >= 0
         if not present.any():
-            return None
-        used, at = np.unique(codes[present], return_inverse=True)
-        canonical = [canonical_json(self.strings_list[c]) for c in used.tolist()]
-        texts = np.full(self.n, None, dtype=object)
-        texts[present] = np.array(canonical, dtype=object)[at]
-        return texts
+            return out
+        local = codes[present]
+        texts = list(self.strings_list)
+        for code in np.unique(local).tolist():
+            texts[code] = canonical_json(texts[code])
+        out[present] = memo.codes_of_local(local, texts)
+        return out
 
     def thread_ids(self, string_ids: dict[str, int]) -> tuple[np.ndarray, np.ndarray, int]:
         """pid and tid as ``_KinetoFile._thread_ids`` makes them, and how many were numbers beyond
@@ -1736,6 +1841,13 @@ class _NativeFields:
 
     def integer_times(self, field: str) -> np.ndarray | None:
         return self.column(f"{field}_int") if self.column(f"{field}_is_int").all() else None
+
+    def exact_times(self, field: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``ts``/``dur`` in exact ns where the decoder computed them from the decimal text (at most
+        3 decimals, below ``TS_EXACT_LIMIT_US``: what ``microseconds_to_ns`` gives there), and where."""
+        if f"{field}_ns" not in self.result:  # a decoder built before it gave them (a stale build)
+            return None
+        return self.column(f"{field}_ns"), self.column(f"{field}_exact").view(bool)
 
     def float_times(self, field: str) -> np.ndarray:
         return self.column(f"{field}_float")
@@ -1775,6 +1887,42 @@ class _Consumed:
 
     def tell(self) -> int:
         return self.consumed
+
+
+#: flow ids that are all plain decimal integers, one per line (the usual case)
+_DECIMAL_LINES = re.compile(r"(?:-?[0-9]+\n)*-?[0-9]+")
+
+
+def _flow_ids(texts: np.ndarray) -> np.ndarray:
+    """Flow ids as numbers (NaN: not a number), as ``pd.to_numeric(errors="coerce")`` reads them.
+    Ids that are all plain decimal integers (one regular-expression pass over them joined) are
+    converted directly: the same int64 values, without pandas' per-value parsing."""
+    values = texts.tolist()
+    if values and _DECIMAL_LINES.fullmatch("\n".join(values)):
+        try:
+            return np.array(values, dtype=np.int64)
+        except (OverflowError, ValueError):  # beyond int64: pandas decides (uint64 or float)
+            pass
+    return pd.to_numeric(pd.Series(texts), errors="coerce").to_numpy()
+
+
+def _one_category(text: str, n: int) -> pa.DictionaryArray:
+    """``n`` links of one category, as ``dictionary_column([text] * n)`` encodes them (without
+    building and hashing n strings)."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)),
+                                          pa.array([text] if n else [], pa.string()))
+
+
+def _events_array_end(buf: bytearray) -> int | None:
+    """Position of the bracket closing the events array whose ``[`` is ``buf[0]``, or None.
+    The native scan when built (one pass, no arrays of positions), else ``bracket_depths``: the
+    same rules, so the same answer on any text."""
+    if _array_end is not None:
+        end: int | None = _array_end(buf, 1)
+        return end
+    brackets, depth = _structure(memoryview(buf)[1:])
+    ends = np.flatnonzero(depth == -1)
+    return int(brackets[ends[0]]) + 1 if len(ends) else None
 
 
 def _piece(buf: bytearray, start: int, end: int) -> bytes:

@@ -8,7 +8,8 @@ too, so threads do not help; processes do. ``jobs - 1`` workers take the first r
 parent parses the last ``1/jobs`` of them meanwhile, then any range no worker has started yet. A
 range is parsed by the same code as a serial parse (``kineto_reader(...).read_range``); a worker
 sends back its reader's accumulated state (numpy and Arrow column chunks, counts, string memos)
-pickled through the pool's pipe.
+as a file in the spool folder: a pickle whose array buffers lie after it, mapped by the parent
+rather than copied (``dump_result``, ``load_result``).
 
 Where a range may start
 -----------------------
@@ -47,7 +48,9 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import mmap
 import pickle
+import struct
 import re
 import shutil
 import tempfile
@@ -63,7 +66,7 @@ from traceview import loading
 from traceview.loading import wanted_parse_jobs
 from traceview.model import Trace
 from traceview.parsers.jsonstream import READ_BYTES, UTF8_BOM, Blocks, open_bytes
-from traceview.parsers.kineto import kineto_reader, parse_kineto
+from traceview.parsers.kineto import OP_INPUT_COLUMNS, kineto_reader, op_input_memo, parse_kineto
 
 ProgressFn = Callable[[int, int], None]
 
@@ -81,11 +84,14 @@ GZIP_MIN_JOBS = 3
 BOUNDARY_WINDOW_BYTES = 1024 * 1024
 
 RANGE_START = re.compile(rb'\}\s*,\s*(\{)\s*"[A-Za-z_]')
+#: A worker's result file starts with the sizes of its pickle and of its table of buffers.
+_RESULT_HEADER = struct.Struct("<QQ")
 #: Attributes of a reader that are not parse results (or that the parent keeps its own of).
 _NOT_STATE = frozenset({"path", "progress", "decoder", "total_bytes", "head", "dur_fixes", "whole_events"})
 #: Per-chunk columns that hold codes of a string memo: (attribute, column) -> memo attribute.
 _CODE_COLUMNS = {("columns", "category"): "cat_memo", ("columns", "name"): "name_memo",
-                 ("flows", "ph"): "ph_memo", ("flows", "cat"): "cat_memo"}
+                 ("flows", "ph"): "ph_memo", ("flows", "cat"): "cat_memo",
+                 **{("columns", key): op_input_memo(key) for key in OP_INPUT_COLUMNS}}
 
 
 def resolve_jobs(jobs: int | None) -> int:
@@ -267,8 +273,7 @@ class _Driver:
         self._report(done())
         try:
             target = future.result()
-            with open(target, "rb") as fh:
-                result: tuple[dict[str, Any], int] = pickle.load(fh)
+            result: tuple[dict[str, Any], int] = load_result(target)
             os.unlink(target)
             return result
         # whatever went wrong in a worker (damaged JSON, a cut inside an event, a worker killed),
@@ -337,9 +342,46 @@ def read_range(task: _RangeTask) -> str:
 
     result = parse_range(task, publish)
     target = os.path.join(task.spool, f"{task.slot}.pickle")
-    with open(target, "wb") as fh:
-        pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    dump_result(result, target)
     return target
+
+
+def dump_result(result: Any, target: str) -> None:
+    """Write ``result`` for ``load_result``: pickle protocol 5 with the array buffers (nearly all
+    of the bytes) out of band, each written after the pickle at a 64-byte boundary (Arrow's
+    alignment), so the parent
+    maps them instead of copying them (``load_result``)."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
+    views = [buffer.raw() for buffer in buffers]  # contiguous bytes (numpy and Arrow buffers are)
+    offsets, position = [], _RESULT_HEADER.size + len(data)
+    for view in views:
+        position += -position % 64
+        offsets.append(position)
+        position += view.nbytes
+    table = pickle.dumps([(offset, view.nbytes) for offset, view in zip(offsets, views)], protocol=5)
+    with open(target, "wb") as fh:
+        fh.write(_RESULT_HEADER.pack(len(data), len(table)))
+        fh.write(data)
+        for offset, view in zip(offsets, views):
+            fh.write(bytes(offset - fh.tell()))
+            fh.write(view)
+        fh.write(table)
+
+
+def load_result(target: str) -> Any:
+    """A result written by ``dump_result``, its buffers mapped from the file (copy-on-write:
+    private and writable, without a copy of the bytes; the mapping lives as long as the arrays)."""
+    with open(target, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise ValueError(f"{target} is empty")
+        mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
+    view = memoryview(mapped)
+    data_bytes, table_bytes = _RESULT_HEADER.unpack_from(view, 0)
+    data = view[_RESULT_HEADER.size : _RESULT_HEADER.size + data_bytes]
+    spans = pickle.loads(view[size - table_bytes :])
+    return pickle.loads(data, buffers=[view[offset : offset + nbytes] for offset, nbytes in spans])
 
 
 def parse_range(task: _RangeTask, progress: ProgressFn) -> tuple[dict[str, Any], int]:
@@ -445,7 +487,7 @@ def absorb(parent: Any, state: dict[str, Any]) -> bool:
         elif key == "columns":
             for column, parts in value.items():
                 memo = _CODE_COLUMNS.get((key, column))
-                current.setdefault(column, []).extend([lookups[memo][p] for p in parts] if memo else parts)
+                current.setdefault(column, []).extend([_recode(lookups[memo], p) for p in parts] if memo else parts)
         elif isinstance(value, list):
             current.extend(_shift(part, key, offsets, lookups) if isinstance(part, dict) else part for part in value)
         elif isinstance(value, dict) and all(isinstance(v, int) for v in value.values()):
@@ -465,11 +507,18 @@ def _shift(part: dict[str, np.ndarray], key: str, offsets: dict[str, int],
     for column, values in part.items():
         memo = _CODE_COLUMNS.get((key, column))
         if memo is not None:
-            values = lookups[memo][values]
+            values = _recode(lookups[memo], values)
         elif column in offsets:
             values = values + offsets[column]
         out[column] = values
     return out
+
+
+def _recode(lookup: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """A range's codes in the whole file's memo; -1 (absent: op input columns) stays -1."""
+    if len(codes) == 0 or codes.min() >= 0:
+        return lookup[codes]
+    return np.append(lookup, -1).astype(np.int32)[codes]  # -1 picks the appended -1
 
 
 def _lookup(parent_memo: Any, memo: Any) -> np.ndarray:

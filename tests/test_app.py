@@ -282,8 +282,11 @@ def test_timeline_page_draws_lanes_events_and_gaps(ctl: AppController) -> None:
     ticks = fig["layout"]["yaxis"]["ticktext"]
     assert "r0 · GPU 0 · stream 7" in ticks and "r3 · GPU 3 · idle gaps" in ticks
     assert any(t.startswith("r0 · thread") for t in ticks)
-    gap_trace = next(t for t in fig["data"] if t.get("name") == "gap: host-bound")
-    assert all(len(cd) == 2 for cd in gap_trace["customdata"]) and set(gap_trace["text"]) == {"host-bound"}
+    # gaps are drawn as a raster per gap lane: each gap cell carries the gap's range (a click zooms to it)
+    gap_lane = next(t for t in fig["data"] if t.get("name", "").endswith("idle gaps") and t["type"] == "heatmap")
+    cells = [cd for row in gap_lane["customdata"] for cd in row if cd is not None]
+    assert cells and all(len(cd) == 2 and cd[1] > cd[0] for cd in cells)
+    assert any("host-bound gap" in t for row in gap_lane["text"] for t in row)
     assert count_shapes(fig) <= SHAPE_BUDGET
     assert "shapes sent" in by_id(body, "tl-stats").children
 
@@ -426,8 +429,8 @@ def test_timeline_stays_under_the_shape_budget_on_a_large_trace() -> None:
     t0 = index.origin_ns + span // 2
     fig, stats = render(index, t0, t0 + 200_000)
     assert stats.aggregated_lanes == 0 and 0 < stats.bars < 200
-    cpu = next(t for t in fig["data"] if t["name"] == "CPU op")
-    assert len(set(cpu["y"])) >= 2  # nested ops are drawn on sub-levels
+    cpu = next(t for t in fig["data"] if t["type"] == "heatmap" and "thread" in t["name"])
+    assert sum(any(v is not None for v in row) for row in cpu["z"]) >= 2  # nested ops are drawn on sub-levels
 
 
 def test_busy_fraction_matches_the_union(ctl: AppController) -> None:
@@ -860,3 +863,147 @@ def test_every_page_renders_for_every_shared_trace() -> None:
                 if fig.get("data") is None or fig.get("layout") is None:
                     failures.append(f"{spec.label} {path}: a figure without data/layout")
     assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------------------- pages at a glance (issue 15)
+
+
+def test_kernels_page_shows_the_cross_rank_table_of_the_report(ctl: AppController) -> None:
+    """One row per normalised kernel over every rank, as the report's ``kernel_summary`` has it (the
+    app computes nothing); a chart of the largest; the full names as tooltips; text left-aligned;
+    a selected row shows that kernel per rank and GPU (``kernel_ranks``)."""
+    from traceview.app.components import time_unit
+
+    rid = run_id(ctl, "synthetic_4rank")
+    ctx = ctl.store.context(rid)
+    summary = ctx.table("kernels", "kernel_summary")
+    body, _ = ctl.render_page("/kernels", "", rid)
+    table = by_id(body, "kern-table")
+    assert [r["name"] for r in table.data] == list(summary["name"]) and len(table.data) == len(summary)
+    assert [r["count"] for r in table.data] == list(summary["count"])
+    unit, div, _ = time_unit(summary["total_ns"])
+    header = next(c["name"] for c in table.columns if c["id"] == "total_ns")
+    assert header == f"total ({unit})"
+    assert [r["total_ns"] for r in table.data] == pytest.approx(list(summary["total_ns"] / div), rel=1e-3)
+    assert {"p50_ns", "p90_ns", "min_rank", "max_rank", "share_pct"} <= {c["id"] for c in table.columns}
+    assert [r["id"] for r in table.data] == list(range(len(summary)))
+    assert [t["name"]["value"] for t in table.tooltip_data[:10]] == list(summary["full_name"][:10])
+    left = {c["if"]["column_id"] for c in table.style_cell_conditional if c.get("textAlign") == "left"}
+    assert {"name", "category"} <= left and "total_ns" not in left
+    chart = by_id(body, "kern-chart").figure.to_plotly_json()
+    bars = sorted((x for tr in chart["data"] for x in tr["x"]), reverse=True)
+    top = summary["total_ns"].head(pages.TOP_KERNELS_CHART)
+    chart_unit, chart_div, _ = time_unit(top)  # the unit the largest kernels read best in
+    assert bars == pytest.approx(list(top / chart_div), rel=1e-9)
+    assert chart["layout"]["xaxis"]["title"]["text"] == f"total GPU time ({chart_unit})"
+    # row select: the per-rank figures of that kernel
+    per_rank = ctx.table("kernels", "kernel_ranks")
+    for row in (0, len(summary) - 1):
+        detail = ctl.kernel_selected({"row": 0, "column": 0, "row_id": row}, rid)
+        mine = per_rank[per_rank["name"] == summary["name"].iloc[row]]
+        rows = by_id(detail, "kern-ranks").data
+        assert [(r["rank"], r["device"], r["count"]) for r in rows] == sorted(
+            zip(mine["rank"], mine["device"], mine["count"]))
+    for bad in ({"row_id": 10**6}, {"row_id": "x"}, "cell", {"row_id": -1}):
+        assert "error" in detail_class(ctl.kernel_selected(bad, rid))
+    assert "Select a kernel" in text_of(ctl.kernel_selected(None, rid))
+
+
+def detail_class(tree: Any) -> str:
+    return " ".join(str(getattr(c, "className", "")) for c in walk(tree))
+
+
+@pytest.mark.parametrize("values, unit, shown", [
+    ([3_000, 2_500, 4_000], "us", 3.0),          # not 0.003 ms
+    ([450, 520, 610], "ns", 450.0),
+    ([2_500_000, 9_000_000], "ms", 2.5),
+    ([3.2e9, 4.1e9], "s", 3.2),
+    ([0, 0], "ns", 0.0),
+])
+def test_times_are_shown_in_the_unit_of_their_magnitude(values: list[float], unit: str, shown: float) -> None:
+    from traceview.app.components import frame_table
+
+    table = frame_table(pd.DataFrame({"name": ["k"] * len(values), "dur_ns": values}), "t")
+    column = next(c for c in table.columns if c["id"] == "dur_ns")
+    assert column["name"] == f"dur ({unit})" and column["type"] == "numeric"
+    assert table.data[0]["dur_ns"] == pytest.approx(shown)
+
+
+def amd_trace(path: Path) -> Path:
+    """A one-GPU AMD trace without steps: kernels on device 2 (ROCm numbers HSA agents, CPUs first),
+    its GPU listed as device 0."""
+    events = [{"ph": "X", "cat": "kernel", "pid": 2, "tid": 0, "ts": 1000 + 50 * i, "dur": 20 + i,
+               "name": f"void at::native::vectorized_elementwise_kernel<4, F{i % 3}>(int)" if i % 2 else
+               "Cijk_Alik_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1",
+               "args": {"device": 2, "stream": 0, "correlation": i}} for i in range(40)]
+    trace = {"schemaVersion": 1, "hip_runtime_version": 60443483, "roctracer_version": 4.1, "traceEvents": events,
+             "deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 206141652992,
+                                   "computeMajor": 9, "computeMinor": 4, "numSms": 304}]}
+    path.write_text(json.dumps(trace))
+    return path
+
+
+def test_overview_without_steps_speaks_of_the_whole_trace_and_names_the_amd_gpu(tmp_path: Path) -> None:
+    new_ctl = create_app([str(amd_trace(tmp_path / "amd.json"))], warm=False, use_cache=False).traceview_controller
+    new_ctl.store.context(0)  # complete, findings included
+    body, _ = new_ctl.render_page("/overview", "", 0)
+    text = text_of(body)
+    assert "idle, per step" not in text and "comm., per step" not in text and "costs per step" not in text
+    assert "idle, whole trace" in text and "exposed comm., whole trace" in text and "none found" in text
+    assert "AMD Instinct MI300X (304 CUs, gfx 9.4, 206.1 GB)" in text
+    assert "device 2" not in text and "unknown GPU" not in text
+    assert not [g for g in graphs(body) if getattr(g, "id", None) == "ov-steps"]
+    assert "No steps in this selection" in text
+    # the Kernels page groups the three instantiations of one kernel
+    body, _ = new_ctl.render_page("/kernels", "", 0)
+    names = [r["name"] for r in by_id(body, "kern-table").data]
+    assert sorted(names) == ["Cijk_Alik_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1",
+                             "at::native::vectorized_elementwise_kernel"]
+
+
+def test_step_chart_needs_three_steps(ctl: AppController, monkeypatch: pytest.MonkeyPatch) -> None:
+    rid = run_id(ctl, "synthetic_4rank")
+    ctx = ctl.store.context(rid)
+    steps = ctx.table("temporal", "steps")
+    assert steps["step"].nunique() >= pages.MIN_CHART_STEPS
+    body, _ = ctl.render_page("/overview", "", rid)
+    assert figure_points(by_id(body, "ov-steps").figure) > 0
+    # the same run with one step left: a table of step times instead of a chart
+    one = steps[steps["step"] == steps["step"].min()]
+    original = type(ctx).table
+    monkeypatch.setattr(type(ctx), "table", lambda self, a, t: one if (a, t) == ("temporal", "steps")
+                        else original(self, a, t))
+    section_ = pages._step_section(ctx)
+    assert not graphs(section_)
+    rows = by_id(section_, "ov-step-table").data
+    assert [r["rank"] for r in rows] == list(one["rank"]) and "too few for a chart" in text_of(section_)
+
+
+def test_findings_page_is_compact_with_evidence_on_expand(ctl: AppController) -> None:
+    """One line per finding (id, severity, title, cost), in the report's order; recommendation and
+    evidence folded inside."""
+    rid = run_id(ctl, "synthetic_4rank")
+    report = ctl.store.context(rid).report
+    body, _ = ctl.render_page("/findings", "", rid)
+    cards = [c for c in walk(body) if getattr(c, "className", None) == "tv-finding"]
+    assert [c._namespace + c._type for c in cards] == ["dash_html_components" + "Details"] * len(report["findings"])
+    for card, f in zip(cards, report["findings"]):
+        assert card.open is False
+        summary, details = card.children
+        line = text_of(summary)
+        assert line.startswith(f["id"]) and f["title"] in line and "\n" not in line
+        assert f["recommendation"] in text_of(details) and f["recommendation"] not in line
+        if f.get("evidence"):
+            assert any(type(c).__name__ == "Pre" for c in walk(details))
+        assert ("costs " in line) == bool(f.get("cost_ns_per_step"))
+
+
+def test_overview_and_kernels_on_the_mi300x_shared_trace() -> None:
+    path = require_shared() / "kineto" / "tracelens_torch_compile_triton_mi300x.json.gz"
+    new_ctl = create_app([str(path)], warm=False).traceview_controller
+    new_ctl.store.context(0)
+    body, _ = new_ctl.render_page("/overview", "", 0)
+    text = text_of(body)
+    assert "AMD Instinct MI300X (304 CUs, gfx 9.4" in text and "unknown GPU" not in text
+    body, _ = new_ctl.render_page("/kernels", "", 0)
+    assert len(by_id(body, "kern-table").data) == len(new_ctl.store.context(0).table("kernels", "kernel_summary"))

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from browser import open_page, require_chromium, screenshot
-from conftest import SAMPLE_TRACES
+from conftest import SAMPLE_TRACES, SHARED_TRACES
 
 RUNS = [SAMPLE_TRACES / "synthetic_4rank", SAMPLE_TRACES / "regression_pair",
         SAMPLE_TRACES / "torch_cpu_mlp.json.gz"]
@@ -97,7 +97,7 @@ PAGES = [  # nav id, title, graphs that must hold data, tables that must have ro
     ("gaps", "Gaps", ["gap-hist"], ["gap-table", "gap-causes"]),
     ("launch", "Launch overhead", ["launch-scatter"], ["launch-ops", "launch-steps"]),
     ("communication", "Communication", ["comm-overlap", "comm-skew"], ["comm-stragglers"]),
-    ("kernels", "Kernels", [], ["kern-table", "kern-categories"]),
+    ("kernels", "Kernels", ["kern-chart"], ["kern-table", "kern-categories"]),
     # no op shapes in this run: the page says why there is no roofline, and shows the coverage
     ("efficiency", "Efficiency", [], ["eff-coverage"]),
     # an analysis without a page of its own: the generic page of its tables
@@ -144,7 +144,10 @@ def test_clicking_a_gap_zooms_the_timeline(page: Any, server: str) -> None:
     _open(page, "Gaps", url=server + "/gaps")
     cell = lambda col: page.locator(f"#gap-table td[data-dash-column='{col}']").first  # noqa: E731
     at_ms = float(cell("at_ms").inner_text().replace(",", ""))
-    dur_ms = float(cell("dur_ns").inner_text().replace(",", ""))
+    # the duration column is in the unit its typical gap reads best in, named in its header
+    unit = page.locator("#gap-table th[data-dash-column='dur_ns']").first.inner_text().split("(")[-1].rstrip(") \n")
+    per_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    dur_ms = float(cell("dur_ns").inner_text().replace(",", "")) * per_ms
     cause = cell("cause").inner_text().strip()
     cell("cause").click()
     page.wait_for_url("**/timeline?**")
@@ -165,6 +168,9 @@ def test_clicking_a_gap_zooms_the_timeline(page: Any, server: str) -> None:
 def test_timeline_drag_zoom_and_buttons(page: Any, server: str) -> None:
     _open(page, "Timeline", url=server + "/timeline")
     x0, x1 = page.evaluate(_XRANGE_JS)
+    # drag pans by default (tests/test_app_timeline_browser.py); the modebar's zoom tool makes a drag zoom
+    page.hover("#tl-graph .nsewdrag")
+    page.click("#tl-graph .modebar-btn[data-attr='dragmode'][data-val='zoom']")
     # drag across the middle fifth of the plot area: plotly zooms, the server sends the detail
     box = page.locator("#tl-graph .nsewdrag").first.bounding_box()
     y = box["y"] + box["height"] * 0.3
@@ -303,4 +309,93 @@ def test_efficiency_roofline_renders(page: Any, efficiency_server: str, run: int
     assert drawn["lines"] >= 2 and (drawn["xtype"], drawn["ytype"]) == ("log", "log"), drawn
     assert _table_rows(page, "eff-op-types") > 0 and _table_rows(page, "eff-coverage") > 0
     screenshot(page, f"app_efficiency_{'sample' if run else 'planted'}.png")
+    _no_errors(page)
+
+
+# ------------------------------------------------------------------- pages at a glance (issue 15)
+
+GLANCE_RUNS = ("job8", "mi300x")
+
+
+@pytest.fixture(scope="module")
+def glance_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app over the 8-rank job of benchmarks/gen_job.py (4 steps) and, when the shared traces
+    are there, the MI300X torch.compile trace (AMD, no steps)."""
+    require_chromium()
+    import subprocess
+    import sys
+
+    from werkzeug.serving import make_server
+
+    from conftest import REPO
+    from traceview.app.server import create_app
+
+    job = tmp_path_factory.mktemp("glance") / "job8"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_job.py"), str(job), "--ranks", "8", "--steps", "4"],
+                   check=True, capture_output=True)
+    paths = [str(job)]
+    amd = SHARED_TRACES / "kineto" / "tracelens_torch_compile_triton_mi300x.json.gz"
+    if amd.exists():
+        paths.append(str(amd))
+    app = create_app(paths, use_cache=False)
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, name="traceview-app-glance", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(timeout=10)
+
+
+def _choose_run(page: Any, server: str, run: int) -> None:
+    _open(page, "Overview", url=server + "/overview")
+    if run:
+        page.click("#run")
+        page.get_by_role("option", name="1: tracelens_torch_compile_triton_mi300x.json.gz").click()
+        page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('tracelens')")
+        _open(page, "Overview")
+
+
+@pytest.mark.parametrize("run", [0, 1], ids=GLANCE_RUNS)
+def test_pages_at_a_glance(page: Any, glance_server: str, run: int) -> None:
+    """Kernels (one row per normalised kernel, a chart, the per-rank detail of a selected row),
+    Overview (the GPU named, whole-trace wording without steps) and Findings (one line each, the
+    evidence on expand), with screenshots ``app_glance_<run>_<page>.png``."""
+    if run and not (SHARED_TRACES / "kineto").exists():
+        pytest.skip("the shared traces (MI300X) are absent")
+    _choose_run(page, glance_server, run)
+    page.wait_for_function("() => { const f = document.querySelector('#ov-findings'); return f && "
+                           "(f.querySelector('.tv-finding') || f.textContent.includes('No findings.')); }",
+                           timeout=60_000)
+    cards = page.inner_text("#page .tv-stat:nth-child(2)")
+    if run:
+        assert "AMD Instinct MI300X" in cards and "304 CUs" in cards
+        assert "none found" in page.inner_text("#page") and "IDLE, WHOLE TRACE" in page.inner_text("#page").upper()
+        assert "ov-steps" not in _graphs(page)
+    else:
+        assert "ov-steps" in _graphs(page)
+    screenshot(page, f"app_glance_{GLANCE_RUNS[run]}_overview.png")
+    _open(page, "Kernels", nav="kernels")
+    assert _graphs(page)["kern-chart"]["points"] > 0
+    page.locator("#kern-table td[data-dash-column='name']").first.click()
+    page.wait_for_selector("#kern-ranks td.dash-cell")
+    assert _table_rows(page, "kern-ranks") > 0
+    align = page.evaluate("() => getComputedStyle(document.querySelector("
+                          "\"#kern-table td[data-dash-column='name']\")).textAlign")
+    assert align == "left"
+    page.mouse.move(0, 0)  # no tooltip in the picture
+    page.wait_for_timeout(300)
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 1400, width  # no long name widens the page
+    screenshot(page, f"app_glance_{GLANCE_RUNS[run]}_kernels.png")
+    _open(page, "Findings", nav="findings")
+    first = page.locator(".tv-finding").first
+    line = first.locator(":scope > summary").bounding_box()
+    assert line is not None and line["height"] < 40  # one line
+    assert not first.locator(".tv-frec").is_visible()
+    first.locator(":scope > summary").click()
+    page.wait_for_function("() => document.querySelector('.tv-finding').open")
+    assert first.locator(".tv-frec").is_visible()
+    screenshot(page, f"app_glance_{GLANCE_RUNS[run]}_findings.png")
     _no_errors(page)

@@ -122,6 +122,8 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
         "timeline.trigger": lambda v: ctl.timeline_update(v, None, None, None, 0),
         "timeline.filters": lambda v: ctl.timeline_update("tl-reset.n_clicks", None, None, None, 0, v, v, v, v),
         "gap_clicked": lambda v: ctl.gap_clicked({"row_id": v}, 0, None, None, v),
+        "kernel_selected": lambda v: ctl.kernel_selected({"row_id": v}, 0, None, None, v),
+        "kernel_selected.cell": lambda v: ctl.kernel_selected(v, 0),
         "compare": lambda v: ctl.compare_update(v, 0, 0, None, v),
         "download": lambda v: ctl.download("json", 0, None, None, None, v),
         "download.fmt": lambda v: ctl.download(v, 0),
@@ -131,10 +133,10 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
 def test_every_callback_is_covered(ctl: AppController) -> None:
     """Each ``@app.callback`` of server.py is driven below (a new callback needs its hostile test)."""
     source = (Path(runs_mod.__file__).with_name("server.py")).read_text()
-    assert source.count("@app.callback(") == 8
+    assert source.count("@app.callback(") == 9
     names = {k.split(".")[0] for k in _callbacks(ctl)}
-    assert names >= {"run_changed", "render_page", "overview_poll", "nav", "timeline", "gap_clicked", "compare",
-                     "download"}
+    assert names >= {"run_changed", "render_page", "overview_poll", "nav", "timeline", "gap_clicked",
+                     "kernel_selected", "compare", "download"}
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=_short)

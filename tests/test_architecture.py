@@ -27,7 +27,7 @@ PACKAGE_DIRS = {"traceview": "traceview", "parsers": "traceview.parsers", "analy
                 "app": "traceview.app"}
 CORE_MODULES = [f"traceview/{m}.py" for m in ("__init__", "model", "loading", "errors", "findings", "registry",
                                               "pipeline", "report", "tables", "units", "secrets", "intervals",
-                                              "environment", "claims", "accounting", "report_cache")]
+                                              "environment", "claims", "accounting", "report_cache", "sqlviews")]
 #: modules and libraries the core must not import (a prefix matches the module and its submodules)
 FEATURES = ("traceview.render", "traceview.app", "traceview.jobs", "traceview.compare", "traceview.commands",
             "traceview.cli", "traceview.redact", "traceview.figures", "traceview.scale", "traceview.diff",

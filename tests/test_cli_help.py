@@ -35,3 +35,39 @@ def test_option_help_text_is_shown_whole(name: str) -> None:
         plain = _flat(text.replace("\\[", "["))
         # rich may wrap a long help between words only: compare word sequences
         assert plain in page, f"{name}: help text not shown whole: {plain!r}"
+
+
+def _help(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    return subprocess.run([sys.executable, "-m", "traceview.cli", *args, "--help"], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+#: typer's own type labels, which read as markup or Python rather than as what to type
+RAW_TYPES = re.compile(r"<(str|int|float|bool|path|int range|float range|list\[[a-z]+\])>")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_help_has_an_example_and_readable_value_names(name: str) -> None:
+    shown = _help(name)
+    assert shown.returncode == 0, shown.stderr
+    assert "Example" in shown.stdout, f"{name} --help has no example"
+    assert not RAW_TYPES.search(shown.stdout), RAW_TYPES.findall(shown.stdout)
+
+
+def test_bracketed_words_survive_and_values_are_named() -> None:
+    page = _flat(_help("check").stdout)
+    assert "TOML rules file ([check] table; options override it)." in page
+    assert "--max-idle TEXT" in page and "--noise-k NUMBER" in page and "-j, --jobs N" in page
+    assert "--config PATH" in page and "Usage: traceview check [OPTIONS] {PATH}" in page
+    root = _help()
+    assert root.returncode == 0 and "--version" in root.stdout and "Example" in root.stdout
+
+
+def test_version() -> None:
+    import traceview
+
+    shown = subprocess.run([sys.executable, "-m", "traceview.cli", "--version"], capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == f"traceview {traceview.__version__}"

@@ -17,7 +17,7 @@ import traceview
 from traceview import hardware as hw
 from traceview.analyses import efficiency, run_all
 from traceview.findings import Options
-from traceview.model import DeviceInfo, Kind, Trace, concat_traces, dictionary_column
+from traceview.model import DeviceInfo, Kind, Trace, concat_traces, dictionary_column, make_links_table
 
 GPU = "Testium T1"
 # round peaks, so the expected figures below can be worked out by hand
@@ -297,6 +297,46 @@ def test_bus_bandwidth_known_answer(options: Options):
     assert kinds["timed_over_group"].tolist() == [1, 1]
 
 
+def collective_pair(msg_bytes: int, compute: tuple[int, int] | None = None) -> Trace:
+    """Two ranks' all-reduce of ``msg_bytes``: 100 us on rank 0 (it waited 40 us) and 60 us on rank 1,
+    both kernels from 10 us; ``compute``: a compute kernel (start, dur) on rank 0's other stream."""
+    traces = []
+    for rank, dur in ((0, 100_000), (1, 60_000)):
+        b = TraceBuilder(rank=rank)
+        b.launched("cudaLaunchKernel", 0, 1_000, 10_000, dur, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+        if compute is not None and rank == 0:
+            b.launched("cudaLaunchKernel", 2_000, 1_000, compute[0], compute[1], name="gemm", stream=8)
+        trace = with_inputs(b.build(), {})
+        events = trace.events
+        comm = [k == int(Kind.KERNEL) and name.startswith("nccl") for k, name in
+                zip(trace.kind_codes().tolist(), trace.names().tolist())]
+        for column, value in (("collective", "allreduce"), ("msg_bytes", msg_bytes), ("group_size", 2)):
+            values = [value if c else None for c in comm]
+            field = events.schema.field(column)
+            array = dictionary_column(pa.array(values, pa.string())) if column == "collective" else pa.array(
+                values, field.type)
+            events = events.set_column(events.schema.get_field_index(column), field, array)
+        traces.append(dataclasses.replace(trace, events=events))
+    return concat_traces(traces)
+
+
+def test_collective_bandwidth_claims_the_exposed_time_above_the_link_roofline(options: Options):
+    """1.2 MB in 60 us (the shortest over the group): busbw = algbw = 20 GB/s, 10% of the 200 GB/s
+    link, which would move it in 6 us: the last 54 us of each kernel are above the roofline. On
+    rank 0 a compute kernel overlaps the kernel's last 20 us: only the 34 us exposed are claimed."""
+    result = run_all(collective_pair(1_200_000, compute=(90_000, 20_000)), options, only=["efficiency"])["efficiency"]
+    assert result.tables["collective_kinds"]["link_share"].tolist() == pytest.approx([0.1, 0.1])
+    found = {f.rank: f for f in result.findings if f.code == "collective_bandwidth"}
+    assert sorted(found) == [0, 1]
+    claims = {rank: f.claims.largest(5) for rank, f in found.items()}
+    assert claims == {0: [(0, 0, 56_000, 90_000)], 1: [(1, 0, 16_000, 70_000)]}
+    assert (found[0].cost_ns_per_step, found[1].cost_ns_per_step) == (34_000, 54_000)
+    assert dict(efficiency.SPEC.finding_parents) == {"collective_bandwidth": "exposed_collective"}
+    # at the link's bandwidth (200 GB/s x 60 us = 12 MB) there is no finding and no time above the roof
+    result = run_all(collective_pair(12_000_000), options, only=["efficiency"])["efficiency"]
+    assert not [f for f in result.findings if f.code == "collective_bandwidth"]
+
+
 @pytest.mark.parametrize(("kind", "n", "factor"), [("AllReduce", 8, 2 * 7 / 8), ("AllGather", 4, 3 / 4),
                                                    ("ReduceScatter", 4, 3 / 4), ("AllToAll", 2, 1 / 2),
                                                    ("Broadcast", 8, 1.0), ("SendRecv", 2, 1.0)])
@@ -324,6 +364,84 @@ def test_shared_traces_model_most_op_linked_time(name: str):
         pytest.skip("the Kineto parser does not fill input_dims yet")
     coverage = run_all(trace, Options(), only=["efficiency"])["efficiency"].tables["coverage"]
     assert (coverage["modelled_pct"] >= 80).all(), coverage.to_dict("records")
+
+
+def fwdbwd_from_sequence_numbers(trace: Trace, path: Path) -> Trace:
+    """``trace`` with the ``fwdbwd`` links a newer profiler writes, made here from the raw records'
+    "Sequence number" the way PyTorch pairs them (per forward thread and sequence number, the op
+    that started last is the one that created the autograd node; the node names its forward thread
+    in "Fwd thread id"). The 2021 trace has the numbers but no such links; the parser derives them
+    (parsers/kineto_autograd.py, checked against this in tests/test_kineto_autograd.py)."""
+    import gzip
+
+    ops = [e for e in json.loads(gzip.open(path).read())["traceEvents"]
+           if e.get("ph") == "X" and "Sequence number" in e.get("args", {})]
+    threads = {e["tid"] for e in ops if e["args"]["Fwd thread id"] == 0}
+    assert len(threads) == 1  # one forward thread: the node's "Fwd thread id" cannot point elsewhere
+    forward: dict[int, dict] = {}
+    for e in ops:
+        if e["args"]["Fwd thread id"] == 0 and e["ts"] >= forward.get(e["args"]["Sequence number"], e)["ts"]:
+            forward[e["args"]["Sequence number"]] = e
+    pairs = [(forward[e["args"]["Sequence number"]]["args"]["External id"], e["args"]["External id"])
+             for e in ops if e["args"]["Fwd thread id"] > 0 and e["args"]["Sequence number"] in forward]
+    cpu_ops = np.flatnonzero(trace.kind_codes() == int(Kind.CPU_OP))
+    row_of = dict(zip(trace.column("external_id")[cpu_ops].tolist(), cpu_ops.tolist()))
+    src, dst = np.array([[row_of[f], row_of[b]] for f, b in pairs]).T
+    links = make_links_table(np.zeros(len(src)), "flow", "fwdbwd", src, dst)
+    return dataclasses.replace(trace, links=pa.concat_tables([trace.links, links]))
+
+
+def test_resnet50_2021_convolutions_from_the_op_chain():
+    """The 2021 ResNet-50 trace lacks Concrete Inputs. Its split convolution backward ops take their
+    size argument from the calling cudnn_convolution_backward; its forward convolutions need their
+    backward node's gradient shape (a fwdbwd link the parser derives from the Sequence numbers):
+    without those links they are not modelled; with them >= 80% of the op-linked time is modelled,
+    and the forward convolutions' FLOPs, from the nodes' gradients, equal the weight gradients', from
+    the callers' weight shapes."""
+    path = require_shared() / "kineto" / "tbplugin_resnet50_v100_2021.json.gz"
+    trace = traceview.load(path)
+    fwdbwd = (trace.links.column("category").cast(pa.string()).to_numpy(zero_copy_only=False) == "fwdbwd")
+    unlinked = dataclasses.replace(trace, links=trace.links.filter(pa.array(~fwdbwd)))
+    result = run_all(unlinked, Options(), only=["efficiency"])["efficiency"]
+    unmodelled = set(result.tables["unmodelled"]["name"])
+    assert not {"aten::cudnn_convolution_backward_input", "aten::cudnn_convolution_backward_weight"} & unmodelled
+    assert "aten::cudnn_convolution" in unmodelled
+    result = run_all(trace, Options(), only=["efficiency"])["efficiency"]
+    assert "aten::cudnn_convolution" not in set(result.tables["unmodelled"]["name"])
+    coverage = result.tables["coverage"]
+    assert (coverage["modelled_pct"] >= 80).all(), coverage.to_dict("records")
+    types = result.tables["op_types"].groupby("name")[["calls", "flops"]].sum()
+    forward, weight = types.loc["aten::cudnn_convolution"], types.loc["aten::cudnn_convolution_backward_weight"]
+    assert forward["calls"] == weight["calls"] == 318 and forward["flops"] == weight["flops"]
+
+
+def test_forward_convolutions_without_stride_take_the_output_from_fwdbwd_links():
+    """The MI300X ResNet trace with its convolutions' Concrete Inputs removed: each forward
+    convolution whose aten::convolution is fwdbwd-linked to its backward node takes its output from
+    the node, and costs what it cost with stride and padding; the ones recomputed in the backward
+    pass (activation checkpointing: no link) are not guessed."""
+    path = require_shared() / "kineto" / "tracelens_resnet_actckpt_mi300x_rank0.json.gz"
+    trace = traceview.load(path)
+
+    def conv_costs(t: Trace) -> dict[int, int]:
+        ops = efficiency.attribute(t, Options()).ops
+        conv = ops[(ops["name"] == "aten::miopen_convolution") & ops["modelled"]]
+        return dict(zip(conv["row"].tolist(), conv["flops"].tolist()))
+
+    names = trace.names()
+    chain = np.isin(names, ["aten::conv2d", "aten::convolution", "aten::_convolution", "aten::miopen_convolution"])
+    concrete = trace.events.column("concrete_inputs").to_pylist()
+    stripped = [None if c else v for c, v in zip(chain.tolist(), concrete)]
+    events = trace.events.set_column(trace.events.schema.get_field_index("concrete_inputs"),
+                                     trace.events.schema.field("concrete_inputs"),
+                                     dictionary_column(pa.array(stripped, pa.string())))
+    full, linked = conv_costs(trace), conv_costs(dataclasses.replace(trace, events=events))
+    flows = trace.links.to_pandas()
+    fwdbwd = flows[(flows["category"] == "fwdbwd") & (names[flows["src_row"]] == "aten::convolution")]
+    assert len(full) > len(linked) == len(fwdbwd) > 50
+    assert linked == {row: full[row] for row in linked}
+    no_links = dataclasses.replace(trace, events=events, links=trace.links.slice(0, 0))
+    assert conv_costs(no_links) == {}  # without the links, nothing is guessed
 
 
 def test_shared_gemm_flops_are_2mnk():

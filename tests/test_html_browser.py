@@ -40,15 +40,23 @@ _PLOT_STATS = """
 """
 
 
-def _report_html(path: Path, out: Path) -> tuple[Path, int]:
+def _report_html(path: Path, out: Path, plotlyjs: str = "inline") -> tuple[Path, int]:
     report = analyze(path, use_cache=False)
     figures = report_figures(report, report.trace)
-    out.write_text(get_renderer("html")().render(report), encoding="utf-8")
+    out.write_text(get_renderer("html")(plotlyjs=plotlyjs).render(report), encoding="utf-8")
     return out, len(figures)
+
+
+#: folded charts are drawn when their <details> opens: open them all
+_OPEN_ALL = "() => document.querySelectorAll('details').forEach(d => { d.open = true; })"
 
 
 def _check_page(html: Path, n_figures: int, shot: str) -> list[dict]:
     with open_page(html) as page:
+        # the first screen: only the breakdown chart is drawn before anything is opened
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot svg.main-svg').length >= 1")
+        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 1
+        page.evaluate(_OPEN_ALL)
         page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot svg.main-svg').length >= {n_figures}")
         page.wait_for_timeout(500)  # let plotly finish laying out text
         stats = page.evaluate(_PLOT_STATS)
@@ -90,3 +98,20 @@ def test_real_multi_rank_report_renders_in_chromium(tmp_path):
     html, n = _report_html(folder, tmp_path / "dlrm_8ranks.html")
     stats = _check_page(html, n, "report_dlrm_8ranks.png")
     assert "fig-skew_heatmap" in {s["id"] for s in stats}
+
+
+def test_cdn_report_offline_reads_and_says_why_charts_are_missing(tmp_path):
+    """The default page (plotly.js from its CDN) opened with no network: every section is there and
+    each chart's place says how to get charts offline, instead of an empty box."""
+    require_chromium()
+    html, n = _report_html(REPO / "sample_traces" / "synthetic_4rank", tmp_path / "cdn.html", plotlyjs="cdn")
+    with open_page(html) as page:
+        page.route("**/*", lambda route: route.abort() if route.request.url.startswith("http") else route.continue_())
+        page.reload()
+        page.evaluate(_OPEN_ALL)
+        page.wait_for_timeout(300)
+        notes = page.evaluate("Array.from(document.querySelectorAll('.plot.noplot')).map(d => d.textContent)")
+        headings = page.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
+        screenshot(page, "report_cdn_offline.png")
+    assert len(notes) == n and all("--plotlyjs inline" in t for t in notes)
+    assert headings[0] == "Summary" and "Findings, most costly first" in headings

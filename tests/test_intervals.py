@@ -291,3 +291,20 @@ def test_small_inputs(n):
     s = np.arange(n, dtype=np.int64)
     assert iv.total(s, s + 1) == n
     assert iv.union_by(s, s, s + 1)[0].size == n
+
+
+def test_sorted_codes_equal_pandas_factorize_sorted():
+    # the table-lookup coding of small-range integer keys gives pd.factorize(sort=True)'s codes
+    import pandas as pd
+
+    from traceview.intervals import sorted_codes
+
+    rng = np.random.default_rng(7)
+    cases = [rng.integers(-5, 5, 1000).astype(np.int32), rng.integers(0, 2, 50).astype(bool),
+             rng.integers(0, 300, 999).astype(np.uint16), rng.integers(0, 2**40, 500),
+             np.array([2**63 + 5, 2**63 + 1, 2**63 + 5], dtype=np.uint64), np.array([7, 7, 7]),
+             rng.choice(np.array(["b", "a", "c"], dtype=object), 100), np.array([1.5, np.nan, -2.0])]
+    for values in cases:
+        codes, count = sorted_codes(values)
+        want_codes, want_uniques = pd.factorize(values, sort=True)
+        assert codes.dtype == np.int64 and np.array_equal(codes, want_codes) and count == len(want_uniques)

@@ -228,3 +228,84 @@ def test_population_std_on_synthetic_is_consistent() -> None:
     assert (k["std_ns"] >= 0).all()
     assert np.allclose(k["mean_ns"] * k["count"], k["total_ns"])
     assert ((k["min_ns"] <= k["mean_ns"]) & (k["mean_ns"] <= k["max_ns"])).all()
+
+
+# ------------------------------------------------------------------------------ across ranks
+
+
+def _cross_rank_trace():
+    """Two ranks; one kernel under two template instantiations (one normalised name):
+    rank 0: 1, 1, 1, 1, 100 us; rank 1: 50, 60 us. Mean of the per-rank medians = (1 + 55) / 2 =
+    28 us; the median over all seven calls = 1 us."""
+    b = Builder()
+    a = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, float)"
+    m = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>(int, float)"
+    t = 1_000
+    for rank, durs in ((0, (1_000, 1_000, 1_000, 1_000, 100_000)), (1, (50_000, 60_000))):
+        for i, d in enumerate(durs):
+            b.kernel(t, d, name=a if i % 2 else m, rank=rank)
+            t += d + 1_000
+    b.kernel(t, 7_000, name="volta_sgemm_128x64_nn", rank=1)
+    return b.build()
+
+
+def _pipeline_tables(trace):
+    from traceview.pipeline import analyze
+
+    report = analyze(trace, Options())
+    return report.table("kernels", "kernel_summary"), report.table("kernels", "kernel_ranks")
+
+
+def test_kernel_summary_known_answers() -> None:
+    summary, per_rank = _pipeline_tables(_cross_rank_trace())
+    row = summary.set_index("name").loc["at::native::vectorized_elementwise_kernel"]
+    durs = [1_000] * 4 + [100_000, 50_000, 60_000]
+    assert (row["count"], row["total_ns"], row["min_ns"], row["max_ns"]) == (7, sum(durs), 1_000, 100_000)
+    assert row["p50_ns"] == 1_000.0  # over all calls, not the mean of the per-rank medians (28 us)
+    assert row["p90_ns"] == pytest.approx(float(np.percentile(durs, 90)), rel=0, abs=0)
+    assert (row["names"], row["ranks"], row["gpus"]) == (2, 2, 2)
+    assert (row["min_rank"], row["min_rank_total_ns"], row["max_rank"], row["max_rank_total_ns"]) == (
+        0, 104_000, 1, 110_000)
+    assert row["category"] == "elementwise" and "<4" in row["full_name"]
+    assert summary["share_pct"].sum() == pytest.approx(100.0)
+    assert list(summary["name"]) == ["at::native::vectorized_elementwise_kernel", "volta_sgemm_128x64_nn"]
+    r1 = per_rank[(per_rank["name"] == row.name) & (per_rank["rank"] == 1)].iloc[0]
+    assert (r1["count"], r1["total_ns"], r1["p50_ns"]) == (2, 110_000, 55_000.0)
+    assert r1["share_pct"] == pytest.approx(100 * 110_000 / 117_000)
+
+
+def test_weighted_percentiles_equal_numpy() -> None:
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 7, 400)
+    values = rng.integers(0, 30, 400) * 1000  # repeated values, as in a trace
+    weights = rng.integers(1, 5, 400)
+    for q in (0.0, 10.0, 50.0, 90.0, 99.0, 100.0):
+        got = kernels.weighted_percentiles(groups, values, weights, 7, q)
+        for g in range(7):
+            expanded = np.repeat(values[groups == g], weights[groups == g])
+            assert got[g] == np.percentile(expanded, q), (q, g)
+
+
+def test_kernel_summary_on_real_ranks_equals_all_calls() -> None:
+    """On the 8-rank DLRM job: every figure of ``kernel_summary`` from the events of all ranks, by
+    the normalised name of each event (the pipeline runs rank by rank)."""
+    from conftest import require_shared
+    from traceview import load
+    from traceview.compare import normalize_kernel_name
+    from traceview.analyses.steps import activity
+
+    path = require_shared() / "kineto" / "param_dlrm_8ranks_v100"
+    trace = load(path)
+    summary, per_rank = _pipeline_tables(trace)
+    act = activity(trace, Options())
+    names = np.array([normalize_kernel_name(n) for n in trace.events.column("name").take(act.row).to_pylist()])
+    dur = act.end - act.start
+    assert summary["count"].sum() == len(act) and per_rank["count"].sum() == len(act)
+    for row in summary.head(15).itertuples():
+        d = dur[names == row.name]
+        assert (row.count, row.total_ns, row.min_ns, row.max_ns) == (d.size, d.sum(), d.min(), d.max()), row.name
+        assert (row.p50_ns, row.p90_ns) == (np.percentile(d, 50), np.percentile(d, 90)), row.name
+        ranks = act.rank[names == row.name]
+        totals = {int(r): int(d[ranks == r].sum()) for r in np.unique(ranks)}
+        assert row.max_rank_total_ns == max(totals.values()) and totals[row.max_rank] == row.max_rank_total_ns
+        assert row.min_rank_total_ns == min(totals.values()) and totals[row.min_rank] == row.min_rank_total_ns

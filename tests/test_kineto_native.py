@@ -23,6 +23,7 @@ from conftest import SAMPLE_TRACES, SHARED_TRACES
 from fuzz_strategies import FuzzCase, kineto_cases, kineto_documents, to_bytes
 from traceview.errors import TraceFormatError
 from traceview.parsers import kineto
+from traceview.parsers.jsonstream import bracket_depths
 from traceview.parsers.kineto import parse_kineto
 
 columns = pytest.importorskip("traceview.parsers._kineto_columns", reason="the native decoder was not built")
@@ -269,7 +270,10 @@ _DIGITS = st.text(alphabet="0123456789", min_size=1, max_size=25)
 @st.composite
 def _number_texts(draw: st.DrawFn) -> str:
     """JSON number texts of every shape: integers, decimals of many digits, exponents, floats' reprs."""
-    kind = draw(st.sampled_from(["int", "decimal", "exponent", "float"]))
+    kind = draw(st.sampled_from(["int", "decimal", "exponent", "float", "kineto"]))
+    if kind == "kineto":  # what Kineto writes: us with up to 3 decimals, near 2**43 us at most
+        whole, decimals = draw(st.integers(-(2**44), 2**44)), draw(st.text(alphabet="0123456789", min_size=1, max_size=4))
+        return f"{whole}.{decimals}"
     if kind == "float":
         return repr(draw(st.floats(allow_nan=False, allow_infinity=False)))
     sign = draw(st.sampled_from(["", "-"]))
@@ -301,6 +305,21 @@ def test_times_are_what_msgspec_decodes(texts: list[str]) -> None:
         else:
             got = float(raw[i:i + 1].view(np.float64)[0]) if kind[i] == 2 else float(int(raw[i]))
             assert got == float(value) and math.copysign(1, got) == math.copysign(1, float(value)), texts[i]
+    # where the decoder gives exact ns from the text, they are what microseconds_to_ns makes of the double
+    exact_ns = np.frombuffer(result["ts_ns"], dtype=np.int64)
+    for i in np.flatnonzero(np.frombuffer(result["ts_exact"], dtype=np.uint8)).tolist():
+        ns, ambiguous = kineto.microseconds_to_ns(np.array([float(expected[i])]))
+        assert not ambiguous[0] and int(ns[0]) == int(exact_ns[i]), texts[i]
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.binary(max_size=60).map(lambda b: bytes(b"[]{}\\\" a,:"[c % 10] for c in b)))
+def test_array_end_agrees_with_bracket_depths(text: bytes) -> None:
+    """The native end-of-array scan finds the bracket the numpy scan finds, on any text."""
+    buf = bytearray(b"[" + text)
+    brackets, depth = bracket_depths(memoryview(buf)[1:])
+    ends = np.flatnonzero(depth == -1)
+    assert columns.array_end(buf, 1) == (int(brackets[ends[0]]) + 1 if len(ends) else None)
 
 
 _HOSTILE_VALUES = st.one_of(

@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 import pytest
 
-from traceview.analyses.opmodels import OpCost, Unmodelled, model_op, modelled_ops, op_cost
+from traceview.analyses.opmodels import (OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, Unmodelled, model_op,
+                                         modelled_ops, op_cost)
 
 SHARED = Path("/work/shared/traces/kineto")
 
@@ -349,6 +350,114 @@ def test_split_convolution_backward_needs_its_size_argument():
     wrong_stride = split_backward_record("input", [32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1], 2, 0, 1, 1)
     for rec in (wrong_groups, wrong_weight, wrong_stride):
         assert cost(rec).reason == "inconsistent_shapes", rec
+
+
+def test_split_convolution_backward_takes_its_size_from_the_calling_op():
+    """PyTorch 1.x: cudnn_convolution_backward(self, grad_output, weight, ...) calls
+    _backward_input(self.sizes(), grad_output, weight, ...) and _backward_weight(weight.sizes(),
+    grad_output, self, ...): the caller's recorded shapes give the int[] argument, once the
+    tensors both record are the same; with any other caller nothing is taken."""
+    caller = [[32, 512, 7, 7], [32, 2048, 7, 7], [2048, 512, 1, 1]] + [[]] * 8
+    expected = {"input": OpCost(2 * 32 * 2048 * 49 * 512, (32 * 2048 * 49 + 2048 * 512) * 4, 32 * 512 * 49 * 4,
+                                "fp32", "tensor", "conv_backward"),
+                "weight": OpCost(2 * 32 * 2048 * 49 * 512, (32 * 2048 * 49 + 32 * 512 * 49) * 4, 2048 * 512 * 4,
+                                 "fp32", "tensor", "conv_backward")}
+    for which, (dims, types) in (("input", V100_BACKWARD_INPUT), ("weight", V100_BACKWARD_WEIGHT)):
+        for prefix in ("cudnn", "miopen"):
+            name = f"aten::{prefix}_convolution_backward_{which}"
+            assert model_op(name, dims, types, caller_dims=caller) == expected[which]
+            assert name in SIZES_FROM_CALLER
+            other = [[32, 512, 7, 7], [32, 1024, 7, 7], [2048, 512, 1, 1]] + [[]] * 8  # another grad_output
+            assert model_op(name, dims, types, caller_dims=other).reason == "missing_argument"
+            swapped = [caller[2], caller[1], caller[0]] + [[]] * 8  # tensors in other places
+            assert model_op(name, dims, types, caller_dims=swapped).reason == "missing_argument"
+            # a recorded size wins over the caller's (and is checked as before)
+            concrete = ["[32, 512, 7, 7]" if which == "input" else "[2048, 512, 1, 1]"] + [""] * 9
+            assert model_op(name, dims, types, None, concrete, caller_dims=caller) == expected[which]
+
+
+def test_forward_convolution_output_from_its_backward_node():
+    """Without stride and padding (2021 records), a forward convolution takes its output from the
+    gradient its backward node received; with them, that output must agree."""
+    dims = [[32, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], [], [], []]
+    types = ["float", "float", "GenericList", "GenericList", "GenericList", "Int", "Bool", "Bool", "Bool"]
+    c = model_op("aten::cudnn_convolution", dims, types, output_dims=[32, 64, 112, 112])
+    assert c == OpCost(2 * 32 * 64 * 112 * 112 * 3 * 49, (32 * 3 * 224 * 224 + 64 * 3 * 49) * 4, 32 * 64 * 112 * 112 * 4,
+                       "fp32", "tensor", "conv")
+    for wrong in ([32, 32, 112, 112], [16, 64, 112, 112], [32, 64, 112], [32, 64, 0, 112]):
+        assert model_op("aten::cudnn_convolution", dims, types, output_dims=wrong).reason == "inconsistent_shapes"
+    concrete = ["", "", "[3, 3]", "[2, 2]", "[1, 1]", "1", "False", "False", "True"]
+    assert model_op("aten::cudnn_convolution", dims, types, None, concrete, output_dims=[32, 64, 112, 112]) == c
+    assert model_op("aten::cudnn_convolution", dims, types, None, concrete,
+                    output_dims=[32, 64, 56, 56]).reason == "inconsistent_shapes"
+    assert "aten::cudnn_convolution" in OUTPUT_FROM_BACKWARD and "aten::addmm" not in OUTPUT_FROM_BACKWARD
+
+
+@pytest.mark.parametrize(("kernel", "stride", "padding", "dilation", "ceil", "size"), [
+    (3, 2, 1, 1, False, 112), (3, 2, 1, 1, True, 9), (2, None, 0, 1, False, 7), (2, None, 0, 1, True, 7),
+    (3, 3, 1, 2, True, 10), ((3, 2), (2, 1), (1, 0), 1, False, 8)])
+def test_max_pool_output_matches_torch(tmp_path, kernel, stride, padding, dilation, ceil, size):
+    """The output size (ATen's pooling_output_shape, ceil_mode included) is torch's own; one
+    comparison per window element of each output; indices are int64. FlopCounterMode counts no
+    pooling (0 FLOPs), so only the closed form is checked."""
+    torch = _torch()
+    x = torch.randn(2, 3, size, size + 1, requires_grad=True)
+
+    def fn():
+        y = torch.nn.functional.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil)
+        y.backward(torch.randn_like(y))  # a dense gradient (sum().backward() gives an expanded one)
+        fn.out = list(y.shape)  # type: ignore[attr-defined]
+
+    records = recorded(fn, tmp_path)
+    out = fn.out  # type: ignore[attr-defined]
+    window = math.prod(kernel) if isinstance(kernel, tuple) else kernel * kernel
+    forward = cost(only(records, "aten::max_pool2d_with_indices")[0])
+    assert forward == OpCost(math.prod(out) * window, x.numel() * 4, math.prod(out) * (4 + 8), "fp32", "vector", "pool")
+    backward = cost(only(records, "aten::max_pool2d_with_indices_backward")[0])
+    assert backward == OpCost(math.prod(out), math.prod(out) * (4 + 8), x.numel() * 4, "fp32", "vector",
+                              "pool_backward")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as mode:
+        torch.nn.functional.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil)
+    assert mode.get_total_flops() == 0
+
+
+def test_max_pool_of_2021_records():
+    """2021 records lack the pool's arguments: the forward is not guessed; its backward needs none."""
+    fwd = model_op("aten::max_pool2d_with_indices", [[32, 64, 112, 112], [], [], [], [], []],
+                   ["float", "GenericList", "GenericList", "GenericList", "GenericList", "Bool"])
+    assert isinstance(fwd, Unmodelled) and fwd.reason == "missing_argument"
+    back = model_op("aten::max_pool2d_with_indices_backward",
+                    [[32, 64, 56, 56], [32, 64, 112, 112], [], [], [], [], [], [32, 64, 56, 56]],
+                    ["float", "float", "GenericList", "GenericList", "GenericList", "GenericList", "Bool", "long int"])
+    n = 32 * 64 * 56 * 56
+    assert back == OpCost(n, n * 12, 32 * 64 * 112 * 112 * 4, "fp32", "vector", "pool_backward")
+    wrong = model_op("aten::max_pool2d_with_indices_backward",
+                     [[32, 64, 56, 56], [32, 32, 112, 112], [], [], [], [], [], [32, 64, 56, 56]],
+                     ["float", "float", "GenericList", "GenericList", "GenericList", "GenericList", "Bool", "long int"])
+    assert wrong.reason == "inconsistent_shapes"
+
+
+def test_mse_loss_and_threshold_closed_forms(tmp_path):
+    torch = _torch()
+    a, b = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5)
+
+    def fn():
+        torch.nn.functional.mse_loss(a, b).backward()
+        torch.nn.functional.mse_loss(a, b, reduction="none")
+        torch.threshold(b, 0.1, 0.0)
+        torch.threshold_(b.clone(), 0.1, 0.0)
+
+    records = recorded(fn, tmp_path)
+    mean, none = only(records, "aten::mse_loss")[:2]
+    # subtract, square (+ the sum of a reduction) per element
+    assert cost(mean) == OpCost(3 * 20, 2 * 20 * 4, 4, "fp32", "vector", "loss")
+    assert cost(none) == OpCost(2 * 20, 2 * 20 * 4, 20 * 4, "fp32", "vector", "loss")
+    back = cost(only(records, "aten::mse_loss_backward")[0])  # a 0-dim gradient, self, target
+    assert back == OpCost(3 * 20, (1 + 2 * 20) * 4, 20 * 4, "fp32", "vector", "loss_backward")
+    assert cost(only(records, "aten::threshold")[0]) == OpCost(20, 20 * 4, 20 * 4, "fp32", "vector", "elementwise")
+    assert cost(only(records, "aten::threshold_")[0]) == OpCost(20, 20 * 4, 20 * 4, "fp32", "vector", "elementwise")
 
 
 # --------------------------------------------------------------------------------------- attention

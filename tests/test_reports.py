@@ -29,7 +29,7 @@ from traceview.pipeline import analyze
 from traceview.registry import RENDERERS
 from traceview.render import get_renderer
 from traceview.render.common import findings_count_text
-from traceview.render.markdown import md_escape
+from traceview.render.markdown import MD_TABLE_ROWS, md_escape
 from traceview.report import Report, findings_tree, report_to_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,11 +176,12 @@ def test_every_format_renders(cases, case_id):
         findings_table = next(t for t in rendered.tables if t["header"][:3] == ["id", "severity", "finding"])
         assert len(findings_table["rows"]) == len(report["findings"])
     # HTML: self-contained (no external script, style or request), figures present, names escaped
-    page = case.render("html")
+    page = case.render("html", plotlyjs="inline")
     assert_offline_html(page)
     assert page.count('class="js-plotly-plot"') == 0  # plotly adds it at run time
     n_figs = len(figures.report_figures(report, case.trace))
-    assert page.count("Plotly.newPlot(") == n_figs
+    assert page.count('tvPlot("fig-') == n_figs
+    assert 'id="traceview-report"' not in page  # no embedded model: the charts carry what they draw
 
 
 def assert_offline_html(page: str) -> None:
@@ -198,6 +199,17 @@ def assert_offline_html(page: str) -> None:
     assert "default-src 'none'" in markup  # the CSP forbids any request the page might try anyway
 
 
+def assert_cdn_html(page: str) -> None:
+    """The default page: its one external script is plotly.js from its CDN, pinned to the version
+    plotly.py bundles, and the Content-Security-Policy allows that host only."""
+    from plotly.offline import get_plotlyjs_version
+
+    srcs = re.findall(r"<script\b[^>]*\bsrc=\"([^\"]+)\"", page, re.I)
+    assert srcs == [f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"], srcs
+    assert "default-src 'none'" in page and "'unsafe-eval' https://cdn.plot.ly;" in page
+    assert len(page) < 1_500_000  # plotly.js (4.8 MB) is not inlined
+
+
 def test_sample_html_escapes_kernel_names(cases):
     case = cases("synthetic_4rank")
     page = case.render("html")
@@ -207,7 +219,9 @@ def test_sample_html_escapes_kernel_names(cases):
         assert name not in page  # raw `<...>` never reaches the page
     assert "&lt;" in page
     # figure data inside <script> carries no raw < > &
-    for body in re.findall(r"<script>(\(function\(\)\{var f=.*?)</script>", page, re.S):
+    bodies = re.findall(r"<script>(tvPlot\(.*?)</script>", page, re.S)
+    assert bodies
+    for body in bodies:
         assert "<" not in body and ">" not in body.replace("=>", "") and "&" not in body.replace("&&", "")
 
 
@@ -381,8 +395,8 @@ def test_figures_have_titles_axes_units_and_legends(cases):
     for name, fig in figs.items():
         _check_figure(fig)
         if name != "skew_heatmap":
-            assert "(ms)" in fig.layout.yaxis.title.text + fig.layout.xaxis.title.text or \
-                "(us)" in fig.layout.yaxis.title.text, name
+            # the unit the figure's magnitude reads best in (traceview.units.duration_unit)
+            assert re.search(r"\((s|ms|us|ns)\)", fig.layout.yaxis.title.text + fig.layout.xaxis.title.text), name
     heat = figs["skew_heatmap"]
     z = np.array(heat.data[0].z, dtype=float)
     assert z.shape == (4, 6) and np.nanargmax(z.mean(axis=1)) == 3  # rank 3 is the planted straggler
@@ -522,9 +536,14 @@ def test_cli_formats_and_output_file(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("## traceview report") and "| **GPUs** |" in r.stdout
     html_out = tmp_path / "r.html"
-    r = _cli("analyze", sample, "-f", "html", "-o", str(html_out), tmp_path=tmp_path)
+    r = _cli("analyze", sample, "-f", "html", "--plotlyjs", "inline", "-o", str(html_out), tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
     assert_offline_html(html_out.read_text())
+    r = _cli("analyze", sample, "-f", "html", "-o", str(html_out), tmp_path=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert_cdn_html(html_out.read_text())
+    r = _cli("analyze", sample, "-f", "html", "--plotlyjs", "web", tmp_path=tmp_path)
+    assert r.returncode == 2 and "--plotlyjs web" in r.stderr and "Traceback" not in r.stderr
     r = _cli("analyze", sample, "--format", "yaml", tmp_path=tmp_path)
     assert r.returncode == 2 and "yaml" in r.stderr
     text_out = tmp_path / "r.txt"
@@ -664,8 +683,11 @@ def test_one_step_tables_do_not_repeat_whole_trace_rows(cases):
     whole = [r for r in table["rows"] if r["step"] is None]
     assert whole and len(table["rows"]) == 2 * len(whole)  # the report keeps both ...
     block = md[md.index("GPU time per rank, device and step"):]
-    block = block[: block.index("\n\n**")]  # up to the next table
-    assert block.count("\n| ") - 2 == len(whole)  # header and rule, then the whole-trace rows once
+    block = block[: block.index("</details>")]  # up to the end of the analysis's block
+    shown = min(len(whole), MD_TABLE_ROWS)
+    assert block.count("\n| ") - 2 == shown  # header and rule, then the whole-trace rows once
+    if shown < len(whole):
+        assert f"{shown} of {len(whole)} rows" in block
     assert "| step |" not in block
     text = case.render("text", details=True)
     section = text[text.index("GPU time per rank, device and step"):].split("\n\n")[0]
@@ -685,8 +707,75 @@ def test_renderer_registry_and_unknown_format():
 def test_html_without_the_trace_leaves_the_timeline_out_with_a_note(cases):
     case = cases("synthetic_4rank")
     job_report = Report(case.report.data, case.report.results, trace=None)
-    page = get_renderer("html")().render(job_report)
+    page = get_renderer("html")(plotlyjs="inline").render(job_report)
     assert_offline_html(page)
     assert 'id="no-timeline"' in page and "fig-timeline" not in page
-    assert page.count("Plotly.newPlot(") == len(figures.report_figures(case.report, None))
+    assert page.count('tvPlot("fig-') == len(figures.report_figures(case.report, None))
     assert 'id="no-timeline"' not in case.render("html")
+
+
+# ----------------------------------------------------------------------------- reports that attach
+
+
+def test_the_8rank_reports_are_small_enough_to_attach(cases):
+    case = cases("shared/param_dlrm_8ranks_v100")
+    html_page = case.render("html")
+    assert_cdn_html(html_page)
+    assert len(html_page.encode()) < 1_500_000
+    md = case.render("markdown")
+    assert len(md.encode()) < 20_000, len(md.encode())
+    assert len(md) < 65_536  # a GitHub comment
+    inline = case.render("html", plotlyjs="inline")
+    assert_offline_html(inline)
+    # the inline page is the default page plus plotly.js, nothing else
+    assert len(html_page) < len(inline) < len(html_page) + 6_000_000
+
+
+def test_html_first_screen_is_summary_top_findings_and_breakdown(cases):
+    case = cases("synthetic_4rank")
+    page = case.render("html")
+    # the summary beside the breakdown chart, then the findings; the rest below, folded
+    order = [page.index(mark) for mark in ("<h2>Summary</h2>", 'id="fig-breakdown"',
+                                           "<h2>Findings, most costly first</h2>", "<h2>More charts</h2>",
+                                           '<details class="section"><summary><h2>Details per analysis')]
+    assert order == sorted(order)
+    # the breakdown chart is open; every other chart is folded in its own <details>
+    before = page[: page.index('id="fig-breakdown"')]
+    assert before.count("<details") == before.count("</details>")  # in no <details>
+    for name in figures.report_figures(case.report, case.trace):
+        if name != "breakdown":
+            div = page.index(f'id="fig-{name}"')
+            assert page.rfind('<details class="figure">', 0, div) > page.rfind("</details>", 0, div)
+
+
+def test_max_findings_cuts_without_reranking(cases):
+    case = cases("synthetic_4rank")
+    findings = case.report["findings"]
+    top_level = [f["id"] for f in findings if f["parent"] is None]
+    assert len(top_level) >= 2
+    for n in (1, 2):
+        keep = set(top_level[:n])
+        expected = [(f["id"], f["title"]) for f in findings if (f["parent"] or f["id"]) in keep]
+        assert [i for i, _ in _markdown_findings(case.render("markdown", max_findings=n))] == [i for i, _ in expected]
+        assert _html_findings(case.render("html", max_findings=n)) == expected
+        assert f"{len(top_level) - n} more top-level findings are left out" in case.render("markdown", max_findings=n)
+    assert [i for i, _ in _markdown_findings(case.render("markdown"))] == [f["id"] for f in findings]
+
+
+def test_warnings_repeated_per_rank_are_said_once():
+    from traceview.render.common import grouped_warnings
+
+    msgs = [f"rank {r} GPU {r}: dtype 'int64' has no peak (rank {r})" for r in range(4)] + ["no steps"]
+    assert grouped_warnings(msgs) == ["rank 0 GPU 0: dtype 'int64' has no peak (rank 0) (and the same on ranks 1-3)",
+                                      "no steps"]
+    assert grouped_warnings(["a", "b"]) == ["a", "b"]
+
+
+def test_duration_unit_follows_the_magnitude():
+    from traceview.units import duration_unit
+
+    assert [duration_unit(v)[0] for v in (0, 999, 1_000, 2_500_000, 3_000_000_000)] == ["ns", "ns", "us", "ms", "s"]
+    case_report = {"charts": {"breakdown": [{"rank": 0, "device": 0, "window_ns": 40_000, "compute_ns": 30_000,
+                                             "exposed_comm_ns": 0, "memory_only_ns": 0, "idle_ns": 10_000}]}}
+    fig = figures.breakdown_figure(case_report)
+    assert fig.layout.yaxis.title.text == "time (us)" and list(fig.data[0].y) == [30.0]

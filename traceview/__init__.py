@@ -5,6 +5,7 @@
 >>> report.findings                   # one row per finding, ranked, as in every report format
 >>> report.table("kernels", "kernels")                              # any analysis's table
 >>> trace = traceview.load("run/")    # the canonical Arrow tables, for your own questions
+>>> traceview.sql("run/", "SELECT name, sum(dur_ns) FROM kernels GROUP BY name")  # SQL (docs/sql.md)
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ if TYPE_CHECKING:
     from traceview.loading import load
     from traceview.model import Kind, RankInfo, Trace
     from traceview.report import Report
+    from traceview.sqlviews import sql
 
 #: public names loaded on first use (PEP 562): ``traceview --help`` imports this package, and
 #: numpy, pyarrow and pandas would triple its start time
 _LAZY = {"load": "traceview.loading", "Trace": "traceview.model", "Kind": "traceview.model",
          "RankInfo": "traceview.model", "Options": "traceview.findings", "Finding": "traceview.findings",
-         "Report": "traceview.report"}
+         "Report": "traceview.report", "sql": "traceview.sqlviews"}
 
-__all__ = ["analyze", "load", "Report", "Trace", "Kind", "RankInfo", "Options", "Finding", "TraceFormatError",
+__all__ = ["analyze", "load", "sql", "Report", "Trace", "Kind", "RankInfo", "Options", "Finding", "TraceFormatError",
            "TraceviewError"]
 __version__ = "0.1.0"
 

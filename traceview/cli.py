@@ -20,12 +20,14 @@ import typer
 from traceview.errors import TraceviewError
 
 #: CLI commands, in help order; each is the module ``traceview.commands.<name>`` exposing ``command``
-#: (the other modules of the package, ``_common`` and ``formats``, are helpers the commands share)
-COMMANDS = ("analyze", "info", "convert", "redact", "diff", "check", "app")
+#: (a dash in a name is an underscore in the module's: ``export-perfetto`` is ``export_perfetto``; the
+#: other modules of the package, ``_common`` and ``formats``, are helpers the commands share)
+COMMANDS = ("analyze", "info", "convert", "redact", "diff", "check", "app", "export-perfetto", "history", "sql")
 
 app = typer.Typer(
     name="traceview",
     help="Turn GPU profiler traces (PyTorch/Kineto JSON, Nsight Systems SQLite) into answers.",
+    epilog="Example: traceview analyze run/ (then traceview COMMAND --help for each command's options).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -35,9 +37,52 @@ app = typer.Typer(
     # as wide as the terminal up to 160 columns (click's default stops at 80)
     context_settings={"max_content_width": 160},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from traceview import __version__
+
+        typer.echo(f"traceview {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print traceview's version and exit.")) -> None:
+    """The options before any command (``--version``)."""
+
+
+#: the metavar of an option by the type of its value (typer's own reads ``<str>``, ``<int range>``)
+TYPE_METAVARS = {"str": "TEXT", "int": "N", "float": "NUMBER", "Path": "PATH", "list[str]": "TEXT", "bool": "yes|no"}
+
+
+def readable_metavars(command: Any) -> Any:
+    """``command`` (the click command typer builds) with readable value names in its help: an option
+    without a metavar of its own shows TEXT, N, NUMBER, PATH instead of ``<str>``, ``<int range>``,
+    ``<path>``; an argument shows its name in capitals (``PATHS...``), which says what it takes."""
+    for sub in (getattr(command, "commands", None) or {}).values():
+        readable_metavars(sub)
+    for param in getattr(command, "params", []):
+        if getattr(param, "is_flag", False) or not hasattr(param, "bare_type"):
+            continue
+        if param.param_type_name == "argument":
+            param.metavar = param.metavar or str(param.name).upper()
+            # typer adds the type after the name (``PATHS... <list[str]>``): the name is enough
+            param.display_type_rich = lambda **_: None
+        elif param.metavar is None:
+            param.metavar = TYPE_METAVARS.get(param.bare_type(), "VALUE")
+    return command
+
+
+def command_module(name: str) -> str:
+    """The module (in ``traceview.commands``) of the command ``name``."""
+    return name.replace("-", "_")
+
+
 # every command module is imported: a missing one is a packaging bug, not something to skip
 for _name in COMMANDS:
-    app.command(_name)(importlib.import_module(f"traceview.commands.{_name}").command)
+    app.command(_name)(importlib.import_module(f"traceview.commands.{command_module(_name)}").command)
 
 
 def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
@@ -55,7 +100,7 @@ def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
 def main() -> None:
     try:
         # standalone_mode=False returns a command's exit code instead of raising it
-        code = app(standalone_mode=False)
+        code = readable_metavars(typer.main.get_command(app)).main(prog_name="traceview", standalone_mode=False)
     except TraceviewError as exc:
         raise SystemExit(_one_line(str(exc), 2))
     except KeyboardInterrupt:

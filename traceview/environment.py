@@ -123,16 +123,59 @@ class _Versions:
                 for name, (_, values, source) in sorted(self.best.items())}
 
 
+#: words in a device name that give its vendor (checked in order, case-insensitive)
+_VENDOR_WORDS = (("AMD", re.compile(r"\b(?:amd|instinct|radeon)\b|\bmi\d{3}", re.IGNORECASE)),
+                 ("NVIDIA", re.compile(r"nvidia|tesla|geforce|quadro|\brtx\b|\b[ahlbt]\d{2,3}\b", re.IGNORECASE)),
+                 ("Intel", re.compile(r"\bintel\b|\bxe\b|gaudi", re.IGNORECASE)))
+#: keys a trace states that say which runtime, hence which vendor, recorded it
+_VENDOR_KEYS = (("AMD", ("hip_runtime_version", "hip_driver_version", "roctracer_version")),
+                ("NVIDIA", ("cuda_runtime_version", "cuda_driver_version", "cupti_version")))
+
+
+def vendor_of(name: str | None, raw: Mapping[str, Any], source_format: str | None = None) -> str | None:
+    """The accelerator's vendor: from its name when the name says (``AMD Instinct MI300X``), else from
+    the runtime the trace states (``hip_runtime_version``: AMD; ``cuda_runtime_version``, or an Nsight
+    Systems export: NVIDIA); None when nothing says."""
+    for vendor, pattern in _VENDOR_WORDS:
+        if name and pattern.search(name):
+            return vendor
+    for vendor, keys in _VENDOR_KEYS:
+        if any(k in raw for k in keys):
+            return vendor
+    return "NVIDIA" if source_format == "nsys" else None
+
+
+def _model_key(d: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (d.get("name") or "", d.get("sm_count"), d.get("total_memory_bytes"), d.get("compute_capability"))
+
+
+def device_properties(devices: Mapping[int, Mapping[str, Any]], device: int) -> tuple[Mapping[str, Any], str]:
+    """The properties of ``device`` (the id its events carry) among the listed ``devices``, and how
+    they were found: ``"id"``; ``"only model"`` when the id is not listed but every listed device is
+    the same model (ROCm numbers devices by HSA agent, CPUs first: a one-GPU MI300X trace has its
+    kernels on device 2 and lists its GPU as id 0), so it can only be that model; else ``"unlisted"``
+    and no properties."""
+    if device in devices:
+        return devices[device], "id"
+    models = {_model_key(d) for d in devices.values()}
+    if len(models) == 1 and next(iter(models))[0]:
+        return {**next(iter(devices.values())), "id": device}, "only model"
+    return {"id": device}, "unlisted"
+
+
 def _add_gpus(gpus: dict[tuple[Any, ...], dict[str, Any]], rank: int, devices: Mapping[int, Mapping[str, Any]],
-              used: list[int]) -> None:
-    """Count the GPUs ``rank`` used, grouped by model, SM count, memory and compute capability."""
+              used: list[int], info: Mapping[str, Any]) -> None:
+    """Count the GPUs ``rank`` used (``info``: the rank's scrubbed metadata), grouped by model, SM
+    count, memory and compute capability."""
+    raw = info.get("raw_metadata") or {}
     for dev in used:
-        d = devices.get(int(dev), {"id": dev})
-        key = (d.get("name") or "", d.get("sm_count"), d.get("total_memory_bytes"), d.get("compute_capability"))
+        d, matched = device_properties(devices, int(dev))
+        key = _model_key(d)
         entry = gpus.setdefault(key, {
-            "model": d.get("name") or None, "sm_count": d.get("sm_count"),
+            "model": d.get("name") or None, "vendor": vendor_of(d.get("name"), raw, info.get("source_format")),
+            "sm_count": d.get("sm_count"),
             "memory_bytes": d.get("total_memory_bytes"), "compute_capability": d.get("compute_capability"),
-            "count": 0, "ranks": [],
+            "count": 0, "ranks": [], "matched_by": matched,
         })
         entry["count"] += 1
         if rank not in entry["ranks"]:
@@ -181,7 +224,7 @@ def environment(safe_ranks: Mapping[int, Mapping[str, Any]], used: Mapping[int, 
         info = safe_ranks[rank]
         devices = {int(d["id"]): d for d in info.get("devices") or []}
         listed = max(listed, len(devices))
-        _add_gpus(gpus, rank, devices, used.get(rank, []))
+        _add_gpus(gpus, rank, devices, used.get(rank, []), info)
         raw = info.get("raw_metadata") or {}
         dist = info.get("distributed_info") or {}
         if info.get("world_size"):

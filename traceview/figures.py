@@ -45,6 +45,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from traceview.model import Kind, Trace
+from traceview.units import duration_unit
 
 #: the most bars a timeline draws; beyond it events are merged per lane
 MAX_SHAPES = 5000
@@ -117,8 +118,13 @@ def _empty(title: str, message: str) -> go.Figure:
     return _layout(fig, title, height=260)
 
 
-def _ms(ns: Any) -> float:
-    return float(ns) / 1e6
+#: characters of a kernel name in a scatter point's hover text
+HOVER_NAME_CHARS = 48
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant digits: what a log-scale point needs, in fewer bytes."""
+    return float(f"{value:.{digits}g}")
 
 
 def _gpu_label(row: Mapping[str, Any]) -> str:
@@ -146,17 +152,19 @@ def breakdown_figure(report: Mapping[str, Any]) -> go.Figure:
         ("idle", "idle", "idle_ns"),
     ]
     fig = go.Figure()
+    unit, scale = duration_unit(max((r["window_ns"] or 0) for r in rows))
     for name, color, key in parts:
-        values = [_ms(r[key]) for r in rows]
+        values = [r[key] / scale for r in rows]
         share = [100.0 * r[key] / r["window_ns"] if r["window_ns"] else 0.0 for r in rows]
         fig.add_trace(
             go.Bar(
                 name=name, x=labels, y=values, marker_color=COLORS[color], customdata=share,
-                hovertemplate="%{x}<br>" + name + ": %{y:.3f} ms (%{customdata:.1f}% of the window)<extra></extra>",
+                hovertemplate="%{x}<br>" + name + f": %{{y:.3g}} {unit} (%{{customdata:.1f}}% of the window)"
+                "<extra></extra>",
             )
         )
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(title_text="time (ms)")
+    fig.update_yaxes(title_text=f"time ({unit})")
     fig.update_xaxes(title_text="rank and GPU")
     return _layout(fig, title, height=420)
 
@@ -169,17 +177,19 @@ def overlap_figure(report: Mapping[str, Any]) -> go.Figure:
         return _empty(title, "No communication kernels in the trace.")
     labels = [_gpu_label(r) for r in rows]
     fig = go.Figure()
-    fig.add_trace(go.Bar(name="overlapped with compute", x=labels, y=[_ms(r["overlap_ns"]) for r in rows],
+    unit, scale = duration_unit(max((r["overlap_ns"] or 0) + (r["exposed_comm_ns"] or 0) for r in rows))
+    fig.add_trace(go.Bar(name="overlapped with compute", x=labels, y=[r["overlap_ns"] / scale for r in rows],
                          marker_color=COLORS["communication_overlapped"],
-                         hovertemplate="%{x}<br>overlapped: %{y:.3f} ms<extra></extra>"))
-    fig.add_trace(go.Bar(name="exposed (GPU only communicating)", x=labels, y=[_ms(r["exposed_comm_ns"]) for r in rows],
+                         hovertemplate=f"%{{x}}<br>overlapped: %{{y:.3g}} {unit}<extra></extra>"))
+    fig.add_trace(go.Bar(name="exposed (GPU only communicating)", x=labels,
+                         y=[r["exposed_comm_ns"] / scale for r in rows],
                          marker_color=COLORS["communication"],
                          text=[f"{r['overlap_pct']:.0f}% overlapped" if r.get("overlap_pct") is not None else ""
                                for r in rows],
                          textposition="outside",
-                         hovertemplate="%{x}<br>exposed: %{y:.3f} ms<extra></extra>"))
+                         hovertemplate=f"%{{x}}<br>exposed: %{{y:.3g}} {unit}<extra></extra>"))
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(title_text="communication time (ms)")
+    fig.update_yaxes(title_text=f"communication time ({unit})")
     fig.update_xaxes(title_text="rank and GPU")
     return _layout(fig, title, height=400)
 
@@ -195,21 +205,23 @@ def gap_histogram_figure(report: Mapping[str, Any]) -> go.Figure:
         return _empty(title, "No idle gaps: the GPUs were never idle inside their windows.")
     buckets = hist["buckets"]
     fig = go.Figure()
+    # the unit of the tallest stack (the sum over causes of a bucket)
+    unit, scale = duration_unit(max(map(sum, zip(*hist["idle_ns"].values()))) if hist["idle_ns"] else 0)
     for cause in hist["causes"]:
         idle = hist["idle_ns"][cause]
         if not any(idle):
             continue
         fig.add_trace(
             go.Bar(
-                name=CAUSE_LABELS.get(cause, cause), x=buckets, y=[_ms(v) for v in idle],
+                name=CAUSE_LABELS.get(cause, cause), x=buckets, y=[v / scale for v in idle],
                 customdata=hist["gaps"][cause], marker_color=COLORS.get(cause, COLORS["other"]),
                 hovertemplate="gaps %{x}<br>" + CAUSE_LABELS.get(cause, cause)
-                + ": %{y:.3f} ms in %{customdata} gaps<extra></extra>",
+                + f": %{{y:.3g}} {unit} in %{{customdata}} gaps<extra></extra>",
             )
         )
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="gap duration", type="category", categoryorder="array", categoryarray=buckets)
-    fig.update_yaxes(title_text="idle time (ms)")
+    fig.update_yaxes(title_text=f"idle time ({unit})")
     return _layout(fig, f"{title}: {hist['total_gaps']:,} gaps", height=400)
 
 
@@ -227,24 +239,33 @@ def launch_scatter_figure(report: Mapping[str, Any]) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
         "kernel vs launch-call duration", "kernel duration vs launch delay"))
     floor = 0.01  # us: zero durations are drawn at the axis floor (log scale)
+    # hover text is most of a page's bytes (2,000 points, twice): a name cut to HOVER_NAME_CHARS, the
+    # rank as a number, and the launch API in the template when every point shares it
+    apis = {p["api"] for p in points}
+    api = esc(next(iter(apis))) + " · " if len(apis) == 1 else ""
     for short, name, color in ((True, "kernel shorter than its launch call", COLORS["host_bound"]),
                                (False, "kernel longer than its launch call", COLORS["compute"])):
         sel = [p for p in points if bool(p["short"]) == short]
         if not sel:
             continue
-        hover = [f"{esc(_short(p['kernel']))}<br>{esc(p['api'])} · rank {p['rank']}" for p in sel]
-        gpu = [max(p["gpu_dur_ns"] / 1e3, floor) for p in sel]
+        hover = [esc(_short(p["kernel"], HOVER_NAME_CHARS)) + ("" if api else f"<br>{esc(p['api'])} · ") for p in sel]
+        ranks = [p["rank"] for p in sel]
+        where = ("<br>" + api if api else "") + "rank %{customdata}"
+        gpu = [_sig(max(p["gpu_dur_ns"] / 1e3, floor)) for p in sel]
         fig.add_trace(go.Scatter(
-            x=[max(p["api_dur_ns"] / 1e3, floor) for p in sel], y=gpu, mode="markers", name=name,
-            legendgroup=name, marker=dict(color=color, size=5, opacity=0.6), text=hover,
-            hovertemplate="%{text}<br>launch call %{x:.2f} us, kernel %{y:.2f} us<extra></extra>"), row=1, col=1)
+            x=[_sig(max(p["api_dur_ns"] / 1e3, floor)) for p in sel], y=gpu, mode="markers", name=name,
+            legendgroup=name, marker=dict(color=color, size=5, opacity=0.6), text=hover, customdata=ranks,
+            hovertemplate="%{text}" + where + "<br>launch call %{x:.2f} us, kernel %{y:.2f} us<extra></extra>"),
+            row=1, col=1)
         # the later activities of a graph replay have no launch delay of their own (None): not drawn
         timed = [i for i, p in enumerate(sel) if p["launch_delay_ns"] is not None]
         fig.add_trace(go.Scatter(
-            x=[max(sel[i]["launch_delay_ns"] / 1e3, floor) for i in timed], y=[gpu[i] for i in timed],
+            x=[_sig(max(sel[i]["launch_delay_ns"] / 1e3, floor)) for i in timed], y=[gpu[i] for i in timed],
             mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=color, size=5, opacity=0.6), text=[hover[i] for i in timed],
-            hovertemplate="%{text}<br>launch delay %{x:.2f} us, kernel %{y:.2f} us<extra></extra>"), row=1, col=2)
+            customdata=[ranks[i] for i in timed],
+            hovertemplate="%{text}" + where + "<br>launch delay %{x:.2f} us, kernel %{y:.2f} us<extra></extra>"),
+            row=1, col=2)
     hi = max(max(p["api_dur_ns"], p["gpu_dur_ns"]) for p in points) / 1e3
     lo = max(min(min(p["api_dur_ns"], p["gpu_dur_ns"]) for p in points) / 1e3, floor)
     fig.add_trace(go.Scatter(x=[lo, max(hi, lo * 10)], y=[lo, max(hi, lo * 10)], mode="lines",

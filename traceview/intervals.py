@@ -243,16 +243,19 @@ def combine_keys(*columns: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         return _EMPTY.copy(), [c[:0] for c in cols]
     # factorise each column (sorted), then the mixed-radix code of the tuple, which keeps the
     # lexicographic order; fall back to a lexsort if the radix product could overflow
-    parts = [pd.factorize(c, sort=True) for c in cols]
-    sizes = [max(len(u), 1) for _, u in parts]
+    parts = [sorted_codes(c) for c in cols]
+    sizes = [max(count, 1) for _, count in parts]
     if float(np.prod(np.asarray(sizes, dtype=np.float64))) < 2.0**62:
-        mixed = np.zeros(n, dtype=_I64)
-        for (codes, _), size in zip(parts, sizes):
-            mixed = mixed * size + codes.astype(_I64)
-        group, first_mixed = pd.factorize(mixed, sort=True)
-        first = np.empty(len(first_mixed), dtype=_I64)
+        if len(parts) == 1:  # one column: its sorted codes are the group codes already
+            group, n_groups = parts[0]
+        else:
+            mixed = np.zeros(n, dtype=_I64)
+            for (codes, _), size in zip(parts, sizes):
+                mixed = mixed * size + codes
+            group, n_groups = sorted_codes(mixed)
+        first = np.empty(n_groups, dtype=_I64)
         first[group[::-1]] = np.arange(n - 1, -1, -1, dtype=_I64)  # first row of each group
-        return group.astype(_I64), [c[first] for c in cols]
+        return group, [c[first] for c in cols]
     order = np.lexsort(tuple(reversed(cols)))
     changed = np.zeros(n, dtype=bool)
     changed[0] = True
@@ -264,6 +267,29 @@ def combine_keys(*columns: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     codes[order] = group_sorted
     firsts = order[changed]
     return codes, [c[firsts] for c in cols]
+
+
+#: integer keys spanning at most this many values per row (or 64 Ki values) are coded by a table
+#: lookup instead of hashing: keys are ranks, devices, streams, steps and codes, dense in practice
+_DENSE_SPAN_PER_ROW = 4
+
+
+def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """``pd.factorize(values, sort=True)``'s codes (int64) and its number of distinct values.
+
+    Integer keys over a small range (the usual case) are coded by marking the values present in a
+    table over the range and counting: the same codes, without hashing (several times faster)."""
+    if values.dtype.kind in "iub" and values.size:
+        lo, hi = int(values.min()), int(values.max())
+        span = hi - lo + 1
+        if span <= max(_DENSE_SPAN_PER_ROW * values.size, 1 << 16) and hi < 2**63:  # (uint64 beyond int64)
+            offset = values.astype(_I64) - lo if lo else values.astype(_I64, copy=False)
+            present = np.zeros(span, dtype=bool)
+            present[offset] = True
+            rank = np.cumsum(present, dtype=_I64) - 1
+            return rank[offset], int(rank[-1]) + 1
+    codes, uniques = pd.factorize(values, sort=True)
+    return codes.astype(_I64, copy=False), len(uniques)
 
 
 def _group_codes(key_arrays: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:

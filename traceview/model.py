@@ -295,6 +295,14 @@ class Trace:
         frame.index = pd.Index(index, name="row")
         return frame
 
+    def sql(self, query: str, **options: Any) -> "Any":
+        """The result of a DuckDB SQL ``query`` over this trace's views (events, kernels, launches,
+        ops, gaps, steps, collectives, ranks, ...: docs/sql.md) as a pandas DataFrame, strings scrubbed
+        of secrets. ``options`` are :class:`~traceview.findings.Options` fields (``step_marker``...)."""
+        from traceview.sqlviews import sql
+
+        return sql(self, query, **options)
+
     def launch_links(self) -> tuple[np.ndarray, np.ndarray]:
         """(api_row, gpu_row) pairs: each host launch call and the GPU activity it launched."""
         return self._links_of("launch")

@@ -9,7 +9,9 @@ merged. The in-memory path (:func:`analyze` on a Trace or on paths) maps the ran
 whole tables; the job path (``traceview.jobs``: local processes or a Dask cluster) maps files in
 workers, which send bounded tables (:func:`bound_rank_tables`: every row any report figure needs), and
 hands the per-rank results to the same :func:`reduce_ranks` and :func:`traceview.report.build_report`.
-So both give the same report, figure for figure.
+So both give the same report, figure for figure. In memory, the analyses of a big rank may run in
+two processes side by side (:class:`ForkedSplit`, under ``--jobs``): each analysis still runs whole,
+on the same trace, in one of them, so the report is again the same.
 
 Rows: a ``row`` (or ``*_row``) column refers to a row of ``trace.events`` (of all files concatenated
 in file order, as ``traceview.load`` builds it), whichever path computed it.
@@ -17,8 +19,11 @@ in file order, as ``traceview.load`` builds it), whichever path computed it.
 
 from __future__ import annotations
 
+import gc
+import io
 import os
 import pickle
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +34,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceview.findings import AnalysisResult, Finding, Options
-from traceview.loading import find_trace_files, load
+from traceview.loading import find_trace_files, load, release_free_memory
 from traceview.model import RankInfo, Trace
 from traceview.registry import ANALYSES, AnalysisSpec, TableSpec
 from traceview.report import REPORT_TABLE_ROWS, Report, TraceOverview, build_report
@@ -157,14 +162,15 @@ def analyze_rank(trace: Trace, rank: int, rows: np.ndarray | None, options: Opti
         findings: dict[str, list[Finding]] = {}
         warnings: dict[str, list[str]] = {}
         gathered: dict[str, Any] = {}
+        outputs = run_specs(trace, specs(), options, rows)
         for spec in specs():
-            result = spec.run(trace, options)
-            tables[spec.name] = dict(result.tables)
-            findings[spec.name] = list(result.findings)
-            if result.warnings:
-                warnings[spec.name] = list(result.warnings)
-            if spec.gather is not None:
-                gathered[spec.name] = spec.gather(trace, options).remap_rows(rows, 0).compact()
+            out = outputs[spec.name]
+            tables[spec.name] = out.tables
+            findings[spec.name] = out.findings
+            if out.warnings:
+                warnings[spec.name] = out.warnings
+            if out.gathered is not None:
+                gathered[spec.name] = out.gathered
         table_rows = {(a, t): int(len(f)) for a, ts in tables.items() for t, f in ts.items()}
         if bounded:
             tables = {a: bound_rank_tables(ANALYSES[a], ts, options) for a, ts in tables.items()}
@@ -174,6 +180,202 @@ def analyze_rank(trace: Trace, rank: int, rows: np.ndarray | None, options: Opti
                           trace_warnings=list(trace.warnings))
     finally:
         clear_cache()
+        release_free_memory()
+
+
+# ------------------------------------------------------------------------------------ analyses side by side
+
+#: the split is opt-in: ``TRACEVIEW_SPLIT_MIN_EVENTS=N`` lets a rank of at least N events (100000 is
+#: a good value) run its analyses in two processes. Off by default: on the 141 MB benchmark trace on
+#: 2 cores it saved 0.15 s of 2.5 s (6%) for 16% more peak memory (benchmarks/README.md, issue 12,
+#: third pass), and a fork from a library call (a notebook's kernel has threads of its own) is
+#: only safe where the caller knows its process
+MIN_SPLIT_EVENTS: int | None = None
+
+
+@dataclass
+class SpecOutput:
+    """What one analysis gave on one rank (its gathered cross-rank input already remapped)."""
+
+    tables: dict[str, pd.DataFrame]
+    findings: list[Finding]
+    warnings: list[str]
+    gathered: Any = None
+
+
+def run_spec(spec: AnalysisSpec, trace: Trace, options: Options, rows: np.ndarray | None) -> SpecOutput:
+    """One analysis on one rank, with its cross-rank input (rows remapped by ``rows``)."""
+    result = spec.run(trace, options)
+    gathered = spec.gather(trace, options).remap_rows(rows, 0).compact() if spec.gather is not None else None
+    release_free_memory()  # the analysis's temporaries: else the peak holds every one's leftovers
+    return SpecOutput(tables=dict(result.tables), findings=list(result.findings), warnings=list(result.warnings),
+                      gathered=gathered)
+
+
+def split_processes(trace: Trace) -> int:
+    """How many processes the analyses of ``trace`` (one rank) may use: 2 when ``--jobs`` (the
+    :func:`traceview.loading.parse_jobs` setting; default the cores available, 1 in a worker process)
+    allows it, the rank is big enough (:data:`MIN_SPLIT_EVENTS`), processes can be forked and this
+    is the main thread; else 1."""
+    from traceview.loading import wanted_parse_jobs
+
+    least = MIN_SPLIT_EVENTS
+    setting = os.environ.get("TRACEVIEW_SPLIT_MIN_EVENTS", "").strip()
+    if setting.isdigit():
+        least = int(setting)
+    if least is None or trace.num_events < least or not hasattr(os, "fork") or wanted_parse_jobs() < 2:
+        return 1
+    # a fork copies only the calling thread: from the main thread of a command (whose only other
+    # thread may be a progress bar's) it is safe; from a worker thread (a threaded Dask worker, a
+    # server) another thread could hold a lock the child then waits on forever
+    return 2 if threading.current_thread() is threading.main_thread() else 1
+
+
+def run_specs(trace: Trace, todo: Sequence[AnalysisSpec], options: Options,
+              rows: np.ndarray | None) -> dict[str, SpecOutput]:
+    """Every analysis of ``todo`` on one rank, by name: in this process, or in this process and a
+    forked one side by side (:func:`split_processes`). Either way each analysis runs the same code
+    on the same trace, so the outputs are the same."""
+    if split_processes(trace) < 2 or len(todo) < 2:
+        return {spec.name: run_spec(spec, trace, options, rows) for spec in todo}
+    from traceview.analyses.steps import activity
+
+    activity(trace, options)  # the context nearly every analysis reads: built once, inherited by the fork
+    return ForkedSplit(trace, todo, options, rows).run()
+
+
+class ForkedSplit:
+    """The analyses of one rank in two processes: this one takes them from the front of the list,
+    a forked child from the back, each claiming the next under a lock until they meet, so the split
+    follows the real costs on this trace and analyses that share cached inputs (the list's
+    neighbours mostly do) tend to stay together. The child inherits the trace and the caches built
+    so far copy-on-write (nothing is copied to start it), and streams its outputs back pickled
+    through a pipe. Should the child fail (an analysis raising, killed), whatever it did not send
+    is run here, so errors surface as in one process."""
+
+    def __init__(self, trace: Trace, todo: Sequence[AnalysisSpec], options: Options,
+                 rows: np.ndarray | None) -> None:
+        import multiprocessing
+
+        self.trace, self.todo, self.options, self.rows = trace, list(todo), options, rows
+        ctx = multiprocessing.get_context("fork")
+        # [next from the front, next from the back]: claimed under the lock
+        self.bounds = ctx.Array("l", [0, len(self.todo) - 1], lock=True)
+
+    def claim(self, from_back: bool) -> int | None:
+        """The index of the next analysis to run (from the back of the list or the front), or None
+        when every one is taken."""
+        with self.bounds.get_lock():
+            front, back = self.bounds[0], self.bounds[1]
+            if front > back:
+                return None
+            if from_back:
+                self.bounds[1] = back - 1
+                return int(back)
+            self.bounds[0] = front + 1
+            return int(front)
+
+    def run(self) -> dict[str, SpecOutput]:
+        from traceview.analyses.steps import clear_cache
+
+        read_fd, write_fd = os.pipe()
+        # the objects alive now go to the collector's permanent generation, so the child's
+        # collections do not write to (and so copy) every page of them: its memory stays shared
+        gc.freeze()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to be had (limits, memory): all of them here, as with --jobs 1
+            gc.unfreeze()
+            os.close(read_fd)
+            os.close(write_fd)
+            return {spec.name: run_spec(spec, self.trace, self.options, self.rows) for spec in self.todo}
+        if pid == 0:  # the child: never returns
+            os.close(read_fd)
+            self.child(write_fd)
+        gc.unfreeze()
+        os.close(write_fd)
+        received = False
+        # the pipe is drained as the child writes (a full pipe would stop the child at its first
+        # output); os.read releases the GIL, so the thread costs this process's analyses nothing
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=drain, args=(read_fd, chunks), daemon=True)
+        reader.start()
+        try:
+            outputs: dict[str, SpecOutput] = {}
+            while (i := self.claim(from_back=False)) is not None:
+                spec = self.todo[i]
+                outputs[spec.name] = run_spec(spec, self.trace, self.options, self.rows)
+            # nothing here reads this process's cached inputs again: freed while the child ends
+            clear_cache()
+            release_free_memory()
+            reader.join()
+            outputs.update(self.receive(chunks))
+            received = True
+        finally:
+            reap(pid, kill=not received)
+            reader.join()
+            os.close(read_fd)
+        for spec in self.todo:  # what the child did not send (it failed): here, in order
+            if spec.name not in outputs:
+                outputs[spec.name] = run_spec(spec, self.trace, self.options, self.rows)
+        return outputs
+
+    def child(self, write_fd: int) -> None:
+        from traceview.analyses.steps import clear_cache
+
+        code = 0
+        try:
+            with os.fdopen(write_fd, "wb") as out:
+                while (i := self.claim(from_back=True)) is not None:
+                    spec = self.todo[i]
+                    try:
+                        output = run_spec(spec, self.trace, self.options, self.rows)
+                    except BaseException:  # the parent runs it again and raises it there
+                        code = 1
+                        break
+                    pickle.dump((spec.name, output), out, protocol=pickle.HIGHEST_PROTOCOL)
+                    # the child's cached inputs go with each analysis: its peak adds to this
+                    # process's (the tree's ~8 MB less on the benchmark trace), for a few shared
+                    # inputs computed twice (~0.05 s there)
+                    del output
+                    clear_cache()
+                    release_free_memory()
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)  # no atexit handlers, no flushing of the parent's buffers
+
+    @staticmethod
+    def receive(chunks: list[bytes]) -> dict[str, SpecOutput]:
+        """The child's outputs (whole records only: one cut short by a failing child is dropped)."""
+        data = io.BytesIO(b"".join(chunks))
+        chunks.clear()
+        got: dict[str, SpecOutput] = {}
+        while True:
+            try:
+                name, output = pickle.load(data)
+            except Exception:  # the end of the data, or a record cut short
+                return got
+            got[name] = output
+
+
+def drain(fd: int, chunks: list[bytes]) -> None:
+    """Read ``fd`` to its end into ``chunks``."""
+    while block := os.read(fd, 1 << 20):
+        chunks.append(block)
+
+
+def reap(pid: int, *, kill: bool) -> None:
+    """Wait for the forked child, killed first when ``kill`` (this process failed: its outputs are
+    no longer wanted)."""
+    import signal
+
+    try:
+        if kill:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ChildProcessError, ProcessLookupError):
+        pass
 
 
 # ------------------------------------------------------------------------------------ bounding

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 import traceview
-from traceview.environment import environment
+from traceview.environment import device_properties, environment
 from traceview import accounting
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
@@ -389,7 +389,7 @@ def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], result
     for rank in trace.rank_ids:
         info = safe[rank]
         s = summ.get(rank, {})
-        names = {int(d["id"]): d.get("name") or None for d in info.get("devices") or []}
+        listed = {int(d["id"]): d for d in info.get("devices") or []}
         mine = whole[whole["rank"] == rank] if len(whole) else whole
         out.append({
             "rank": int(rank),
@@ -398,7 +398,8 @@ def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], result
             "format_version": info.get("format_version") or None,
             "rank_source": info.get("rank_source") or None,
             "world_size": info.get("world_size"),
-            "gpus": [{"device": int(d), "model": names.get(int(d))} for d in s.get("devices", [])],
+            "gpus": [{"device": int(d), "model": device_properties(listed, int(d))[0].get("name") or None}
+                     for d in s.get("devices", [])],
             "events": int(s.get("events", 0)),
             "events_by_kind": dict(s.get("by_kind", {})),
             "span_ns": int(s.get("span_ns", 0)),

@@ -29,6 +29,16 @@ def fmt_ns(ns: Any, unit: str | None = None) -> str:
     return f"{value:.0f} ns"
 
 
+def duration_unit(max_ns: Any) -> tuple[str, float]:
+    """The unit a set of durations whose largest is ``max_ns`` reads best in, and its size in ns:
+    the largest of s, ms, us, ns in which that value is at least 1 (a chart axis, a column)."""
+    value = 0.0 if is_missing(max_ns) else abs(float(max_ns))
+    for name, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if value >= scale:
+            return name, scale
+    return "ns", 1.0
+
+
 def fmt_bytes(n: Any) -> str:
     """A size from bytes, decimal units: ``1.5 GB``, ``320.0 KB``, ``12 B``; ``-`` when missing."""
     if is_missing(n):
@@ -52,3 +62,30 @@ def fmt_pct(pct: Any, digits: int = 2) -> str:
     if is_missing(pct):
         return "-"
     return f"{float(pct):.{digits}f}%"
+
+
+#: clock values (ns) from this one on are read as Unix time: 2001-09-09. Profilers' other clocks (time
+#: since boot, since the session started) are far below it for any machine up less than 31 years.
+EPOCH_MIN_NS = 1_000_000_000 * 1_000_000_000
+#: ... and up to this one (2100-01-01): beyond, the value is not a date either
+EPOCH_MAX_NS = 4_102_444_800 * 1_000_000_000
+
+
+def fmt_epoch_ns(ns: Any) -> str | None:
+    """A Unix time in ns as a UTC date to the microsecond (``2023-09-07 23:16:41.422502 UTC``); None
+    when missing or not a plausible Unix time (a clock that starts at boot or at the session)."""
+    import datetime
+
+    if is_missing(ns) or not EPOCH_MIN_NS <= int(ns) < EPOCH_MAX_NS:
+        return None
+    seconds, rest_ns = divmod(int(ns), 1_000_000_000)
+    when = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
+    return f"{when:%Y-%m-%d %H:%M:%S}.{rest_ns // 1000:06d} UTC"
+
+
+def fmt_clock_ns(ns: Any) -> str:
+    """A clock value in ns for people: its UTC date when it is a Unix time, else the value with
+    digit grouping and what it is (``1,234,567 ns on the profiler's clock``); ``-`` when missing."""
+    if is_missing(ns):
+        return "-"
+    return fmt_epoch_ns(ns) or f"{int(ns):,} ns on the profiler's clock"

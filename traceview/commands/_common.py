@@ -28,7 +28,8 @@ PIPED_WIDTH = 160
 JOBS_OPTION = typer.Option(
     None, "--jobs", "-j", min=1, help="Processes that parse: a big Kineto file is cut into ranges parsed side by "
     "side, many files are parsed side by side (default: the cores available; 1: this process only). Inputs under "
-    "32 MB are read in one process. The same results whatever N.")
+    "32 MB are read in one process. The same results whatever N. (TRACEVIEW_SPLIT_MIN_EVENTS=N also runs the "
+    "analyses of a rank of N events or more in two processes: opt-in, docs/scaling.md.)")
 
 #: ``--gpu-specs``, for every command that analyses traces
 GPU_SPECS_OPTION = typer.Option(
@@ -177,7 +178,7 @@ def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: boo
     else computed and stored there; the trace is loaded either way (from its Arrow cache), so the
     report is the same object a computation gives (its HTML timeline needs the trace)."""
     from traceview import report_cache
-    from traceview.loading import find_trace_files, load, remembered_cache_keys
+    from traceview.loading import find_trace_files, load, parse_jobs, remembered_cache_keys
     from traceview.pipeline import analyze
 
     # the report key and the load read each file's key once between them
@@ -190,7 +191,8 @@ def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: boo
     cached = report_cache.read_report(key, trace) if key is not None else None
     if cached is not None:
         return cached
-    report = analyze(trace, options)  # what analyze(paths) does after this same load
+    with parse_jobs(jobs):  # --jobs bounds the analyses' processes too (traceview/pipeline.py)
+        report = analyze(trace, options)  # what analyze(paths) does after this same load
     if key is not None:
         report_cache.write_report(key, report)
     return report

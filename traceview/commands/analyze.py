@@ -15,6 +15,7 @@ import typer
 from traceview.commands._common import (GPU_SPECS_OPTION, JOBS_OPTION, MFU_DTYPE_OPTION, MODEL_FLOPS_OPTION,
                                         analyze_in_process, check_output_file, checked_gpu_specs,
                                         checked_model_flops, job_progress, write_output_file)
+from traceview.errors import TraceviewError
 from traceview.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -56,9 +57,18 @@ def command(
     gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
     model_flops: Optional[str] = MODEL_FLOPS_OPTION,
     mfu_dtype: str = MFU_DTYPE_OPTION,
+    max_findings: Optional[int] = typer.Option(
+        None, "--max-findings", min=1, metavar="N", help="Markdown and HTML: list at most N top-level findings (with "
+        "those nested under them), in the report's order; the JSON report keeps them all."),
+    plotlyjs: str = typer.Option(
+        "cdn", "--plotlyjs", metavar="cdn|inline", help="HTML: load plotly.js from its CDN (a small file; every "
+        "number reads offline, the charts need the network) or inline it (~4.8 MB more; charts work offline)."),
 ) -> None:
     """Analyze traces: the answer first (step time, utilization, where time goes, top findings and
-    kernels); --details or --format markdown|html|json for everything."""
+    kernels); --details or --format markdown|html|json for everything.
+
+    Example: traceview analyze run/ -f markdown -o report.md --max-findings 5
+    """
     # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py)
     from rich.console import Console
 
@@ -66,6 +76,8 @@ def command(
     from traceview.render import get_renderer
 
     renderer_cls = get_renderer(fmt_name)  # a bad --format fails before any work
+    if plotlyjs not in ("cdn", "inline"):
+        raise TraceviewError(f"--plotlyjs {plotlyjs}: choose cdn or inline")
     if output is not None:
         check_output_file(output)  # before the work: a path that cannot be written fails at once
     flops, flops_dtype = checked_model_flops(model_flops, mfu_dtype)
@@ -73,7 +85,8 @@ def command(
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config),
                       gpu_specs=checked_gpu_specs(gpu_specs), model_flops_per_step=flops, mfu_dtype=flops_dtype)
     report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs)
-    renderer = renderer_cls(top=top, details=details, summary_only=summary_only)
+    renderer = renderer_cls(top=top, details=details, summary_only=summary_only, max_findings=max_findings,
+                            plotlyjs=plotlyjs)
     if output is None:
         _to_stdout(renderer, report)
         return

@@ -47,7 +47,10 @@ def command(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
     gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
 ) -> None:
-    """Fail (exit 1) when a trace breaks a performance rule; 0 when all hold; 2 for bad input."""
+    """Fail (exit 1) when a trace breaks a performance rule; 0 when all hold; 2 for bad input.
+
+    Example: traceview check run/ --max-idle 20% --baseline main/ --max-regression 5%
+    """
     from traceview.compare import DiffOptions, RuleError, evaluate, gather_rules
     from traceview.compare.render import render_check_text
     from traceview.render.terminal import make_console

@@ -69,7 +69,10 @@ def command(
     no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
     jobs: Optional[int] = JOBS_OPTION,
 ) -> None:
-    """Convert traces to Parquet (events, links, steps, memory and counters .parquet, and ranks.json)."""
+    """Convert traces to Parquet (events, links, steps, memory and counters .parquet, and ranks.json).
+
+    Example: traceview convert run/ -o run_parquet/
+    """
     import pyarrow.parquet as pq
 
     from traceview.secrets import Scrubber, scrub_metadata, scrub_text

@@ -35,7 +35,10 @@ def command(
         None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
     gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
 ) -> None:
-    """Compare two traces: step time, busy/idle, communication, kernels and findings, with noise."""
+    """Compare two traces: step time, busy/idle, communication, kernels and findings, with noise.
+
+    Example: traceview diff before/ after/ --format markdown
+    """
     from traceview.compare import DiffOptions, diff_reports, parse_share
     from traceview.compare.render import FORMATS, render, render_text
     from traceview.render.terminal import make_console

@@ -8,12 +8,12 @@ scrubbed of secrets before they are printed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
 from traceview.commands._common import JOBS_OPTION, load_with_progress, make_console
-from traceview.units import fmt_bytes, fmt_ns
+from traceview.units import fmt_bytes, fmt_clock_ns, fmt_ns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -24,7 +24,10 @@ def command(
     no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
     jobs: Optional[int] = JOBS_OPTION,
 ) -> None:
-    """Print the metadata of traces."""
+    """Print the metadata of traces: format, rank, devices, when the trace was taken, events, steps.
+
+    Example: traceview info run/rank0.json.gz
+    """
     # imported here: the CLI imports every command module at start (traceview/cli.py)
     from rich.table import Table
 
@@ -33,6 +36,7 @@ def command(
     console = make_console()
     trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
     summary = trace.summary()
+    starts = _rank_starts(trace)
     for rank in trace.rank_ids:
         info = trace.ranks[rank]
         table = Table(title=f"rank {rank}: {scrub_text(Path(info.source_path).name)}", title_justify="left",
@@ -52,8 +56,11 @@ def command(
             ) if x]
             name = scrub_text(dev.name) if dev.name else "(unnamed)"
             table.add_row(f"device {dev.id}", f"{name} {', '.join(details)}")
-        table.add_row("base time", f"{info.base_time_ns} ns")
         s = summary[rank]
+        if rank in starts:
+            table.add_row("first event", _first_event_text(starts[rank], info.base_time_ns))
+        if info.base_time_ns:  # the clock's origin as the profiler recorded it (Kineto baseTimeNanoseconds)
+            table.add_row("base time", fmt_clock_ns(info.base_time_ns))
         table.add_row("time span", fmt_ns(s["span_ns"]))
         table.add_row("events", f"{s['events']:,} ({', '.join(f'{k} {v:,}' for k, v in s['by_kind'].items())})")
         table.add_row("source events", ", ".join(f"{k} {v:,}" for k, v in info.event_counts.items()) or "-")
@@ -66,6 +73,25 @@ def command(
         for w in info.warnings:
             table.add_row("warning", scrub_text(w))
         console.print(table)
+
+
+def _first_event_text(start_ns: int, base_time_ns: int) -> str:
+    """When the first event happened: its date when the trace's clock is Unix time, or when it counts
+    from a base time that is (an Nsight session start), else the clock value."""
+    from traceview.units import fmt_epoch_ns
+
+    direct = fmt_epoch_ns(start_ns)
+    if direct is None and base_time_ns and fmt_epoch_ns(base_time_ns) and fmt_epoch_ns(base_time_ns + start_ns):
+        return f"{fmt_epoch_ns(base_time_ns + start_ns)} (base time + {fmt_ns(start_ns)})"
+    return direct or fmt_clock_ns(start_ns)
+
+
+def _rank_starts(trace: "Any") -> dict[int, int]:
+    """Each rank's first event start (ns, on the trace's clock)."""
+    if trace.events.num_rows == 0:
+        return {}
+    firsts = trace.events.group_by("rank").aggregate([("start_ns", "min")])
+    return dict(zip(firsts.column("rank").to_pylist(), firsts.column("start_ns_min").to_pylist()))
 
 
 def _counter_line(counters: "pa.Table", rank: int) -> str:

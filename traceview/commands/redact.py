@@ -23,7 +23,10 @@ def command(
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="List where replacements were made (key names only, never values)."),
 ) -> None:
-    """Write a shareable copy of a trace with secrets replaced by <redacted>."""
+    """Write a shareable copy of a trace with secrets replaced by <redacted>.
+
+    Example: traceview redact rank0.json.gz -o rank0.shared.json.gz --strict
+    """
     # imported here: the CLI imports every command module at start (traceview/cli.py)
     from traceview.loading import detect_format
     from traceview.redact import redact_kineto, redact_nsys

@@ -5,6 +5,7 @@ top kernels. Everything here reads the report; nothing recomputes a figure or re
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Mapping
 
 from traceview.pipeline import compact_ranks
@@ -123,6 +124,18 @@ def top_level(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [f for f in report.get("findings", []) if f.get("parent") is None]
 
 
+def finding_groups(report: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+    """The report's findings in its order, grouped: each top-level finding with the findings nested
+    under it (a cut of the list keeps every group whole)."""
+    groups: list[list[dict[str, Any]]] = []
+    for f in report.get("findings", []):
+        if f.get("parent") is None or not groups:
+            groups.append([f])
+        else:
+            groups[-1].append(f)
+    return groups
+
+
 def findings_count_text(report: Mapping[str, Any]) -> str:
     """``5 (3 high, 1 low, 1 info), plus 5 nested under them`` from ``findings_summary``."""
     fs = report.get("findings_summary") or {}
@@ -226,6 +239,23 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 def is_unmapped_warning(w: Mapping[str, Any]) -> bool:
     return w.get("kind") == "unmapped"
+
+
+_RANK_PLACE = re.compile(r"\b(rank|GPU) \d+")
+
+
+def grouped_warnings(messages: list[str]) -> list[str]:
+    """Warnings that say the same of several ranks once: messages equal but for their ``rank N`` /
+    ``GPU N`` are shown as the first of them with ``(and the same on ranks 1-7)``; order kept."""
+    groups: dict[str, list[str]] = {}
+    for message in messages:
+        groups.setdefault(_RANK_PLACE.sub(r"\1 N", message), []).append(message)
+    out = []
+    for same in groups.values():
+        ranks = sorted({int(m) for text in same[1:] for m in re.findall(r"\brank (\d+)", text)})
+        more = f" (and the same on rank{'s' if len(ranks) > 1 else ''} {compact_ranks(ranks)})" if ranks else ""
+        out.append(same[0] + more if len(same) > 1 else same[0])
+    return out
 
 
 def input_warnings(report: Mapping[str, Any]) -> list[dict[str, Any]]:

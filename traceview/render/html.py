@@ -1,10 +1,17 @@
-"""One self-contained HTML report, from the report model.
+"""One HTML report, from the report model, small enough to attach (under 1.5 MB for the shared
+8-rank job with the default ``plotlyjs="cdn"``).
 
-The file opens offline: plotly.js is inlined (no CDN, no fonts, no network request of any kind),
-the figures are those of :mod:`traceview.figures`, and every string from the trace is escaped
-(kernel names contain ``<`` and ``>``; figure JSON inside ``<script>`` has ``<``, ``>`` and ``&``
-written as ``\\u003c``, ``\\u003e``, ``\\u0026`` so no name can close the script). plotly is imported
-when a page is rendered, not with this module (``traceview.render`` imports every renderer).
+The first screen answers: the summary, the top findings and the breakdown chart; everything else
+(the other findings, the other charts, every analysis's tables, the environment and the ranks) is
+folded in ``<details>``; a folded chart is drawn when it is first opened. plotly.js is either
+loaded from its CDN, pinned to the version plotly.py bundles (``cdn``, the default: the page is
+~4.8 MB smaller and every number still reads offline, only the charts need the network), or inlined
+(``inline``: the page opens with charts on an air-gapped machine; a Content-Security-Policy forbids
+any request). The report model is not embedded unless asked (``embed_json``): the charts carry only
+the data they draw. Every string from the trace is escaped (kernel names contain ``<`` and ``>``;
+figure JSON inside ``<script>`` has ``<``, ``>`` and ``&`` written as ``\\u003c``, ``\\u003e``,
+``\\u0026`` so no name can close the script). plotly is imported when a page is rendered, not with
+this module (``traceview.render`` imports every renderer).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import html
 import json
 from typing import TYPE_CHECKING, Any, Mapping
 
+from traceview.errors import TraceviewError
 from traceview.model import Trace
 from traceview.registry import Renderer, register_renderer
 from traceview.render.common import (
@@ -21,6 +29,7 @@ from traceview.render.common import (
     column_label,
     display_rows,
     finding_cost,
+    finding_groups,
     finding_where,
     format_cell,
     headline_rows,
@@ -81,6 +90,10 @@ tr.nested td{background:#f7f7f7} tr.nested td.title{padding-left:28px}
 .figure{background:#fff;border:1px solid #e3e3e3;margin:10px 0 18px;padding:6px}
 .caption{font-size:13px;color:#555;margin:4px 6px}
 details{margin:6px 0} summary{cursor:pointer;font-weight:bold;font-size:14px}
+details.section>summary h2{display:inline-block;border:0;margin:18px 0 6px}
+details.figure>summary{font-size:15px;padding:4px 0}
+.first{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start} .first>div{flex:1 1 520px;min-width:0}
+.noplot{color:#8a6d00;font-size:13px;padding:8px}
 pre{background:#f4f4f4;padding:8px;overflow:auto;font-size:12px}
 .name{max-width:640px;word-break:break-all}
 """
@@ -148,26 +161,49 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def _findings(report: Mapping[str, Any]) -> str:
-    """Every finding of the report, in its order, with its id (row ``id="finding-F1"``)."""
-    findings = report.get("findings", [])
-    if not findings:
-        return "<p>No findings: nothing here costs a noticeable share of the GPU time.</p>"
-    out = ["<table><thead><tr><th>id</th><th>severity</th><th>finding</th><th>where</th>"
-           f"<th>{esc(cost_heading(report))}</th><th>recommendation</th></tr></thead><tbody>"]
-    for f in findings:
-        nested = f.get("parent") is not None
-        part = f'<div class="meta">{esc(nested_note(f))}</div>' if nested else ""
-        evidence = (f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details>"
-                    if f.get("evidence") else "")
-        out.append(
-            f'<tr{" class=nested" if nested else ""} id="finding-{esc(f["id"])}"><td class="fid">{esc(f["id"])}</td>'
+def _finding_row(f: Mapping[str, Any], nested_rows: str = "") -> str:
+    """One finding's row (``id="finding-F1"``); ``nested_rows``: its nested findings' rows, folded
+    in its title cell so the first screen lists the top-level findings only."""
+    nested = f.get("parent") is not None
+    part = f'<div class="meta">{esc(nested_note(f))}</div>' if nested else ""
+    evidence = (f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details>"
+                if f.get("evidence") else "")
+    if nested_rows:
+        count = nested_rows.count("<tr class=nested")
+        evidence += (f"<details class=nested-findings><summary>{count} nested finding{'s' if count != 1 else ''} "
+                     f"(their time is part of this one)</summary><table><tbody>{nested_rows}</tbody></table></details>")
+    return (f'<tr{" class=nested" if nested else ""} id="finding-{esc(f["id"])}"><td class="fid">{esc(f["id"])}</td>'
             f'<td><span class="sev sev-{esc(f["severity"])}">{esc(f["severity"])}</span></td>'
             f'<td class="title">{"↳ " if nested else ""}{esc(f["title"])}<div class="code">{esc(f["code"])}</div>'
             f"{part}{evidence}</td><td>{esc(finding_where(f))}</td><td class=num>{esc(finding_cost(f))}</td>"
-            f"<td>{esc(f['recommendation'])}</td></tr>"
-        )
+            f"<td>{esc(f['recommendation'])}</td></tr>")
+
+
+def _finding_rows(report: Mapping[str, Any], groups: list[list[dict[str, Any]]]) -> str:
+    """A findings table, in the report's order: each top-level finding with its nested ones folded in it."""
+    out = ["<table><thead><tr><th>id</th><th>severity</th><th>finding</th><th>where</th>"
+           f"<th>{esc(cost_heading(report))}</th><th>recommendation</th></tr></thead><tbody>"]
+    for group in groups:
+        out.append(_finding_row(group[0], "".join(_finding_row(f) for f in group[1:])))
     out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _findings(report: Mapping[str, Any], *, first: int, max_findings: int | None) -> str:
+    """The report's findings in its order: the ``first`` top-level ones (with the findings nested
+    under them) on the first screen, the rest folded; ``max_findings`` top-level ones at most (the
+    rest are counted, and are in the JSON report). Nothing is re-ranked: the lists are cuts."""
+    groups = finding_groups(report)
+    if not groups:
+        return "<p>No findings: nothing here costs a noticeable share of the GPU time.</p>"
+    shown = groups if max_findings is None else groups[:max_findings]
+    out = [_finding_rows(report, shown[:first])]
+    if len(shown) > first:
+        out.append(f"<details><summary>{len(shown) - first} more findings</summary>"
+                   f"{_finding_rows(report, shown[first:])}</details>")
+    if len(shown) < len(groups):
+        out.append(f'<p class="meta">{len(groups) - len(shown)} more top-level findings are left out '
+                   f"(--max-findings {max_findings}); the JSON report (--format json) has them all.</p>")
     return "".join(out)
 
 
@@ -211,35 +247,63 @@ def _warnings(messages: list[str]) -> str:
     return "".join(f'<div class="warn">⚠ {esc(m)}</div>' for m in messages)
 
 
-def _figure_div(name: str, fig: "go.Figure") -> str:
+#: the template keys a 2-D chart uses (plotly's full template adds ~7 KB of colour scales and 3-D,
+#: polar and map defaults to every figure)
+TEMPLATE_LAYOUT_KEYS = ("colorway", "font", "hovermode", "hoverlabel", "paper_bgcolor", "plot_bgcolor", "xaxis",
+                        "yaxis", "title", "autotypenumbers")
+#: draws a figure now, or when the ``<details>`` holding it is first opened (plotly lays out a hidden
+#: div at zero width); without plotly.js (the CDN out of reach) it says how to get the charts offline
+_PLOT_JS = ("function tvPlot(id,f){var el=document.getElementById(id),d=el.closest('details');"
+            "function draw(){if(el.dataset.drawn)return;el.dataset.drawn='1';if(!window.Plotly){"
+            "el.className+=' noplot';el.style.minHeight='0';el.textContent=%s;return;}"
+            "Plotly.newPlot(el,f.data,f.layout,%s);}"
+            "if(!d||d.open)draw();else d.addEventListener('toggle',function(){if(d.open)draw();});}")
+#: shown in place of a chart when plotly.js could not be loaded
+NO_PLOTLY_NOTE = ("This chart needs plotly.js, which could not be loaded (offline?). The figures are in the tables; "
+                  "render the report with --plotlyjs inline for charts that work offline.")
+
+
+def figure_json(fig: "go.Figure") -> dict[str, Any]:
+    """The figure as plotly JSON with only the template keys a 2-D chart uses."""
     import plotly.io as pio
 
-    data = script_json(pio.to_json(fig, validate=False))
+    data: dict[str, Any] = json.loads(pio.to_json(fig, validate=False))
+    template = (data.get("layout") or {}).get("template") or {}
+    layout = template.get("layout") or {}
+    data.setdefault("layout", {})["template"] = {"layout": {k: layout[k] for k in TEMPLATE_LAYOUT_KEYS if k in layout}}
+    return data
+
+
+def _figure_div(name: str, fig: "go.Figure") -> str:
     div = f"fig-{name}"
+    data = script_json(json.dumps(figure_json(fig), ensure_ascii=False, separators=(",", ":")))
     return (f'<div id="{div}" class="plot" style="width:100%;min-height:{int(fig.layout.height or 450)}px"></div>'
-            f"<script>(function(){{var f={data};Plotly.newPlot({json.dumps(div)},f.data,f.layout,"
-            f"{json.dumps(_CONFIG)});}})();</script>")
+            f"<script>tvPlot({json.dumps(div)},{data});</script>")
 
 
 def _charts(report: Mapping[str, Any], figures: Mapping[str, "go.Figure"], has_trace: bool,
-            warnings_by_scope: Mapping[str, list[str]]) -> str:
-    """The figures, each next to its analysis's warnings (each warning once)."""
-    body = ["<h2>Charts</h2>"]
+            warnings_by_scope: Mapping[str, list[str]], *, first: str = "breakdown") -> tuple[str, str]:
+    """The figures, each next to its analysis's warnings (each warning once): the ``first`` one
+    open (for the first screen), the others each folded in its own ``<details>``."""
     shown_warnings: set[tuple[str, str]] = set()
+    head, rest = [], []
     for name, fig in figures.items():
         title, analysis, caption = FIGURES.get(name, (name, "", ""))
         notes = [w for w in warnings_by_scope.get(analysis, []) if (analysis, w) not in shown_warnings]
         shown_warnings.update((analysis, w) for w in notes)
-        body.append(f'<div class="figure"><h3>{esc(title)}</h3>{_warnings(notes)}{_figure_div(name, fig)}'
-                    f'<p class="caption">{esc(caption)}</p></div>')
+        inner = f'{_warnings(notes)}{_figure_div(name, fig)}<p class="caption">{esc(caption)}</p>'
+        if name == first:
+            head.append(f'<div class="figure"><h3>{esc(title)}</h3>{inner}</div>')
+        else:
+            rest.append(f'<details class="figure"><summary>{esc(title)}</summary>{inner}</details>')
     if not has_trace and report.get("charts", {}).get("timeline"):
-        body.append(f'<p class="meta" id="no-timeline">{esc(NO_TRACE_NOTE)}</p>')
-    return "".join(body)
+        rest.append(f'<p class="meta" id="no-timeline">{esc(NO_TRACE_NOTE)}</p>')
+    return "".join(head), ("<h2>More charts</h2>" + "".join(rest) if rest else "")
 
 
 def _analyses(report: Mapping[str, Any]) -> str:
     steps = int(report["summary"].get("steps") or 0)
-    body = ["<h2>Details per analysis</h2>"]
+    body = []
     for name, analysis in report.get("analyses", {}).items():
         n = analysis.get("findings", 0)
         parts = [_warnings(analysis.get("warnings", []))]
@@ -250,7 +314,12 @@ def _analyses(report: Mapping[str, Any]) -> str:
                          f"{_table(table, steps=steps)}</details>")
         body.append(f"<h3>{esc(analysis.get('title') or name)} ({n} finding{'s' if n != 1 else ''})</h3>"
                     + "".join(parts))
-    return "".join(body)
+    return _folded("Details per analysis", "".join(body))
+
+
+def _folded(title: str, body: str) -> str:
+    """A section folded under its heading."""
+    return f'<details class="section"><summary><h2>{esc(title)}</h2></summary>{body}</details>'
 
 
 def _trust(report: Mapping[str, Any]) -> str:
@@ -262,14 +331,49 @@ def _trust(report: Mapping[str, Any]) -> str:
     return "<h2>Trust warnings</h2>" + _warnings(messages) if messages else ""
 
 
+#: how the page gets plotly.js: from its CDN (pinned to plotly.py's bundled version) or inlined
+PLOTLYJS_MODES = ("cdn", "inline")
+#: the default (docs/reports.md says why: attachable size; every number still reads offline)
+DEFAULT_PLOTLYJS = "cdn"
+#: top-level findings on the first screen (the rest are folded)
+FIRST_SCREEN_FINDINGS = 5
+
+
+def plotlyjs_url() -> str:
+    """The CDN address of the plotly.js version plotly.py bundles (what ``inline`` would inline)."""
+    from plotly.offline import get_plotlyjs_version
+
+    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+
+
+def _head(files: str, plotlyjs: str) -> str:
+    """``<head>``: the Content-Security-Policy allows no request at all, except plotly.js from its
+    CDN in ``cdn`` mode."""
+    from plotly.offline import get_plotlyjs
+
+    if plotlyjs not in PLOTLYJS_MODES:
+        raise TraceviewError(f"--plotlyjs {plotlyjs}: choose one of {', '.join(PLOTLYJS_MODES)}")
+    cdn = plotlyjs == "cdn"
+    script = (f'<script src="{plotlyjs_url()}" charset="utf-8"></script>' if cdn
+              else f"<script>{get_plotlyjs()}</script>")
+    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+            "<meta name=viewport content='width=device-width, initial-scale=1'>"
+            "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; script-src 'unsafe-inline' "
+            f"'unsafe-eval'{' https://cdn.plot.ly' if cdn else ''}; style-src 'unsafe-inline'; img-src data: blob:; "
+            "font-src data:; connect-src 'none'\">"
+            f"<title>traceview report: {esc(files)}</title><style>{_CSS}</style>{script}"
+            f"<script>{_PLOT_JS % (json.dumps(NO_PLOTLY_NOTE), json.dumps(_CONFIG))}</script></head>")
+
+
 def render_html(report: Mapping[str, Any], *, trace: Trace | None = None,
-                figures: Mapping[str, "go.Figure"] | None = None, embed_json: bool = True) -> str:
+                figures: Mapping[str, "go.Figure"] | None = None, embed_json: bool = False,
+                plotlyjs: str = DEFAULT_PLOTLYJS, max_findings: int | None = None) -> str:
     """The report as one HTML page. The timeline excerpt needs the trace: ``trace``, else
     ``report.trace`` (None for a report computed by a job: the page says the timeline is left out).
     ``figures`` overrides the figures (default: :func:`traceview.figures.report_figures`).
-    ``embed_json`` also embeds the report model (``<script type="application/json" id="traceview-report">``)."""
-    from plotly.offline import get_plotlyjs
-
+    ``plotlyjs``: ``cdn`` or ``inline`` (:data:`PLOTLYJS_MODES`). ``max_findings``: list at most this
+    many top-level findings. ``embed_json`` also embeds the report model
+    (``<script type="application/json" id="traceview-report">``)."""
     from traceview.figures import report_figures
 
     if trace is None:
@@ -284,36 +388,34 @@ def render_html(report: Mapping[str, Any], *, trace: Trace | None = None,
     files = ", ".join(names[:8])
     if len(names) > 8:
         files += f" and {len(names) - 8} more"
+    head_chart, more_charts = _charts(report, figures, trace is not None, warnings_by_scope)
     body = [f"<h1>traceview report</h1><p class=meta>{esc(files)}<br>{esc(gen['name'])} {esc(gen['version'])}, "
-            f"report schema {esc(report['schema_version'])}</p>"]
-    body.append("<h2>Summary</h2>" + _kv_table(headline_rows(report)))
-    body.append(_trust(report))
-    body.append("<h2>Findings, most costly first</h2>" + _findings(report))
-    if figures or (trace is None and report.get("charts", {}).get("timeline")):
-        body.append(_charts(report, figures, trace is not None, warnings_by_scope))
-    body.append(_analyses(report))
-    body.append("<h2>Environment</h2>" + _environment(report))
-    body.append("<h2>Ranks</h2>" + _ranks(report))
-    model = script_json(report_to_json(report, indent=None))
-    embedded = f'<script type="application/json" id="traceview-report">{model}</script>' if embed_json else ""
-    return (
-        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
-        "<meta name=viewport content='width=device-width, initial-scale=1'>"
-        # no network at all: everything is inline
-        "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; script-src 'unsafe-inline' "
-        "'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:; font-src data:; connect-src 'none'\">"
-        f"<title>traceview report: {esc(files)}</title><style>{_CSS}</style>"
-        f"<script>{get_plotlyjs()}</script></head><body><main>" + "".join(body) + f"</main>{embedded}</body></html>\n"
-    )
+            f"report schema {esc(report['schema_version'])}</p>",
+            # the summary beside the breakdown chart: the answer on the first screen
+            f'<div class="first"><div><h2>Summary</h2>{_kv_table(headline_rows(report))}</div>{head_chart}</div>',
+            _trust(report),
+            "<h2>Findings, most costly first</h2>" + _findings(report, first=FIRST_SCREEN_FINDINGS,
+                                                                 max_findings=max_findings),
+            more_charts, _analyses(report),
+            _folded("Environment", _environment(report)),
+            _folded(f"Ranks ({len(report.get('ranks', []))})", _ranks(report))]
+    embedded = ""
+    if embed_json:
+        model = script_json(report_to_json(report, indent=None))
+        embedded = f'<script type="application/json" id="traceview-report">{model}</script>'
+    return _head(files, plotlyjs) + "<body><main>" + "".join(body) + f"</main>{embedded}</body></html>\n"
 
 
 @register_renderer
 class HtmlRenderer(Renderer):
-    """One self-contained HTML file with the figures (opens offline). Options: ``embed_json``."""
+    """One HTML file with the figures. Options: ``plotlyjs`` (``cdn``, the default, or ``inline``
+    for a page that draws its charts offline), ``max_findings``, ``embed_json``."""
 
     name = "html"
     output_file_extension = ".html"
-    description = "one self-contained HTML file with charts (opens offline)"
+    description = "one HTML file with charts (plotly.js from its CDN, or inlined with --plotlyjs inline)"
 
     def render(self, report: "Report") -> str:
-        return render_html(report, embed_json=bool(self.options.get("embed_json", True)))
+        return render_html(report, embed_json=bool(self.options.get("embed_json", False)),
+                           plotlyjs=str(self.options.get("plotlyjs") or DEFAULT_PLOTLYJS),
+                           max_findings=self.options.get("max_findings"))

@@ -20,7 +20,9 @@ from traceview.render.common import (
     column_label,
     display_rows,
     finding_cost,
+    finding_groups,
     finding_where,
+    grouped_warnings,
     format_cell,
     headline_rows,
     input_warnings,
@@ -31,11 +33,17 @@ from traceview.units import fmt_bytes, fmt_ns
 if TYPE_CHECKING:
     from traceview.report import Report
 
+# The Markdown report must fit a GitHub comment (65,536 characters) with room to spare: under 20 KB
+# for the shared 8-rank job. The limits below are what is shown; the JSON report has everything.
 #: rows per table in the Markdown report (the JSON report has more)
-MD_TABLE_ROWS = 10
+MD_TABLE_ROWS = 5
 #: tables shown per analysis: its headline table (``AnalysisSpec.headline_table``) first, then its
 #: other tables that are not one row per event, up to this many
-MD_TABLES_PER_ANALYSIS = 4
+MD_TABLES_PER_ANALYSIS = 1
+#: rows of a list in a finding's evidence
+MD_EVIDENCE_ROWS = 5
+#: characters of a table cell or an evidence value (long kernel names, nested records)
+MD_CELL_CHARS = 64
 SEVERITY_MARK = {"high": "🔴 high", "medium": "🟠 medium", "low": "🟡 low", "info": "ℹ️ info"}
 
 #: characters with inline meaning in GFM (escaped text never starts a line, so block markers such as
@@ -78,7 +86,7 @@ def report_table(table: Mapping[str, Any], *, steps: int = 0, max_rows: int = MD
     rows = all_rows[:max_rows]
     numeric = {c: all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) and rows for c in cols}
     align = ["---:" if numeric[c] else "---" for c in cols]
-    body = [[md_escape(format_cell(c, r.get(c))) for c in cols] for r in rows]
+    body = [[md_escape(clip(format_cell(c, r.get(c)))) for c in cols] for r in rows]
     text = md_table([md_escape(column_label(c)) for c in cols], body, align)
     total = table["total_rows"] if len(all_rows) == len(table["rows"]) else len(all_rows)
     if total > len(rows):
@@ -87,36 +95,48 @@ def report_table(table: Mapping[str, Any], *, steps: int = 0, max_rows: int = MD
     return text
 
 
+def clip(text: str, limit: int = MD_CELL_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (``…`` says so)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
     lines = []
     for key, value in evidence.items():
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             cols = list(dict.fromkeys(k for v in value for k in v))
-            lines.append(f"- {md_escape(key)}:\n")
-            body = [[md_escape(format_cell(c, v.get(c))) for c in cols] for v in value[:MD_TABLE_ROWS]]
+            more = f" (the first {MD_EVIDENCE_ROWS} of {len(value)})" if len(value) > MD_EVIDENCE_ROWS else ""
+            lines.append(f"- {md_escape(key)}{more}:\n")
+            body = [[md_escape(clip(format_cell(c, v.get(c)))) for c in cols] for v in value[:MD_EVIDENCE_ROWS]]
             lines.append(md_table([md_escape(column_label(c)) for c in cols], body) + "\n")
         else:
-            lines.append(f"- {md_escape(key)}: {md_escape(format_cell(key, value))}")
+            lines.append(f"- {md_escape(key)}: {md_escape(clip(format_cell(key, value), 2 * MD_CELL_CHARS))}")
     return lines
 
 
-def _findings(report: Mapping[str, Any]) -> str:
-    """Every finding of the report, in its order, with its id (``F1``, nested ``F1.1``)."""
-    findings = report.get("findings", [])
-    if not findings:
+def _findings(report: Mapping[str, Any], max_findings: int | None = None) -> str:
+    """The report's findings, in its order, with their ids (``F1``, nested ``F1.1``): at most
+    ``max_findings`` top-level ones with the findings nested under them (a cut, never a re-rank);
+    the evidence of the top-level ones shown, folded."""
+    groups = finding_groups(report)
+    if not groups:
         return "No findings: nothing here costs a noticeable share of the GPU time."
+    shown = groups if max_findings is None else groups[:max_findings]
     rows = []
     evidence = []
-    for f in findings:
+    for f in (f for group in shown for f in group):
         fid = f["id"]
         title = f"**{md_escape(f['title'])}**<br>`{f['code']}`" if f.get("parent") is None else (
             f"↳ {md_escape(f['title'])}<br>`{f['code']}`, {nested_note(f)}")
         rows.append([fid, SEVERITY_MARK.get(f["severity"], f["severity"]), title,
                      md_escape(finding_where(f)), md_escape(finding_cost(f)), md_escape(f["recommendation"])])
-        if f.get("evidence"):
+        if f.get("evidence") and f.get("parent") is None:
             evidence.append(f"**{fid}. {md_escape(f['title'])}**\n\n" + "\n".join(_evidence_lines(f["evidence"])))
     text = md_table(["id", "severity", "finding", "where", cost_heading(report), "recommendation"], rows,
                     ["---", "---", "---", "---", "---:", "---"])
+    if len(shown) < len(groups):
+        text += (f"\n\n_{len(groups) - len(shown)} more top-level findings are left out (--max-findings "
+                 f"{max_findings}); the JSON report has them all._")
     if evidence:
         text += "\n\n" + details("Evidence for each finding", "\n\n".join(evidence))
     return text
@@ -193,10 +213,16 @@ def _details(report: Mapping[str, Any]) -> list[str]:
     out = []
     steps = int(report["summary"].get("steps") or 0)
     for name, analysis in report.get("analyses", {}).items():
-        parts = [f"> ⚠️ {md_escape(w)}" for w in analysis.get("warnings", [])]
-        for tname in analysis_tables(name, analysis):
+        parts = [f"> ⚠️ {md_escape(w)}" for w in grouped_warnings(analysis.get("warnings", []))]
+        shown = analysis_tables(name, analysis)
+        for tname in shown:
             table = analysis["tables"][tname]
             parts.append(f"**{md_escape(table['title'])}**\n\n" + report_table(table, steps=steps))
+        others = [t for t in (analysis.get("tables") or {}).values() if t["rows"] and t not in
+                  [analysis["tables"][n] for n in shown]]
+        if others:  # named, so a reader knows what the JSON and HTML reports hold
+            parts.append("_Also in the JSON and HTML reports: " + "; ".join(
+                f"{md_escape(t['title'])} ({t['total_rows']:,} rows)" for t in others) + "._")
         if not parts:
             continue
         n = analysis.get("findings", 0)
@@ -205,8 +231,9 @@ def _details(report: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render_markdown(report: Mapping[str, Any]) -> str:
-    """The report as GitHub-flavoured Markdown."""
+def render_markdown(report: Mapping[str, Any], *, max_findings: int | None = None) -> str:
+    """The report as GitHub-flavoured Markdown (``max_findings``: list at most this many top-level
+    findings)."""
     out: list[str] = []
     names = list(dict.fromkeys(i["file"] for i in report.get("inputs", [])))
     # code spans show their content literally (no escapes apply inside them)
@@ -225,14 +252,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     trust = _trust(report)
     if trust:
         out.append("### Trust warnings\n\n" + trust)
-    out.append("### Findings, most costly first\n\n" + _findings(report))
+    out.append("### Findings, most costly first\n\n" + _findings(report, max_findings))
     out.append("### Details")
     out.extend(_details(report))
     out.append("### Environment\n\n" + _environment(report))
     out.append(details(f"Ranks ({len(report.get('ranks', []))})", _ranks(report)))
     fence = "`" * 3
     out.append(details("Report data (JSON summary)", f"{fence}json\n" + json.dumps(
-        {"schema_version": report["schema_version"], "summary": report["summary"]}, indent=1, ensure_ascii=False)
+        {"schema_version": report["schema_version"], "summary": report["summary"]}, indent=None, ensure_ascii=False,
+        separators=(",", ":"))
         .replace(fence, "'" * 3) + f"\n{fence}"))
     return "\n\n".join(out) + "\n"
 
@@ -246,4 +274,4 @@ class MarkdownRenderer(Renderer):
     description = "GitHub-flavoured Markdown for issues and bugs (tables and <details> blocks)"
 
     def render(self, report: "Report") -> str:
-        return render_markdown(report)
+        return render_markdown(report, max_findings=self.options.get("max_findings"))

@@ -1,0 +1,152 @@
+"""``history show`` and ``history check`` as text tables, Markdown (GitHub tables, for CI comments
+and job summaries) and JSON (keys in a fixed order)."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from traceview.history.query import CheckResult, ShowResult
+from traceview.units import fmt_ns, fmt_pct
+
+#: output formats of show and check
+SHOW_FORMATS = ("table", "markdown", "json")
+CHECK_FORMATS = ("table", "markdown", "json")
+#: longest name shown in a table cell (JSON has them whole)
+NAME_WIDTH = 60
+
+
+def _short(name: str, width: int = NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: Any) -> Any:
+    """A JSON number (None for NaN / missing; ints where whole)."""
+    if x is None:
+        return None
+    if isinstance(x, (np.integer, int)):
+        return int(x)
+    value = float(x)
+    if math.isnan(value):
+        return None
+    if math.isinf(value):
+        return None
+    return round(value, 3)
+
+
+def _tags(text: Any) -> str:
+    tags = json.loads(text or "{}")
+    return " ".join(f"{k}={v}" for k, v in tags.items())
+
+
+def _run_rows(runs: Any) -> list[list[str]]:
+    return [[str(r.run_id), _short(str(r.name), 30), str(r.added_at)[:19], str(r.gpu_model or "-"),
+             _tags(r.tags), str(r.steps), fmt_ns(r.step_time_ns)] for r in runs.itertuples()]
+
+
+RUN_HEADER = ("run", "name", "added (UTC)", "GPU", "tags", "steps", "step time")
+
+
+def _runs_json(runs: Any) -> list[dict[str, Any]]:
+    return [{"run_id": int(r.run_id), "name": str(r.name), "added_at": str(r.added_at), "gpu_model": r.gpu_model,
+             "tags": json.loads(r.tags or "{}"), "paths": json.loads(r.paths or "[]"),
+             "traceview_version": r.traceview_version, "steps": _num(r.steps), "gpus": _num(r.gpus),
+             "step_time_ns": _num(r.step_time_ns), "idle_ns_per_step": _num(r.idle_ns_per_step),
+             "utilization": _num(r.utilization)} for r in runs.itertuples()]
+
+
+def _trend_pct(values: np.ndarray) -> np.ndarray:
+    """The newest value against the median of the runs before it, in percent (NaN when no base)."""
+    if values.shape[1] < 2:
+        return np.full(values.shape[0], np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a series absent before the newest run
+        base = np.nanmedian(values[:, :-1], axis=1)
+        return np.where(base > 0, 100.0 * (values[:, -1] - base) / base, np.nan)
+
+
+def render_show(result: ShowResult, fmt: str) -> str:
+    """The runs and the trends of ``history show`` in ``fmt`` (table, markdown, json)."""
+    trend = _trend_pct(result.values)
+    run_ids = [str(r) for r in result.runs["run_id"]]
+    if fmt == "json":
+        return json.dumps({
+            "runs": _runs_json(result.runs),
+            "series": [{"kind": k, "name": n, "values_ns": [_num(v) for v in row], "trend_pct": _num(t)}
+                       for k, n, row, t in zip(result.series["kind"], result.series["key"], result.values, trend)],
+            "notes": result.notes}, indent=1) + "\n"
+    header = ["kind", "name", *(f"run {r}" for r in run_ids), "newest vs before"]
+    rows = [[str(k), _short(str(n)), *(fmt_ns(v) for v in row), "-" if np.isnan(t) else f"{t:+.1f}%"]
+            for k, n, row, t in zip(result.series["kind"], result.series["key"], result.values, trend)]
+    table = _md_table if fmt == "markdown" else _text_table
+    title = "## " if fmt == "markdown" else ""
+    parts = [f"{title}Runs ({len(run_ids)})\n\n", table(RUN_HEADER, _run_rows(result.runs)),
+             f"\n{title}Time per GPU and step\n\n", table(header, rows)]
+    parts += [f"\nnote: {n}\n" for n in result.notes]
+    return "".join(parts)
+
+
+def _regression_rows(frame: Any) -> list[list[str]]:
+    return [[str(r.kind), _short(str(r.key)), str(r.status), f"{r.start_run} ({_short(str(r.start_name), 24)})",
+             fmt_ns(r.baseline_ns), fmt_ns(r.current_ns), "new" if math.isinf(r.delta_pct) else fmt_pct(r.delta_pct, 1),
+             fmt_ns(r.threshold_ns), str(r.runs_since)] for r in frame.itertuples()]
+
+
+REGRESSION_HEADER = ("kind", "name", "status", "since run", "baseline", "now", "change", "threshold", "runs since")
+
+
+def _verdict(result: CheckResult) -> str:
+    n = len(result.regressions)
+    scope = f"{len(result.runs)} run(s)" + (f" on {result.gpu_model}" if result.gpu_model else "")
+    if n:
+        return f"REGRESSED: {n} of {result.series_judged} series slower beyond noise and the threshold ({scope})"
+    return f"OK: none of {result.series_judged} series slower beyond noise and the threshold ({scope})"
+
+
+def render_check(result: CheckResult, fmt: str) -> str:
+    """The verdict of ``history check`` in ``fmt`` (table, markdown, json)."""
+    o = result.options
+    if fmt == "json":
+        return json.dumps({
+            "verdict": "regressed" if result.regressed else "ok", "mode": result.mode, "gpu_model": result.gpu_model,
+            "options": {"max_regression": o.max_regression, "noise_k": o.k, "min_delta_ns": o.min_delta_ns,
+                        "window": o.window, "baseline": o.baseline, "min_baseline": o.min_baseline},
+            "runs": [int(r) for r in result.runs["run_id"]], "series_judged": result.series_judged,
+            "regressions": [{"kind": r.kind, "name": r.key, "status": r.status, "start_run": int(r.start_run),
+                             "start_name": r.start_name, "baseline_ns": _num(r.baseline_ns),
+                             "current_ns": _num(r.current_ns), "delta_ns": _num(r.delta_ns),
+                             "delta_pct": _num(r.delta_pct), "threshold_ns": _num(r.threshold_ns),
+                             "sigma_ns": _num(r.sigma_ns), "baseline_runs": int(r.baseline_runs),
+                             "runs_since": int(r.runs_since), "raw_names": list(r.raw_names)}
+                            for r in result.regressions.itertuples()],
+            "notes": result.notes}, indent=1) + "\n"
+    rule = (f"rule: median of the runs since the change vs the median of up to {o.baseline} runs before, "
+            f"slower by more than max({o.max_regression:.0%}, {o.k:g} x the noise (MAD), {fmt_ns(o.min_delta_ns)})")
+    parts = [("## " if fmt == "markdown" else "") + _verdict(result) + "\n\n", rule + "\n\n"]
+    if result.regressed:
+        table = _md_table if fmt == "markdown" else _text_table
+        parts.append(table(REGRESSION_HEADER, _regression_rows(result.regressions)))
+    parts += [f"\nnote: {n}\n" for n in result.notes]
+    return "".join(parts)
