@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceview.model import Trace
 from traceview.registry import RENDERERS
 from traceview.report import Report
 
@@ -18,7 +19,7 @@ except ImportError:
 from traceview.compare import METRICS
 from traceview.compare import diff_reports as diff_two_reports
 
-__all__ = ["DOWNLOADS", "diff_reports", "figures", "metric_label", "render_report"]
+__all__ = ["DOWNLOADS", "diff_reports", "figures", "metric_label", "perfetto_trace", "render_report"]
 
 #: download format (button id suffix) -> (renderer name, file extension)
 DOWNLOADS = {"md": ("markdown", "md"), "html": ("html", "html"), "json": ("json", "json")}
@@ -44,3 +45,11 @@ def render_report(fmt: str, report: Report) -> tuple[str, str]:
     name, ext = DOWNLOADS[fmt]
     out = RENDERERS[name]().render(report)
     return (out.decode("utf-8") if isinstance(out, bytes) else out), ext
+
+
+def perfetto_trace(trace: Trace, report: Report) -> str:
+    """``trace`` as Chrome trace JSON for the Perfetto UI, with ``report``'s findings and idle gaps
+    as annotation tracks (what ``traceview export-perfetto`` writes)."""
+    from traceview.export_perfetto import export_chrome_trace
+
+    return export_chrome_trace(trace, report)

@@ -677,6 +677,9 @@ def findings(ctx: RunContext) -> list[Any]:
         html.Button("Download Markdown report", id="dl-md-btn", n_clicks=0, style=btn),
         html.Button("Download HTML report", id="dl-html-btn", n_clicks=0, style=btn),
         html.Button("Download JSON report", id="dl-json-btn", n_clicks=0, style=btn),
+        html.Button("Open in Perfetto (download trace JSON)", id="dl-perfetto-btn", n_clicks=0, style=btn,
+                    title="Chrome trace JSON of this selection with the findings and gaps as annotation tracks: "
+                          "drop it on ui.perfetto.dev"),
         html.Span(" for a bug report: secrets in the trace metadata are redacted.",
                   style={"color": "#666", "fontSize": "13px"}),
     ], style=CARD)

@@ -81,6 +81,7 @@ def build_layout(store: RunStore, page_list: Sequence[pages.Page]) -> html.Div:
         html.Div(id="status", className="tv-status"),
         html.Div(dcc.Loading(html.Div(id="page"), type="dot", delay_show=400), className="tv-main"),
         dcc.Download(id="dl-md"), dcc.Download(id="dl-html"), dcc.Download(id="dl-json"),
+        dcc.Download(id="dl-perfetto"),
     ])
 
 
@@ -218,6 +219,16 @@ def _add_download_callback(app: dash.Dash, controller: AppController, fmt: str) 
         return controller.download(fmt, run, ranks, steps, t0, t1)
 
 
+def _add_perfetto_callback(app: dash.Dash, controller: AppController) -> None:
+    """The filtered run as Chrome trace JSON for the Perfetto UI when its button is clicked."""
+    @app.callback(Output("dl-perfetto", "data"), Input("dl-perfetto-btn", "n_clicks"), State("run", "value"),
+                  *_filter_states(), prevent_initial_call=True)
+    def _perfetto(n: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> Any:
+        if not n:
+            return dash.no_update
+        return controller.download_perfetto(run, ranks, steps, t0, t1)
+
+
 def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: RunStore | None = None,
                use_cache: bool = True, step_marker: str | None = None, warm: bool = True,
                options: Options | None = None, history_db: Path | None = None) -> dash.Dash:
@@ -241,6 +252,7 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
     _add_compare_callback(app, controller)
     for fmt in ("md", "html", "json"):
         _add_download_callback(app, controller, fmt)
+    _add_perfetto_callback(app, controller)
     if isinstance(controller, history.HistoryController):
         history.add_callbacks(app, controller)
     return app

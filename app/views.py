@@ -21,7 +21,7 @@ from traceview.units import fmt_ns
 
 from . import validate
 from .components import CARD, frame_table, graph, message, section
-from .features import DOWNLOADS, diff_reports, metric_label, render_report
+from .features import DOWNLOADS, diff_reports, metric_label, perfetto_trace, render_report
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .validate import BadValue
@@ -474,6 +474,17 @@ class AppController:
             return no_update
         text, ext = render_report(fmt, ctx.report)
         return dcc.send_string(text, filename=f"traceview-report-run{ctx.run.id}.{ext}")
+
+    def download_perfetto(self, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                          t1: Any = None) -> Any:
+        """The run under the filters as Chrome trace JSON for the Perfetto UI (``traceview
+        export-perfetto``), with the report's findings and gaps as annotation tracks."""
+        try:
+            ctx = self._context(run, ranks, steps, t0, t1)
+        except (RunError, BadValue):  # the page shows the same filters' message
+            return no_update
+        return dcc.send_string(perfetto_trace(ctx.trace, ctx.report),
+                               filename=f"traceview-perfetto-run{ctx.run.id}.json")
 
 
 def gap_search(start_rel: int, end_rel: int) -> str:

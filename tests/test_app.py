@@ -483,6 +483,22 @@ def test_report_downloads_parse(ctl: AppController) -> None:
     assert ctl.download("json", "/etc/passwd") is dash.no_update
 
 
+def test_perfetto_download_is_the_export_of_the_selection(ctl: AppController) -> None:
+    """The Findings page's "Open in Perfetto" button: the filtered run as Chrome trace JSON, as
+    ``traceview export-perfetto`` writes it, with the report's findings as annotation tracks."""
+    from traceview.export_perfetto import export_chrome_trace
+
+    rid = run_id(ctl, "synthetic_4rank")
+    got = ctl.download_perfetto(rid)
+    ctx = ctl.store.context(rid)
+    assert got["filename"].endswith(".json") and got["content"] == export_chrome_trace(ctx.trace, ctx.report)
+    events = json.loads(got["content"])["traceEvents"]
+    assert {e["ph"] for e in events} >= {"X", "M"}
+    one_rank = json.loads(ctl.download_perfetto(rid, [1])["content"])["traceEvents"]
+    assert 0 < len(one_rank) < len(events)
+    assert ctl.download_perfetto("/etc/passwd") is dash.no_update
+
+
 # ----------------------------------------------------------------------------- path isolation
 
 

@@ -127,16 +127,18 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
         "compare": lambda v: ctl.compare_update(v, 0, 0, None, v),
         "download": lambda v: ctl.download("json", 0, None, None, None, v),
         "download.fmt": lambda v: ctl.download(v, 0),
+        "download_perfetto": lambda v: ctl.download_perfetto(v),
+        "download_perfetto.filters": lambda v: ctl.download_perfetto(0, v, v, v, v),
     }
 
 
 def test_every_callback_is_covered(ctl: AppController) -> None:
     """Each ``@app.callback`` of server.py is driven below (a new callback needs its hostile test)."""
     source = (Path(runs_mod.__file__).with_name("server.py")).read_text()
-    assert source.count("@app.callback(") == 9
+    assert source.count("@app.callback(") == 10
     names = {k.split(".")[0] for k in _callbacks(ctl)}
     assert names >= {"run_changed", "render_page", "overview_poll", "nav", "timeline", "gap_clicked",
-                     "kernel_selected", "compare", "download"}
+                     "kernel_selected", "compare", "download", "download_perfetto"}
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=_short)

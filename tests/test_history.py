@@ -309,3 +309,19 @@ def test_shared_trace_added_and_shown(tmp_path):
     assert {"kernel", "collective"} <= kinds
     con.close()
     assert run_cli("add", str(trace), "--db", db, cwd=tmp_path).returncode == 2
+
+
+def test_k_is_chosen_for_the_number_of_tests():
+    """Bonferroni: a 5% chance of any false alarm shared by every series and split, at least 4; a
+    given k wins; the check reports the k it applied."""
+    from statistics import NormalDist
+
+    from traceview.history.detect import effective_k
+
+    assert effective_k(DetectOptions(), 41 * 20) == 4.0  # the planted history: the floor
+    k_big = effective_k(DetectOptions(), 2001 * 20)
+    assert k_big == pytest.approx(NormalDist().inv_cdf(1 - 0.05 / 40_020)) and 4.6 < k_big < 4.8
+    assert effective_k(DetectOptions(k=3.0), 40_020) == 3.0
+    values = np.random.default_rng(3).normal(100_000, 2_500, size=(40, 2000))
+    found = change_points(values, DetectOptions())
+    assert found.k == pytest.approx(effective_k(DetectOptions(), 2000 * 20))

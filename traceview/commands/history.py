@@ -58,7 +58,9 @@ def command(
                                            "search over the last runs."),
     max_regression: str = typer.Option("5%", "--max-regression", help="check: a rise must exceed this share of "
                                        "the baseline (and the noise)."),
-    noise_k: float = typer.Option(4.0, "--noise-k", help="check: ... and this many standard errors (from the MAD)."),
+    noise_k: Optional[float] = typer.Option(None, "--noise-k", help="check: ... and this many standard errors (from "
+                                            "the MAD); default: chosen for the number of series and splits tested "
+                                            "(Bonferroni, 5% chance of any false alarm per check, at least 4)."),
     min_delta: str = typer.Option("1us", "--min-delta", help="check: ... and this much time per step."),
     window: int = typer.Option(20, "--window", min=1, help="check: the change may start in any of the last N runs "
                                "(each judged against up to 20 runs before it)."),
@@ -89,8 +91,9 @@ def command(
         "--run": run_name is not None, "--no-cache": no_cache, "--jobs": jobs is not None,
         "--step-marker": step_marker is not None, "--gpu-specs": gpu_specs is not None,
         "--kernel": kernel is not None, "--last": last != 10, "--top": top != 10,
-        "--baseline": baseline is not None, "--max-regression": max_regression != "5%", "--noise-k": noise_k != 4.0,
-        "--min-delta": min_delta != "1us", "--window": window != 20, "--any-gpu": any_gpu})
+        "--baseline": baseline is not None, "--max-regression": max_regression != "5%",
+        "--noise-k": noise_k is not None, "--min-delta": min_delta != "1us", "--window": window != 20,
+        "--any-gpu": any_gpu})
     tags = query.parse_tags(tag or [])
     if action == "add":
         _add(db, paths or [], run_name, dict(tags), no_cache=no_cache, jobs=jobs, step_marker=step_marker,
@@ -104,7 +107,8 @@ def command(
             result = query.show(con, kernel=kernel, tags=tags, last=last, top=top)
         typer.echo(render.render_show(result, fmt), nl=False)
         return
-    require_noise_k(noise_k)
+    if noise_k is not None:
+        require_noise_k(noise_k)
     options = _detect_options(max_regression, noise_k, min_delta, window)
     with _opened(db) as con:
         checked = query.check(con, options=options, tags=tags, baseline=baseline, any_gpu=any_gpu)
@@ -127,7 +131,7 @@ def _refuse_foreign_options(action: str, given: dict[str, bool]) -> None:
             raise TraceviewError(f"history {action}: {option} is an option of `history {_OPTION_ACTIONS[option]}`")
 
 
-def _detect_options(max_regression: str, noise_k: float, min_delta: str, window: int) -> Any:
+def _detect_options(max_regression: str, noise_k: float | None, min_delta: str, window: int) -> Any:
     from traceview.history import DetectOptions
 
     share = parse_share_option("--max-regression", max_regression)

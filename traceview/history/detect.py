@@ -17,8 +17,11 @@ medians did); each series takes its cheapest split. That split is then tested, r
 * ``delta = median(after) - median(baseline)``; its noise ``se = sigma x sqrt(pi/2) x
   sqrt(1/n_baseline + 1/n_after)`` (the standard error of a difference of two medians);
 * regressed when ``delta > max(k x se, max_regression x median(baseline), min_delta_ns)``, with
-  ``k = 4`` by default: each series is searched over up to ``window`` splits and a history holds
-  thousands of series, so the usual 3 would raise false alarms every few checks;
+  ``k`` chosen for the number of tests by default (Bonferroni): the normal quantile at which
+  ``family_alpha`` (5%) is shared by every series and candidate split of the check, at least 4.
+  2,000 series x 20 splits is 40,000 tests (k = 4.7); 40 series x 20 splits gives 4; a fixed 3 (or
+  4) would raise false alarms on most checks of a big history (docs/history.md). ``--noise-k``
+  fixes it;
 * with only one or two runs after the split, their smallest value stands for them (every one of
   them must be slower): one outlier run is not a regression.
 
@@ -38,6 +41,7 @@ and the newest run, the larger.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 import warnings
 from dataclasses import dataclass
 
@@ -54,11 +58,22 @@ class DetectOptions:
     """The test's knobs (``history check`` options)."""
 
     max_regression: float = 0.05  # a rise must exceed this share of the baseline median ...
-    k: float = 4.0  # ... and k standard errors of the change ...
+    k: float | None = None  # ... and k standard errors of the change (None: effective_k) ...
     min_delta_ns: float = 1_000.0  # ... and this many ns per step
     window: int = 20  # candidate start runs: the last `window` runs
     baseline: int = 20  # baseline runs before the start run, at most
     min_baseline: int = 5  # fewer runs before a candidate: it is not a candidate
+    family_alpha: float = 0.05  # the chance of any false alarm in one check, when k is None
+    min_k: float = 4.0  # k never lower than this when chosen
+
+
+def effective_k(options: DetectOptions, n_tests: int) -> float:
+    """The k of the test: the one given, else the normal quantile at which ``family_alpha`` is
+    shared by ``n_tests`` one-sided tests (Bonferroni), at least ``min_k``."""
+    if options.k is not None:
+        return float(options.k)
+    p = options.family_alpha / max(n_tests, 1)
+    return max(options.min_k, NormalDist().inv_cdf(1.0 - p))
 
 
 @dataclass
@@ -75,6 +90,7 @@ class Detection:
     n_baseline: np.ndarray
     n_after: np.ndarray
     judged: bool  # False: too few runs to judge anything
+    k: float = 0.0  # the k the test used (effective_k)
 
     @property
     def delta_pct(self) -> np.ndarray:
@@ -88,7 +104,7 @@ def _nanmedian(block: np.ndarray) -> np.ndarray:
         return np.nanmedian(block, axis=0)
 
 
-def _test(values_b: np.ndarray, after_median: np.ndarray, n_after: np.ndarray, options: DetectOptions,
+def _test(values_b: np.ndarray, after_median: np.ndarray, n_after: np.ndarray, options: DetectOptions, k: float,
           floor_sigma: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """The robust test of every column: (regressed, baseline median, delta, threshold, sigma, n_base)."""
     base_median = _nanmedian(values_b)
@@ -100,7 +116,7 @@ def _test(values_b: np.ndarray, after_median: np.ndarray, n_after: np.ndarray, o
     with np.errstate(divide="ignore", invalid="ignore"):
         se = sigma * np.sqrt(MEDIAN_EFFICIENCY * (1.0 / n_base + 1.0 / n_after))
     delta = after_median - base_median
-    threshold = np.fmax(np.fmax(options.k * se, options.max_regression * np.abs(base_median)), options.min_delta_ns)
+    threshold = np.fmax(np.fmax(k * se, options.max_regression * np.abs(base_median)), options.min_delta_ns)
     regressed = (delta > threshold) & (n_base > 0) & (n_after > 0)
     return regressed, base_median, delta, threshold, sigma, n_base
 
@@ -143,10 +159,11 @@ def change_points(values: np.ndarray, options: DetectOptions) -> Detection:
     # runs alone under-estimate it by a third now and then, which is a false alarm on the newest run
     before_all = np.where(rows < best[None, :], region, np.nan)
     wide_sigma = MAD_TO_SIGMA * _nanmedian(np.abs(before_all - _nanmedian(before_all)))
+    k = effective_k(options, n_series * len(candidates))
     regressed, base_median, delta, threshold, sigma, n_base = _test(
-        np.where(in_base, region, np.nan), after_median, n_after, options, wide_sigma)
+        np.where(in_base, region, np.nan), after_median, n_after, options, k, wide_sigma)
     start = np.where(regressed, best + region_start, -1)
-    return Detection(regressed, start, base_median, after_median, delta, threshold, sigma, n_base, n_after, True)
+    return Detection(regressed, start, base_median, after_median, delta, threshold, sigma, n_base, n_after, True, k)
 
 
 def against_baseline(baseline: np.ndarray, newest: np.ndarray, options: DetectOptions,
@@ -158,7 +175,8 @@ def against_baseline(baseline: np.ndarray, newest: np.ndarray, options: DetectOp
     if baseline.shape[0] < 3 and spread is not None:
         floor = MAD_TO_SIGMA * np.nanmax(np.where(np.isnan(spread), 0.0, spread), axis=0)
     n_after = (~np.isnan(newest)).astype(np.int64)
-    regressed, base_median, delta, threshold, sigma, n_base = _test(baseline, newest, n_after, options, floor)
+    k = effective_k(options, newest.shape[0])
+    regressed, base_median, delta, threshold, sigma, n_base = _test(baseline, newest, n_after, options, k, floor)
     start = np.where(regressed, baseline.shape[0], -1)
     return Detection(regressed, start, base_median, newest.astype(np.float64), delta, threshold, sigma, n_base,
-                     n_after, baseline.shape[0] > 0)
+                     n_after, baseline.shape[0] > 0, k)

@@ -3,6 +3,8 @@ series matrix, and the detection's verdicts (:mod:`traceview.history.detect`).""
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -130,7 +132,9 @@ def check(con: Any, *, options: detect.DetectOptions, tags: tuple[tuple[str, str
             notes.append(f"{len(base_rows)} baseline run(s): the noise is the runs' own per-step spread, not the "
                          "spread across runs (give 3 or more for that)")
     frame = _regressions(con, considered, ids, found)
-    return CheckResult(considered, frame, int(len(ids)), mode, gpu, options, notes)
+    # the options as applied: k as the test chose it (detect.effective_k), for the renderers
+    applied = dataclasses.replace(options, k=found.k) if found.judged else options
+    return CheckResult(considered, frame, int(len(ids)), mode, gpu, applied, notes)
 
 
 def _regressions(con: Any, runs: pd.DataFrame, ids: np.ndarray, found: detect.Detection) -> pd.DataFrame:

@@ -143,10 +143,16 @@ def render_check(result: CheckResult, fmt: str) -> str:
                             for r in result.regressions.itertuples()],
             "notes": result.notes}, indent=1) + "\n"
     rule = (f"rule: median of the runs since the change vs the median of up to {o.baseline} runs before, "
-            f"slower by more than max({o.max_regression:.0%}, {o.k:g} x the noise (MAD), {fmt_ns(o.min_delta_ns)})")
+            f"slower by more than max({o.max_regression:.0%}, {_k_text(o.k)} x the noise (MAD), "
+            f"{fmt_ns(o.min_delta_ns)})")
     parts = [("## " if fmt == "markdown" else "") + _verdict(result) + "\n\n", rule + "\n\n"]
     if result.regressed:
         table = _md_table if fmt == "markdown" else _text_table
         parts.append(table(REGRESSION_HEADER, _regression_rows(result.regressions)))
     parts += [f"\nnote: {n}\n" for n in result.notes]
     return "".join(parts)
+
+
+def _k_text(k: float | None) -> str:
+    """The k of the rule: as the test applied it, or "k" when nothing was judged (k not chosen)."""
+    return "k" if k is None else f"{k:.3g}"
