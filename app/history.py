@@ -114,14 +114,19 @@ def history_data(source: HistorySource, kernels: Sequence[str] | None) -> dict[s
         newest, newest_ids = matrix(con, ids[-1:], VALUE_COLUMN)
         sizes = pd.Series(newest[0], index=newest_ids)
         kernel_names = names[names["kind"] == "kernel"].assign(v=lambda d: sizes.reindex(d["series_id"]).to_numpy())
-        offered = kernel_names.nlargest(OFFERED_KERNELS, "v")["key"].tolist()
-        chosen = [k for k in (kernels if kernels is not None else offered[:DEFAULT_KERNELS]) if k in set(offered)]
-        shown = names[(names["kind"] == "step") | names["key"].isin(chosen) & (names["kind"] == "kernel")]
-        values, sids = matrix(con, ids, VALUE_COLUMN, shown["series_id"].tolist())
         try:
             regressions = check(con, options=DetectOptions(), any_gpu=False).regressions
         except TraceviewError:
             regressions = pd.DataFrame()
+        # the regressed kernels first (what the page is for), then the largest of the newest run
+        regressed = [] if regressions.empty else \
+            regressions.loc[regressions["kind"] == "kernel", "key"].drop_duplicates().tolist()
+        largest = kernel_names.nlargest(OFFERED_KERNELS, "v")["key"].tolist()
+        offered = regressed + [k for k in largest if k not in set(regressed)]
+        default = (regressed + [k for k in largest if k not in set(regressed)])[:max(DEFAULT_KERNELS, len(regressed))]
+        chosen = [k for k in (kernels if kernels is not None else default) if k in set(offered)]
+        shown = names[(names["kind"] == "step") | names["key"].isin(chosen) & (names["kind"] == "kernel")]
+        values, sids = matrix(con, ids, VALUE_COLUMN, shown["series_id"].tolist())
     finally:
         con.close()
     key_of = dict(zip(shown["series_id"], shown["key"]))
@@ -137,9 +142,14 @@ def figure(data: dict[str, Any]) -> go.Figure:
     text = [f"run {r}: {n}" for r, n in zip(frame["run_id"], frame["name"])]
     reg = data["regressions"]
     for j, key in enumerate(data["keys"]):
-        y = data["values"][:, j] / 1e3
+        us = data["values"][:, j] / 1e3
+        start = None
+        if len(reg) and key in set(reg["key"]):
+            start = int(reg.loc[reg["key"] == key, "start_run"].iloc[0])
+        y = change_pct(us, x, start)
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=key[:60], text=text, customdata=x,
-                                 hovertemplate="%{text}<br>%{y:.1f} us<extra>" + key[:60] + "</extra>"))
+                                 meta=key[:60], hovertemplate="%{text}<br>%{y:+.1f}% (%{hovertext})<extra>%{meta}"
+                                 "</extra>", hovertext=[f"{v:,.1f} us" for v in us]))
         if len(reg) and key in set(reg["key"]):
             row = reg[reg["key"] == key].iloc[0]
             at = np.flatnonzero(x == row["start_run"])
@@ -151,9 +161,23 @@ def figure(data: dict[str, Any]) -> go.Figure:
                                   f"{'appeared' if row['status'] == 'appeared' else f'+{row.delta_pct:.1f}%'}"
                                   "<extra></extra>"))
     fig.update_layout(height=460, margin={"l": 60, "r": 20, "t": 30, "b": 40}, xaxis_title="run",
-                      yaxis_title="us per GPU and step", legend={"orientation": "h", "y": -0.2},
+                      yaxis_title="change vs the series' baseline (%)", legend={"orientation": "h", "y": -0.2},
                       clickmode="event")
     return fig
+
+
+def change_pct(values: np.ndarray, runs: np.ndarray, start_run: int | None) -> np.ndarray:
+    """Each run's value as a change (%) from the series' baseline: the median of its runs before
+    the regression's start run (of all its runs when it has none), over runs where it ran (> 0). On
+    one axis a 100 us kernel's 8% step is as visible as the 5 ms step time's; the hover keeps the
+    absolute figure."""
+    ran = values > 0
+    before = ran & (runs < start_run) if start_run is not None else ran
+    pool = values[before] if before.any() else values[ran]
+    if not len(pool):
+        return np.full(len(values), np.nan)
+    base = float(np.median(pool))
+    return np.where(ran, (values / base - 1.0) * 100.0, np.nan)
 
 
 def _regression_table(reg: pd.DataFrame) -> Any:
@@ -177,7 +201,8 @@ def page(source: HistorySource, kernels: Sequence[str] | None = None) -> list[An
         return [message(f"{source.db}: no runs yet; add some with `traceview history add PATH --db {source.db}`")]
     chooser = dcc.Dropdown(id="hist-kernels", options=[{"label": k[:90], "value": k} for k in data["offered"]],
                            value=data["chosen"], multi=True, placeholder="kernels to draw")
-    note = (f"{len(data['runs'])} run(s) in {source.db}; time per GPU and step. Red triangles: where a regression "
+    note = (f"{len(data['runs'])} run(s) in {source.db}; time per GPU and step as the change from each series' "
+            "baseline (its median before a regression; hover for the time). Red triangles: where a regression "
             "found by `traceview history check` starts. Click a point to open that run"
             + ("" if source.app_runs else " (none of the stored runs' traces are among this app's runs)") + ".")
     return [section("Step time and kernels over runs", chooser, graph(figure(data), "hist-graph"),
@@ -206,11 +231,19 @@ class HistoryController(AppController):
         self.pages.append(HISTORY_PAGE)
 
     def page(self, pathname: Any) -> Page:
-        return HISTORY_PAGE if pathname == HISTORY_PAGE.path else super().page(pathname)
+        # a database alone (no run opened): every path is the History page
+        return HISTORY_PAGE if pathname == HISTORY_PAGE.path or not self.store.runs else super().page(pathname)
+
+    def run_changed(self, run: Any) -> tuple:
+        """As the app's, but with no run to open (a database alone) the header says so, not an error."""
+        if not self.store.runs:
+            return ([], None, 0, 1, [0, 1], {}, True, None, None,
+                    f"history only: {len(self.history.app_runs)} stored run(s) open here; the History page")
+        return super().run_changed(run)
 
     def render_page(self, pathname: str | None, search: str | None, run: Any, ranks: Any = None, steps: Any = None,
                     t0: Any = None, t1: Any = None) -> tuple[Any, Any]:
-        if pathname == HISTORY_PAGE.path:
+        if pathname == HISTORY_PAGE.path or not self.store.runs:
             return [html.H2(HISTORY_PAGE.label, style={"margin": "6px 0 10px 0"}), *page(self.history)], \
                 f"history: {self.history.db}"
         return super().render_page(pathname, search, run, ranks, steps, t0, t1)

@@ -98,3 +98,33 @@ def test_missing_db_is_one_line(tmp_path):
     with pytest.raises(TraceviewError, match="no history database"):
         history.history_db(tmp_path / "nope.duckdb")
     assert history.history_db(None) in (None, history.DEFAULT_DB)
+
+
+def test_default_chart_shows_the_regressions_as_changes_and_a_db_alone_is_no_error(tmp_path):
+    """Without a choice the chart draws the regressed kernels (then the largest), each as the change
+    from its own baseline, so an 8% step on a 100 us kernel is as visible as on the step time; an
+    app opened on a database alone lands on the History page, with no "unknown run" error."""
+    import numpy as np
+
+    from traceview.app import history
+    from traceview.app.server import create_app
+
+    db = tmp_path / "h.duckdb"
+    con = open_history(db)
+    add_runs(con, make_history.planted_history().summaries)
+    con.close()
+    data = history.history_data(history.HistorySource(db), None)
+    assert set(data["chosen"][:2]) == {make_history.PLANTED_NEW, make_history.PLANTED_SLOW}
+    fig = history.figure(data)
+    slow = next(t for t in fig.data if t.name == make_history.PLANTED_SLOW)
+    y = np.asarray(slow.y, dtype=float)
+    before, after = y[: make_history.SLOW_FROM - 1], y[make_history.SLOW_FROM - 1:]
+    assert abs(np.median(before)) < 1.0 and 6.0 < np.median(after) < 10.0  # the planted 8%
+    x = np.arange(1.0, 6.0)
+    assert history.change_pct(np.array([100.0, 100.0, 0.0, 108.0, 108.0]), x, 4).tolist()[3] == pytest.approx(8.0)
+    assert np.isnan(history.change_pct(np.array([100.0, 100.0, 0.0, 108.0, 108.0]), x, 4)[2])
+    app = create_app([], history_db=db, warm=False)
+    controller = app.traceview_controller
+    assert controller.page("/").path == history.HISTORY_PAGE.path
+    desc = controller.run_changed(None)[-1]
+    assert isinstance(desc, str) and "history only" in desc
