@@ -342,6 +342,17 @@ def test_cache_round_trip_is_identical_and_invalidated_by_change(tmp_path, monke
     assert third.events.column("dur_ns").to_pylist()[0] == 9000
 
 
+def test_cache_key_changes_with_the_parser_code(tmp_path, monkeypatch):
+    """A parser edited or rebuilt in place (an editable install): the old Trace is not read back."""
+    from traceview import loading
+
+    path = write_trace(tmp_path / "t.json", [kernel("k", 10, 5, 1)])
+    before = loading.cache_key(path)
+    assert loading.cache_key(path) == before
+    monkeypatch.setattr(loading, "_PARSER_FINGERPRINT", "another parser")
+    assert loading.cache_key(path) != before
+
+
 # ------------------------------------------------------------------------------ real traces
 
 

@@ -31,11 +31,13 @@ from traceview.model import (
 )
 
 #: Bump when parser output changes, so stale cache entries are never read.
-CACHE_VERSION = "6"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
+CACHE_VERSION = "7"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
 # 3: counter samples in Trace.counters (".counters"), async b/e pairs and n instants as events;
 # 4: text pid/tid ids numbered in event order (the same with any --jobs); RankInfo.activity_dropped
 # 5: op input columns (input_dims, input_types, input_strides, concrete_inputs), still empty;
-# 6: those columns filled by the Kineto parser
+# 6: those columns filled by the Kineto parser; 7: fwdbwd links derived from sequence numbers
+# (parsers/kineto_autograd.py). Besides, every key holds parser_fingerprint(): a parser edited or
+# rebuilt in place (an editable install) never reads a Trace its old code wrote.
 
 ProgressFn = Callable[[int, int], None]
 
@@ -210,9 +212,31 @@ def cache_key(path: Path) -> str:
     return key
 
 
+_PARSER_FINGERPRINT: str | None = None
+
+
+def parser_fingerprint() -> str:
+    """The name, size and mtime of every parser module and native decoder (``traceview.parsers``)
+    and of the model's schema (``traceview/model.py``), as one digest (computed once)."""
+    global _PARSER_FINGERPRINT
+    if _PARSER_FINGERPRINT is None:
+        import traceview.parsers as parsers
+
+        folder = Path(parsers.__file__).parent
+        files = [*sorted(f for pattern in ("*.py", "*.so", "*.pyd") for f in folder.glob(pattern)),
+                 Path(__file__).with_name("model.py")]
+        digest = hashlib.sha256()
+        for f in files:
+            with contextlib.suppress(OSError):
+                st = f.stat()
+                digest.update(f"{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
+        _PARSER_FINGERPRINT = digest.hexdigest()[:16]
+    return _PARSER_FINGERPRINT
+
+
 def _content_key(path: Path, resolved: str, st: os.stat_result) -> str:
     digest = hashlib.sha256()
-    digest.update(f"{CACHE_VERSION}|{resolved}|{st.st_size}|{st.st_mtime_ns}".encode())
+    digest.update(f"{CACHE_VERSION}|{parser_fingerprint()}|{resolved}|{st.st_size}|{st.st_mtime_ns}".encode())
     with open(path, "rb") as f:
         digest.update(f.read(1 << 20))
         if st.st_size > (2 << 20):
