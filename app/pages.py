@@ -306,28 +306,6 @@ def _step_time_figure(steps: pd.DataFrame, breakdown: pd.DataFrame) -> Any:
     return fig
 
 
-# ------------------------------------------------------------------------------------- timeline
-
-
-def timeline(figure: dict, stats_text: str, state: dict) -> list[Any]:
-    btn = {"marginRight": "6px"}
-    controls = html.Div([
-        html.Button("zoom in", id="tl-zoom-in", n_clicks=0, style=btn),
-        html.Button("zoom out", id="tl-zoom-out", n_clicks=0, style=btn),
-        html.Button("◀ pan", id="tl-left", n_clicks=0, style=btn),
-        html.Button("pan ▶", id="tl-right", n_clicks=0, style=btn),
-        html.Button("whole selection", id="tl-reset", n_clicks=0, style=btn),
-        html.Span("Drag on the chart to zoom into a range; click an idle gap to zoom to it.",
-                  style={"color": "#666", "fontSize": "13px", "marginLeft": "8px"}),
-    ], style={"marginBottom": "6px"})
-    return [
-        dcc.Store(id="tl-window", data=state),
-        html.Div([controls, html.Div(stats_text, id="tl-stats", style={"color": "#555", "fontSize": "13px"}),
-                  dcc.Graph(id="tl-graph", figure=figure, config={"displaylogo": False, "scrollZoom": False})],
-                 style=CARD),
-    ]
-
-
 # ------------------------------------------------------------------------------------------ gaps
 
 

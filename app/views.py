@@ -525,15 +525,20 @@ def _button_window(trigger: str, a: int, b: int, extent: tuple[int, int]) -> tup
     return a, b
 
 
-def _clicked_event(click: Any, num_positions: int) -> int | None:
-    """The position of a clicked event (a point whose ``customdata`` is ``[position]``); None for a
-    click on anything else. An unusable position raises :class:`BadValue`."""
+def _clicked_customdata(click: Any) -> Any:
+    """The ``customdata`` of the first point of a plotly click (None for anything else)."""
     if not isinstance(click, dict):
         return None
     points = click.get("points")
     if not isinstance(points, list) or not points or not isinstance(points[0], dict):
         return None
-    cd = points[0].get("customdata")
+    return points[0].get("customdata")
+
+
+def _clicked_event(click: Any, num_positions: int) -> int | None:
+    """The position of a clicked event (a point whose ``customdata`` is ``[position]``); None for a
+    click on anything else. An unusable position raises :class:`BadValue`."""
+    cd = _clicked_customdata(click)
     if not isinstance(cd, list) or len(cd) != 1:
         return None
     return timeline_view.position(cd[0], num_positions, "clicked event")
@@ -542,12 +547,7 @@ def _clicked_event(click: Any, num_positions: int) -> int | None:
 def _clicked_gap(click: Any) -> tuple[int, int] | None:
     """The gap range of a click on a gap bar; None for a click on anything else (a bar without
     ``customdata``). A gap bar with an unusable range raises :class:`BadValue`."""
-    if not isinstance(click, dict):
-        return None
-    points = click.get("points")
-    if not isinstance(points, list) or not points or not isinstance(points[0], dict):
-        return None
-    cd = points[0].get("customdata")
+    cd = _clicked_customdata(click)
     if cd is None:
         return None
     return validate.clicked_range_ns(cd)
