@@ -108,7 +108,8 @@ def open_page(target: str | os.PathLike[str], *, width: int = 1400, height: int 
                 page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}")
                         if msg.type == "error" else None)
                 page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-                page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
+                # with Chromium's reason (net::ERR_ABORTED: the page navigated away while it was in flight)
+                page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url} ({req.failure})"))
                 page.on("request", lambda req: requests.append(req.url))
                 page.console_errors = errors  # type: ignore[attr-defined]
                 page.requests = requests  # type: ignore[attr-defined]
