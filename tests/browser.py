@@ -80,6 +80,24 @@ def require_chromium() -> str:
 
 
 @contextlib.contextmanager
+def serve_app(app: object, name: str) -> Iterator[str]:
+    """Serve a Dash ``app`` (``traceview.app.server.create_app``) on a free local port from a thread;
+    yields its base URL and stops the server on exit."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)  # type: ignore[attr-defined]
+    thread = threading.Thread(target=srv.serve_forever, name=name, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(timeout=10)
+
+
+@contextlib.contextmanager
 def open_page(target: str | os.PathLike[str], *, width: int = 1400, height: int = 1000,
               timeout_ms: int = 60_000) -> Iterator["object"]:
     """Open ``target`` (a file path or URL) in a fresh headless Chromium; yields the Page.

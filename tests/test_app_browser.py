@@ -11,13 +11,12 @@ Skips with a reason without Chromium; fails in CI (``CI=true``), where it must r
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from browser import open_page, require_chromium, screenshot
+from browser import open_page, require_chromium, screenshot, serve_app
 from conftest import SAMPLE_TRACES, SHARED_TRACES
 
 RUNS = [SAMPLE_TRACES / "synthetic_4rank", SAMPLE_TRACES / "regression_pair",
@@ -39,19 +38,11 @@ _XRANGE_JS = "() => { const el = document.querySelector('#tl-graph .js-plotly-pl
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     require_chromium()
-    from werkzeug.serving import make_server
-
     from traceview.app.server import create_app
 
     app = create_app([str(p) for p in RUNS])
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, name="traceview-app-test", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        thread.join(timeout=10)
+    with serve_app(app, "traceview-app-test") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +246,6 @@ def efficiency_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     peaks of both GPU files."""
     require_chromium()
     from test_efficiency import SPEC_TOML, planted
-    from werkzeug.serving import make_server
-
     import traceview
     from traceview.app.runs import RunSpec, RunStore
     from traceview.app.server import create_app
@@ -272,14 +261,8 @@ def efficiency_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
     runs = [RunSpec(0, "planted", (folder / "planted.json",)), RunSpec(1, "efficiency sample", (EFFICIENCY_SAMPLE,))]
     app = create_app(store=RunStore(runs, use_cache=False, loader=loader, options=Options(gpu_specs=str(specs))))
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, name="traceview-app-efficiency", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        thread.join(timeout=10)
+    with serve_app(app, "traceview-app-efficiency") as url:
+        yield url
 
 
 @pytest.mark.parametrize("run", [0, 1], ids=["planted", "sample"])
@@ -325,8 +308,6 @@ def glance_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import subprocess
     import sys
 
-    from werkzeug.serving import make_server
-
     from conftest import REPO
     from traceview.app.server import create_app
 
@@ -338,14 +319,8 @@ def glance_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if amd.exists():
         paths.append(str(amd))
     app = create_app(paths, use_cache=False)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, name="traceview-app-glance", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}"
-    finally:
-        srv.shutdown()
-        thread.join(timeout=10)
+    with serve_app(app, "traceview-app-glance") as url:
+        yield url
 
 
 def _choose_run(page: Any, server: str, run: int) -> None:

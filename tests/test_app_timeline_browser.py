@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import statistics
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from browser import open_page, require_chromium, screenshot
+from browser import open_page, require_chromium, screenshot, serve_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_app  # noqa: E402  (the benchmark's in-browser timing helpers)
@@ -32,8 +31,6 @@ TIMES: dict[str, list[float]] = {}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     require_chromium()
-    from werkzeug.serving import make_server
-
     from traceview.app.server import create_app
 
     job = tmp_path_factory.mktemp("job8")
@@ -42,14 +39,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     mp = pytest.MonkeyPatch()
     mp.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     app = create_app([str(job)])
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, name="traceview-timeline-test", daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{srv.server_port}"
+        with serve_app(app, "traceview-timeline-test") as url:
+            yield url
     finally:
-        srv.shutdown()
-        thread.join(timeout=10)
         mp.undo()
         if TIMES:
             print("\ntimeline interactions in the browser (ms, median / max):")
