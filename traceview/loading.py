@@ -13,7 +13,7 @@ import zlib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -234,14 +234,25 @@ def parser_fingerprint() -> str:
     return _PARSER_FINGERPRINT
 
 
+#: how much of each end of a file its content key reads
+FILE_END_BYTES = 1 << 20
+
+
+def digest_file_ends(digest: Any, path: Path, size: int) -> None:
+    """Feed ``digest`` the first :data:`FILE_END_BYTES` of ``path`` (of ``size`` bytes) and, when the
+    file is longer than both ends, its last ones: a content key that costs 2 MiB of reading whatever
+    the file's size (the trace cache's keys, the run history's identities)."""
+    with open(path, "rb") as f:
+        digest.update(f.read(FILE_END_BYTES))
+        if size > 2 * FILE_END_BYTES:
+            f.seek(-FILE_END_BYTES, os.SEEK_END)
+            digest.update(f.read(FILE_END_BYTES))
+
+
 def _content_key(path: Path, resolved: str, st: os.stat_result) -> str:
     digest = hashlib.sha256()
     digest.update(f"{CACHE_VERSION}|{parser_fingerprint()}|{resolved}|{st.st_size}|{st.st_mtime_ns}".encode())
-    with open(path, "rb") as f:
-        digest.update(f.read(1 << 20))
-        if st.st_size > (2 << 20):
-            f.seek(-(1 << 20), os.SEEK_END)
-            digest.update(f.read(1 << 20))
+    digest_file_ends(digest, path, st.st_size)
     return digest.hexdigest()[:32]
 
 

@@ -30,12 +30,10 @@ import pandas as pd
 
 from traceview.compare.names import normalize_kernel_name
 from traceview.history.schema import SERIES_COLUMNS
+from traceview.loading import digest_file_ends
 
 if TYPE_CHECKING:
     from traceview.report import Report
-
-#: bytes hashed at each end of a file for its identity (as the trace cache keys files)
-IDENTITY_END_BYTES = 1 << 20
 
 
 @dataclass
@@ -64,11 +62,7 @@ def files_identity(files: Sequence[Path]) -> str:
     for path in files:
         size = os.stat(path).st_size
         digest = hashlib.sha256(str(size).encode())
-        with open(path, "rb") as f:
-            digest.update(f.read(IDENTITY_END_BYTES))
-            if size > 2 * IDENTITY_END_BYTES:
-                f.seek(-IDENTITY_END_BYTES, os.SEEK_END)
-                digest.update(f.read(IDENTITY_END_BYTES))
+        digest_file_ends(digest, path, size)
         parts.append(digest.hexdigest())
     return hashlib.sha256("|".join(sorted(parts)).encode()).hexdigest()[:32]
 
