@@ -17,6 +17,7 @@ import traceview
 from conftest import SAMPLE_TRACES
 from traceview.jobs import make_executor
 from traceview.render import get_renderer
+from traceview.render.common import headline_rows
 from traceview.report import Report
 
 
@@ -56,6 +57,8 @@ def test_kineto_figures_say_they_leave_out_dropped_events(tmp_path: Path, bad_ts
         # beside the utilization figure, and a short mark beside the idle and exposed figures
         assert "every figure of those ranks leaves them out" in out[fmt], fmt
         assert out[fmt].count("leaves out dropped events") >= 2, fmt
+    # the Markdown summary has a trust-note column because a figure carries a note
+    assert "|  |  | trust note |" in out["markdown"]
 
 
 def test_a_clean_trace_has_no_dropped_activity_note(tmp_path: Path) -> None:
@@ -64,6 +67,19 @@ def test_a_clean_trace_has_no_dropped_activity_note(tmp_path: Path) -> None:
     assert "dropped_activity" not in report["summary"]["notes"]
     for fmt, text in _rendered(report).items():
         assert "leaves out dropped events" not in text and "were dropped as unusable" not in text, fmt
+
+
+
+def test_markdown_summary_has_a_note_column_only_when_a_figure_has_a_note(tmp_path: Path) -> None:
+    """An always-empty note column reads as a rendering bug."""
+    sample = SAMPLE_TRACES / "synthetic_4rank"
+    with_notes = traceview.analyze(_kineto(tmp_path, None), use_cache=False)  # no steps: a noted figure
+    without = traceview.analyze(sample, use_cache=False)
+    for report, expected in ((with_notes, True), (without, False)):
+        assert any(note for _, _, note in headline_rows(report)) is expected
+        summary = get_renderer("markdown")().render(report).split("### Summary", 1)[1].split("###", 1)[0]
+        assert ("|  |  | trust note |" in summary) is expected
+        assert ("|  |  |\n| --- | --- |\n" in summary) is not expected
 
 
 def test_the_job_path_carries_the_note(tmp_path: Path) -> None:

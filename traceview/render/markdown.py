@@ -231,6 +231,17 @@ def _details(report: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _summary_table(report: Mapping[str, Any]) -> str:
+    """The headline as a table; the trust-note column only when some figure carries a note (an
+    always-empty column reads as a rendering bug)."""
+    rows = headline_rows(report)
+    with_notes = any(note for _, _, note in rows)
+    cells = [[f"**{md_escape(label)}**", md_escape(value)]
+             + ([("⚠️ " + md_escape(note)) if note else ""] if with_notes else [])
+             for label, value, note in rows]
+    return md_table(["", "", "trust note"] if with_notes else ["", ""], cells)
+
+
 def render_markdown(report: Mapping[str, Any], *, max_findings: int | None = None) -> str:
     """The report as GitHub-flavoured Markdown (``max_findings``: list at most this many top-level
     findings)."""
@@ -244,11 +255,7 @@ def render_markdown(report: Mapping[str, Any], *, max_findings: int | None = Non
     gen = report["generator"]
     out.append(f"## traceview report\n\n{files}  \n_{gen['name']} {gen['version']}, report schema "
                f"{report['schema_version']}_")
-    out.append("### Summary\n\n" + md_table(
-        ["", "", "note"],
-        [[f"**{md_escape(label)}**", md_escape(value), ("⚠️ " + md_escape(note)) if note else ""]
-         for label, value, note in headline_rows(report)],
-    ))
+    out.append("### Summary\n\n" + _summary_table(report))
     trust = _trust(report)
     if trust:
         out.append("### Trust warnings\n\n" + trust)
