@@ -11,10 +11,13 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from traceview import intervals as iv
+from traceview.findings import Options
 from traceview.model import Kind, Trace
 
 from .comm_rules import rule_table
@@ -42,13 +45,45 @@ def column_matches(trace: Trace, column: str, pattern: re.Pattern[str] | str) ->
     n = trace.events.num_rows
     if n == 0:
         return np.zeros(0, dtype=bool)
+    pat = re.compile(pattern) if isinstance(pattern, str) else pattern
+    codes, dictionary = dictionary_codes(trace, column)
+    hit = np.array([bool(v is not None and pat.search(v)) for v in dictionary] + [False], dtype=bool)
+    return hit[codes]  # a null (-1) is the last entry: False
+
+
+def dictionary_codes(trace: Trace, column: str = "name") -> tuple[np.ndarray, list[Any]]:
+    """(int64 code of every event, -1 for null; the dictionary's values) of a dictionary column
+    (read-only codes). The names' codes, which most analyses read, are worked out once per trace;
+    other columns' each time (kept, each would hold 8 bytes per event until the trace is done)."""
+    from .steps import cached  # steps imports this module
+
+    if column != "name":
+        return _dictionary_codes(trace, column)
+    return cached(trace, f"classify.codes.{column}", Options(), lambda: _dictionary_codes(trace, column))
+
+
+def _dictionary_codes(trace: Trace, column: str) -> tuple[np.ndarray, list[Any]]:
     col = trace.events.column(column)
     col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    pat = re.compile(pattern) if isinstance(pattern, str) else pattern
-    dictionary = col.dictionary.to_pylist()
-    hit = np.array([bool(v is not None and pat.search(v)) for v in dictionary] + [False], dtype=bool)
-    codes = col.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
-    return hit[codes]
+    indices = col.indices
+    # fill_null copies every code through a compute kernel: only when there are nulls to fill
+    indices = indices.fill_null(-1) if indices.null_count else indices
+    codes = indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes.flags.writeable = False
+    return codes, col.dictionary.to_pylist()
+
+
+class EventNames:
+    """The events' names, decoded only at the rows asked for: ``names[rows]`` equals
+    ``trace.names()[rows]`` (an object array, None for a null name) without decoding every
+    event's name (a few ms per call on a million events)."""
+
+    def __init__(self, trace: Trace, column: str = "name") -> None:
+        self.codes, values = dictionary_codes(trace, column)
+        self.values = np.asarray(values + [None], dtype=object)  # a null (-1) is the last entry
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        return self.values[self.codes[rows]]
 
 
 def comm_rule_of(trace: Trace, patterns: tuple[str, ...] = ()) -> np.ndarray:
@@ -56,18 +91,24 @@ def comm_rule_of(trace: Trace, patterns: tuple[str, ...] = ()) -> np.ndarray:
     matches the kernel, ``NONE`` (-1) for a kernel no rule matches and for every other event.
 
     Name rules are evaluated once per distinct kernel name (only the names kernels use: a trace's
-    dictionary holds every CPU op name too)."""
+    dictionary holds every CPU op name too). Worked out once per trace and rules (read-only)."""
+    from .steps import cached  # steps imports this module
+
+    return cached(trace, "classify.comm_rule_of", Options(comm_patterns=tuple(patterns)),
+                  lambda: _comm_rule_of(trace, tuple(patterns)))
+
+
+def _comm_rule_of(trace: Trace, patterns: tuple[str, ...]) -> np.ndarray:
     rules = rule_table(patterns)
     out = np.full(trace.num_events, NONE, dtype=np.int16)
     kernel = np.flatnonzero(trace.kind_codes() == int(Kind.KERNEL))
     if kernel.size == 0:
+        out.flags.writeable = False
         return out
-    col = trace.events.column("name")
-    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    codes = col.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)[kernel]
-    used, inverse = np.unique(codes, return_inverse=True)
-    names = col.dictionary.take(np.maximum(used, 0)).to_pylist()
-    names = ["" if c < 0 or n is None else str(n) for c, n in zip(used.tolist(), names)]
+    all_codes, dictionary = dictionary_codes(trace, "name")
+    codes = all_codes[kernel]
+    used, inverse = iv.unique_inverse(codes)  # np.unique's answer, by a table over the small code range
+    names = ["" if c < 0 or dictionary[c] is None else str(dictionary[c]) for c in used.tolist()]
     rule_of_kernel = np.full(kernel.size, NONE, dtype=np.int16)
     for index, rule in enumerate(rules):
         if rule.pattern is not None:
@@ -77,6 +118,7 @@ def comm_rule_of(trace: Trace, patterns: tuple[str, ...] = ()) -> np.ndarray:
             hit = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)[kernel]
         rule_of_kernel[(rule_of_kernel == NONE) & hit] = index
     out[kernel] = rule_of_kernel
+    out.flags.writeable = False
     return out
 
 
@@ -107,16 +149,26 @@ def names_categorical(trace: Trace, rows: np.ndarray, column: str = "name", miss
     Rows ``-1`` and nulls become ``missing``.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    col = trace.events.column(column)
-    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    dictionary = np.asarray(col.dictionary.to_pylist() + [missing], dtype=object)
-    dictionary[pd.isna(dictionary)] = missing
-    codes_all = col.indices.fill_null(len(dictionary) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
-    codes = np.full(rows.size, len(dictionary) - 1, dtype=np.int64)
+    codes_all, _ = dictionary_codes(trace, column)
+    remap, categories = _categories(trace, column, missing)
+    codes = np.full(rows.size, -1, dtype=np.int64)  # -1: the appended ``missing`` (nulls too)
     ok = rows >= 0
     codes[ok] = codes_all[rows[ok]]
-    # the dictionary may repeat values (and holds ``missing``): map codes onto distinct categories.
-    # Hashing the object array keeps each name's own size; ``np.unique(dictionary.astype(str))``
-    # made a fixed-width array of (distinct names x longest name): 1 MB name -> 1 GB resident.
-    remap, categories = pd.factorize(dictionary, sort=True)
     return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype=object))
+
+
+def _categories(trace: Trace, column: str, missing: str) -> tuple[np.ndarray, np.ndarray]:
+    """(category of each dictionary code, then of ``missing`` last; the distinct categories sorted)
+    of a dictionary column (once per trace)."""
+    from .steps import cached  # steps imports this module
+
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        dictionary = np.asarray(dictionary_codes(trace, column)[1] + [missing], dtype=object)
+        dictionary[pd.isna(dictionary)] = missing
+        # the dictionary may repeat values (and holds ``missing``): map codes onto distinct categories.
+        # Hashing the object array keeps each name's own size; ``np.unique(dictionary.astype(str))``
+        # made a fixed-width array of (distinct names x longest name): 1 MB name -> 1 GB resident.
+        remap, categories = pd.factorize(dictionary, sort=True)
+        return remap, np.asarray(categories, dtype=object)
+
+    return cached(trace, f"classify.categories.{column}.{missing}", Options(), build)

@@ -146,12 +146,9 @@ def collective_from_kernel(name: str | None) -> str | None:
 
 def _dict_column(trace: Trace, column: str, rows: np.ndarray, fn: Any) -> np.ndarray:
     """``fn`` applied per distinct value of a dictionary column, gathered for ``rows``."""
-    col = trace.events.column(column)
-    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    dictionary = col.dictionary.to_pylist()
+    codes, dictionary = classify.dictionary_codes(trace, column)
     mapped = np.array([fn(v) for v in dictionary] + [fn(None)], dtype=object)
-    codes = col.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
-    return mapped[codes[rows]]
+    return mapped[codes[rows]]  # a null (-1) is the last entry
 
 
 def _optional_int(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:

@@ -205,10 +205,7 @@ class OpKernels:
 
 def _codes(trace: Trace, column: str) -> tuple[np.ndarray, list[Any]]:
     """Dictionary codes of a column (-1 for null) and its dictionary."""
-    col = trace.events.column(column)
-    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    codes = col.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return codes, col.dictionary.to_pylist()
+    return classify.dictionary_codes(trace, column)
 
 
 def attribute(trace: Trace, options: Options) -> OpKernels:
@@ -223,7 +220,7 @@ def _attribute(trace: Trace, options: Options) -> OpKernels:
     api = act.api_row[sel]
     op = np.full(sel.size, -1, dtype=np.int64)
     ask = (api >= 0) & ~graph
-    op[ask] = issuing_cpu_op(trace, options, api[ask])
+    op[ask] = issuing_cpu_op(trace, api[ask])
     is_op = (op >= 0) & (trace.kind_codes()[np.maximum(op, 0)] == int(Kind.CPU_OP))
     attribution = np.select([is_op, graph, api < 0, op < 0], [0, 1, 2, 3], 4).astype(np.int64)
     instance = np.full(sel.size, -1, dtype=np.int64)
@@ -510,24 +507,34 @@ def step_table(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Per rank, device and step (step None: whole trace): modelled FLOPs over the GPU window and HFU."""
     if windows.empty:
         return _empty(STEP_COLUMNS)
-    roofed = ops[ops["roofline_ns"].notna()]
-    frames = []
-    for whole in (True, False):
-        sel = ops if whole else ops[ops["step"] != NO_STEP]
-        sel_roofed = roofed if whole else roofed[roofed["step"] != NO_STEP]
-        step = np.full(len(sel), NO_STEP) if whole else sel["step"].to_numpy()
-        step_roofed = np.full(len(sel_roofed), NO_STEP) if whole else sel_roofed["step"].to_numpy()
-        a = sel.assign(step=step).groupby(["rank", "device", "step"]).agg(
-            modelled_ops=("row", "size"), flops=("flops", "sum"), modelled_gpu_ns=("gpu_ns", "sum"))
-        b = sel_roofed.assign(step=step_roofed).groupby(["rank", "device", "step"]).agg(
-            compute_roof_ns=("compute_roof_ns", "sum"), roofline_ns=("roofline_ns", "sum"))
-        frames.append(a.join(b, how="left"))
-    figures = pd.concat(frames)
-    w = windows.assign(step=windows["step"].astype("Float64").fillna(NO_STEP).astype(np.int64))
-    out = w.set_index(["rank", "device", "step"])[["window_ns"]].join(figures, how="left").reset_index()
-    out["modelled_ops"] = out["modelled_ops"].fillna(0).astype(np.int64)
-    out["flops"] = out["flops"].fillna(0).astype(np.int64)
-    out["modelled_gpu_ns"] = out["modelled_gpu_ns"].fillna(0).astype(np.int64)
+    # every op counts in its (rank, device) whole-trace row (step NO_STEP) and, when it has one, in
+    # its step's row: one group code over those keys and the windows' keys
+    n = len(ops)
+    o_step = ops["step"].to_numpy(np.int64)
+    in_step = np.flatnonzero(o_step != NO_STEP)
+    take = np.concatenate([np.arange(n, dtype=np.int64), in_step])
+    w_step = windows["step"].astype("Float64").fillna(NO_STEP).astype(np.int64)
+    w = windows.assign(step=w_step)
+    group, distinct = iv.combine_keys(
+        np.concatenate([ops["rank"].to_numpy(np.int64)[take], w["rank"].to_numpy(np.int64)]),
+        np.concatenate([ops["device"].to_numpy(np.int64)[take], w["device"].to_numpy(np.int64)]),
+        np.concatenate([np.full(n, NO_STEP, dtype=np.int64), o_step[in_step], w_step.to_numpy(np.int64)]))
+    n_groups, op_group, w_group = distinct[0].size, group[:take.size], group[take.size:]
+    out = w[["rank", "device", "step", "window_ns"]].reset_index(drop=True)
+    out["modelled_ops"] = np.bincount(op_group, minlength=n_groups).astype(np.int64)[w_group]
+    for column, source in (("flops", "flops"), ("modelled_gpu_ns", "gpu_ns")):
+        total = np.zeros(n_groups, dtype=np.int64)
+        np.add.at(total, op_group, ops[source].to_numpy(np.int64)[take])
+        out[column] = total[w_group]
+    # float sums through pandas' own group sum (compensated), over the same rows in the same order:
+    # the same figures to the last bit as the groupby on the three keys gave
+    roofed = ops["roofline_ns"].notna().to_numpy()[take]
+    for column in ("compute_roof_ns", "roofline_ns"):
+        summed = pd.Series(ops[column].to_numpy(np.float64)[take][roofed]).groupby(op_group[roofed]).sum()
+        value = np.full(n_groups, np.nan)
+        value[summed.index.to_numpy()] = summed.to_numpy()
+        # (an ops table without roofs holds the column as objects: the table keeps that dtype)
+        out[column] = value[w_group].astype(ops[column].dtype, copy=False)
     out["achieved_tflops"] = _ratio(out["flops"], out["window_ns"]) / 1e3
     out["hfu"] = _ratio(out["compute_roof_ns"], out["window_ns"])
     out.loc[out["hfu"] > 1.0, "hfu"] = np.nan  # above 100% is a broken roof, never a result (see warnings)
@@ -582,15 +589,20 @@ def coverage_table(trace: Trace, k: OpKernels, options: Options) -> pd.DataFrame
     is_modelled = np.zeros(k.rank.size, dtype=bool)
     has = k.instance >= 0
     is_modelled[has] = modelled[k.instance[has]]
-    frame = pd.DataFrame({"rank": k.rank, "device": k.device, "dur": k.end - k.start, "att": k.attribution,
-                          "modelled": is_modelled})
-    frame["modelled_dur"] = np.where(frame["modelled"], frame["dur"], 0)
-    out = frame.groupby(["rank", "device"]).agg(kernel_ns=("dur", "sum"), modelled_ns=("modelled_dur", "sum"))
-    by_att = frame.pivot_table(index=["rank", "device"], columns="att", values="dur", aggfunc="sum", fill_value=0)
+    # exact int64 sums per (rank, device) in key order: what the sorted groupby and pivot gave
+    dur = (k.end - k.start).astype(np.int64)
+    group, (g_rank, g_device) = iv.combine_keys(k.rank, k.device)
+
+    def sums(mask: np.ndarray | None = None) -> np.ndarray:
+        total = np.zeros(g_rank.size, dtype=np.int64)
+        np.add.at(total, group if mask is None else group[mask], dur if mask is None else dur[mask])
+        return total
+
+    out = pd.DataFrame({"rank": g_rank, "device": g_device, "kernel_ns": sums(), "modelled_ns": sums(is_modelled)})
     for code, label in enumerate(ATTRIBUTION):
         column = "op_ns" if code == 0 else f"{label}_ns"
-        out[column] = by_att[code].astype(np.int64) if code in by_att.columns else 0
-    out = out.reset_index()
+        has = k.attribution == code
+        out[column] = sums(has) if has.any() else 0
     out["modelled_pct"] = 100.0 * _ratio(out["modelled_ns"], out["op_ns"])
     out["gpu"] = [_gpu_label(trace, int(r), int(d), options) for r, d in zip(out["rank"], out["device"])]
     return out[COVERAGE_COLUMNS]
@@ -611,13 +623,45 @@ def unmodelled_table(k: OpKernels) -> pd.DataFrame:
     ops = k.ops[~k.ops["modelled"].to_numpy(bool)]
     if ops.empty:
         return _empty(UNMODELLED_COLUMNS)
-    out = ops.groupby(["rank", "device", "name", "reason"], sort=False).agg(
-        calls=("row", "size"), gpu_ns=("gpu_ns", "sum"), detail=("detail", "first")).reset_index()
-    op_ns = k.ops.groupby(["rank", "device"])["gpu_ns"].sum()
-    denominator = op_ns.reindex(pd.MultiIndex.from_frame(out[["rank", "device"]])).to_numpy()
+    out = _first_seen_groups(ops, ["rank", "device", "name", "reason"], "gpu_ns", "detail")
+    op_ns_keys, op_ns = iv.sum_by(iv.combine_keys(k.ops["rank"].to_numpy(np.int64),
+                                                  k.ops["device"].to_numpy(np.int64))[0], k.ops["gpu_ns"].to_numpy())
+    ops_codes, _ = iv.combine_keys(np.concatenate([k.ops["rank"].to_numpy(np.int64), out["rank"].to_numpy(np.int64)]),
+                                   np.concatenate([k.ops["device"].to_numpy(np.int64),
+                                                   out["device"].to_numpy(np.int64)]))
+    denominator = iv.lookup(op_ns_keys, op_ns, ops_codes[len(k.ops):])
     out["share_pct"] = 100.0 * _ratio(out["gpu_ns"], denominator)
     out = out.sort_values(["rank", "device", "gpu_ns", "name"], ascending=[True, True, False, True])
     return out[UNMODELLED_COLUMNS].reset_index(drop=True)
+
+
+def _first_seen_groups(frame: pd.DataFrame, keys: list[str], total: str, first: str) -> pd.DataFrame:
+    """``frame.groupby(keys, sort=False).agg(calls=size, <total>=sum, <first>=first).reset_index()``
+    from numpy group codes: groups in order of first appearance, rows with a missing key left out,
+    exact int64 sums, the first non-missing ``first`` of each group."""
+    codes = [pd.factorize(frame[c])[0] for c in keys]
+    valid = np.logical_and.reduce([c >= 0 for c in codes])
+    rows = np.flatnonzero(valid)
+    group, _ = iv.combine_keys(*[c[rows] for c in codes])
+    n_groups = int(group.max()) + 1 if group.size else 0
+    head = np.full(n_groups, rows.size, dtype=np.int64)
+    np.minimum.at(head, group, np.arange(rows.size, dtype=np.int64))
+    order = np.argsort(head, kind="stable")  # groups by their first row
+    rank_of = np.empty(n_groups, dtype=np.int64)
+    rank_of[order] = np.arange(n_groups, dtype=np.int64)
+    group = rank_of[group]
+    out = pd.DataFrame({c: frame[c].take(rows[head[order]]).reset_index(drop=True) for c in keys})
+    out["calls"] = np.bincount(group, minlength=n_groups).astype(np.int64)
+    sums = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(sums, group, frame[total].to_numpy(np.int64)[rows])
+    out[total] = sums
+    present = frame[first].notna().to_numpy()[rows]
+    first_row = np.full(n_groups, len(frame), dtype=np.int64)
+    np.minimum.at(first_row, group[present], rows[present])  # the earliest non-missing row
+    found = first_row < len(frame)
+    values = frame[first].take(np.where(found, first_row, 0)).reset_index(drop=True)
+    out[first] = values.where(found)
+    return out
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:

@@ -104,8 +104,8 @@ class _CpuContext:
         self.thread_code = {
             (int(r), int(p), int(t)): i for i, (r, p, t) in enumerate(zip(*self.threads))
         }
-        depth = iv.nesting_depth(codes, start, end)  # the depth the index would work out: computed once
-        self.index = iv.NestedIndex(codes, start, end, depth)
+        self.index = iv.NestedIndex(codes, start, end)
+        depth = self.index.depth  # worked out by the index from its one sort
         # top-level ranges per thread, by (thread, start): what the thread ran at the outermost level
         top = depth == 0
         order = np.lexsort((start[top], codes[top]))
@@ -196,8 +196,7 @@ def _gaps_of(
     codes, keyvals = iv.combine_keys(*[c[sel] for c in key_cols])
     idx = np.flatnonzero(sel)
     start, end = act.start[idx], act.end[idx]
-    uniq, lo, hi = iv.window_by(codes, start, end)
-    gk, gs, ge = iv.gaps_by((codes, start, end), uniq, lo, hi)
+    gk, gs, ge = iv.hull_gaps_by(codes, start, end)
     # the activity that ends each gap: first (by start) at the gap end; ties -> linked, earliest call
     no_api = act.api_row[idx] < 0
     api_start = np.where(no_api, np.iinfo(np.int64).max, act.api_start[idx])
@@ -266,11 +265,38 @@ def _attribute(
     return cause, context, fallback
 
 
-def _table(
+Attribution = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _attribute_reusing(
     trace: Trace, options: Options, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray,
-    step: np.ndarray,
+    known: tuple[np.ndarray, np.ndarray, np.ndarray, Attribution],
+) -> Attribution:
+    """:func:`_attribute`, taking each gap's cause from ``known`` (gaps already attributed: their
+    start, end, next activity and attribution) where the same gap (same start, end and next
+    activity) is there: a gap's cause depends on nothing else, and most gaps inside the step windows
+    are whole-trace gaps too."""
+    k_gs, k_ge, k_nxt, (k_cause, k_context, k_fallback) = known
+    if k_nxt.size == 0 or gs.size == 0:
+        return _attribute(trace, options, act, gs, ge, nxt)
+    index = np.full(len(act), -1, dtype=np.int64)
+    index[k_nxt] = np.arange(k_nxt.size, dtype=np.int64)  # a whole-trace gap per next activity at most
+    hit = index[nxt]
+    safe = np.maximum(hit, 0)
+    same = (hit >= 0) & (k_gs[safe] == gs) & (k_ge[safe] == ge)
+    cause, context, fallback = k_cause[safe], k_context[safe], k_fallback[safe]
+    new = np.flatnonzero(~same)
+    if new.size:
+        n_cause, n_context, n_fallback = _attribute(trace, options, act, gs[new], ge[new], nxt[new])
+        cause[new], context[new], fallback[new] = n_cause, n_context, n_fallback
+    return cause, context, fallback
+
+
+def _table(
+    trace: Trace, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, step: np.ndarray,
+    attribution: Attribution,
 ) -> pd.DataFrame:
-    cause, context, fallback = _attribute(trace, options, act, gs, ge, nxt)
+    cause, context, fallback = attribution
     return pd.DataFrame(
         {
             "rank": act.rank[nxt],
@@ -298,13 +324,16 @@ def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
     act = activity(trace, options)
     everything = np.ones(len(act), dtype=bool)
     gs, ge, nxt, _, _ = _gaps_of(act, everything, [act.rank, act.device])
-    gaps = _table(trace, options, act, gs, ge, nxt, act.step[nxt])
+    whole = _attribute(trace, options, act, gs, ge, nxt)
+    gaps = _table(trace, act, gs, ge, nxt, act.step[nxt], whole)
     gaps = gaps.sort_values(["rank", "device", "start_ns"], kind="stable").reset_index(drop=True)
 
     in_step = act.step != NO_STEP
     if in_step.any():
+        known = (gs, ge, nxt, whole)
         gs, ge, nxt, _, _ = _gaps_of(act, in_step, [act.rank, act.device, act.step])
-        step_gaps = _table(trace, options, act, gs, ge, nxt, act.step[nxt])
+        step_gaps = _table(trace, act, gs, ge, nxt, act.step[nxt],
+                           _attribute_reusing(trace, options, act, gs, ge, nxt, known))
         step_gaps = step_gaps.sort_values(["rank", "device", "step", "start_ns"], kind="stable").reset_index(drop=True)
     else:
         step_gaps = gaps.iloc[:0].copy()
@@ -338,12 +367,16 @@ def _strings(values: np.ndarray, empty_dtype: type) -> Any:
 def _by_cause(act: Activity, gaps: pd.DataFrame, step_gaps: pd.DataFrame) -> pd.DataFrame:
     """Gaps and idle per cause, for every (rank, device) and (rank, device, step) with activity:
     one row per key (in key order) and cause (in ``CAUSES`` order), zero where no gap."""
-    in_step = act.step != NO_STEP
-    n_keys = len(act) + int(in_step.sum())
-    rank = np.concatenate([act.rank, act.rank[in_step], gaps["rank"].to_numpy(), step_gaps["rank"].to_numpy()])
-    device = np.concatenate([act.device, act.device[in_step], gaps["device"].to_numpy(),
+    # the keys with activity: each (rank, device) whole and each (rank, device, step), once (the set
+    # of keys is all that counts, so the distinct ones stand for every activity)
+    _, (a_rank, a_device, a_step) = iv.combine_keys(act.rank, act.device, act.step)
+    _, (w_rank, w_device) = iv.combine_keys(a_rank, a_device)
+    in_step = a_step != NO_STEP
+    n_keys = w_rank.size + int(in_step.sum())
+    rank = np.concatenate([w_rank, a_rank[in_step], gaps["rank"].to_numpy(), step_gaps["rank"].to_numpy()])
+    device = np.concatenate([w_device, a_device[in_step], gaps["device"].to_numpy(),
                              step_gaps["device"].to_numpy()])
-    step = np.concatenate([np.full(len(act), NO_STEP, dtype=np.int64), act.step[in_step].astype(np.int64),
+    step = np.concatenate([np.full(w_rank.size, NO_STEP, dtype=np.int64), a_step[in_step].astype(np.int64),
                            np.full(len(gaps), NO_STEP, dtype=np.int64),
                            step_gaps["step"].to_numpy(dtype=np.int64, na_value=NO_STEP)])
     codes, (k_rank, k_device, k_step) = iv.combine_keys(rank.astype(np.int64), device.astype(np.int64), step)
@@ -409,15 +442,47 @@ def _largest(gaps: pd.DataFrame, options: Options) -> pd.DataFrame:
     return longest_first.head(options.top_n).reset_index(drop=True)
 
 
+def _context_labels(cpu_context: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct labels sorted, each category's place among them) of a context column (a
+    Categorical of names): labels are the names, "(no CPU op)" for none."""
+    labels = np.array(["(no CPU op)" if c == "" else str(c) for c in cpu_context.cat.categories], dtype=object)
+    distinct, place = np.unique(labels, return_inverse=True)  # a name spelled "(no CPU op)" joins the none
+    return distinct, place.reshape(-1).astype(np.int64)
+
+
+def _context_sums(host: pd.DataFrame) -> pd.DataFrame:
+    """Gaps and idle per (rank, device, context label), sorted by them: the sorted groupby on the
+    labels, worked out on the category codes (one label per category, not per gap)."""
+    labels, place = _context_labels(host["cpu_context"])
+    codes = host["cpu_context"].cat.codes.to_numpy().astype(np.int64)
+    group, (k_rank, k_device, k_place) = iv.combine_keys(host["rank"].to_numpy(), host["device"].to_numpy(),
+                                                         place[codes])
+    counts, sums = _count_sum(group, host["dur_ns"].to_numpy(), k_rank.size)
+    return pd.DataFrame({"rank": k_rank, "device": k_device, "cpu_context": pd.array(labels[k_place], dtype="str"),
+                         "gaps": counts, "idle_ns": sums})
+
+
+def _context_totals(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Gaps (``size``) and idle (``sum``) per context label (the index, ``ctx``, sorted): the
+    groupby on the labels, worked out on the category codes."""
+    labels, place = _context_labels(gaps["cpu_context"])
+    codes = place[gaps["cpu_context"].cat.codes.to_numpy().astype(np.int64)]
+    counts, sums = _count_sum(codes, gaps["dur_ns"].to_numpy(), labels.size)
+    seen = counts > 0
+    return pd.DataFrame({"size": counts[seen], "sum": sums[seen]},
+                        index=pd.Index(pd.array(labels[seen], dtype="str"), name="ctx"))
+
+
 def _contexts(gaps: pd.DataFrame) -> pd.DataFrame:
     host = gaps[gaps["cause"] == HOST_BOUND]
-    ctx = host["cpu_context"].astype(str).replace("", "(no CPU op)")
-    frame = pd.DataFrame({"rank": host["rank"], "device": host["device"], "cpu_context": ctx, "dur_ns": host["dur_ns"]})
-    out = (
-        frame.groupby(["rank", "device", "cpu_context"])
-        .agg(gaps=("dur_ns", "size"), idle_ns=("dur_ns", "sum"))
-        .reset_index()
-    )
+    if host.empty:
+        ctx = host["cpu_context"].astype(str).replace("", "(no CPU op)")
+        frame = pd.DataFrame({"rank": host["rank"], "device": host["device"], "cpu_context": ctx,
+                              "dur_ns": host["dur_ns"]})
+        out = frame.groupby(["rank", "device", "cpu_context"]).agg(gaps=("dur_ns", "size"),
+                                                                   idle_ns=("dur_ns", "sum")).reset_index()
+    else:
+        out = _context_sums(host)
     return out.sort_values(["rank", "device", "idle_ns"], ascending=[True, True, False]).reset_index(drop=True)
 
 
@@ -484,10 +549,7 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
             if share < REPORT_SHARE:
                 continue
             mine = gaps[(gaps["rank"] == rank) & (gaps["device"] == device) & (gaps["cause"] == cause)]
-            top = (
-                mine.assign(ctx=mine["cpu_context"].astype(str).replace("", "(no CPU op)"))
-                .groupby("ctx")["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False).head(5)
-            )
+            top = _context_totals(mine).sort_values("sum", ascending=False).head(5)
             contexts = [{"cpu_context": c, "gaps": int(v["size"]), "idle_ns": int(v["sum"])} for c, v in top.iterrows()]
             severity = "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
             title = f"GPU {device} of rank {rank}: {100 * share:.1f}% of the time in {_TITLES[cause]}"

@@ -135,7 +135,8 @@ def _name_codes(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
 def categories_of(trace: Trace, act: Activity) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(category index into CATEGORIES, name code, dictionary) for every activity entry."""
     codes, dictionary = _name_codes(trace, act.row)
-    uniq = np.unique(codes)
+    # the distinct codes, from a count table over the (small, non-negative) code range
+    uniq = iv.unique_sorted(codes) if codes.size == 0 or codes.min() < 0 else np.flatnonzero(np.bincount(codes))
     by_name = np.full(len(dictionary) + 1, CATEGORIES.index("other"), dtype=np.int64)
     for c in uniq.tolist():
         by_name[c] = CATEGORIES.index(categorize_name(dictionary[c]))
@@ -151,14 +152,24 @@ def _stats(keys: list[np.ndarray], dur: np.ndarray) -> pd.DataFrame:
     # one int64 group code instead of several key columns: the same groups in the same order (and
     # the same rows in each, so the same float sums) for a fraction of pandas' multi-key cost
     codes, values = iv.combine_keys(*keys)
-    grouped = pd.Series(dur).groupby(codes, sort=False)
-    agg = grouped.agg(["size", "sum", "min", "max"])
-    group = agg.index.to_numpy()
+    n_groups = values[0].size
+    dur = np.asarray(dur, dtype=np.int64)
+    # groups in order of first appearance (as groupby(sort=False) lists them)
+    first = np.full(n_groups, codes.size, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(codes.size, dtype=np.int64))
+    group = np.argsort(first, kind="stable")
+    count = np.bincount(codes, minlength=n_groups).astype(np.int64)
+    total = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(total, codes, dur)
+    low = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(low, codes, dur)
+    high = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(high, codes, dur)
     out = pd.DataFrame({f"k{i}": v[group] for i, v in enumerate(values)})
-    for c, src in (("count", "size"), ("total_ns", "sum"), ("min_ns", "min"), ("max_ns", "max")):
-        out[c] = agg[src].to_numpy().astype(np.int64)
-    # population std from deviations about the exact group mean (float64)
-    mean = grouped.transform("sum").to_numpy() / grouped.transform("size").to_numpy()
+    out["count"], out["total_ns"], out["min_ns"], out["max_ns"] = count[group], total[group], low[group], high[group]
+    # population std from deviations about the exact group mean (float64); the squares summed by
+    # pandas' (compensated) group sum, over the same rows in the same order as before
+    mean = total[codes] / count[codes]
     sq = pd.Series((dur - mean) ** 2).groupby(codes, sort=False).sum().to_numpy()
     out["mean_ns"] = out["total_ns"].to_numpy() / out["count"].to_numpy()
     out["std_ns"] = np.sqrt(sq / out["count"].to_numpy())
@@ -187,18 +198,23 @@ def kernel_tables(trace: Trace, act: Activity, top_n: int) -> dict[str, pd.DataF
     dur = act.end - act.start
     rank, device, step = act.rank, act.device, act.step
     kind_names = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
+    first_of_name = np.full(int(codes.max()) + 1 if codes.size else 0, codes.size, dtype=np.int64)
+    np.minimum.at(first_of_name, codes, np.arange(codes.size, dtype=np.int64))
 
     def named(stats: pd.DataFrame, with_step: bool) -> pd.DataFrame:
         cols = ["rank", "device"] + (["step"] if with_step else []) + ["name_code"]
         stats = stats.rename(columns={f"k{i}": c for i, c in enumerate(cols)})
         # first event of each name gives its category and kind (both are per name in practice)
-        first = pd.DataFrame({"name_code": codes, "category": cat, "kind": act.kind}).drop_duplicates("name_code")
-        stats = stats.merge(first, on="name_code", how="left")
-        stats["name"] = [dictionary[c] for c in stats["name_code"].to_numpy()]
-        stats["category"] = [CATEGORIES[c] for c in stats["category"].to_numpy()]
-        stats["kind"] = [kind_names.get(int(k), "other") for k in stats["kind"].to_numpy()]
+        name_code = stats["name_code"].to_numpy()
+        at = first_of_name[name_code]
+        stats["name"] = [dictionary[c] for c in name_code]
+        stats["category"] = [CATEGORIES[c] for c in cat[at]]
+        stats["kind"] = [kind_names.get(int(k), "other") for k in act.kind[at]]
         group = ["rank", "device"] + (["step"] if with_step else [])
-        denom = stats.groupby(group)["total_ns"].transform("sum").to_numpy()
+        parent, _ = iv.combine_keys(*[stats[c].to_numpy() for c in group])
+        parent_ns = np.zeros(int(parent.max()) + 1 if parent.size else 0, dtype=np.int64)
+        np.add.at(parent_ns, parent, stats["total_ns"].to_numpy(np.int64))
+        denom = parent_ns[parent]
         stats["share_pct"] = np.where(denom > 0, 100.0 * stats["total_ns"].to_numpy() / np.maximum(denom, 1), 0.0)
         stats = stats.sort_values(group + ["total_ns", "name"], ascending=[True] * len(group) + [False, True])
         if with_step:
@@ -603,6 +619,8 @@ def _distinct_calls(trace: Trace, act: Activity) -> pd.DataFrame:
     first = np.zeros(rank.size, dtype=np.int64)
     first[group[::-1]] = np.arange(len(group) - 1, -1, -1)  # an event of each group: its category, kind
     kind_names = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
+    first_of_name = np.full(int(codes.max()) + 1 if codes.size else 0, codes.size, dtype=np.int64)
+    np.minimum.at(first_of_name, codes, np.arange(codes.size, dtype=np.int64))
     names = [dictionary[c] for c in code.tolist()]
     return pd.DataFrame({
         "name": names, "norm_name": [normalized_name(n) for n in names],

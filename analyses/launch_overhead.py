@@ -43,7 +43,7 @@ from traceview.registry import AnalysisSpec, TableSpec
 from . import classify
 from .idle_gaps import HOST_BOUND
 from .idle_gaps import compute as idle_gap_tables
-from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
+from .steps import NO_STEP, Activity, activity, cached, cpu_op_links, cpu_op_nesting, per_step, step_column
 
 NAME = "launch_overhead"
 
@@ -125,45 +125,39 @@ def _launch_kinds(trace: Trace, act: Activity) -> LaunchKinds:
     return LaunchKinds(graph=graph, first=first, one_by_one=one_by_one)
 
 
-def issuing_cpu_op(trace: Trace, options: Options, api_rows: np.ndarray) -> np.ndarray:
+def issuing_cpu_op(trace: Trace, api_rows: np.ndarray) -> np.ndarray:
     """Row of the CPU op that issued each runtime call (-1 when unknown)."""
     out = np.full(api_rows.size, -1, dtype=np.int64)
     if api_rows.size == 0:
         return out
-    start_all = trace.column("start_ns")
-    op_rows, rt_rows = trace.cpu_op_links()
-    if op_rows.size:
-        # innermost = latest start among the ops linked to one call
-        order = np.lexsort((start_all[op_rows], rt_rows))
-        rt_sorted, op_sorted = rt_rows[order], op_rows[order]
-        last = np.flatnonzero(np.concatenate([rt_sorted[1:] != rt_sorted[:-1], [True]]))
-        rt_u, op_u = rt_sorted[last], op_sorted[last]
+    rt_u, op_u = cached(trace, "launch_overhead.linked_ops", Options(), lambda: _linked_ops(trace))
+    if rt_u.size:
         pos = np.clip(np.searchsorted(rt_u, api_rows), 0, rt_u.size - 1)
         hit = rt_u[pos] == api_rows
         out[hit] = op_u[pos[hit]]
     missing = np.flatnonzero(out < 0)
     if missing.size:
-        ops = cached(trace, "launch_overhead.cpu_ops", options, lambda: _cpu_ops(trace))
-        if ops[0].size:
+        # the innermost CPU op on the call's thread running at its start (the nesting of every
+        # thread's ops is built once per trace and shared with the other analyses)
+        nest = cpu_op_nesting(trace)
+        if nest.rows.size:
             q = api_rows[missing]
-            rank = trace.column("rank").astype(np.int64)
-            pid, tid = trace.column("pid"), trace.column("tid")
-            n = ops[0].size
-            codes, _ = iv.combine_keys(
-                np.concatenate([rank[ops[0]], rank[q]]),
-                np.concatenate([pid[ops[0]], pid[q]]),
-                np.concatenate([tid[ops[0]], tid[q]]),
-            )
-            t = start_all[q]
-            hit = iv.innermost_covering(codes[:n], ops[1], ops[2], codes[n:], t, t + 1)
-            out[missing] = np.where(hit >= 0, ops[0][np.clip(hit, 0, None)], -1)
+            qk = nest.thread_codes(trace.column("rank")[q].astype(np.int64), trace.column("pid")[q],
+                                   trace.column("tid")[q])
+            t = trace.column("start_ns")[q]
+            hit = nest.index.covering(qk, t, t + 1)
+            out[missing] = np.where(hit >= 0, nest.rows[np.clip(hit, 0, None)], -1)
     return out
 
 
-def _cpu_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rows = np.flatnonzero(trace.kind_codes() == int(Kind.CPU_OP))
-    start = trace.column("start_ns")[rows]
-    return rows, start, start + np.maximum(trace.column("dur_ns")[rows], 0)
+def _linked_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(runtime row, its linked CPU op) for every linked runtime call, by runtime row: of several
+    ops linked to one call, the innermost (latest start)."""
+    op_rows, rt_rows = cpu_op_links(trace)
+    order = np.lexsort((trace.column("start_ns")[op_rows], rt_rows))
+    rt_sorted, op_sorted = rt_rows[order], op_rows[order]
+    last = np.flatnonzero(np.concatenate([rt_sorted[1:] != rt_sorted[:-1], [True]])) if rt_sorted.size else order
+    return rt_sorted[last], op_sorted[last]
 
 
 def launch_table(trace: Trace, options: Options, act: Activity) -> pd.DataFrame:
@@ -178,7 +172,7 @@ def launch_table(trace: Trace, options: Options, act: Activity) -> pd.DataFrame:
     # a graph replay has one launch delay (its first activity's); the others have none
     delay = pd.arrays.IntegerArray(np.maximum(0, act.start[sel] - act.api_end[sel]), graph & ~kinds.first[sel])
     kind = act.kind[sel]
-    op = issuing_cpu_op(trace, options, api)
+    op = issuing_cpu_op(trace, api)
     return pd.DataFrame(
         {
             "rank": act.rank[sel],
@@ -214,41 +208,60 @@ def _by_api(launches: pd.DataFrame) -> pd.DataFrame:
             "launch_delay_max_ns"]
     if launches.empty:
         return pd.DataFrame(columns=cols)
-    frame = launches[["rank", "api", "api_row", "api_dur_ns", "kind", "short"]].assign(
-        kernel=(launches["kind"] == "kernel").to_numpy(), delay=launches["launch_delay_ns"].astype("float64"))
-    g = frame.groupby(["rank", "api"], sort=True, observed=True)
-    calls = frame.drop_duplicates("api_row").groupby(["rank", "api"], sort=True, observed=True)["api_dur_ns"]
-    delay = g["delay"]
-    out = pd.DataFrame(
-        {
-            "launches": calls.size(),
-            "gpu_activities": g.size(),
-            "kernels": g["kernel"].sum().astype(np.int64),
-            "short_kernels": g["short"].sum().astype(np.int64),
-            "api_dur_mean_ns": calls.mean().round().astype(np.int64),
-            "api_dur_median_ns": calls.median().round().astype(np.int64),
-            "launch_delay_mean_ns": delay.mean().round().astype(np.int64),
-            "launch_delay_median_ns": delay.median().round().astype(np.int64),
-            "launch_delay_p95_ns": delay.quantile(0.95).round().astype(np.int64),
-            "launch_delay_max_ns": delay.max().astype(np.int64),
-        }
-    ).reset_index()
+    # one int64 code per (rank, API) in the order the sorted groupby on them used (the API is a
+    # Categorical: its category order), then pandas' own mean/median/quantile on that one key
+    group, (g_rank, g_api) = iv.combine_keys(launches["rank"].to_numpy(np.int64),
+                                             launches["api"].cat.codes.to_numpy().astype(np.int64))
+    n_groups = g_rank.size
+    first = np.full(n_groups, len(launches), dtype=np.int64)
+    np.minimum.at(first, group, np.arange(len(launches), dtype=np.int64))
+    out = launches[["rank", "api"]].take(first).reset_index(drop=True)
+    one_per_call = ~launches["api_row"].duplicated().to_numpy()
+    calls = pd.Series(launches["api_dur_ns"].to_numpy()[one_per_call]).groupby(group[one_per_call])
+    delay = pd.Series(launches["launch_delay_ns"].astype("float64").to_numpy()).groupby(group)
+    out["launches"] = np.bincount(group[one_per_call], minlength=n_groups).astype(np.int64)
+    out["gpu_activities"] = np.bincount(group, minlength=n_groups).astype(np.int64)
+    out["kernels"] = np.bincount(group, weights=(launches["kind"] == "kernel").to_numpy(),
+                                 minlength=n_groups).astype(np.int64)
+    out["short_kernels"] = np.bincount(group, weights=launches["short"].to_numpy(bool),
+                                       minlength=n_groups).astype(np.int64)
+    out["api_dur_mean_ns"] = calls.mean().round().astype(np.int64).to_numpy()
+    out["api_dur_median_ns"] = calls.median().round().astype(np.int64).to_numpy()
+    out["launch_delay_mean_ns"] = delay.mean().round().astype(np.int64).to_numpy()
+    out["launch_delay_median_ns"] = delay.median().round().astype(np.int64).to_numpy()
+    out["launch_delay_p95_ns"] = delay.quantile(0.95).round().astype(np.int64).to_numpy()
+    out["launch_delay_max_ns"] = delay.max().astype(np.int64).to_numpy()
     return out.sort_values(["rank", "launches"], ascending=[True, False]).reset_index(drop=True)[cols]
 
 
 def _tiny_kernel_ops(launches: pd.DataFrame, options: Options) -> pd.DataFrame:
     short = launches.loc[launches["short"], ["rank", "cpu_op", "gpu_dur_ns", "api_dur_ns"]]
-    frame = short.assign(cpu_op=short["cpu_op"].astype(str).replace("", "(unknown)"))
-    g = frame.groupby(["rank", "cpu_op"], sort=False)
-    out = pd.DataFrame(
-        {
-            "short_kernels": g.size(),
-            "short_gpu_ns": g["gpu_dur_ns"].sum(),
-            "launch_api_ns": g["api_dur_ns"].sum(),
-        }
-    ).reset_index()
+    if short.empty or not isinstance(short["cpu_op"].dtype, pd.CategoricalDtype):
+        frame = short.assign(cpu_op=short["cpu_op"].astype(str).replace("", "(unknown)"))
+        g = frame.groupby(["rank", "cpu_op"], sort=False)
+        out = pd.DataFrame({"short_kernels": g.size(), "short_gpu_ns": g["gpu_dur_ns"].sum(),
+                            "launch_api_ns": g["api_dur_ns"].sum()}).reset_index()
+    else:
+        out = _short_by_op(short)
     out = out.sort_values(["rank", "short_kernels", "cpu_op"], ascending=[True, False, True])
     return out.groupby("rank", sort=True).head(options.top_n).reset_index(drop=True)
+
+
+def _short_by_op(short: pd.DataFrame) -> pd.DataFrame:
+    """Short kernels and their time per (rank, op label): the groupby on the op names, worked out on
+    the category codes. Rows in key order: the caller's sort on (rank, count, name) has no ties, so
+    the order it starts from does not matter."""
+    labels = np.array(["(unknown)" if c == "" else str(c) for c in short["cpu_op"].cat.categories], dtype=object)
+    distinct, place = np.unique(labels, return_inverse=True)  # an op named "(unknown)" joins the unknown
+    op = place.reshape(-1).astype(np.int64)[short["cpu_op"].cat.codes.to_numpy().astype(np.int64)]
+    group, (k_rank, k_op) = iv.combine_keys(short["rank"].to_numpy(), op)
+    out = pd.DataFrame({"rank": k_rank, "cpu_op": pd.array(distinct[k_op], dtype="str"),
+                        "short_kernels": np.bincount(group, minlength=k_rank.size).astype(np.int64)})
+    for name, source in (("short_gpu_ns", "gpu_dur_ns"), ("launch_api_ns", "api_dur_ns")):
+        sums = np.zeros(k_rank.size, dtype=np.int64)
+        np.add.at(sums, group, short[source].to_numpy(np.int64))
+        out[name] = sums
+    return out
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
@@ -278,7 +291,7 @@ def graph_replay_table(trace: Trace, options: Options, act: Activity) -> pd.Data
             "device": act.device[first],
             "step": step_column(act.step[first]),
             "api": classify.names_categorical(trace, api),
-            "cpu_op": classify.names_categorical(trace, issuing_cpu_op(trace, options, api)),
+            "cpu_op": classify.names_categorical(trace, issuing_cpu_op(trace, api)),
             "api_start_ns": api_start,
             "api_dur_ns": api_end - api_start,
             "kernels": kernels,

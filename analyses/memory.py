@@ -267,9 +267,18 @@ def rank_origins(trace: Trace, ev: MemoryEvents) -> np.ndarray:
 
 
 def _event_origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    frame = pd.DataFrame({"rank": trace.column("rank").astype(np.int64), "start": trace.column("start_ns")})
-    firsts = frame.groupby("rank", sort=True)["start"].min()
-    return firsts.index.to_numpy(dtype=np.int64), firsts.to_numpy(dtype=np.int64)
+    """(ranks sorted, each rank's earliest event start), once per trace."""
+    return cached(trace, "memory.event_origins", Options(), lambda: _first_starts(trace))
+
+
+def _first_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    start = trace.column("start_ns").astype(np.int64, copy=False)
+    codes, (ranks,) = iv.combine_keys(trace.column("rank").astype(np.int64))
+    if ranks.size == 1:  # one rank (the pipeline analyses one at a time): no grouping
+        return ranks, np.array([start.min()], dtype=np.int64)
+    firsts = np.full(ranks.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(firsts, codes, start)
+    return ranks, firsts
 
 
 def cpu_op_at(trace: Trace, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,

@@ -17,7 +17,6 @@ launch-overhead analyses all need (it is cached on the trace object, by identity
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 import weakref
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from traceview.findings import Options
 from traceview.model import Kind, Trace, step_range_rows
@@ -124,7 +124,9 @@ _CACHE: dict[tuple[int, str, Any], tuple[weakref.ref, Any]] = {}
 
 def cached(trace: Trace, name: str, options: Options, fn: Callable[[], Any]) -> Any:
     """Compute ``fn()`` once per (trace object, name, options)."""
-    key = (id(trace), name, dataclasses.astuple(options))
+    # the options' field values (str, int, float, tuples of str: what ``dataclasses.astuple`` gives,
+    # without its deep copy, which cost more than many of the lookups it keys)
+    key = (id(trace), name, tuple(vars(options).values()))
     hit = _CACHE.get(key)
     if hit is not None and hit[0]() is trace:
         return hit[1]
@@ -138,6 +140,34 @@ def cached(trace: Trace, name: str, options: Options, fn: Callable[[], Any]) -> 
 def clear_cache() -> None:
     """Forget every cached per-trace result (benchmarks call this between timed runs)."""
     _CACHE.clear()
+
+
+def launch_links(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """``Trace.launch_links()`` (api_row, gpu_row), found once per trace for every analysis (read-only)."""
+    return cached(trace, "links.launch", Options(), lambda: _links_of(trace, "launch"))
+
+
+def cpu_op_links(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """``Trace.cpu_op_links()`` (cpu_op_row, runtime_row), found once per trace (read-only)."""
+    return cached(trace, "links.cpu_op", Options(), lambda: _links_of(trace, "cpu_op"))
+
+
+def _links_of(trace: Trace, link_type: str) -> tuple[np.ndarray, np.ndarray]:
+    """The links of one type, selected on the type column's dictionary codes (comparing the
+    decoded strings of every link cost more than the rest of the lookup)."""
+    links = trace.links
+    column = links.column("type")
+    column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if links.num_rows == 0 or not isinstance(column, pa.DictionaryArray):
+        src, dst = trace.launch_links() if link_type == "launch" else trace.cpu_op_links()
+    else:
+        wanted = np.flatnonzero(np.asarray(column.dictionary.to_pylist(), dtype=object) == link_type)
+        keep = np.isin(column.indices.to_numpy(zero_copy_only=False), wanted)
+        src = links.column("src_row").to_numpy()[keep]
+        dst = links.column("dst_row").to_numpy()[keep]
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    src.flags.writeable = dst.flags.writeable = False  # shared by every analysis
+    return src, dst
 
 
 def activity(trace: Trace, options: Options) -> Activity:
@@ -159,7 +189,7 @@ def _build_activity(trace: Trace, options: Options) -> Activity:
 
     # launch call of each activity (a GPU row has at most one launch call; keep the first)
     api_of = np.full(trace.num_events, -1, dtype=np.int64)
-    api_rows, gpu_rows = trace.launch_links()
+    api_rows, gpu_rows = launch_links(trace)
     if api_rows.size:
         rev = slice(None, None, -1)  # assign in reverse so the first link wins
         api_of[gpu_rows[rev]] = api_rows[rev]
@@ -363,10 +393,11 @@ def _build_cpu_op_nesting(trace: Trace) -> CpuOpNesting:
     end = start + np.maximum(trace.column("dur_ns")[rows], 0)
     codes, (rank, pid, tid) = iv.combine_keys(trace.column("rank")[rows].astype(np.int64), trace.column("pid")[rows],
                                               trace.column("tid")[rows])
-    depth = iv.nesting_depth(codes, start, end)
+    index = iv.NestedIndex(codes, start, end)
+    depth = index.depth  # worked out by the index from its one sort
     outer = np.flatnonzero(depth == 0)
     return CpuOpNesting(rows=rows, threads=(rank, pid, tid), codes=codes, depth=depth,
-                        index=iv.NestedIndex(codes, start, end, depth),
+                        index=index,
                         outer_index=iv.NestedIndex(codes[outer], start[outer], end[outer], depth[outer]), outer=outer)
 
 
@@ -383,6 +414,8 @@ __all__ = [
     "fold_step_name",
     "step_marker_candidates",
     "clear_cache",
+    "cpu_op_links",
+    "launch_links",
     "per_step",
     "step_column",
     "step_table",

@@ -61,7 +61,8 @@ import pandas as pd
 from . import classify
 from traceview import intervals as iv
 from .idle_gaps import BLOCKING_COPY
-from .steps import NO_STEP, Activity, activity, assign_to_steps, cpu_op_nesting, per_step, step_column
+from .steps import (NO_STEP, Activity, activity, assign_to_steps, cpu_op_links, cpu_op_nesting, launch_links, per_step,
+                    step_column)
 from traceview.claims import Claims
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
@@ -99,12 +100,9 @@ def _sync_type(name: str) -> str | None:
 
 def _per_name(trace: Trace, fn: Callable[[str], object]) -> np.ndarray:
     """``fn(name)`` for every event (evaluated once per distinct name)."""
-    col = trace.events.column("name")
-    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    dictionary = col.dictionary.to_pylist()
+    codes, dictionary = classify.dictionary_codes(trace, "name")
     mapped = np.array([fn(v or "") for v in dictionary] + [fn("")], dtype=object)
-    codes = col.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
-    return mapped[codes]
+    return mapped[codes]  # a null (-1) is the last entry
 
 
 def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,11 +112,11 @@ def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     top = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return np.empty(0, dtype=object), np.empty(0, dtype=object)
-    names = trace.names()
+    names = classify.EventNames(trace)
     start = trace.column("start_ns")
     end = start + np.maximum(trace.column("dur_ns"), 0)
     # 1. the linked op (innermost = the latest-starting one when a call has several)
-    op_rows, rt_rows = trace.cpu_op_links()
+    op_rows, rt_rows = cpu_op_links(trace)
     if op_rows.size:
         # trust a link only when the op contains the call on the same thread (some old traces
         # reuse the correlation id as the runtime call's "External id", linking unrelated ops)
@@ -155,7 +153,7 @@ def _latest_linked_op(op_rows: np.ndarray, rt_rows: np.ndarray, op_start_ns: np.
     return np.where(found, ops[pos] if keys.size else -1, -1).astype(np.int64)
 
 
-def _names_at(names: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _names_at(names: classify.EventNames, rows: np.ndarray) -> np.ndarray:
     """``names[row]`` for each row (an object array), None where the row is -1."""
     out = names[np.maximum(rows, 0)].astype(object)
     out[rows < 0] = None
@@ -182,8 +180,7 @@ def _rank_gaps(act: Activity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if len(act) == 0:
         e = np.empty(0, dtype=np.int64)
         return e, e, e
-    k, lo, hi = iv.window_by(act.rank, act.start, act.end)
-    return iv.gaps_by((act.rank, act.start, act.end), k, lo, hi)
+    return iv.hull_gaps_by(act.rank, act.start, act.end)
 
 
 def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
@@ -191,11 +188,11 @@ def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
     rank_all = trace.column("rank").astype(np.int64)
     runtime = trace.kind_codes() == int(Kind.RUNTIME)
     # ranks of the activity context (Options.ranks); every rank when there is no GPU activity
-    in_ranks = np.isin(rank_all, np.unique(act.rank)) if len(act) else np.ones(rank_all.size, dtype=bool)
+    in_ranks = _in_ranks(rank_all, act) if len(act) else np.ones(rank_all.size, dtype=bool)
     sync_type = _per_name(trace, _sync_type)
-    names = trace.names()
+    names = classify.EventNames(trace)
     # copies and their launch calls
-    api_rows, gpu_rows = trace.launch_links()
+    api_rows, gpu_rows = launch_links(trace)
     memcpy = trace.mask(Kind.MEMCPY)
     sel = memcpy[gpu_rows] & runtime[api_rows] & in_ranks[api_rows] if api_rows.size else np.zeros(0, bool)
     next_of = _next_runtime_call(trace, runtime & in_ranks, rank_all)
@@ -228,27 +225,31 @@ def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
     return calls[CALL_COLUMNS]
 
 
+def _in_ranks(rank_all: np.ndarray, act: Activity) -> np.ndarray:
+    """Boolean per event: of a rank that has GPU activity (one comparison when there is one rank)."""
+    ranks = np.unique(act.rank)
+    return rank_all == ranks[0] if ranks.size == 1 else np.isin(rank_all, ranks)
+
+
 def _next_runtime_call(trace: Trace, is_call: np.ndarray, rank_all: np.ndarray) -> np.ndarray:
     """For every runtime call (``is_call``), the row of the next runtime call on the same thread;
     -1 for the last call of a thread and for every other row."""
-    start, tid, pid = trace.column("start_ns"), trace.column("tid"), trace.column("pid")
+    start = trace.column("start_ns")
     rt = np.flatnonzero(is_call)
-    order = np.lexsort((start[rt], tid[rt], pid[rt], rank_all[rt]))
-    rt_sorted = rt[order]
+    # one code per thread, in (rank, pid, tid) order: the same order as sorting on the three
+    thread = iv.combine_keys(rank_all[rt], trace.column("pid")[rt], trace.column("tid")[rt])[0]
+    order = np.lexsort((start[rt], thread))
+    rt_sorted, thread = rt[order], thread[order]
     same_next = np.zeros(rt_sorted.size, dtype=bool)
     if rt_sorted.size > 1:
-        same_next[:-1] = (
-            (rank_all[rt_sorted[1:]] == rank_all[rt_sorted[:-1]])
-            & (pid[rt_sorted[1:]] == pid[rt_sorted[:-1]])
-            & (tid[rt_sorted[1:]] == tid[rt_sorted[:-1]])
-        )
+        same_next[:-1] = thread[1:] == thread[:-1]
     next_of = np.full(trace.num_events, -1, dtype=np.int64)
     next_of[rt_sorted[:-1][same_next[:-1]]] = rt_sorted[1:][same_next[:-1]]
     return next_of
 
 
 def _copy_calls(trace: Trace, copy_api: np.ndarray, copy_gpu: np.ndarray, next_of: np.ndarray,
-                sync_type: np.ndarray, names: np.ndarray) -> pd.DataFrame:
+                sync_type: np.ndarray, names: classify.EventNames) -> pd.DataFrame:
     """One row per (launch call, copy) that blocks the host: a blocking copy API
     (``blocking_copy``), an async copy followed by a synchronize call on its thread
     (``copy_then_sync``) or a copy from/to pageable memory (``pageable_copy``)."""
@@ -411,24 +412,74 @@ _STEP_COLS = ["rank", "step", "sync_calls", "sync_blocked_ns", "sync_cost_ns", "
               "blocking_copy_blocked_ns", "blocking_copy_cost_ns", "pageable_copies", "pageable_cost_ns"]
 
 
+def _sorted_groups(frame: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """What ``frame.groupby(keys)`` (sorted, missing keys left out) groups, from numpy codes:
+    (rows kept, their group, the groups' keys as a frame in group order, dtypes kept)."""
+    codes = [pd.factorize(frame[k], sort=True)[0] for k in keys]
+    rows = np.flatnonzero(np.logical_and.reduce([c >= 0 for c in codes]))
+    group, _ = iv.combine_keys(*[c[rows] for c in codes])
+    n_groups = int(group.max()) + 1 if group.size else 0
+    first = np.full(n_groups, len(frame), dtype=np.int64)
+    np.minimum.at(first, group, rows)
+    out = frame[keys].take(first).reset_index(drop=True)
+    for k in keys:
+        if out[k].dtype == object:  # groupby's keys are an Index of the distinct values: inferred (str)
+            out[k] = pd.Index(out[k].to_numpy(dtype=object))
+    return rows, group, out
+
+
+def _group_sums(frame: pd.DataFrame, rows: np.ndarray, group: np.ndarray, n_groups: int,
+                columns: dict[str, str]) -> dict[str, np.ndarray]:
+    """Exact int64 sums of ``frame[source]`` per group, as ``{output: sums}`` for ``{output: source}``."""
+    out = {}
+    for name, source in columns.items():
+        sums = np.zeros(n_groups, dtype=np.int64)
+        np.add.at(sums, group, frame[source].to_numpy(np.int64)[rows])
+        out[name] = sums
+    return out
+
+
+def _most_common(values: pd.Series, rows: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, its most frequent value (ties: the one seen first), as ``value_counts().index[0]``
+    of each group gives."""
+    code, uniques = pd.factorize(values.to_numpy()[rows])
+    pair, (p_group, p_code) = iv.combine_keys(group, code)
+    count = np.bincount(pair, minlength=p_group.size)
+    seen = np.full(p_group.size, rows.size, dtype=np.int64)
+    np.minimum.at(seen, pair, np.arange(rows.size, dtype=np.int64))
+    best = np.lexsort((seen, -count, p_group))
+    head = best[np.r_[True, p_group[best][1:] != p_group[best][:-1]]]
+    out = np.empty(n_groups, dtype=object)
+    out[p_group[head]] = np.asarray(uniques, dtype=object)[p_code[head]]
+    return out
+
+
 def _sync_summary(c: pd.DataFrame) -> pd.DataFrame:
     """Synchronize / wait calls per rank, API and call type, with the CPU op that issues them most."""
     syncs = c[c["api"].str.contains("Synchronize|StreamWaitEvent", regex=True)]
     if not len(syncs):
         return _empty(_SYNC_COLS)
-    g = syncs.groupby(["rank", "api", "call_type"])
-    s = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"),
-              cost_ns=("cost_ns", "sum")).reset_index()
+    rows, group, s = _sorted_groups(syncs, ["rank", "api", "call_type"])
+    n_groups = len(s)
+    s["count"] = np.bincount(group, minlength=n_groups).astype(np.int64)
+    for name, values in _group_sums(syncs, rows, group, n_groups, {"blocked_ns": "dur_ns"}).items():
+        s[name] = values
+    longest = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(longest, group, syncs["dur_ns"].to_numpy(np.int64)[rows])
+    s["max_ns"] = longest
+    s["cost_ns"] = _group_sums(syncs, rows, group, n_groups, {"cost_ns": "cost_ns"})["cost_ns"]
     s["mean_ns"] = s["blocked_ns"] / s["count"]
-    s["cpu_op"] = g["cpu_op_key"].agg(lambda x: x.value_counts().index[0]).to_numpy()
+    s["cpu_op"] = _most_common(syncs["cpu_op_key"], rows, group, n_groups)
     return s.sort_values(["rank", "blocked_ns"], ascending=[True, False])[_SYNC_COLS].reset_index(drop=True)
 
 
 def _by_cpu_op(c: pd.DataFrame) -> pd.DataFrame:
     """Blocking calls per rank, CPU op (and its top-level op), call type and API, costliest first."""
     c = c.assign(top_key=_labels(c["top_cpu_op"], "(none)"))
-    g = c.groupby(["rank", "cpu_op_key", "top_key", "call_type", "api"])
-    o = g.agg(count=("row", "size"), blocked_ns=("dur_ns", "sum"), cost_ns=("cost_ns", "sum")).reset_index()
+    rows, group, o = _sorted_groups(c, ["rank", "cpu_op_key", "top_key", "call_type", "api"])
+    o["count"] = np.bincount(group, minlength=len(o)).astype(np.int64)
+    for name, values in _group_sums(c, rows, group, len(o), {"blocked_ns": "dur_ns", "cost_ns": "cost_ns"}).items():
+        o[name] = values
     o = o.rename(columns={"cpu_op_key": "cpu_op", "top_key": "top_cpu_op"})
     return o.sort_values(["rank", "cost_ns", "blocked_ns"], ascending=[True, False, False])[
         _OP_COLS].reset_index(drop=True)
@@ -515,11 +566,11 @@ def gpu_sync_events(trace: Trace, act: Activity) -> pd.DataFrame:
     cols = ["rank", "device", "name", "count", "total_ns"]
     sel = trace.mask(Kind.SYNC)
     if len(act):
-        sel &= np.isin(trace.column("rank"), np.unique(act.rank))
+        sel &= _in_ranks(trace.column("rank"), act)
     if not sel.any():
         return _empty(cols)
     f = pd.DataFrame({"rank": trace.column("rank")[sel].astype(np.int64), "device": trace.column("device")[sel].astype(
-        np.int64), "name": trace.names()[sel], "dur": trace.column("dur_ns")[sel]})
+        np.int64), "name": classify.EventNames(trace)[sel], "dur": trace.column("dur_ns")[sel]})
     g = f.groupby(["rank", "device", "name"]).agg(count=("dur", "size"), total_ns=("dur", "sum")).reset_index()
     return g[cols]
 

@@ -18,7 +18,7 @@ from dash import Input, Output, State, dcc, html
 
 from traceview.findings import Options
 
-from . import history, pages
+from . import history, pages, timeline_view
 from .runs import RunStore, discover_runs
 from .views import AppController
 
@@ -163,11 +163,19 @@ def _add_page_callbacks(app: dash.Dash, controller: AppController) -> None:
 
 def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
     """Zooming and panning the timeline, search, event details, open ranks (one callback: every one
-    of them redraws the figure), and opening it on a gap clicked in the gap table."""
+    of them redraws the figure), and opening it on a gap clicked in the gap table. Wheel zoom and
+    drag pan run in the browser (``timeline_view.INTERACTIONS_JS``) and send the new x range as the
+    ``tl-zoom`` store, as do plotly's own range changes (box zoom, double-click), filtered there
+    (``timeline_view.RELAYOUT_FILTER_JS``): no other relayout event reaches the server."""
+    app.clientside_callback(timeline_view.INTERACTIONS_JS, Output("tl-js", "data"), Input("tl-window", "data"))
+    app.clientside_callback(timeline_view.RELAYOUT_FILTER_JS, Output("tl-zoom", "data"),
+                            Input("tl-graph", "relayoutData"), prevent_initial_call=True)
+
     @app.callback(
         Output("tl-graph", "figure"), Output("tl-window", "data"), Output("tl-stats", "children"),
-        Output("tl-details", "children"), Output("tl-open", "value"),
-        Input("tl-graph", "relayoutData"), Input("tl-graph", "clickData"),
+        Output("tl-details", "children"), Output("tl-open", "value"), Output("tl-axis", "figure"),
+        Output("tl-legend", "children"),
+        Input("tl-zoom", "data"), Input("tl-graph", "clickData"),
         Input("tl-zoom-in", "n_clicks"), Input("tl-zoom-out", "n_clicks"), Input("tl-left", "n_clicks"),
         Input("tl-right", "n_clicks"), Input("tl-reset", "n_clicks"),
         Input("tl-search-next", "n_clicks"), Input("tl-search-prev", "n_clicks"), Input("tl-search", "n_submit"),
@@ -175,12 +183,18 @@ def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
         State("tl-search", "value"), State("tl-window", "data"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
-    def _timeline(relayout: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, _f: Any, _g: Any,
+    def _timeline(zoom: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, _f: Any, _g: Any,
                   _h: Any, open_value: Any, query: Any, state: Any, run: Any, ranks: Any, steps: Any, t0: Any,
                   t1: Any) -> tuple:
         trig = dash.ctx.triggered[0]["prop_id"] if dash.ctx.triggered else None
-        return controller.timeline_action(trig, relayout, click, state, run, ranks, steps, t0, t1, query=query,
-                                          open_value=open_value)
+        if trig == "tl-zoom.data":  # a new x range, in the keys of a plotly relayout event
+            trig = "tl-graph.relayoutData"
+        out = controller.timeline_action(trig, zoom, click, state, run, ranks, steps, t0, t1, query=query,
+                                         open_value=open_value)
+        fig = out[0]
+        if fig is dash.no_update:
+            return (*out, dash.no_update, dash.no_update)
+        return (*out, timeline_view.axis_figure(fig), timeline_view.legend(fig))
 
     @app.callback(
         Output("url", "pathname"), Output("url", "search"), Output("gap-click-msg", "children"),

@@ -393,7 +393,8 @@ class RenderStats:
             parts.append(f"{self.hidden_lanes} empty lane(s) hidden")
         if self.collapsed_ranks:
             parts.append(f"rank(s) {', '.join(str(r) for r in self.collapsed_ranks)} collapsed")
-        parts.append(f"{self.shapes:,} shapes sent")
+        # what the browser draws, counted as the budget counts it (not SVG shapes: rasters)
+        parts.append(f"sent: {self.cells:,} heatmap cells, {self.labels:,} names, {self.layout_shapes:,} lines")
         return " · ".join(parts)
 
 
@@ -508,14 +509,20 @@ class _Rows:
         return self.plot_px / max(self.total, 1e-9)
 
 
+def columns(win: "_Window", bins: int) -> dict[str, float]:
+    """The x of a raster's ``bins`` equal columns across the window as plotly's ``x0`` (centre of
+    the first column, ms since the origin) and ``dx`` (column width, ms): two numbers instead of a
+    list of ``bins + 1`` edges in every heatmap of every response."""
+    dx = win.width_ns / max(bins, 1) / 1e6
+    return {"x0": round(float(win.ms(win.t0)) + dx / 2, 9), "dx": dx}
+
+
 def _heatmap_traces(index: LaneIndex, aggregated: list[Lane], bins: int, win: _Window, rows: _Rows,
                     collapsed: dict[int, list[Lane]]) -> list[dict]:
     """One heatmap row per aggregated lane: the busy fraction of each of ``bins`` bins (a collapsed
     rank's row: the largest busy fraction of its GPU streams per bin)."""
     data: list[dict] = []
     edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
-    rel = edges - win.origin_ns
-    centers = (rel[:-1] + rel[1:]) / 2.0 / 1e6
     first_gpu = True
     for ln in aggregated:
         members = collapsed.get(id(ln))
@@ -532,7 +539,7 @@ def _heatmap_traces(index: LaneIndex, aggregated: list[Lane], bins: int, win: _W
         color = SERIES[0][2] if gpu else COLORS.get("cpu_op", "#72B7B2")
         y, half = rows.ypos[id(ln)], 0.42 * 2 * rows.yhalf[id(ln)]
         trace = {
-            "type": "heatmap", "x": centers.round(6).tolist(), "y": [round(y - half, 4), round(y + half, 4)],
+            "type": "heatmap", **columns(win, bins), "y": [round(y - half, 4), round(y + half, 4)],
             "z": [frac.round(3).tolist()], "customdata": [starts.tolist()],
             "zmin": 0, "zmax": 1,
             "colorscale": [[0, "rgba(255,255,255,0)"], [0.001, "#eef3f9" if gpu else "#eef7f6"], [1, color]],
@@ -632,7 +639,7 @@ def _event_rasters(index: LaneIndex, rows: _Rows, detail: dict[int, np.ndarray],
     cell coloured by the event it shows (by series, alternating shades; search matches and the
     selected event marked), its name in the hover and its position as customdata (a click selects it)."""
     edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
-    x = win.ms(edges).round(6).tolist()
+    x = columns(win, bins)
     dur_text: dict[int, str] = {}
     out: list[dict] = []
     for ln in rows.lanes:
@@ -646,7 +653,7 @@ def _event_rasters(index: LaneIndex, rows: _Rows, detail: dict[int, np.ndarray],
             z.append([None if v != v else v for v in val.tolist()])
             cd.append([[p] if p >= 0 else None for p in pos.tolist()])
             text.append(_cell_texts(index, pos, win, dur_text))
-        out.append({"type": "heatmap", "x": x, "y": [round(v, 4) for v in y_edges], "z": z, "customdata": cd,
+        out.append({"type": "heatmap", **x, "y": [round(v, 4) for v in y_edges], "z": z, "customdata": cd,
                     "text": text, "zmin": 0, "zmax": len(_PALETTE), "colorscale": _COLORSCALE, "showscale": False,
                     "hoverongaps": False, "name": ln.label, "xgap": 0, "ygap": 1,
                     "hovertemplate": "%{text}<br>click for details<extra></extra>"})
@@ -708,11 +715,33 @@ def _label_trace(xs: list[float], ys: list[float], texts: list[str]) -> dict:
             "hoverinfo": "skip", "showlegend": False, "cliponaxis": True}
 
 
-def _legend_traces(index: LaneIndex, detail: dict[int, np.ndarray], causes: list[str]) -> list[dict]:
-    """One legend entry per series drawn and per gap cause (the rasters have no legend of their own)."""
+def _marks_drawn(detail: dict[int, np.ndarray], marks: "Marks") -> tuple[bool, bool]:
+    """Whether a search match and the selected event are among the events drawn one by one (the
+    rasters mark every one of them, :func:`_mark_bins`)."""
+    if not detail:
+        return False, False
+    shown = np.concatenate(list(detail.values()))
+    match = marks.matches is not None and bool(np.isin(marks.matches, shown).any())
+    selected = marks.selected is not None and bool(np.isin(shown, [marks.selected]).any())
+    return match, selected
+
+
+def _legend_traces(index: LaneIndex, detail: dict[int, np.ndarray], causes: list[str], aggregated: list[Lane],
+                   marks: tuple[bool, bool] = (False, False)) -> list[dict]:
+    """One legend entry per thing drawn (the rasters have no legend of their own): each series drawn
+    event by event, each gap cause, the busy fraction of aggregated GPU and CPU lanes (collapsed
+    ranks are GPU streams), the search matches and the selected event."""
     drawn = sorted(set(np.unique(index.series[np.concatenate(list(detail.values()))]).tolist())) if detail else []
     entries = [(SERIES[s][1], SERIES[s][2]) for s in drawn]
     entries += [(f"gap: {CAUSE_LABELS.get(c, c)}", COLORS.get(c, COLORS.get("other", "#C7C7C7"))) for c in causes]
+    if any(ln.kind in (GPU_LANE, RANK_LANE) for ln in aggregated):
+        entries.append(("GPU busy fraction (aggregated lanes)", SERIES[0][2]))
+    if any(ln.kind == CPU_LANE for ln in aggregated):
+        entries.append(("CPU busy fraction (aggregated lanes)", COLORS.get("cpu_op", "#72B7B2")))
+    if marks[0]:
+        entries.append(("search match", _PALETTE[MATCH_VALUE]))
+    if marks[1]:
+        entries.append(("selected event", _PALETTE[SELECTED_VALUE]))
     return [{"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": name, "showlegend": True,
              "hoverinfo": "skip", "marker": {"color": color, "symbol": "square", "size": 11}}
             for name, color in entries]
@@ -729,7 +758,7 @@ def _gap_rasters(gaps: Any, idx: np.ndarray, rows: _Rows, win: _Window, bins: in
     cause_code = np.array([CAUSES.index(c) if c in CAUSES else len(CAUSES) for c in causes.tolist()], dtype=np.int64)
     cpu = g["cpu_context"].to_numpy() if "cpu_context" in g else np.full(idx.size, None)
     edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
-    x = win.ms(edges).round(6).tolist()
+    x = columns(win, bins)
     out: list[dict] = []
     for ln in rows.lanes:
         if ln.kind != GAP_LANE:
@@ -746,7 +775,7 @@ def _gap_rasters(gaps: Any, idx: np.ndarray, rows: _Rows, win: _Window, bins: in
                            + (f"<br>CPU: {esc(scrub_text(str(cpu[k])))}" if cpu[k] else ""))
                   for k in np.unique(at[has]).tolist()}
         y0, half = rows.ypos[id(ln)], rows.yhalf[id(ln)]
-        out.append({"type": "heatmap", "x": x, "y": [round(y0 - 0.85 * half, 4), round(y0 + 0.85 * half, 4)],
+        out.append({"type": "heatmap", **x, "y": [round(y0 - 0.85 * half, 4), round(y0 + 0.85 * half, 4)],
                     "z": [[None if v != v else v for v in val.tolist()]],
                     "customdata": [[[int(gs[k] - win.origin_ns), int(ge[k] - win.origin_ns)] if h else None
                                     for k, h in zip(at.tolist(), has.tolist())]],
@@ -983,7 +1012,7 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
     if gap_idx.size:
         gap_data, causes = _gap_rasters(gaps, gap_idx, rows, win, bins)
         data.extend(gap_data)
-    data.extend(_legend_traces(index, detail, causes))
+    data.extend(_legend_traces(index, detail, causes, aggregated, _marks_drawn(detail, marks)))
     if label_text:
         data.append(_label_trace(label_x, label_y, label_text))
     layout = _layout(rows, win, focus, title)

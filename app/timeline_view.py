@@ -11,6 +11,7 @@ index, times, ranks) and the search text, each validated here before use.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -38,6 +39,121 @@ MAX_MATCHES = 1_000_000
 MAX_LINKS = 20
 
 SEARCH_TRIGGERS = ("tl-search-next", "tl-search-prev", "tl-search.n_submit")
+#: height of the pinned time axis above the chart (px): its tick labels (the legend is HTML above it)
+AXIS_PX = 34
+#: top margin of the chart below the pinned axis (its own tick labels are hidden)
+CHART_TOP_PX = 6
+#: the browser waits this long after the last wheel event before it asks for the new window (ms)
+WHEEL_DEBOUNCE_MS = 60
+
+#: JavaScript (a Dash clientside callback, run on every new window state; installs itself once per
+#: page): wheel zoom and drag pan of the timeline done in the browser. Plotly's own handlers redraw
+#: the whole figure at the new range, then Dash draws it once more with the figure's new layout,
+#: then the server's figure is drawn: three full redraws per zoom. Here the drawn image is only
+#: moved and stretched (an SVG transform of the trace layers, the pinned axis relaid out: cheap)
+#: until the server's figure for the new window arrives, so one redraw is left. The new window goes
+#: to the server through the ``tl-zoom`` store, ``WHEEL_DEBOUNCE_MS`` after the last wheel event or
+#: at once on mouse-up. A click (a move of less than plotly's 8 px) is left to plotly.
+INTERACTIONS_JS = """
+function(_state) {
+  const w = window;
+  if (w.__tvTimeline) { return w.dash_clientside.no_update; }
+  w.__tvTimeline = true;
+  const DEBOUNCE_MS = %(debounce)d, MIN_DRAG_PX = 8;
+  let pending = null, sent = null, timer = null, seq = 0, drag = null, axisRange = null;
+  const graph = () => document.querySelector('#tl-graph .js-plotly-plot');
+  const axis = () => document.querySelector('#tl-axis .js-plotly-plot');
+  const inPlot = (t) => t && t.closest && t.closest('#tl-graph .nsewdrag');
+  function layers(gd) { return gd.querySelectorAll('.cartesianlayer .plot > g'); }
+  function clear(gd) { for (const g of layers(gd)) { g.removeAttribute('transform'); } }
+  function preview(gd, r) {
+    // the drawn range stays in gd._fullLayout (the figure is never relaid out here)
+    const xa = gd._fullLayout.xaxis, d = xa.range, width = xa._length, k = width / (r[1] - r[0]);
+    const t = 'translate(' + ((d[0] - r[0]) * k) + ',0) scale(' + ((d[1] - d[0]) / (r[1] - r[0])) + ',1)';
+    for (const g of layers(gd)) { g.setAttribute('transform', t); }
+    // the pinned axis follows once per frame (a burst of wheel events relays it out once)
+    if (!axisRange) { requestAnimationFrame(moveAxis); }
+    axisRange = r.slice();
+  }
+  function moveAxis() {
+    const ax = axis(), r = axisRange;
+    axisRange = null;
+    if (r && ax && ax._fullLayout) { Plotly.relayout(ax, {'xaxis.range': r}); }
+  }
+  function hook(gd) {
+    if (gd.__tvHooked) { return; }
+    gd.__tvHooked = true;
+    pending = sent = null;  // a new chart (the page was drawn again): nothing of the last one is kept
+    // the server's figure is drawn: keep previewing only what was asked after it was sent
+    gd.on('plotly_afterplot', () => {
+      if (pending && pending !== sent) { preview(gd, pending); } else { pending = null; clear(gd); }
+    });
+  }
+  function send() {
+    timer = null;
+    if (!pending) { return; }
+    sent = pending; seq += 1;
+    w.dash_clientside.set_props('tl-zoom', {data: {'xaxis.range[0]': sent[0], 'xaxis.range[1]': sent[1], 'n': seq}});
+  }
+  function ready(e) {
+    if (!inPlot(e.target)) { return null; }
+    const gd = graph();
+    if (!gd || !gd._fullLayout || gd._fullLayout.dragmode !== false) { return null; }  // box zoom: plotly's
+    hook(gd);
+    return gd;
+  }
+  document.addEventListener('wheel', (e) => {
+    const gd = ready(e);
+    if (!gd) { return; }
+    e.preventDefault(); e.stopPropagation();  // plotly's wheel zoom would redraw everything
+    let delta = -e.deltaY * (e.deltaMode === 1 ? 40 : 1);
+    if (!isFinite(delta) || delta === 0) { return; }
+    const zoom = Math.exp(-Math.min(Math.max(delta, -20), 20) / 200);  // plotly's step per event
+    const box = e.target.getBoundingClientRect();
+    const f = Math.min(Math.max((e.clientX - box.left) / box.width, 0), 1);
+    const r = pending || gd._fullLayout.xaxis.range, c = r[0] + (r[1] - r[0]) * f;
+    pending = [c + (r[0] - c) * zoom, c + (r[1] - c) * zoom];
+    preview(gd, pending);
+    clearTimeout(timer); timer = setTimeout(send, DEBOUNCE_MS);
+  }, {capture: true, passive: false});
+  document.addEventListener('mousedown', (e) => {
+    const gd = e.button === 0 ? ready(e) : null;
+    if (!gd) { return; }
+    const r = pending || gd._fullLayout.xaxis.range;
+    drag = {gd: gd, x: e.clientX, r: [r[0], r[1]], moved: false, perPx: (r[1] - r[0]) / gd._fullLayout.xaxis._length};
+  }, true);
+  document.addEventListener('mousemove', (e) => {
+    if (!drag) { return; }
+    const dx = e.clientX - drag.x;
+    if (!drag.moved && Math.abs(dx) < MIN_DRAG_PX) { return; }
+    drag.moved = true;
+    pending = [drag.r[0] - dx * drag.perPx, drag.r[1] - dx * drag.perPx];
+    preview(drag.gd, pending);
+  }, true);
+  document.addEventListener('mouseup', () => {
+    const moved = drag && drag.moved;
+    drag = null;
+    if (moved) { clearTimeout(timer); send(); }
+  }, true);
+  return w.dash_clientside.no_update;
+}
+""" % {"debounce": WHEEL_DEBOUNCE_MS}
+
+#: JavaScript (a Dash clientside callback): only the relayout events that change the x range (box
+#: zoom, double-click, the modebar's reset) reach the server, as the ``tl-zoom`` store. Any other
+#: relayout (plotly's autosize after a redraw) would otherwise start the timeline callback again,
+#: and Dash drops the answer of a request that a newer one of the same callback overtook: a "next
+#: match" answered while such an event came in was never drawn.
+RELAYOUT_FILTER_JS = """
+function(rel) {
+  const keep = ['xaxis.range[0]', 'xaxis.range[1]', 'xaxis.range', 'xaxis.autorange'];
+  const out = {};
+  for (const k of keep) { if (rel && rel[k] !== undefined) { out[k] = rel[k]; } }
+  if (!Object.keys(out).length) { return window.dash_clientside.no_update; }
+  out.n = Date.now();
+  return out;
+}
+"""
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -321,7 +437,54 @@ def figure(ctx: RunContext, index: LaneIndex, state: dict[str, Any], gaps: Any, 
                  f"in the window{where}")
     if marks.flows:
         text += f" · {len(marks.flows)} flow arrow(s)"
-    return fig, text
+    return pin_axis(fig), text
+
+
+_REVISION = itertools.count(1)
+
+
+def pin_axis(fig: dict) -> dict:
+    """The chart as the page shows it: its legend and time-axis labels moved to the pinned axis
+    figure (:func:`axis_figure`, drawn above it in a sticky box), its top margin shrunk to match;
+    ``layout.meta.revision`` numbers the figures the server sent (a benchmark waits for a new one)."""
+    layout = dict(fig["layout"])
+    data = [tr for tr in fig["data"] if not _is_legend_entry(tr)]
+    margin = dict(layout["margin"])
+    layout["height"] = int(layout["height"]) - int(margin["t"]) + CHART_TOP_PX
+    margin["t"] = CHART_TOP_PX
+    layout["margin"] = margin
+    layout["xaxis"] = {**layout["xaxis"], "showticklabels": False}
+    layout["showlegend"] = False
+    layout["dragmode"] = False  # wheel and drag are handled in the browser (INTERACTIONS_JS)
+    layout["meta"] = {"revision": next(_REVISION),
+                      "legend": [[tr["name"], tr["marker"]["color"]] for tr in fig["data"] if _is_legend_entry(tr)]}
+    return {"data": data, "layout": layout}
+
+
+def _is_legend_entry(trace: dict) -> bool:
+    return bool(trace.get("showlegend")) and trace.get("type") == "scatter" and trace.get("x") == [None]
+
+
+def axis_figure(fig: dict) -> dict:
+    """The pinned time axis of a chart made by :func:`pin_axis`: its x range and margins, the time
+    labels on top (no data: redrawing it costs the browser next to nothing)."""
+    lay = fig["layout"]
+    xaxis = {**lay["xaxis"], "showticklabels": True, "side": "top", "showgrid": False, "fixedrange": True}
+    return {"data": [], "layout": {
+        "height": AXIS_PX, "margin": {"l": lay["margin"]["l"], "r": lay["margin"]["r"], "t": AXIS_PX - 4, "b": 0},
+        "paper_bgcolor": "white", "plot_bgcolor": "white", "font": lay.get("font", {}), "xaxis": xaxis,
+        "yaxis": {"visible": False, "fixedrange": True, "range": [0, 1]}, "showlegend": False, "dragmode": False,
+    }}
+
+
+def legend(fig: dict) -> list[Any]:
+    """The legend of a chart made by :func:`pin_axis`, as HTML (a colour square and a name per
+    thing drawn): the browser lays it out without plotly measuring every entry at each redraw."""
+    entries = (fig["layout"].get("meta") or {}).get("legend") or []
+    square = {"display": "inline-block", "width": "11px", "height": "11px", "marginRight": "4px",
+              "verticalAlign": "-1px"}
+    return [html.Span([html.Span(style={**square, "background": color}), name], className="tl-legend-entry",
+                      style={"marginRight": "14px", "whiteSpace": "nowrap"}) for name, color in entries]
 
 
 def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], panel: Any = None) -> list[Any]:
@@ -344,11 +507,21 @@ def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], pan
     open_list = dcc.Checklist(id="tl-open", options=[{"label": f" rank {r}", "value": r} for r in ranks],
                               value=list(state.get("open") or []), inline=True,
                               inputStyle={"marginLeft": "10px"}, style={"fontSize": "13px"})
+    # the time axis (and legend) stays at the top of the window while the page scrolls over the chart
+    pinned = html.Div([html.Div(legend(fig), id="tl-legend",
+                                style={"fontSize": "12px", "color": "#333", "padding": "2px 0 0 250px"}),
+                       dcc.Graph(id="tl-axis", figure=axis_figure(fig),
+                                 config={"staticPlot": True, "displayModeBar": False})],
+                      id="tl-axis-box", style={"position": "sticky", "top": "0px", "zIndex": 5,
+                                               "background": "white", "borderBottom": "1px solid #ddd"})
     return [
         dcc.Store(id="tl-window", data=state),
+        dcc.Store(id="tl-zoom"),  # a new x range from the browser (INTERACTIONS_JS, RELAYOUT_FILTER_JS)
+        dcc.Store(id="tl-js"),  # the output of the clientside callback that installs INTERACTIONS_JS
         html.Div([controls, html.Div([html.Span("ranks shown lane by lane:", style={"color": "#555"}), open_list],
                                      style={"display": "flex", "alignItems": "center", "fontSize": "13px"}),
                   html.Div(stats_text, id="tl-stats", style={"color": "#555", "fontSize": "13px"}),
+                  pinned,
                   dcc.Graph(id="tl-graph", figure=fig,
                             config={"displaylogo": False, "scrollZoom": True, "doubleClick": "reset"})],
                  style=CARD),

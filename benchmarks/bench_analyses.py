@@ -10,6 +10,14 @@
 Loading is excluded: the trace is loaded once, then ``run_all`` runs ``--repeat`` times (default 3)
 with every per-trace cache cleared before each run, and the median wall time is compared with the
 target (all analyses together <= 3 s). Per-analysis medians are printed too.
+
+    python benchmarks/bench_analyses.py --trace FILE --cpu --repeat 7 [--json OUT]
+
+``--cpu``: CPU time (``time.process_time``: user + system of this process) of each analysis as the
+pipeline runs them on one rank (``spec.run`` then ``spec.gather``, in registry order, every cache
+cleared before the first), so an input the analyses share (``steps.activity``) is counted in the
+first analysis that asks for it; medians of ``--repeat`` runs and the load average before and after.
+``--json OUT`` writes the per-run figures, for a script that interleaves runs of two versions.
 """
 
 from __future__ import annotations
@@ -163,6 +171,33 @@ def time_run_all(trace: Trace, repeat: int) -> tuple[list[float], dict[str, list
     return totals, per
 
 
+def cpu_per_analysis(trace: Trace, repeat: int) -> dict[str, list[float]]:
+    """CPU seconds of each analysis (run + gather, as ``pipeline.run_spec`` does), per run."""
+    options = Options()
+    per: dict[str, list[float]] = {spec.name: [] for spec in specs()}
+    per["total"] = []
+    for _ in range(repeat):
+        clear_cache()
+        first = time.process_time()
+        for spec in specs():
+            t0 = time.process_time()
+            spec.run(trace, options)
+            if spec.gather is not None:
+                spec.gather(trace, options)
+            per[spec.name].append(time.process_time() - t0)
+        per["total"].append(time.process_time() - first)
+    clear_cache()
+    return per
+
+
+def report_cpu(per: dict[str, list[float]], json_out: Path | None) -> None:
+    print(f"CPU s per analysis (run + gather, pipeline order; median of {len(per['total'])}):")
+    for name, times in per.items():
+        print(f"  {name:<18} {statistics.median(times):6.3f}  (min {min(times):.3f})")
+    if json_out is not None:
+        json_out.write_text(json.dumps(per))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=DEFAULT_EVENTS,
@@ -170,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", type=Path, help="analyse this trace instead of generating one")
     ap.add_argument("--synthetic", action="store_true", help="build the Arrow tables directly with numpy")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cpu", action="store_true", help="CPU time per analysis as the pipeline runs them")
+    ap.add_argument("--json", type=Path, help="with --cpu: write the per-run figures here")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -189,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {os.cpu_count()} cores")
     if args.trace is None and trace.num_events < args.events:
         print(f"warning: {trace.num_events:,} rows < {args.events:,} requested")
+    if args.cpu:
+        print(f"load average before: {Path('/proc/loadavg').read_text().split()[:3]}")
+        report_cpu(cpu_per_analysis(trace, args.repeat), args.json)
+        print(f"load average after: {Path('/proc/loadavg').read_text().split()[:3]}")
+        return 0
     totals, per = time_run_all(trace, args.repeat)
     median = statistics.median(totals)
     print(f"run_all ({len(per)} analyses: {', '.join(per)}):")

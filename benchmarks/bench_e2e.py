@@ -21,7 +21,10 @@ judged on both; PSS is the memory the tree really holds. HTA: ``TraceAnalysis(tr
 ``get_temporal_breakdown``, ``get_idle_time_breakdown``, ``get_gpu_kernel_breakdown``,
 ``get_comm_comp_overlap``, ``get_cuda_kernel_launch_stats`` (visualize off), in HTA's own
 environment (``--hta-python``).
-Runs alternate between the tools; medians are printed with the spread and the load average.
+Runs alternate between the tools; medians are printed with the spread and the load average, and
+the CPU time (user + system) of each run's whole process tree beside its wall time: on a loaded
+machine the wall time says more about the other processes than about the run (``--no-hta`` leaves
+HTA out, for quick runs while changing traceview).
 
 Targets (issue 12): traceview >= 8x faster than HTA, peak memory <= 1/3 of HTA's; cached
 ``analyze`` <= 1.0 s.
@@ -33,6 +36,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -145,7 +149,9 @@ def _tree_memory(pid: int) -> tuple[int, int]:
 
 
 def run_measured(cmd: list[str], env: dict | None = None) -> dict:
-    """Wall seconds and peak process-tree RSS and PSS of ``cmd``; raises on a non-zero exit."""
+    """Wall seconds, CPU seconds (user + system of ``cmd`` and every process it waited for) and peak
+    process-tree RSS and PSS of ``cmd``; raises on a non-zero exit."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
     peak_rss = peak_pss = 0
@@ -162,11 +168,13 @@ def run_measured(cmd: list[str], env: dict | None = None) -> dict:
     sampler.start()
     _, err = proc.communicate()
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     done.set()
     sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])}... exited {proc.returncode}: {err.decode()[-800:]}")
-    return {"seconds": seconds, "peak_rss": peak_rss, "peak_pss": peak_pss}
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"seconds": seconds, "cpu_seconds": cpu, "peak_rss": peak_rss, "peak_pss": peak_pss}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--copies", type=int, default=3, help="copies of the V100 trace (default 3: 141 MB)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each (default 3; medians)")
     ap.add_argument("--hta-python", default=DEFAULT_HTA_PYTHON)
+    ap.add_argument("--no-hta", action="store_true", help="leave HTA out (quick runs; no ratios printed)")
     ap.add_argument("--jobs", default="", help="comma list of --jobs values to pass traceview (empty: its default)")
     ap.add_argument("--split", action="store_true", help="also run each traceview variant with a rank's analyses "
                     "in two processes (TRACEVIEW_SPLIT_MIN_EVENTS=100000, opt-in): the speed/memory trade-off")
@@ -186,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     # module at every start instead
     subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / d) for d in PACKAGE_DIRS)], check=True)
     print(f"trace {trace.name}: {size / 1e6:.1f} MB; load average before: {_load()}")
-    hta_ok = os.path.exists(args.hta_python)
+    hta_ok = os.path.exists(args.hta_python) and not args.no_hta
     with tempfile.TemporaryDirectory() as tmp:
         hta_dir = Path(tmp, "hta")
         hta_dir.mkdir()
@@ -209,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         run_measured(_tv_cmd(trace, report, variants[0], no_cache=False), cache)  # fills the cache
         results["traceview, cached"] = [run_measured(_tv_cmd(trace, report, variants[0], no_cache=False), cache)
                                         for _ in range(max(5, args.runs))]
-    _print(results, size, hta_ok)
+    _print(results, size, hta_ok, skipped=args.no_hta)
     print(f"load average after: {_load()}")
     return 0
 
@@ -234,8 +243,9 @@ def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def _print(results: dict[str, list[dict]], size: int, hta_ok: bool) -> None:
-    print(f"\n{'run':44} {'median s':>9} {'spread s':>13} {'MB/s':>7} {'peak RSS MB':>12} {'peak PSS MB':>12}")
+def _print(results: dict[str, list[dict]], size: int, hta_ok: bool, *, skipped: bool = False) -> None:
+    print(f"\n{'run':44} {'median s':>9} {'spread s':>13} {'CPU s':>6} {'MB/s':>7} {'peak RSS MB':>12} "
+          f"{'peak PSS MB':>12}")
     med = {}
     for label, runs in results.items():
         if not runs:
@@ -243,8 +253,9 @@ def _print(results: dict[str, list[dict]], size: int, hta_ok: bool) -> None:
         secs = [r["seconds"] for r in runs]
         # memory: the highest peak of the runs, not the median
         med[label] = (statistics.median(secs), max(r["peak_rss"] for r in runs), max(r["peak_pss"] for r in runs))
-        print(f"{label:44} {med[label][0]:9.2f} {min(secs):6.2f}-{max(secs):6.2f} {size / 1e6 / med[label][0]:7.1f} "
-              f"{med[label][1] / 1e6:12.0f} {med[label][2] / 1e6:12.0f}")
+        cpu = statistics.median(r["cpu_seconds"] for r in runs)
+        print(f"{label:44} {med[label][0]:9.2f} {min(secs):6.2f}-{max(secs):6.2f} {cpu:6.2f} "
+              f"{size / 1e6 / med[label][0]:7.1f} {med[label][1] / 1e6:12.0f} {med[label][2] / 1e6:12.0f}")
     hta = med.get("HTA 0.5.0 (load + 5 analyses)")
     for label, (secs, rss, pss) in med.items():
         if label.startswith("traceview") and "cached" not in label and hta:
@@ -253,7 +264,9 @@ def _print(results: dict[str, list[dict]], size: int, hta_ok: bool) -> None:
                   f"{_verdict(speed >= TARGET_SPEEDUP)}); peak memory {mem_pss:.2f} of HTA's by PSS, "
                   f"{mem_rss:.2f} by RSS (target <= {TARGET_RSS_RATIO:.2f}: {_verdict(mem_pss <= TARGET_RSS_RATIO)} "
                   f"by PSS, {_verdict(mem_rss <= TARGET_RSS_RATIO)} by RSS)")
-    if not hta_ok:
+    if skipped:
+        print("HTA not measured (--no-hta)")
+    elif not hta_ok:
         print("HTA not measured: no python at --hta-python (pip install holistictraceanalysis==0.5.0 in a venv)")
     cached = med.get("traceview, cached")
     if cached:

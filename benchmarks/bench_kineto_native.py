@@ -1,8 +1,10 @@
 """Kineto parse throughput with the native column decoder on and off, against msgspec's typed decode.
 
 Issue 12's targets for the single-process parse: >= 200 MB/s per core, and >= 0.8x of msgspec's
-typed-decode throughput on the same file (msgspec decoding the events into typed structs, with
-nothing done with them: the floor of any design that builds Python structs first).
+typed-decode throughput on the same file. That reference is benchmarks/_msgspec_ref.py, shared
+with bench_load.py: msgspec decoding the whole file into structs of the fields the parser reads,
+with nothing done with them and their freeing not timed (the floor of any design that builds
+Python structs first); the output says what it decodes.
 
 Each figure is the median of ``--runs`` runs in this process, alternating the variants; MB/s is
 per core: file bytes over the process's CPU time (single-threaded, so close to wall time on an
@@ -18,54 +20,19 @@ import gc
 import gzip
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable
 
-import msgspec
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from traceview.parsers.kineto import parse_kineto
+import _msgspec_ref  # noqa: E402
+
+from traceview.parsers.kineto import parse_kineto  # noqa: E402
 
 TARGET_MB_S = 200.0
 TARGET_RATIO = 0.8
-
-
-class _Args(msgspec.Struct, frozen=True, gc=False):
-    """The args the parser types (a copy of its struct: the benchmark measures msgspec, not traceview)."""
-
-    external_id: int = msgspec.field(default=-1, name="External id")
-    external_id_old: int = msgspec.field(default=-1, name="external id")
-    correlation: int = -1
-    stream: int = -1
-    device: int = -1
-    bytes: int = -1
-    grid: tuple[int, ...] = ()
-    block: tuple[int, ...] = ()
-    collective: str = msgspec.field(default="", name="Collective name")
-    in_nelems: int = msgspec.field(default=-1, name="In msg nelems")
-    out_nelems: int = msgspec.field(default=-1, name="Out msg nelems")
-    group_size: int = msgspec.field(default=-1, name="Group size")
-    dtype: str = ""
-    pg_name: str = msgspec.field(default="", name="Process Group Name")
-    pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
-    name: str = ""
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Union[int, str] = -1
-    tid: Union[int, str] = -1
-    ts: Union[int, float] = float("nan")
-    dur: Union[int, float] = 0
-    id: Union[int, str] = -1
-    bp: str = ""
-    args: _Args = _Args()
-
-
-class _Document(msgspec.Struct):
-    traceEvents: list[_Event] = []
 
 
 def _cpu_seconds(work: Callable[[], object]) -> tuple[float, float]:
@@ -85,7 +52,6 @@ def main() -> None:
     path: Path = options.trace
     data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
     mb = len(data) / 1e6
-    decoder = msgspec.json.Decoder(_Document)
 
     def parse(native: bool) -> Callable[[], object]:
         def run() -> object:
@@ -94,8 +60,9 @@ def main() -> None:
         return run
 
     variants = {"parse, native decoder": parse(True), "parse, msgspec path": parse(False),
-                "msgspec typed decode only": lambda: decoder.decode(data)}
+                "msgspec typed decode only": lambda: _msgspec_ref.decode(data)}
     print(f"{path} ({mb:.1f} MB of JSON); load average before: {open('/proc/loadavg').read().strip()}")
+    print(f"msgspec reference (benchmarks/_msgspec_ref.py): {_msgspec_ref.DESCRIPTION}")
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(options.runs):
         for name, work in variants.items():

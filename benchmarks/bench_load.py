@@ -4,6 +4,7 @@
     python benchmarks/bench_load.py                     # >= 500 MB trace in benchmarks/out/, full run
     python benchmarks/bench_load.py --size-mb 50        # quick check
     python benchmarks/bench_load.py --trace FILE.json   # any existing trace instead
+    python benchmarks/bench_load.py --trace FILE.json --phases --runs 7   # where a parse's time goes
 
 Every measurement runs in a fresh Python process, which reports its own wall time, CPU time and peak
 RSS (``VmHWM``). The file is read once before the runs so every run sees it in the page cache: the
@@ -20,6 +21,14 @@ plus its waited-for children's; memory is the larger of the parent's VmHWM and t
 parent and its workers sampled every 50 ms (PSS splits pages a fork shares, so they count once).
 traceview's modules are imported before the timer. ``--gzip`` also measures a gzip copy of the
 trace (``--jobs 1`` and ``3``).
+
+``--phases`` measures only the parse (``parse_kineto``, with a ``PhaseClock``), the ``--jobs``
+values interleaved run by run: the wall and CPU seconds of each phase in the parent (CPU per
+thread: the CPU-op links of a parallel parse run in a helper thread), the workers' ranges (parse
+and result writing), and an idle-machine estimate built from CPU times only, which a loaded
+machine disturbs far less than wall time: the parent main thread's serial CPU, plus the longer
+of its own ranges and the busiest worker's, plus what the helper thread takes beyond the work
+beside it. Wall time spent waiting (for a worker's exit, say) is not in the estimate.
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -119,44 +130,40 @@ _report(t, rows=trace.events.num_rows, links=trace.links.num_rows,
         children_peak_rss=children_rss, peak_pss_all=sampler.peak)
 """
 
-#: msgspec's typed decode of the whole file: a struct with the fields traceview's parser reads
-#: (written here, not imported: the figure is msgspec's, whatever traceview does)
+#: one parse with a clock on its phases (``--phases``): the parent's wall and CPU seconds per phase,
+#: and each range a worker process parsed (when it began, its parse and result-writing times)
+PHASES_CHILD = """
+import time, resource
+from pathlib import Path
+import traceview.loading, traceview.parsers.kineto as kineto, traceview.parsers.kineto_parallel
+traceview.loading.registered_formats()
+path, jobs = {path!r}, {jobs!r}
+clock = kineto.PhaseClock()
+children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+origin, main_cpu = time.monotonic(), time.thread_time()
+with _Timer() as t:
+    trace = kineto.parse_kineto(Path(path), jobs=jobs, clock=clock)
+main_cpu = time.thread_time() - main_cpu
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+_report(t, phases=clock.phases, workers=[dict(w, began_s=w["began_s"] - origin) for w in clock.workers],
+        main_cpu=main_cpu,
+        children_cpu=children.ru_utime + children.ru_stime - children0.ru_utime - children0.ru_stime,
+        rows=trace.events.num_rows)
+"""
+
+#: msgspec's typed decode of the whole file: the reference bench_kineto_native.py times too
+#: (benchmarks/_msgspec_ref.py: structs of the fields traceview's parser reads; not imported from
+#: traceview, so the figure is msgspec's); the structs are freed after the timer
 MSGSPEC_CHILD = """
-import gzip, msgspec
-from typing import Union
-
-class Args(msgspec.Struct, frozen=True, gc=False):
-    external_id: int = msgspec.field(default=-1, name="External id")
-    correlation: int = -1
-    stream: int = -1
-    device: int = -1
-    bytes: int = -1
-    grid: tuple = ()
-    block: tuple = ()
-    collective: str = msgspec.field(default="", name="Collective name")
-    name: str = ""
-
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Union[int, str] = -1
-    tid: Union[int, str] = -1
-    ts: Union[int, float] = 0
-    dur: Union[int, float] = 0
-    id: Union[int, str] = -1
-    args: Args = Args()
-
-class Doc(msgspec.Struct, gc=False):
-    traceEvents: list[Event] = []
-
+import gzip, sys
+sys.path.insert(0, {here!r})
+import _msgspec_ref
 path = {path!r}
 data = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
-decoder = msgspec.json.Decoder(Doc)
 with _Timer() as t:
-    doc = decoder.decode(data)
-    n = len(doc.traceEvents)
-    del doc
+    doc = _msgspec_ref.decode(data)
+n = len(doc.traceEvents)
+del doc
 _report(t, events=n)
 """
 
@@ -278,6 +285,84 @@ def measure_gzip(path: Path, args: argparse.Namespace) -> dict:
     return out
 
 
+#: what the parent's main thread does while a helper thread makes the CPU-op links (jobs > 1)
+BESIDE_HELPER = ("build: events table", "build: steps, memory, counters", "build: links, launch", "build: links, flows",
+                 "build: links, fwdbwd")
+
+
+def idle_estimate_s(run: dict) -> tuple[float, float]:
+    """(the CPU seconds of the parent's main thread outside the stretch where it parses its own
+    ranges, the wall time an idle machine with a core per process would take): each process (and
+    the parent's helper thread) runs on its own core at its CPU speed, so the parse takes the main
+    thread's serial part, plus the longer of its own ranges and the busiest worker's ranges (parse
+    and result writing), plus what the helper thread takes beyond the main thread's work beside
+    it. With one job: the main thread's CPU time."""
+    phases = run["phases"]
+
+    def cpu(name: str) -> float:
+        return phases.get(name, [0.0, 0.0])[1]
+
+    own = cpu("parallel: parse own ranges")
+    serial = run["main_cpu"] - own
+    per_worker: dict[int, float] = {}
+    for w in run["workers"]:
+        per_worker[w["pid"]] = per_worker.get(w["pid"], 0.0) + w["parse_cpu_s"] + w["dump_cpu_s"]
+    helper = cpu("build: links, cpu_op (helper thread)")
+    beyond = max(0.0, helper - sum(map(cpu, BESIDE_HELPER))) if helper else 0.0
+    return serial, serial + max([own, *per_worker.values()]) + beyond
+
+
+def measure_phases(path: Path, args: argparse.Namespace) -> None:
+    """``--phases``: the parse's phases, ``--jobs`` values interleaved run by run, medians printed."""
+    runs: dict[int, list[dict]] = {jobs: [] for jobs in args.jobs}
+    loads = [os.getloadavg()[0]]
+    for i in range(args.runs):
+        for jobs in args.jobs:
+            r = run_child(args.python, PHASES_CHILD.format(path=str(path), jobs=jobs))
+            runs[jobs].append(r)
+            print(f"  --jobs {jobs} run {i + 1}/{args.runs}: {r['seconds']:.3f} s, cpu {r['cpu_seconds']:.3f} s "
+                  f"+ workers {r['children_cpu']:.3f} s", flush=True)
+        loads.append(os.getloadavg()[0])
+    print_phases(runs)
+    estimates = {jobs: _median(idle_estimate_s(r)[1] for r in rs) for jobs, rs in runs.items()}
+    walls = {jobs: _median(r["seconds"] for r in rs) for jobs, rs in runs.items()}
+    if 1 in runs and 2 in runs:
+        print(f"idle-machine estimate --jobs 2 over --jobs 1: {estimates[1] / estimates[2]:.2f}x "
+              f"(target >= {TARGET_TWO_WORKERS:g}x); wall medians here {walls[1] / walls[2]:.2f}x; "
+              f"load average {min(loads):.2f}-{max(loads):.2f}")
+
+
+def _median(values: Any) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def print_phases(runs: dict[int, list[dict]]) -> None:
+    """The medians of each phase, of the workers' ranges and of the idle-machine estimate."""
+    names = list(dict.fromkeys(name for rs in runs.values() for r in rs for name in r["phases"]))
+    headers = ["phase (parent process)"] + [f"--jobs {j} {what}" for j in runs for what in ("wall s", "CPU s")]
+    rows = [[name] + [f"{_median(r['phases'].get(name, [0.0, 0.0])[k] for r in rs):.3f}"
+                      for rs in runs.values() for k in (0, 1)] for name in names]
+    for label, key in (("main thread", "main_cpu"), ("all the parent's threads", "cpu_seconds")):
+        rows.append([f"whole parse (CPU: {label})"] + [f"{_median(r[k] for r in rs):.3f}" for rs in runs.values()
+                                                       for k in ("seconds", key)])
+    print(table(headers, rows))
+    for jobs, rs in runs.items():
+        work = [r for r in rs if r["workers"]]
+        if work:
+            sums = {f: _median(sum(w[f] for w in r["workers"]) for r in work)
+                    for f in ("parse_s", "parse_cpu_s", "dump_s", "dump_cpu_s")}
+            first = _median(min(w["began_s"] for w in r["workers"]) for r in work)
+            print(f"--jobs {jobs}: {len(work[0]['workers'])} ranges parsed by workers; the first began {first:.3f} s "
+                  "after the call; " + ", ".join(f"{f} {v:.3f}" for f, v in sums.items()) + " (medians of the sums)")
+        serial, estimate = (_median(x) for x in zip(*map(idle_estimate_s, rs)))
+        everything = _median(r["cpu_seconds"] + r["children_cpu"] for r in rs)
+        print(f"--jobs {jobs}: the parent main thread's serial CPU {serial:.3f} s; idle-machine estimate "
+              f"{estimate:.3f} s (median wall here {_median(r['seconds'] for r in rs):.3f} s, CPU of all processes "
+              f"{everything:.3f} s)")
+
+
 def with_workers(series: Series) -> tuple[float, int]:
     """(median CPU seconds including the worker processes, peak summed PSS of the process and its
     workers sampled every 50 ms; the process's VmHWM where nothing was sampled)."""
@@ -382,6 +467,9 @@ def main(argv: list | None = None) -> int:
                     help="--jobs values to measure, comma-separated (default 1,2; 1 is always measured)")
     ap.add_argument("--no-cache-runs", action="store_true", help="skip the cached loads")
     ap.add_argument("--gzip", action="store_true", help="also measure a gzip copy with --jobs 1 and 2")
+    ap.add_argument("--phases", action="store_true",
+                    help="only the parse's phases (parent's wall and CPU per phase, workers' ranges) for each --jobs "
+                         "value, runs interleaved, and an idle-machine estimate from CPU times")
     args = ap.parse_args(argv)
     args.jobs = sorted(set(args.jobs) | {1})
 
@@ -399,6 +487,9 @@ def main(argv: list | None = None) -> int:
         with gzip.open(path, "rb") as fh:
             json_bytes = sum(len(b) for b in iter(lambda: fh.read(16 << 20), b""))
     warm_page_cache(path)
+    if args.phases:
+        measure_phases(path, args)
+        return 0
 
     results: dict[str, Series] = {}
     print(f"traceview, no cache ({args.runs} runs):", flush=True)
@@ -406,8 +497,10 @@ def main(argv: list | None = None) -> int:
         code = TRACEVIEW_CHILD.format(path=str(path), use_cache=False, touch=False, jobs=jobs)
         results[_jobs_key(jobs)] = measure(f"traceview --jobs {jobs}", args.python, code, args.runs)
     events = meta.get("events") or results["tv"].runs[0].get("events_read")
-    print(f"msgspec typed decode of the whole file ({args.runs} runs):", flush=True)
-    results["msgspec"] = measure("msgspec", args.python, MSGSPEC_CHILD.format(path=str(path)), args.runs)
+    import _msgspec_ref  # the description only: the child imports it again
+    print(f"msgspec typed decode of the whole file ({args.runs} runs): {_msgspec_ref.DESCRIPTION}", flush=True)
+    code = MSGSPEC_CHILD.format(path=str(path), here=str(HERE))
+    results["msgspec"] = measure("msgspec", args.python, code, args.runs)
     gz_results = measure_gzip(path, args) if args.gzip else {}
 
     note = "cache not measured (--no-cache-runs)"

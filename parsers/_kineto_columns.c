@@ -24,20 +24,42 @@
 
 /* ------------------------------------------------------------------ growable vectors */
 
+/* The storage is a bytes object, written in place while its only reference is ours, and cut to
+ * its length when handed to Python (vec_bytes): the columns are not copied once more at the end. */
 typedef struct {
     char *data;
     size_t len, cap; /* bytes */
+    PyObject *bytes; /* NULL until the first reserve */
 } Vec;
 
 static int vec_reserve(Vec *v, size_t extra) {
     if (v->len + extra <= v->cap) return 0;
     size_t cap = v->cap ? v->cap : 4096;
     while (cap < v->len + extra) cap *= 2;
-    char *data = PyMem_Realloc(v->data, cap);
-    if (!data) { PyErr_NoMemory(); return -1; }
-    v->data = data;
+    if (cap > PY_SSIZE_T_MAX) { PyErr_NoMemory(); return -1; }
+    if (!v->bytes) v->bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    else if (_PyBytes_Resize(&v->bytes, (Py_ssize_t)cap) < 0) v->bytes = NULL; /* it freed the old one */
+    if (!v->bytes) { v->data = NULL; v->len = v->cap = 0; return -1; }
+    v->data = PyBytes_AS_STRING(v->bytes);
     v->cap = cap;
     return 0;
+}
+
+static void vec_free(Vec *v) {
+    Py_CLEAR(v->bytes);
+    v->data = NULL;
+    v->len = v->cap = 0;
+}
+
+/* The vector's bytes as a new reference (the vector is emptied), or NULL on an error. */
+static PyObject *vec_bytes(Vec *v) {
+    if (!v->bytes) return PyBytes_FromStringAndSize("", 0);
+    PyObject *out = v->bytes;
+    v->bytes = NULL;
+    v->data = NULL;
+    if ((size_t)PyBytes_GET_SIZE(out) != v->len && _PyBytes_Resize(&out, (Py_ssize_t)v->len) < 0) out = NULL;
+    v->len = v->cap = 0;
+    return out;
 }
 
 /* Inlined everywhere: the sizes are constants (4, 8 bytes), so the copy is one store, not a
@@ -52,8 +74,27 @@ __attribute__((always_inline)) static inline int vec_push(Vec *v, const void *it
 
 /* ------------------------------------------------------------------ string interning */
 
+/* The first 8 bytes of a text k[0:n], zero-padded, as one little-endian integer (for comparing
+ * short keys); `avail` bytes may be read from k. One 8-byte load when possible: a copy of n bytes
+ * into a stack slot read back whole stalls the CPU (store forwarding). */
+static inline uint64_t head8(const char *k, size_t n, size_t avail) {
+    size_t m = n < 8 ? n : 8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (avail >= 8) {
+        uint64_t w;
+        memcpy(&w, k, 8);
+        return m == 8 ? w : w & ((1ULL << (8 * m)) - 1);
+    }
+#endif
+    (void)avail;
+    uint64_t h = 0;
+    for (size_t i = 0; i < m; i++) h |= (uint64_t)(unsigned char)k[i] << (8 * i);
+    return h;
+}
+
 typedef struct {
     uint64_t hash;
+    uint64_t head, head2; /* bytes 0..7 and 8..15, zero-padded: texts up to 16 bytes compare as integers */
     size_t offset, len; /* bytes in the arena */
     int32_t code;
 } Slot;
@@ -65,17 +106,16 @@ typedef struct {
     PyObject *strings; /* list of the unique str, code = index */
 } Interner;
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL ^ (n * 0x9E3779B97F4A7C15ULL);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 0x100000001B3ULL;
+/* A text's hash from its first 16 bytes (head, head2) and, beyond them, every 8 bytes; the last
+ * piece is one load when `avail` (bytes readable from s) allows. */
+static inline uint64_t hash_text(const char *s, size_t n, size_t avail, uint64_t head, uint64_t head2) {
+    uint64_t h = (head ^ ((uint64_t)n << 56)) * 0x9E3779B97F4A7C15ULL;
+    h ^= head2 * 0xC2B2AE3D27D4EB4FULL;
+    for (size_t i = 16; i < n; i += 8) {
         h ^= h >> 29;
+        h = (h ^ head8(s + i, n - i, avail - i)) * 0x100000001B3ULL;
     }
-    for (; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ULL; }
-    return h ^ (h >> 32);
+    return h ^ (h >> 31);
 }
 
 /* Empty slots have code -1; PyMem_Calloc gives 0, so slots are initialised explicitly. */
@@ -96,15 +136,18 @@ static int interner_resize(Interner *t) {
     return 0;
 }
 
-/* The code of the UTF-8 text s[0:n]: 0.. on success, -1 when it is not valid UTF-8 (no error
- * set: the chunk falls back), -2 on a Python error. */
-static int32_t intern(Interner *t, const char *s, size_t n) {
+/* The code of the UTF-8 text s[0:n] (`avail` bytes readable from s, at least n): 0.. on success,
+ * -1 when it is not valid UTF-8 (no error set: the chunk falls back), -2 on a Python error. */
+static int32_t intern(Interner *t, const char *s, size_t n, size_t avail) {
     if ((t->used + 1) * 2 > t->size && interner_resize(t) < 0) return -2;
-    uint64_t h = hash_bytes(s, n);
+    uint64_t head = head8(s, n, avail), head2 = n > 8 ? head8(s + 8, n - 8, avail - 8) : 0;
+    uint64_t h = hash_text(s, n, avail, head, head2);
     size_t j = h & (t->size - 1);
     while (t->slots[j].code >= 0) {
         Slot *slot = &t->slots[j];
-        if (slot->hash == h && slot->len == n && memcmp(t->arena.data + slot->offset, s, n) == 0) return slot->code;
+        if (slot->hash == h && slot->len == n && slot->head == head && slot->head2 == head2 &&
+            (n <= 16 || memcmp(t->arena.data + slot->offset + 16, s + 16, n - 16) == 0))
+            return slot->code;
         j = (j + 1) & (t->size - 1);
     }
     PyObject *str = PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "strict");
@@ -118,10 +161,7 @@ static int32_t intern(Interner *t, const char *s, size_t n) {
     if (failed) return -2;
     size_t offset = t->arena.len;
     if (vec_push(&t->arena, s, n) < 0) return -2;
-    t->slots[j].hash = h;
-    t->slots[j].offset = offset;
-    t->slots[j].len = n;
-    t->slots[j].code = code;
+    t->slots[j] = (Slot){h, head, head2, offset, n, code};
     t->used++;
     return code;
 }
@@ -131,16 +171,35 @@ static int32_t intern(Interner *t, const char *s, size_t n) {
 /* Results of a step: OK, NO (the chunk is not for the native path), ERR (a Python error). */
 enum { OK = 0, NO = 1, ERR = 2 };
 
+/* A text of up to 16 bytes (its bytes as two zero-padded integers) and its code; code -1: none. */
+typedef struct {
+    uint64_t head, head2;
+    size_t len;
+    int32_t code;
+} Recent;
+
 typedef struct {
     const char *base; /* buf */
     const char *p, *end;
     Interner strings;
     Vec scratch; /* unescaped string text */
+    size_t dense_room; /* events the dense columns have room for */
+    Recent recent[3];  /* ph, cat, name (string_code) */
 } Scanner;
 
-static inline void skip_ws(Scanner *s) {
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')) s->p++;
+static inline int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* The whitespace from p on skipped. JSON writers put one space after ',' and ':' or none: those
+ * cases take one or two compares; any other run takes the loop. The cursor is a local: through s
+ * it would be stored and reloaded at every byte (s may alias what it points to, for the compiler). */
+__attribute__((always_inline)) static inline const char *past_ws(const char *p, const char *end) {
+    if (p < end && *p == ' ') p++;
+    if (p < end && (unsigned char)*p <= ' ')
+        while (p < end && is_ws(*p)) p++;
+    return p;
 }
+
+__attribute__((always_inline)) static inline void skip_ws(Scanner *s) { s->p = past_ws(s->p, s->end); }
 
 static int hex4(const char *p, const char *end, uint32_t *out) {
     if (end - p < 4) return NO;
@@ -205,6 +264,7 @@ static int escape(Scanner *s, Vec *out) {
     return out ? (vec_push(out, &plain, 1) < 0 ? ERR : OK) : OK;
 }
 
+#ifndef __SSE2__
 #define ONES 0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
 /* Whether any byte of w is '"', '\\' or below 0x20 (exact for "any": the usual SWAR tests). */
@@ -214,45 +274,59 @@ static inline int special_byte(uint64_t w) {
     uint64_t control = (w - ONES * 0x20) & ~w;
     return ((zero_quote | zero_backslash | control) & HIGHS) != 0;
 }
+#endif
+
+/* Bytes that end a string's fast scan: '"', '\\' and the control characters (below 0x20). */
+static unsigned char STRING_STOP[256];
+
+static int string_escaped(Scanner *s, const char *first, const char **text, size_t *len, int *escaped);
 
 /* A string at s->p (its opening quote). With `text`, its decoded bytes are returned there
- * (pointing into buf when it has no escapes, else into the scratch vector). */
-static int string(Scanner *s, const char **text, size_t *len, int *escaped) {
-    s->p++; /* the quote */
-    const char *first = s->p;
-    while (s->p < s->end) {
-        /* 16 or 8 bytes at a time while none is a quote, a backslash or a control character */
+ * (pointing into buf when it has no escapes, else into the scratch vector). The cursor is a local
+ * (a store through s per step would be kept in memory: s aliases the buffers it writes). */
+__attribute__((always_inline)) static inline int string(Scanner *s, const char **text, size_t *len, int *escaped) {
+    const char *p = s->p + 1, *end = s->end; /* after the quote */
+    const char *first = p;
+    for (;;) {
 #ifdef __SSE2__
-        const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), low = _mm_set1_epi8(0x1f);
-        while (s->end - s->p >= 16) {
-            __m128i w = _mm_loadu_si128((const __m128i *)s->p);
+        /* 16 bytes at a time: the first quote, backslash or control byte is found from one mask */
+        if (end - p >= 16) {
+            const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), low = _mm_set1_epi8(0x1f);
+            __m128i w = _mm_loadu_si128((const __m128i *)p);
             /* a control character: an unsigned byte <= 0x1f, where max(w, 0x1f) == 0x1f */
             __m128i control = _mm_cmpeq_epi8(_mm_max_epu8(w, low), low);
             __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(w, quote), _mm_cmpeq_epi8(w, backslash)), control);
-            int mask = _mm_movemask_epi8(hit);
-            if (mask) { s->p += __builtin_ctz((unsigned)mask); break; }
-            s->p += 16;
-        }
-#endif
-        while (s->end - s->p >= 8) {
+            unsigned mask = (unsigned)_mm_movemask_epi8(hit);
+            if (!mask) { p += 16; continue; }
+            p += __builtin_ctz(mask);
+        } else
+#else
+        /* 8 bytes at a time while none is a quote, a backslash or a control character */
+        if (end - p >= 8) {
             uint64_t w;
-            memcpy(&w, s->p, 8);
-            if (special_byte(w)) break;
-            s->p += 8;
+            memcpy(&w, p, 8);
+            if (!special_byte(w)) { p += 8; continue; }
+            while (!STRING_STOP[(unsigned char)*p]) p++; /* one of these 8 bytes stops it */
+        } else
+#endif
+        {
+            while (p < end && !STRING_STOP[(unsigned char)*p]) p++;
+            if (p >= end) return NO;
         }
-        if (s->p >= s->end) break;
-        unsigned char c = (unsigned char)*s->p;
-        if (c == '"') break;
-        if (c == '\\') goto slow;
-        if (c < 0x20) return NO;
-        s->p++;
+        break;
     }
-    if (s->p >= s->end) return NO;
-    if (text) { *text = first; *len = (size_t)(s->p - first); }
+    if (*p == '\\') { s->p = p; return string_escaped(s, first, text, len, escaped); }
+    if (*p != '"') return NO; /* a control character */
+    if (text) { *text = first; *len = (size_t)(p - first); }
     if (escaped) *escaped = 0;
-    s->p++;
+    s->p = p + 1;
     return OK;
-slow:
+}
+
+/* The rest of a string from its first backslash at s->p (`first`: its first byte), unescaped
+ * into the scratch vector. Out of line: rare, and the inlined fast part stays small. */
+__attribute__((noinline)) static int string_escaped(Scanner *s, const char *first, const char **text, size_t *len,
+                                                    int *escaped) {
     if (escaped) *escaped = 1;
     s->scratch.len = 0;
     if (text && vec_push(&s->scratch, first, (size_t)(s->p - first)) < 0) return ERR;
@@ -275,15 +349,29 @@ slow:
     return NO;
 }
 
-static int string_code(Scanner *s, int32_t *code) {
+/* The code of the string at s->p. `recent` (or NULL): the last text of up to 16 bytes this field
+ * had, checked before the interner: ph and cat repeat from one event to the next. */
+static int string_code(Scanner *s, int32_t *code, Recent *recent) {
     if (s->p >= s->end || *s->p != '"') return NO;
     const char *text;
     size_t len;
     int r = string(s, &text, &len, NULL);
     if (r != OK) return r;
-    int32_t c = intern(&s->strings, text, len);
+    /* an unescaped text lies in buf, before its closing quote; an escaped one in scratch */
+    size_t avail = text >= s->base && text < s->end ? (size_t)(s->end - text) : len;
+    uint64_t head = 0, head2 = 0;
+    if (recent && len <= 16) {
+        head = head8(text, len, avail);
+        head2 = len > 8 ? head8(text + 8, len - 8, avail - 8) : 0;
+        if (recent->code >= 0 && recent->len == len && recent->head == head && recent->head2 == head2) {
+            *code = recent->code;
+            return OK;
+        }
+    }
+    int32_t c = intern(&s->strings, text, len, avail);
     if (c == -2) return ERR;
     if (c < 0) return NO;
+    if (recent && len <= 16) *recent = (Recent){head, head2, len, c};
     *code = c;
     return OK;
 }
@@ -300,6 +388,52 @@ typedef struct {
     int scale;
 } Number;
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SWAR_DIGITS 1
+/* How many of the 8 bytes of w (the first in its lowest byte) are ASCII digits before the first
+ * other byte. Each digit byte 0x30..0x39 maps to exactly 0x33 (its high nibble, and that of byte +
+ * 6 shifted down); a carry out of a non-digit byte can only change bytes after it. */
+static inline int leading_digits(uint64_t w) {
+    const uint64_t high = 0xF0F0F0F0F0F0F0F0ULL;
+    uint64_t t = (w & high) | (((w + 0x0606060606060606ULL) & high) >> 4);
+    uint64_t other = t ^ 0x3333333333333333ULL; /* nonzero bytes: not digits */
+    return other ? __builtin_ctzll(other) >> 3 : 8;
+}
+
+/* The value of the first k (1..8) digit bytes of w: they are moved to the top (the bytes below
+ * become leading zeros) and combined pairwise, the usual SWAR reduction (as simdjson does). */
+static inline uint64_t digits_value(uint64_t w, int k) {
+    uint64_t v = (w - 0x3030303030303030ULL) << (8 * (8 - k));
+    v = v * 10 + (v >> 8);
+    return (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+            (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+}
+
+static const uint64_t POW10_U64[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+#endif
+
+/* The digits of an integer part that does not start with 0, at most 19 of them in *mag (below
+ * 10**19: no overflow); returns their count (more than 19: *mag is not their value). */
+static inline size_t integer_digits(const char *p, const char *end, uint64_t *mag) {
+    const char *first = p;
+    uint64_t value = 0;
+#ifdef SWAR_DIGITS
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        int k = leading_digits(w);
+        if (k == 0) break;
+        if (p - first + k <= 19) value = value * POW10_U64[k] + digits_value(w, k);
+        p += k;
+        if (k < 8) { *mag = value; return (size_t)(p - first); }
+    }
+#endif
+    for (; p < end && *p >= '0' && *p <= '9'; p++)
+        if (p - first < 19) value = value * 10 + (uint64_t)(*p - '0');
+    *mag = value;
+    return (size_t)(p - first);
+}
+
 /* A JSON number at s->p (RFC 8259 grammar). */
 static int number(Scanner *s, Number *n) {
     const char *p = s->p, *end = s->end;
@@ -312,13 +446,10 @@ static int number(Scanner *s, Number *n) {
     int overflow = 0, digits = 0; /* significant digits (the integer part has no leading zero) */
     if (*p == '0') p++;
     else {
-        while (p < end && *p >= '0' && *p <= '9') {
-            unsigned d = (unsigned)(*p - '0');
-            if (mag > (UINT64_MAX - d) / 10) overflow = 1;
-            else mag = mag * 10 + d;
-            digits++;
-            p++;
-        }
+        size_t count = integer_digits(p, end, &mag);
+        p += count;
+        overflow = count > 19; /* 19 digits are below 10**19 < 2**64; 20 or more never fit int64 */
+        digits = count > 19 ? 20 : (int)count;
     }
     n->is_int = 1;
     n->exact = !overflow && digits <= 18;
@@ -355,6 +486,28 @@ static int number(Scanner *s, Number *n) {
     }
     s->p = p;
     return OK;
+}
+
+/* The usual number first: an integer of 1 to 7 digits after an optional '-', no leading zero,
+ * read from one 8-byte load (the byte after its digits is then in the word too, and is not '.',
+ * 'e' or 'E'): its value in *out and the position after it; NULL for any other text (then the
+ * general number() reads it). */
+static inline const char *short_integer(const char *p, const char *end, int64_t *out) {
+#ifdef SWAR_DIGITS
+    int negative = p < end && *p == '-';
+    p += negative;
+    if (end - p < 8 || *p == '0') return NULL;
+    uint64_t w;
+    memcpy(&w, p, 8);
+    int k = leading_digits(w);
+    if (k == 0 || k == 8 || p[k] == '.' || p[k] == 'e' || p[k] == 'E') return NULL;
+    int64_t v = (int64_t)digits_value(w, k);
+    *out = negative ? -v : v;
+    return p + k;
+#else
+    (void)p; (void)end; (void)out;
+    return NULL;
+#endif
 }
 
 static int literal(Scanner *s, const char *word, size_t n) {
@@ -396,6 +549,9 @@ static int skip_value(Scanner *s, int depth) {
     if (c == 't') return literal(s, "true", 4);
     if (c == 'f') return literal(s, "false", 5);
     if (c == 'n') return literal(s, "null", 4);
+    int64_t unused;
+    const char *after = short_integer(s->p, s->end, &unused); /* the usual unknown value ("Ev Idx": 0) */
+    if (after) { s->p = after; return OK; }
     Number n;
     return number(s, &n);
 }
@@ -429,39 +585,66 @@ static const char *RAW_ARG_KEYS[N_RAW_ARGS] = {"Input Dims", "Input dims", "Inpu
 static const char *RAW_ARG_COLUMNS[N_RAW_ARGS] = {"input_dims", "input_dims_old", "input_types", "input_strides",
                                                   "concrete_inputs"};
 enum { E_PH, E_CAT, E_NAME, N_STR_FIELDS };
+_Static_assert(N_STR_FIELDS == 3, "Scanner.recent holds one text per string field");
 static const char *STR_FIELDS[N_STR_FIELDS] = {"ph", "cat", "name"};
 enum { T_TS, T_DUR, N_TIMES };
 static const char *TIME_FIELDS[N_TIMES] = {"ts", "dur"};
 
-/* The first 8 bytes of a text k[0:n], zero-padded, as one little-endian integer (for comparing
- * short keys); `avail` bytes may be read from k. One 8-byte load when possible: a copy of n bytes
- * into a stack slot read back whole stalls the CPU (store forwarding). */
-static inline uint64_t head8(const char *k, size_t n, size_t avail) {
-    size_t m = n < 8 ? n : 8;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if (avail >= 8) {
-        uint64_t w;
-        memcpy(&w, k, 8);
-        return m == 8 ? w : w & ((1ULL << (8 * m)) - 1);
-    }
-#endif
-    (void)avail;
-    uint64_t h = 0;
-    for (size_t i = 0; i < m; i++) h |= (uint64_t)(unsigned char)k[i] << (8 * i);
-    return h;
-}
-
-/* Keys matched, their lengths computed once at import (key_index compares lengths first). */
+/* Keys matched: an open-addressing table per object kind, filled once at import, keyed on a key's
+ * length and first 8 bytes (zero-padded); a slot also holds bytes 8..15, so a key of up to 16
+ * bytes is matched with three integer compares and longer ones compare only their rest. A key no
+ * field has (most args keys of most events: "Ev Idx") usually meets an empty slot at once. */
 #define N_ARG_NAMES (N_INT_ARGS + N_STR_ARGS + 2 + N_RAW_ARGS)
 _Static_assert(N_ARG_NAMES <= 32, "args_object marks the keys it has seen in a uint32_t");
 #define FIRST_RAW_ARG (N_INT_ARGS + N_STR_ARGS + 2)
 static const char *ARG_NAMES[N_ARG_NAMES];
-static size_t ARG_LENS[N_ARG_NAMES];
-static uint64_t ARG_HEADS[N_ARG_NAMES];
 #define N_EVENT_NAMES 10
 static const char *EVENT_NAMES[N_EVENT_NAMES] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args"};
-static size_t EVENT_LENS[N_EVENT_NAMES];
-static uint64_t EVENT_HEADS[N_EVENT_NAMES];
+
+#define KEY_TABLE_BITS 6
+#define KEY_TABLE_SIZE (1u << KEY_TABLE_BITS) /* at least twice the keys: a probe meets an empty slot soon */
+_Static_assert(2 * N_ARG_NAMES <= KEY_TABLE_SIZE && 2 * N_EVENT_NAMES <= KEY_TABLE_SIZE, "key tables too small");
+typedef struct {
+    uint64_t head, head2; /* bytes 0..7 and 8..15, zero-padded */
+    size_t len;
+    int field; /* -1: an empty slot */
+} KeySlot;
+typedef struct {
+    KeySlot slots[KEY_TABLE_SIZE];
+    const char *const *names;
+} KeyTable;
+static KeyTable ARG_KEY_TABLE, EVENT_KEY_TABLE;
+
+static inline size_t key_slot(uint64_t head, size_t n) {
+    return (size_t)(((head ^ ((uint64_t)n << 58)) * 0x9E3779B97F4A7C15ULL) >> (64 - KEY_TABLE_BITS));
+}
+
+/* The field of key k[0:n] in table t, or -1; `avail` bytes may be read from k (more than n: the
+ * closing quote follows). */
+static inline int key_lookup(const KeyTable *t, const char *k, size_t n, size_t avail) {
+    uint64_t head = head8(k, n, avail);
+    uint64_t head2 = n > 8 ? head8(k + 8, n - 8, avail - 8) : 0;
+    for (size_t j = key_slot(head, n);; j = (j + 1) & (KEY_TABLE_SIZE - 1)) {
+        const KeySlot *slot = &t->slots[j];
+        if (slot->field < 0) return -1;
+        if (slot->len == n && slot->head == head && slot->head2 == head2 &&
+            (n <= 16 || memcmp(k + 16, t->names[slot->field] + 16, n - 16) == 0))
+            return slot->field;
+    }
+}
+
+static void key_table_fill(KeyTable *t, const char *const *names, int count) {
+    t->names = names;
+    for (size_t j = 0; j < KEY_TABLE_SIZE; j++) t->slots[j].field = -1;
+    for (int i = 0; i < count; i++) {
+        size_t n = strlen(names[i]);
+        uint64_t head = head8(names[i], n, n + 1);
+        uint64_t head2 = n > 8 ? head8(names[i] + 8, n - 8, n - 7) : 0;
+        size_t j = key_slot(head, n);
+        while (t->slots[j].field >= 0) j = (j + 1) & (KEY_TABLE_SIZE - 1);
+        t->slots[j] = (KeySlot){head, head2, n, i};
+    }
+}
 
 static void init_key_tables(void) {
     for (int i = 0; i < N_INT_ARGS; i++) ARG_NAMES[i] = INT_ARG_KEYS[i];
@@ -469,14 +652,9 @@ static void init_key_tables(void) {
     ARG_NAMES[N_INT_ARGS + N_STR_ARGS] = "grid";
     ARG_NAMES[N_INT_ARGS + N_STR_ARGS + 1] = "block";
     for (int i = 0; i < N_RAW_ARGS; i++) ARG_NAMES[FIRST_RAW_ARG + i] = RAW_ARG_KEYS[i];
-    for (int i = 0; i < N_ARG_NAMES; i++) {
-        ARG_LENS[i] = strlen(ARG_NAMES[i]);
-        ARG_HEADS[i] = head8(ARG_NAMES[i], ARG_LENS[i], ARG_LENS[i] + 1);
-    }
-    for (int i = 0; i < N_EVENT_NAMES; i++) {
-        EVENT_LENS[i] = strlen(EVENT_NAMES[i]);
-        EVENT_HEADS[i] = head8(EVENT_NAMES[i], EVENT_LENS[i], EVENT_LENS[i] + 1);
-    }
+    key_table_fill(&ARG_KEY_TABLE, ARG_NAMES, N_ARG_NAMES);
+    key_table_fill(&EVENT_KEY_TABLE, EVENT_NAMES, N_EVENT_NAMES);
+    for (int c = 0; c < 256; c++) STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20;
 }
 
 /* Columns. Dense ones have a value per event; sparse ones (fields most events lack) an event
@@ -518,15 +696,6 @@ static inline int push_sparse(Vec *index, Vec *value, int32_t at, const void *v,
     return (vec_push(index, &at, 4) < 0 || vec_push(value, v, size) < 0) ? ERR : OK;
 }
 
-/* The index of key k[0:n] among names (lengths in lens, first 8 bytes in heads), or -1. */
-static inline int key_index(const char *k, size_t n, size_t avail, const char *const *names, const size_t *lens,
-                            const uint64_t *heads, int count) {
-    uint64_t head = head8(k, n, avail);
-    for (int i = 0; i < count; i++)
-        if (lens[i] == n && heads[i] == head && (n <= 8 || memcmp(k + 8, names[i] + 8, n - 8) == 0)) return i;
-    return -1;
-}
-
 /* A key at s->p: its raw text (a key with escapes is not for the native path: it could spell a
  * known key another way). */
 static int object_key(Scanner *s, const char **k, size_t *n) {
@@ -535,16 +704,16 @@ static int object_key(Scanner *s, const char **k, size_t *n) {
     int escaped, r;
     if ((r = string(s, k, n, &escaped)) != OK) return r;
     if (escaped) return NO;
-    skip_ws(s);
-    if (s->p >= s->end || *s->p != ':') return NO;
-    s->p++;
-    skip_ws(s);
+    const char *p = s->p, *end = s->end;
+    if (p >= end || *p != ':') p = past_ws(p, end); /* a colon right after the key: the usual case */
+    if (p >= end || *p != ':') return NO;
+    s->p = past_ws(p + 1, end);
     return OK;
 }
 
 /* After a member: ',' (more follow, returns OK with *more = 1) or '}' (*more = 0). */
 static int next_member(Scanner *s, int *more) {
-    skip_ws(s);
+    if (s->p >= s->end || (*s->p != ',' && *s->p != '}')) skip_ws(s); /* usually right after the value */
     if (s->p >= s->end) return NO;
     if (*s->p == ',') { s->p++; *more = 1; return OK; }
     if (*s->p == '}') { s->p++; *more = 0; return OK; }
@@ -553,6 +722,8 @@ static int next_member(Scanner *s, int *more) {
 
 static int int64_value(Scanner *s, int64_t *out) {
     if (s->p >= s->end || (*s->p != '-' && (*s->p < '0' || *s->p > '9'))) return NO;
+    const char *after = short_integer(s->p, s->end, out);
+    if (after) { s->p = after; return OK; }
     Number n;
     int r = number(s, &n);
     if (r != OK) return r;
@@ -594,7 +765,7 @@ static int raw_code(Scanner *s, int32_t *code) {
     const char *first = s->p;
     int r = skip_value(s, 2);
     if (r != OK) return r;
-    int32_t c = intern(&s->strings, first, (size_t)(s->p - first));
+    int32_t c = intern(&s->strings, first, (size_t)(s->p - first), (size_t)(s->end - first));
     if (c == -2) return ERR;
     if (c < 0) return NO;
     *code = c;
@@ -612,7 +783,7 @@ static int args_object(Scanner *s, Columns *c, Event *e) {
         size_t n;
         int r, field = -1;
         if ((r = object_key(s, &k, &n)) != OK) return r;
-        field = key_index(k, n, (size_t)(s->end - k), ARG_NAMES, ARG_LENS, ARG_HEADS, N_ARG_NAMES);
+        field = key_lookup(&ARG_KEY_TABLE, k, n, (size_t)(s->end - k));
         if (field >= 0) {
             if (seen & (1u << field)) return NO; /* a duplicated key: msgspec keeps the last; rare */
             seen |= 1u << field;
@@ -627,7 +798,7 @@ static int args_object(Scanner *s, Columns *c, Event *e) {
         } else if (field < N_INT_ARGS + N_STR_ARGS) {
             int k = SC_ARGS + field - N_INT_ARGS;
             int32_t code;
-            if ((r = string_code(s, &code)) == OK)
+            if ((r = string_code(s, &code, NULL)) == OK)
                 r = push_sparse(&c->code_index[k], &c->code_value[k], e->index, &code, 4);
         } else if (field >= FIRST_RAW_ARG) {
             int32_t code;
@@ -662,8 +833,35 @@ static int exact_double(const Number *n, double *out) {
     return 1;
 }
 
+/* ts or dur written as an integer of at most 2**53 without a leading zero (what the profiler
+ * writes): the double is the integer itself (exact), so every field is what the general path
+ * below gives, computed directly. Returns 0 (nothing read) for any other text. */
+static inline int integer_time(Scanner *s, Event *e, int t) {
+    const char *p = s->p, *end = s->end;
+    int negative = *p == '-';
+    p += negative;
+    if (p >= end || *p < '1' || *p > '9') return 0;
+    uint64_t mag;
+    size_t count = integer_digits(p, end, &mag);
+    const char *after = p + count;
+    if (count > 18 || mag > (1ULL << 53) || (after < end && (*after == '.' || *after == 'e' || *after == 'E')))
+        return 0;
+    int64_t value = negative ? -(int64_t)mag : (int64_t)mag;
+    e->time_kind[t] = 1;
+    memcpy(&e->time_value[t], &value, 8);
+    e->time_off[t] = (int64_t)(s->p - s->base);
+    e->time_len[t] = (uint16_t)(after - s->p);
+    if ((double)mag < 8796093022208.0) { /* TS_EXACT_LIMIT_US, as below */
+        e->time_ns[t] = value * 1000;
+        e->time_exact[t] = 1;
+    }
+    s->p = after;
+    return 1;
+}
+
 static int time_value(Scanner *s, Event *e, int t) {
     if (s->p >= s->end || (*s->p != '-' && (*s->p < '0' || *s->p > '9'))) return NO; /* null, text: msgspec */
+    if (integer_time(s, e, t)) return OK;
     Number n;
     int r = number(s, &n);
     if (r != OK) return r;
@@ -708,7 +906,7 @@ static int time_value(Scanner *s, Event *e, int t) {
 static int id_value(Scanner *s, Columns *c, int32_t index, int64_t *value, int text) {
     if (s->p < s->end && *s->p == '"') {
         int32_t code;
-        int r = string_code(s, &code);
+        int r = string_code(s, &code, NULL);
         *value = 0;
         return r == OK ? push_sparse(&c->code_index[text], &c->code_value[text], index, &code, 4) : r;
     }
@@ -717,12 +915,12 @@ static int id_value(Scanner *s, Columns *c, int32_t index, int64_t *value, int t
 
 static int event_field(Scanner *s, Columns *c, Event *e, const char *k, size_t n, uint32_t *seen) {
     int field = -1;
-    field = key_index(k, n, (size_t)(s->end - k), EVENT_NAMES, EVENT_LENS, EVENT_HEADS, N_EVENT_NAMES);
+    field = key_lookup(&EVENT_KEY_TABLE, k, n, (size_t)(s->end - k));
     if (field < 0) return skip_value(s, 1);
     if (*seen & (1u << field)) return NO; /* a duplicated key: msgspec keeps the last; rare */
     *seen |= 1u << field;
     switch (field) {
-    case 0: case 1: case 2: return string_code(s, &e->str_field[field]);
+    case 0: case 1: case 2: return string_code(s, &e->str_field[field], &s->recent[field]);
     case 3: return id_value(s, c, e->index, &e->pid, SC_PID_TEXT); /* ids beyond int64: msgspec */
     case 4: return id_value(s, c, e->index, &e->tid, SC_TID_TEXT);
     case 5: return time_value(s, e, T_TS);
@@ -741,20 +939,47 @@ static int event_field(Scanner *s, Columns *c, Event *e, const char *k, size_t n
     }
 }
 
-static int push_event(Columns *c, const Event *e) {
+/* Room for `events` events in every dense column (they all hold one item per event). */
+static int dense_reserve(Columns *c, size_t events) {
     int failed = 0;
-    for (int i = 0; i < N_STR_FIELDS; i++) failed |= vec_push(&c->str_field[i], &e->str_field[i], 4);
-    failed |= vec_push(&c->pid, &e->pid, 8);
-    failed |= vec_push(&c->tid, &e->tid, 8);
+    for (int i = 0; i < N_STR_FIELDS; i++) failed |= vec_reserve(&c->str_field[i], events * 4 - c->str_field[i].len);
+    failed |= vec_reserve(&c->pid, events * 8 - c->pid.len);
+    failed |= vec_reserve(&c->tid, events * 8 - c->tid.len);
     for (int t = 0; t < N_TIMES; t++) {
-        failed |= vec_push(&c->time_value[t], &e->time_value[t], 8);
-        failed |= vec_push(&c->time_kind[t], &e->time_kind[t], 1);
-        failed |= vec_push(&c->time_off[t], &e->time_off[t], 8);
-        failed |= vec_push(&c->time_len[t], &e->time_len[t], 2);
-        failed |= vec_push(&c->time_ns[t], &e->time_ns[t], 8);
-        failed |= vec_push(&c->time_exact[t], &e->time_exact[t], 1);
+        failed |= vec_reserve(&c->time_value[t], events * 8 - c->time_value[t].len);
+        failed |= vec_reserve(&c->time_kind[t], events * 1 - c->time_kind[t].len);
+        failed |= vec_reserve(&c->time_off[t], events * 8 - c->time_off[t].len);
+        failed |= vec_reserve(&c->time_len[t], events * 2 - c->time_len[t].len);
+        failed |= vec_reserve(&c->time_ns[t], events * 8 - c->time_ns[t].len);
+        failed |= vec_reserve(&c->time_exact[t], events * 1 - c->time_exact[t].len);
     }
     return failed ? ERR : OK;
+}
+
+/* An item appended to a vector known to have room (dense_reserve). */
+#define STORE(v, x) do { memcpy((v).data + (v).len, &(x), sizeof(x)); (v).len += sizeof(x); } while (0)
+
+/* The event's dense fields appended; `room` counts the events the dense columns have room for
+ * (one check per event, not one per column). */
+static int push_event(Columns *c, const Event *e, size_t *room) {
+    size_t events = c->pid.len / 8;
+    if (events >= *room) {
+        size_t more = *room ? 2 * *room : 1024;
+        if (dense_reserve(c, more) != OK) return ERR;
+        *room = more;
+    }
+    for (int i = 0; i < N_STR_FIELDS; i++) STORE(c->str_field[i], e->str_field[i]);
+    STORE(c->pid, e->pid);
+    STORE(c->tid, e->tid);
+    for (int t = 0; t < N_TIMES; t++) {
+        STORE(c->time_value[t], e->time_value[t]);
+        STORE(c->time_kind[t], e->time_kind[t]);
+        STORE(c->time_off[t], e->time_off[t]);
+        STORE(c->time_len[t], e->time_len[t]);
+        STORE(c->time_ns[t], e->time_ns[t]);
+        STORE(c->time_exact[t], e->time_exact[t]);
+    }
+    return OK;
 }
 
 static int event(Scanner *s, Columns *c, int32_t empty, int32_t index) {
@@ -769,7 +994,7 @@ static int event(Scanner *s, Columns *c, int32_t empty, int32_t index) {
     if (s->p >= s->end || *s->p != '{') return NO;
     s->p++;
     skip_ws(s);
-    if (s->p < s->end && *s->p == '}') { s->p++; return push_event(c, &e); }
+    if (s->p < s->end && *s->p == '}') { s->p++; return push_event(c, &e, &s->dense_room); }
     uint32_t seen = 0;
     for (int more = 1; more;) {
         const char *k;
@@ -779,25 +1004,25 @@ static int event(Scanner *s, Columns *c, int32_t empty, int32_t index) {
         if ((r = event_field(s, c, &e, k, n, &seen)) != OK) return r;
         if ((r = next_member(s, &more)) != OK) return r;
     }
-    return push_event(c, &e);
+    return push_event(c, &e, &s->dense_room);
 }
 
 /* ------------------------------------------------------------------ the module function */
 
 static void columns_free(Columns *c) {
     Vec *v = (Vec *)c;
-    for (size_t i = 0; i < sizeof(Columns) / sizeof(Vec); i++) PyMem_Free(v[i].data);
+    for (size_t i = 0; i < sizeof(Columns) / sizeof(Vec); i++) vec_free(&v[i]);
 }
 
-static int put(PyObject *out, const char *key, const Vec *v) {
-    PyObject *b = PyBytes_FromStringAndSize(v->data ? v->data : "", (Py_ssize_t)v->len);
+static int put(PyObject *out, const char *key, Vec *v) {
+    PyObject *b = vec_bytes(v);
     if (!b) return -1;
     int r = PyDict_SetItemString(out, key, b);
     Py_DECREF(b);
     return r;
 }
 
-static int put_sparse(PyObject *out, const char *name, const Vec *index, const Vec *value) {
+static int put_sparse(PyObject *out, const char *name, Vec *index, Vec *value) {
     char key[64];
     snprintf(key, sizeof key, "%s_index", name);
     if (put(out, key, index)) return -1;
@@ -840,8 +1065,14 @@ static PyObject *columns_dict(Columns *c, Py_ssize_t n, PyObject *strings) {
 }
 
 static int scan(Scanner *s, Columns *c, Py_ssize_t *n) {
-    int32_t empty = intern(&s->strings, "", 0); /* code 0: the default of every string field */
+    int32_t empty = intern(&s->strings, "", 0, 0); /* code 0: the default of every string field */
     if (empty < 0) return ERR;
+    /* Room for the events a chunk of this size usually holds (a Kineto event takes 100 bytes or
+     * more: fewer events than this is common, more is rare), so the columns seldom grow; the
+     * pages of room left unused are never touched and cut off at the end (vec_bytes). */
+    size_t room = (size_t)(s->end - s->p) / 100 + 16;
+    if (dense_reserve(c, room) != OK) return ERR;
+    s->dense_room = room;
     skip_ws(s);
     if (s->p >= s->end) return NO;
     for (;;) {
@@ -874,6 +1105,7 @@ static PyObject *decode_chunk(PyObject *self, PyObject *args) {
     s.base = (const char *)view.buf;
     s.p = s.base + start;
     s.end = s.base + end;
+    for (int i = 0; i < 3; i++) s.recent[i].code = -1;
     s.strings.strings = PyList_New(0);
     PyObject *out = NULL;
     Py_ssize_t n = 0;
@@ -884,8 +1116,8 @@ static PyObject *decode_chunk(PyObject *self, PyObject *args) {
     }
     Py_XDECREF(s.strings.strings);
     PyMem_Free(s.strings.slots);
-    PyMem_Free(s.strings.arena.data);
-    PyMem_Free(s.scratch.data);
+    vec_free(&s.strings.arena);
+    vec_free(&s.scratch);
     columns_free(&c);
     PyBuffer_Release(&view);
     return out;
@@ -963,7 +1195,33 @@ static PyObject *array_end(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(found);
 }
 
+/* decoded_keys() -> (event keys, args keys): the keys the decoder reads (every other key of an
+ * event or of its args is skipped), for the benchmarks' msgspec reference to decode the same. */
+static PyObject *decoded_keys(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    PyObject *events = PyTuple_New(N_EVENT_NAMES), *args = PyTuple_New(N_ARG_NAMES);
+    if (!events || !args) goto failed;
+    for (int i = 0; i < N_EVENT_NAMES; i++) {
+        PyObject *key = PyUnicode_FromString(EVENT_NAMES[i]);
+        if (!key) goto failed;
+        PyTuple_SET_ITEM(events, i, key);
+    }
+    for (int i = 0; i < N_ARG_NAMES; i++) {
+        PyObject *key = PyUnicode_FromString(ARG_NAMES[i]);
+        if (!key) goto failed;
+        PyTuple_SET_ITEM(args, i, key);
+    }
+    return Py_BuildValue("(NN)", events, args);
+failed:
+    Py_XDECREF(events);
+    Py_XDECREF(args);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"decoded_keys", decoded_keys, METH_NOARGS,
+     "decoded_keys() -> (event keys, args keys) the decoder reads; every other key is skipped"},
     {"array_end", array_end, METH_VARARGS,
      "array_end(buf, start) -> position of the first bracket closing one opened before start, or None"},
     {"first_seen", first_seen, METH_VARARGS,

@@ -78,9 +78,12 @@ traces never pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import chain, compress, repeat
@@ -311,25 +314,55 @@ def rank_from_filename(path: str | os.PathLike[str]) -> int | None:
 
 
 def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = None,
-                 jobs: int | None = 1) -> Trace:
+                 jobs: int | None = 1, clock: "PhaseClock | None" = None) -> Trace:
     """Parse one Kineto trace file. The rank comes from ``distributedInfo``, else the file name,
     else it is left as -1 (``rank_source == "unknown"``) for the loader to assign.
 
     ``jobs``: worker processes for a big file (``parsers/kineto_parallel.py``; None: the cores
-    available); 1 reads it in this process. The Trace is the same either way."""
+    available); 1 reads it in this process. The Trace is the same either way. ``clock``: where
+    the time of each phase is added (benchmarks)."""
     path = Path(path)
     if jobs != 1:
         from traceview.parsers.kineto_parallel import parse_parallel
 
-        return parse_parallel(path, progress=progress, jobs=jobs)
-    parser = _KinetoFile(path, progress)
+        return parse_parallel(path, progress=progress, jobs=jobs, clock=clock)
+    parser = _KinetoFile(path, progress, clock)
     return parser.parse()
 
 
-def kineto_reader(path: Path, progress: ProgressFn | None = None) -> "_KinetoFile":
+def kineto_reader(path: Path, progress: ProgressFn | None = None, clock: "PhaseClock | None" = None) -> "_KinetoFile":
     """A parser of one file whose reading the caller drives (``parsers/kineto_parallel.py``:
     ``start_events``, ``read_range``, ``finish``)."""
-    return _KinetoFile(path, progress)
+    return _KinetoFile(path, progress, clock)
+
+
+class PhaseClock:
+    """Wall and CPU seconds per named phase of one parse, for the benchmarks' breakdown
+    (``benchmarks/bench_load.py --phases``). CPU is ``time.thread_time``, the CPU time of the
+    thread the phase ran in, so on a busy machine it says what the phase costs, where wall time
+    says how long it waited for a core too (and the phases of a helper thread, marked so, are
+    not counted in those of the thread beside it). ``workers``: one record per range a worker
+    process parsed (``kineto_parallel.read_range``)."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, list[float]] = {}  # name -> [wall s, CPU s, times entered]
+        self.workers: list[dict[str, float]] = []
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        wall_s, cpu_s = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            entry = self.phases.setdefault(name, [0.0, 0.0, 0])
+            entry[0] += time.perf_counter() - wall_s
+            entry[1] += time.thread_time() - cpu_s
+            entry[2] += 1
+
+
+def timed(clock: PhaseClock | None, name: str) -> contextlib.AbstractContextManager[None]:
+    """``clock.phase(name)``, or nothing to time."""
+    return contextlib.nullcontext() if clock is None else clock.phase(name)
 
 
 # ---------------------------------------------------------------------- streaming
@@ -359,9 +392,10 @@ class _Chunk:
 
 
 class _KinetoFile:
-    def __init__(self, path: Path, progress: ProgressFn | None) -> None:
+    def __init__(self, path: Path, progress: ProgressFn | None, clock: PhaseClock | None = None) -> None:
         self.path = path
         self.progress = progress
+        self._clock = clock  # not parse state: kineto_parallel ships no "_" attribute
         self.total_bytes = path.stat().st_size if path.exists() else 0
         self.columns: dict[str, list[Any]] = {}
         self.head: dict[str, Any] = {}
@@ -403,7 +437,7 @@ class _KinetoFile:
     # -- reading -----------------------------------------------------------------------
     def parse(self) -> Trace:
         raw, chunks = _open_bytes(self.path)
-        with raw:
+        with raw, timed(self._clock, "read and decode"):
             self._read(raw, chunks)
         self._count("coerced_invalid_utf8", chunks.invalid_utf8)
         return self._build()
@@ -421,27 +455,35 @@ class _KinetoFile:
         return events_start, array_document
 
     def read_range(self, blocks: Iterator[bytes], *, last: bool, array_document: bool,
-                   allocator_args: bool = False) -> None:
+                   allocator_args: bool = False, buffer: bytearray | None = None) -> None:
         """Decode one byte range of the events array that starts at an event: ``last``, it runs
         to the end of the file (the array's end and the metadata after it are read as usual);
         otherwise it ends where the next event starts. ``allocator_args``: decode the allocator's
         args from the start (``allocator_events_expected``), instead of reading the first chunk
-        with allocator events a second time, which every range would do."""
+        with allocator events a second time, which every range would do. ``buffer``: the read
+        buffer to use (its contents are overwritten; a range that is not the last leaves its
+        room as it is): the ranges a process reads one after another reuse the memory of one,
+        instead of faulting in ~20 MB of fresh pages each (~5 ms a range)."""
         self.whole_events = not last
         if allocator_args:
             self.decoder = _MEMORY_EVENTS_DECODER
         source = _Consumed(blocks)
-        self._read_events(source, iter(source), bytearray(b"["), array_document)
+        buf = bytearray(b"[") if buffer is None else buffer
+        if not buf:
+            buf.append(0x5B)
+        buf[0] = 0x5B
+        self._read_events(source, iter(source), buf, array_document, size=1)
 
     def allocator_events_expected(self) -> bool:
         """Whether the metadata before the events says memory was profiled (``profile_memory``)."""
         flag = self.head.get("profile_memory")
         return flag is True or (isinstance(flag, int) and flag > 0)
 
-    def finish(self, invalid_utf8: int) -> Trace:
-        """The Trace from what was read (``invalid_utf8``: byte sequences replaced on the way)."""
+    def finish(self, invalid_utf8: int, threads: int = 1) -> Trace:
+        """The Trace from what was read (``invalid_utf8``: byte sequences replaced on the way);
+        ``threads`` > 1: the parse may use that many cores (``_build``)."""
         self._count("coerced_invalid_utf8", invalid_utf8)
-        return self._build()
+        return self._build(threads)
 
     def _report(self, raw: "io.BufferedReader | _Consumed") -> None:
         if self.progress is not None:
@@ -490,15 +532,16 @@ class _KinetoFile:
         return -1, False
 
     def _read_events(self, raw: "io.BufferedReader | _Consumed", chunks: Iterator[bytes], buf: bytearray,
-                     array_document: bool) -> None:
-        """Decode the events array chunk by chunk (``buf`` starts with its ``[``).
+                     array_document: bool, size: int | None = None) -> None:
+        """Decode the events array chunk by chunk (``buf`` starts with its ``[``; ``size``: how
+        many of its bytes are in use, default all).
 
         ``buf`` keeps its room between chunks: ``size`` bytes of it are in use, blocks are copied
         in after them and the undecoded tail moved to the front, by same-length slice assignments
         (a bytearray that shrinks below half its room reallocates, and refilling it grows it
         block by block: each chunk's memory freshly faulted in, ~0.1 s of 141 MB).
         """
-        size = len(buf)
+        size = len(buf) if size is None else size
         at_eof = False
         while True:
             if not at_eof and (size < CHUNK_BYTES or self._need_more):
@@ -515,6 +558,9 @@ class _KinetoFile:
                     at_eof = True
                 self._report(raw)
             if at_eof:
+                if self.whole_events:  # a range cut before an event: no array end, and the room is kept
+                    self._decode_all(buf, self._rstrip_separators(buf, size))
+                    return
                 del buf[size:]
                 self._final_chunk(buf, array_document)
                 return
@@ -674,9 +720,6 @@ class _KinetoFile:
                      lambda decoder, marker: self._decode_tail(holder, 1, len(holder) - 1, decoder, marker))
 
     def _final_chunk(self, buf: bytearray, array_document: bool) -> None:
-        if self.whole_events:  # a range cut before an event (read_range): no array end to look for
-            self._decode_all(buf, self._rstrip_separators(buf, len(buf)))
-            return
         array_end = _events_array_end(buf)
         if array_end is None and array_document:
             # the Chrome JSON array format may omit the closing bracket: the events end with the file
@@ -1196,7 +1239,8 @@ class _KinetoFile:
             self.counts[key] = self.counts.get(key, 0) + n
 
     # -- assembling ---------------------------------------------------------------------
-    def _build(self) -> Trace:
+    def _build(self, threads: int = 1) -> Trace:
+        """The Trace (``threads``: see ``_tables``)."""
         meta = {**self.head, **self.tail}
         base_time_ns = self._base_time()
         raw_dist = meta.get("distributedInfo")
@@ -1213,7 +1257,8 @@ class _KinetoFile:
                 rank, rank_source = from_name, "file name"
         world_size = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
         version = meta.get("schemaVersion")
-        drop = self._pair_begin_end()
+        with timed(self._clock, "build: pair begins and ends"):
+            drop = self._pair_begin_end()
         info = RankInfo(
             rank=rank,
             source_path=str(self.path),
@@ -1234,12 +1279,35 @@ class _KinetoFile:
         )
         if self.imprecise_ts:
             info.event_counts["times_reread_exactly"] = self.imprecise_ts
-        events = self._events_table(rank, base_time_ns, drop)
-        links = self._links(events, rank, drop)
+        trace = self._tables(rank, base_time_ns, drop, threads)
+        trace.ranks = {rank: info}
         info.warnings.extend(self.autograd_warnings)
-        steps = steps_from_annotations(events)
-        return Trace(events=events, links=links, ranks={rank: info}, steps=steps, warnings=[],
-                     memory=self._memory_table(rank, base_time_ns), counters=self._counters_table(rank, base_time_ns))
+        return trace
+
+    def _tables(self, rank: int, base_time_ns: int, drop: np.ndarray, threads: int) -> Trace:
+        """The Trace's tables (its ranks left to the caller). ``threads`` > 1 (a parallel parse,
+        which may use that many cores): the CPU-op links, the largest part of the work here, are
+        made by a second thread from the first columns of the events table while this one makes
+        the rest (numpy releases the GIL in the sorts and searches they are made of); the tables
+        are the same either way."""
+        helper = ThreadPoolExecutor(1, thread_name_prefix="traceview-links") if threads > 1 else None
+        started: list[Future[list[pa.Table]]] = []
+
+        def start_cpu_op_links(columns: dict[str, np.ndarray]) -> None:
+            if helper is not None:
+                started.append(helper.submit(self._helper_cpu_op_links, columns, rank))
+
+        try:
+            with timed(self._clock, "build: events table"):
+                events = self._events_table(rank, base_time_ns, drop, start_cpu_op_links if helper else None)
+            with timed(self._clock, "build: steps, memory, counters"):
+                steps = steps_from_annotations(events)
+                memory, counters = self._memory_table(rank, base_time_ns), self._counters_table(rank, base_time_ns)
+            links = self._links(events, rank, drop, started[0] if started else None)
+        finally:
+            if helper is not None:
+                helper.shutdown(wait=True, cancel_futures=True)
+        return Trace(events=events, links=links, ranks={}, steps=steps, warnings=[], memory=memory, counters=counters)
 
     def _devices(self, properties: Any) -> list[DeviceInfo]:
         """``deviceProperties``: a list of objects; anything else, or an entry whose id is not an
@@ -1316,14 +1384,23 @@ class _KinetoFile:
         masks = {key: cols[key] < 0 for key in ("total_allocated_bytes", "total_reserved_bytes", "addr")}
         return make_memory_table(cols, masks)
 
-    def _events_table(self, rank: int, base_time_ns: int, drop: np.ndarray) -> pa.Table:
+    def _events_table(self, rank: int, base_time_ns: int, drop: np.ndarray,
+                      link_columns: Callable[[dict[str, np.ndarray]], None] | None = None) -> pa.Table:
+        """The events table; ``link_columns`` is given its ``_CPU_OP_COLUMNS`` (kind as codes) as
+        soon as they are made, before the other columns (for a helper thread)."""
         n = self.n_rows
         if n == 0:
             return make_events_table({}, 0)
-        cols: dict[str, Any] = {}
+        cols: dict[str, Any] = {key: np.concatenate(self.columns[key]) for key in _CPU_OP_COLUMNS}
+        cols["start_ns"] += base_time_ns
+        paired_rows, paired_durs = self.dur_fixes
+        cols["dur_ns"][paired_rows] = paired_durs
+        if link_columns is not None:
+            link_columns(_without_rows({key: cols[key] for key in _CPU_OP_COLUMNS}, drop))
+        cols["kind"] = kind_array(cols["kind"])
         for key, parts in self.columns.items():
-            if key == "kind":
-                cols[key] = kind_array(np.concatenate(parts))
+            if key in _CPU_OP_COLUMNS:
+                continue  # made above
             elif key in ("category", "name"):
                 memo = self.cat_memo if key == "category" else self.name_memo
                 cols[key] = memo.dictionary_array(np.concatenate(parts))
@@ -1342,10 +1419,7 @@ class _KinetoFile:
             else:
                 cols[key] = pa.chunked_array(parts).combine_chunks() if not pa.types.is_dictionary(parts[0].type) \
                     else pa.chunked_array(parts).unify_dictionaries().combine_chunks()
-        cols["start_ns"] = cols["start_ns"] + base_time_ns
         cols["rank"] = np.full(n, rank, dtype=np.int32)
-        paired_rows, paired_durs = self.dur_fixes
-        cols["dur_ns"][paired_rows] = paired_durs
         table = make_events_table(cols, n)
         if len(drop):
             keep = np.ones(n, dtype=bool)
@@ -1353,44 +1427,57 @@ class _KinetoFile:
             table = table.filter(pa.array(keep))
         return table
 
-    def _links(self, events: pa.Table, rank: int, drop: np.ndarray) -> pa.Table:
+    def _links(self, events: pa.Table, rank: int, drop: np.ndarray,
+               cpu_op: "Future[list[pa.Table]] | None" = None) -> pa.Table:
+        """The links of the events; ``cpu_op``: the CPU-op links being made by a helper thread
+        (``_helper_cpu_op_links``), else they are made here."""
         if events.num_rows == 0:
             return empty_links()
-        kind_column = events.column("kind")
-        kind_chunk = kind_column.chunk(0) if kind_column.num_chunks == 1 else kind_column.combine_chunks()
-        kind = kind_chunk.indices.to_numpy(zero_copy_only=False)
+        kind = _kind_codes(events)
         correlation = events.column("correlation").to_numpy()
-        external = events.column("external_id").to_numpy()
         tables = []
-        # launch -> GPU activity: one file is one process, so correlation alone is the key
-        api = np.flatnonzero((kind == int(Kind.RUNTIME)) & (correlation >= 0))
-        gpu = np.flatnonzero(np.isin(kind, _ACTIVITY_OR_SYNC) & (correlation >= 0))
-        left, right = join_on_keys([correlation[api]], [correlation[gpu]])
-        if len(left):
-            tables.append(make_links_table(np.full(len(left), rank), "launch", _one_category("correlation", len(left)),
-                                           api[left], gpu[right]))
-        tables.extend(self._cpu_op_links(events, rank, kind, external))
-        flow_table = self._flow_links(events, rank, kind)
-        if flow_table is not None:
-            tables.append(flow_table)
-        derived = self._derived_fwdbwd(events, rank, kind, drop, flow_table)
-        if derived is not None:
-            tables.append(derived)
+        with timed(self._clock, "build: links, launch"):
+            # launch -> GPU activity: one file is one process, so correlation alone is the key
+            api = np.flatnonzero((kind == int(Kind.RUNTIME)) & (correlation >= 0))
+            gpu = np.flatnonzero(np.isin(kind, _ACTIVITY_OR_SYNC) & (correlation >= 0))
+            left, right = join_on_keys([correlation[api]], [correlation[gpu]])
+            if len(left):
+                tables.append(make_links_table(np.full(len(left), rank), "launch",
+                                               _one_category("correlation", len(left)), api[left], gpu[right]))
+        with timed(self._clock, "build: links, flows"):
+            flow_table = self._flow_links(events, rank, kind)
+        with timed(self._clock, "build: links, fwdbwd"):
+            derived = self._derived_fwdbwd(events, rank, kind, drop, flow_table)
+        if cpu_op is None:
+            with timed(self._clock, "build: links, cpu_op"):
+                tables.extend(self._cpu_op_links(_link_columns(events), rank))
+        else:
+            with timed(self._clock, "build: links, wait for the helper thread"):
+                tables.extend(cpu_op.result())
+        tables.extend(table for table in (flow_table, derived) if table is not None)
         if not tables:
             return empty_links()
-        return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+        with timed(self._clock, "build: links, concatenate"):
+            return pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+
+    def _helper_cpu_op_links(self, columns: dict[str, np.ndarray], rank: int) -> list[pa.Table]:
+        """``_cpu_op_links`` in a helper thread, while ``_events_table`` makes the other columns."""
+        with timed(self._clock, "build: links, cpu_op (helper thread)"):
+            return self._cpu_op_links(columns, rank)
 
     @staticmethod
-    def _cpu_op_links(events: pa.Table, rank: int, kind: np.ndarray, external: np.ndarray) -> list[pa.Table]:
-        """Runtime call -> the CPU op (or annotation) that issued it.
+    def _cpu_op_links(columns: dict[str, np.ndarray], rank: int) -> list[pa.Table]:
+        """Runtime call -> the CPU op (or annotation) that issued it (``columns``: the events'
+        ``_CPU_OP_COLUMNS``, kind as its codes).
 
         By ``External id`` when the op with that id encloses the call on the same thread (some
         traces reuse the correlation id as the runtime's External id, which would point at an
         unrelated op); otherwise the innermost op enclosing the call on its thread.
         """
-        start = events.column("start_ns").to_numpy()
-        end = start + events.column("dur_ns").to_numpy()
-        thread = hash_keys([events.column("pid").to_numpy(), events.column("tid").to_numpy()])
+        kind, external = columns["kind"], columns["external_id"]
+        start = columns["start_ns"]
+        end = start + columns["dur_ns"]
+        thread = hash_keys([columns["pid"], columns["tid"]])
         is_op = np.isin(kind, [int(Kind.CPU_OP), int(Kind.ANNOTATION)])
         runtime = np.flatnonzero(kind == int(Kind.RUNTIME))
         tables = []
@@ -1904,6 +1991,33 @@ def _flow_ids(texts: np.ndarray) -> np.ndarray:
         except (OverflowError, ValueError):  # beyond int64: pandas decides (uint64 or float)
             pass
     return pd.to_numeric(pd.Series(texts), errors="coerce").to_numpy()
+
+
+#: the events' columns the CPU-op links are made from
+_CPU_OP_COLUMNS = ("kind", "external_id", "start_ns", "dur_ns", "pid", "tid")
+
+
+def _without_rows(columns: dict[str, np.ndarray], drop: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns without the rows ``drop`` (the begins that never end, as ``_events_table``
+    drops them); as they are when there are none."""
+    if len(drop) == 0:
+        return columns
+    keep = np.ones(len(next(iter(columns.values()))), dtype=bool)
+    keep[drop] = False
+    return {key: values[keep] for key, values in columns.items()}
+
+
+def _link_columns(events: pa.Table) -> dict[str, np.ndarray]:
+    """The events' ``_CPU_OP_COLUMNS`` as numpy arrays, kind as its codes."""
+    columns = {key: events.column(key).to_numpy() for key in _CPU_OP_COLUMNS if key != "kind"}
+    return {"kind": _kind_codes(events), **columns}
+
+
+def _kind_codes(events: pa.Table) -> np.ndarray:
+    """The events' kinds as their int8 codes."""
+    column = events.column("kind")
+    chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return chunk.indices.to_numpy(zero_copy_only=False)
 
 
 def _one_category(text: str, n: int) -> pa.DictionaryArray:

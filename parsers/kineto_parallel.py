@@ -5,11 +5,16 @@ Why processes
 -------------
 msgspec holds the GIL while it decodes, and building columns from the decoded structs is Python
 too, so threads do not help; processes do. ``jobs - 1`` workers take the first ranges and the
-parent parses the last ``1/jobs`` of them meanwhile, then any range no worker has started yet. A
-range is parsed by the same code as a serial parse (``kineto_reader(...).read_range``); a worker
-sends back its reader's accumulated state (numpy and Arrow column chunks, counts, string memos)
-as a file in the spool folder: a pickle whose array buffers lie after it, mapped by the parent
-rather than copied (``dump_result``, ``load_result``).
+parent parses the last ``1/jobs`` of them meanwhile (planned ``PARENT_RANGE_WEIGHT`` larger: a
+worker starts later and writes its results), then any range no worker has started yet. A range
+is parsed by the same code as a serial parse (``kineto_reader(...).read_range``), the ranges of
+one process reusing one read buffer; a worker sends back its reader's accumulated state (numpy
+and Arrow column chunks, counts, string memos) as a file in the spool folder: a pickle whose
+array buffers lie after it, mapped by the parent rather than copied (``dump_result``,
+``load_result``). Only the head (read in small blocks, ``HEAD_BYTES``) and the cuts come before
+the workers start; after them the parent merges and builds the tables, with the CPU-op links
+made by a helper thread beside the rest (``_KinetoFile._build``). ``benchmarks/bench_load.py
+--phases`` prints the time of each phase.
 
 Where a range may start
 -----------------------
@@ -54,6 +59,7 @@ import struct
 import re
 import shutil
 import tempfile
+import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -66,7 +72,8 @@ from traceview import loading
 from traceview.loading import wanted_parse_jobs
 from traceview.model import Trace
 from traceview.parsers.jsonstream import READ_BYTES, UTF8_BOM, Blocks, open_bytes
-from traceview.parsers.kineto import OP_INPUT_COLUMNS, kineto_reader, op_input_memo, parse_kineto
+from traceview.parsers.kineto import (OP_INPUT_COLUMNS, PhaseClock, kineto_reader, op_input_memo, parse_kineto,
+                                      timed)
 
 ProgressFn = Callable[[int, int], None]
 
@@ -74,6 +81,11 @@ ProgressFn = Callable[[int, int], None]
 RANGES_PER_JOB = 4
 #: No range smaller than this (per-range costs: a process task, a pickled result, a merge).
 MIN_RANGE_BYTES = 16 * 1024 * 1024
+#: Plain files: the ranges the parent keeps are planned this much larger than a worker's. A worker
+#: starts ~10-20 ms after the parent (a fork, its task sent) and writes its results for the
+#: parent (~7% of its parse time on the 141 MB benchmark trace); the parent merges them after
+#: the workers are done either way. Measured with ``benchmarks/bench_load.py --phases``.
+PARENT_RANGE_WEIGHT = 1.12
 #: Gzip: the parent ships ranges of this much decompressed text.
 GZIP_RANGE_BYTES = 32 * 1024 * 1024
 #: Gzip: decompression (zlib, ~330 MB/s of JSON) and cutting and writing the text keep the parent
@@ -82,6 +94,10 @@ GZIP_RANGE_BYTES = 32 * 1024 * 1024
 GZIP_MIN_JOBS = 3
 #: How far past a planned cut to look for an event boundary.
 BOUNDARY_WINDOW_BYTES = 1024 * 1024
+#: Plain files: the metadata before the events is read in blocks this size, doubling up to
+#: ``READ_BYTES``: the events start within the first kilobytes of a Kineto file, and until the
+#: head is read no worker parses (one 4 MB block costs ~30 ms to read, copy and search).
+HEAD_BYTES = 64 * 1024
 
 RANGE_START = re.compile(rb'\}\s*,\s*(\{)\s*"[A-Za-z_]')
 #: A worker's result file starts with the sizes of its pickle and of its table of buffers.
@@ -113,23 +129,25 @@ class _RangeTask:
 
 
 def parse_parallel(path: Path, *, progress: ProgressFn | None = None, jobs: int | None = None,
-                   min_bytes: int | None = None, range_bytes: int | None = None) -> Trace:
+                   min_bytes: int | None = None, range_bytes: int | None = None,
+                   clock: PhaseClock | None = None) -> Trace:
     """Parse one Kineto file with ``jobs`` worker processes (None: the cores available); a file
     with less than ``min_bytes`` of JSON (default ``PARALLEL_MIN_BYTES``), or ``jobs == 1``, is
-    parsed in this process. ``range_bytes`` sets the size of the ranges (tests force many)."""
+    parsed in this process. ``range_bytes`` sets the size of the ranges (tests force many).
+    ``clock``: where the time of each phase is added (benchmarks)."""
     jobs = resolve_jobs(jobs)
     gzip = _is_gzip(path)
     too_few = jobs < (GZIP_MIN_JOBS if gzip else 2)
     if too_few or _json_bytes(path, gzip) < (loading.PARALLEL_MIN_BYTES if min_bytes is None else min_bytes):
-        return parse_kineto(path, progress=progress, jobs=1)
+        return parse_kineto(path, progress=progress, jobs=1, clock=clock)
     try:
-        driver = _Driver(path, progress, max(jobs - 1, 1) if gzip else jobs, range_bytes)
+        driver = _Driver(path, progress, max(jobs - 1, 1) if gzip else jobs, range_bytes, clock)
         trace = driver.run_gzip() if gzip else driver.run_plain()
     except _SerialNeeded:
         trace = None
     # a file the ranges cannot be read from (damaged, or a boundary inside an event) is parsed
     # serially: the same result, or the same error message, as --jobs 1
-    return trace if trace is not None else parse_kineto(path, progress=progress, jobs=1)
+    return trace if trace is not None else parse_kineto(path, progress=progress, jobs=1, clock=clock)
 
 
 class _SerialNeeded(Exception):
@@ -137,30 +155,39 @@ class _SerialNeeded(Exception):
 
 
 class _Driver:
-    def __init__(self, path: Path, progress: ProgressFn | None, jobs: int, range_bytes: int | None) -> None:
+    def __init__(self, path: Path, progress: ProgressFn | None, jobs: int, range_bytes: int | None,
+                 clock: PhaseClock | None = None) -> None:
         self.path = path
         self.progress = progress
         self.jobs = jobs
         self.range_bytes = range_bytes
+        self.clock = clock
         self.total_bytes = path.stat().st_size
-        self.parent = kineto_reader(path)
+        self.parent = kineto_reader(path, clock=clock)
         self.invalid_utf8 = 0
         self.shared: Any = None  # per-range bytes read, written by the workers
         self.first = 0  # plain files: where the events start in the file
         self.spool = ""  # where workers write their results (``read_range``)
+        self.buffer = bytearray()  # the read buffer of the ranges this process parses (``parse_range``)
 
     # -- plain files: workers read their own ranges ----------------------------------------
     def run_plain(self) -> Trace | None:
-        raw, chunks = open_bytes(self.path)
-        with raw:
+        raw, _ = open_bytes(self.path)
+        with raw, timed(self.clock, "parallel: head and cuts"):
             bom = len(UTF8_BOM) if raw.read(len(UTF8_BOM)) == UTF8_BOM else 0
             raw.seek(0)
+            chunks = Blocks(_head_blocks(raw))
             buf = bytearray()
             start = self.parent.start_events(buf, chunks)
-        if start is None or chunks.invalid_utf8:
-            return None  # no events array, or a repaired head (offsets would not match the file)
-        first = bom + start[0]
-        cuts = plan_cuts(self.path, first, self.total_bytes, self._n_ranges(self.total_bytes - first))
+            if start is None or chunks.invalid_utf8:
+                return None  # no events array, or a repaired head (offsets would not match the file)
+            first = bom + start[0]
+            n_ranges = self._n_ranges(self.total_bytes - first)
+            # the ranges this process keeps (the last ones, _run_ranges) are planned larger: a
+            # worker starts later and spends time writing its results
+            own = _own_ranges(n_ranges, self.jobs)
+            weights = [1.0] * (n_ranges - own) + [PARENT_RANGE_WEIGHT] * own
+            cuts = plan_cuts(self.path, first, self.total_bytes, n_ranges, weights)
         if not cuts:
             return None  # one range: a worker would only add its start-up
         bounds = [first, *cuts, self.total_bytes]
@@ -169,21 +196,24 @@ class _Driver:
                             begin=b, end=e) for i, (b, e) in enumerate(zip(bounds, bounds[1:]))]
         self.first = first
         self._run_ranges(tasks)
-        return self.parent.finish(self.invalid_utf8)
+        return self.parent.finish(self.invalid_utf8, threads=self.jobs)
 
     def _run_ranges(self, tasks: list[_RangeTask]) -> None:
         """``jobs - 1`` workers parse the first ranges; this process parses its share, the last
         ``1/jobs`` of them, meanwhile (no process idles, one fork fewer, nothing shipped for those),
         then any range no worker has started yet. Ranges are merged in file order."""
-        own = max(1, len(tasks) // self.jobs)
+        own = _own_ranges(len(tasks), self.jobs)
         theirs, mine = tasks[:-own], tasks[-own:]
         with self._pool(len(tasks), self.jobs - 1) as pool:
-            futures = [pool.submit(read_range, dataclasses.replace(task, spool=self.spool)) for task in theirs]
+            with timed(self.clock, "parallel: start workers"):
+                futures = [pool.submit(read_range, dataclasses.replace(task, spool=self.spool)) for task in theirs]
             try:
-                done = {task.slot: self._parse_here(task) for task in mine}
+                with timed(self.clock, "parallel: parse own ranges"):
+                    done = {task.slot: self._parse_here(task) for task in mine}
                 for task, future in zip(theirs, futures):
                     self._merge(task, self._parse_here(task) if future.cancel() else
                                 self._wait(future, lambda: self.first + int(sum(self.shared))))
+                self.buffer = bytearray()  # every range is read: its ~20 MB are not held through the build
                 for task in mine:
                     self._merge(task, done.pop(task.slot))
             finally:
@@ -230,7 +260,7 @@ class _Driver:
                 for _, future in pending:
                     future.cancel()
             self.invalid_utf8 += chunks.invalid_utf8
-        return self.parent.finish(self.invalid_utf8)
+        return self.parent.finish(self.invalid_utf8, threads=self.jobs)
 
     def _spooled(self, task: _RangeTask, buf: bytearray, end: int) -> _RangeTask:
         """``task`` with ``buf[:end]`` written to a file of the spool for its worker to read (a
@@ -261,20 +291,25 @@ class _Driver:
         try:
             yield pool
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            loading.stop_leftover_workers(before)
-            shutil.rmtree(self.spool, ignore_errors=True)
+            with timed(self.clock, "parallel: stop workers"):
+                pool.shutdown(wait=True, cancel_futures=True)
+                loading.stop_leftover_workers(before)
+                shutil.rmtree(self.spool, ignore_errors=True)
 
     def _wait(self, future: Future[Any], done: Callable[[], int]) -> tuple[dict[str, Any], int]:
         """A range's result, reporting progress while it is parsed; a range that failed makes the
         whole file be parsed serially."""
-        while not wait([future], timeout=0.25).done:
-            self._report(done())
+        with timed(self.clock, "parallel: wait for workers"):
+            while not wait([future], timeout=0.25).done:
+                self._report(done())
         self._report(done())
         try:
-            target = future.result()
-            result: tuple[dict[str, Any], int] = load_result(target)
-            os.unlink(target)
+            target, times = future.result()
+            with timed(self.clock, "parallel: load results"):
+                result: tuple[dict[str, Any], int] = load_result(target)
+                os.unlink(target)
+            if self.clock is not None:
+                self.clock.workers.append(times)
             return result
         # whatever went wrong in a worker (damaged JSON, a cut inside an event, a worker killed),
         # the serial parse that follows gives the real result or error
@@ -287,7 +322,9 @@ class _Driver:
 
     def _merge(self, task: _RangeTask, result: tuple[dict[str, Any], int]) -> None:
         state, invalid_utf8 = result
-        if absorb(self.parent, state):
+        with timed(self.clock, "parallel: merge"):
+            absorbed = absorb(self.parent, state)
+        if absorbed:
             self.invalid_utf8 += invalid_utf8
             return
         # text pid/tid ids would differ from a serial parse's: read this range here, in order
@@ -298,7 +335,7 @@ class _Driver:
         blocks = _range_blocks(task)
         try:
             self.parent.read_range(iter(blocks), last=task.last, array_document=task.array_document,
-                                   allocator_args=task.allocator_args)
+                                   allocator_args=task.allocator_args, buffer=self.buffer)
         # as for a worker's range: the serial parse that follows gives the real result or error
         except Exception as exc:
             raise _SerialNeeded() from exc
@@ -313,7 +350,7 @@ class _Driver:
             self._report(self.first + int(sum(self.shared)))
 
         try:
-            return parse_range(task, publish)
+            return parse_range(task, publish, self.buffer)
         except Exception as exc:  # as for a worker's range
             raise _SerialNeeded() from exc
 
@@ -321,29 +358,38 @@ class _Driver:
 # ---------------------------------------------------------------------- workers
 
 _shared_progress: Any = None
+#: a worker's read buffer, reused by the ranges it parses (``parse_range``); freed with the worker
+_worker_buffer = bytearray()
 
 
 def _init_worker(shared: Any) -> None:
-    global _shared_progress
+    global _shared_progress, _worker_buffer
     _shared_progress = shared
+    _worker_buffer = bytearray()  # not the forked parent's
 
 
-def read_range(task: _RangeTask) -> str:
+def read_range(task: _RangeTask) -> tuple[str, dict[str, float]]:
     """Worker: parse one range; writes the reader's accumulated state and the number of byte
     sequences replaced because they were not UTF-8 (pickled) into the spool folder and returns the
-    file's path. Not through the pool's pipe: the parent's pipe reader is a thread, which gets the
-    GIL only between the parent's own parse steps, and a worker blocked writing a 15 MB result into
-    a 64 KB pipe waits for it instead of parsing its next range."""
+    file's path, and the worker's times (``PhaseClock.workers``). Not through the pool's pipe: the
+    parent's pipe reader is a thread, which gets the GIL only between the parent's own parse steps,
+    and a worker blocked writing a 15 MB result into a 64 KB pipe waits for it instead of parsing
+    its next range."""
     shared, slot = _shared_progress, task.slot
 
     def publish(done: int, _total: int) -> None:
         if shared is not None and slot < len(shared):
             shared[slot] = done
 
-    result = parse_range(task, publish)
+    began_s, cpu_s = time.monotonic(), time.process_time()
+    result = parse_range(task, publish, _worker_buffer)
+    parsed_s, parsed_cpu_s = time.monotonic(), time.process_time()
     target = os.path.join(task.spool, f"{task.slot}.pickle")
     dump_result(result, target)
-    return target
+    times = {"slot": task.slot, "pid": os.getpid(), "began_s": began_s, "parse_s": parsed_s - began_s,
+             "parse_cpu_s": parsed_cpu_s - cpu_s, "dump_s": time.monotonic() - parsed_s,
+             "dump_cpu_s": time.process_time() - parsed_cpu_s, "bytes": task.end - task.begin}
+    return target, times
 
 
 def dump_result(result: Any, target: str) -> None:
@@ -384,14 +430,29 @@ def load_result(target: str) -> Any:
     return pickle.loads(data, buffers=[view[offset : offset + nbytes] for offset, nbytes in spans])
 
 
-def parse_range(task: _RangeTask, progress: ProgressFn) -> tuple[dict[str, Any], int]:
-    """Parse one range with a reader of its own (in a worker, or in the parent for its share)."""
+def parse_range(task: _RangeTask, progress: ProgressFn, buffer: bytearray | None = None) -> tuple[dict[str, Any], int]:
+    """Parse one range with a reader of its own (in a worker, or in the parent for its share);
+    ``buffer``: the read buffer the process's ranges share (``_KinetoFile.read_range``)."""
     reader = kineto_reader(task.path, progress)
     blocks = _range_blocks(task)
     reader.read_range(iter(blocks), last=task.last, array_document=task.array_document,
-                      allocator_args=task.allocator_args)
+                      allocator_args=task.allocator_args, buffer=buffer)
     state = {key: value for key, value in vars(reader).items() if key not in _NOT_STATE and not key.startswith("_")}
     return state, blocks.invalid_utf8 if isinstance(blocks, Blocks) else 0
+
+
+def _own_ranges(n_ranges: int, jobs: int) -> int:
+    """How many of the ranges (the last ones) the parent parses itself."""
+    return max(1, n_ranges // jobs)
+
+
+def _head_blocks(raw: Any) -> Iterator[bytes]:
+    """A plain file's blocks from its start, ``HEAD_BYTES`` first, each twice the last up to
+    ``READ_BYTES``."""
+    size = HEAD_BYTES
+    while block := raw.read(size):
+        yield block
+        size = min(2 * size, READ_BYTES)
 
 
 def _range_blocks(task: _RangeTask) -> Blocks | Iterator[bytes]:
@@ -417,12 +478,15 @@ def _pread_blocks(path: Path, begin: int, end: int) -> Iterator[bytes]:
 # ---------------------------------------------------------------------- cutting
 
 
-def plan_cuts(path: Path, first: int, size: int, n_ranges: int) -> list[int]:
-    """File offsets where ranges 2..n start: the first event boundary at or after each even cut."""
+def plan_cuts(path: Path, first: int, size: int, n_ranges: int, weights: list[float] | None = None) -> list[int]:
+    """File offsets where ranges 2..n start: the first event boundary at or after each planned
+    cut; the cuts are even, or with ``weights`` (one per range) in proportion to them."""
+    weights = weights or [1.0] * n_ranges
+    bounds = np.cumsum(weights) / sum(weights)
     cuts: list[int] = []
     with open(path, "rb") as fh:
         for k in range(1, n_ranges):
-            target = first + (size - first) * k // n_ranges
+            target = first + int((size - first) * bounds[k - 1])
             if cuts and target <= cuts[-1]:
                 continue
             window = os.pread(fh.fileno(), BOUNDARY_WINDOW_BYTES, target)

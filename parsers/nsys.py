@@ -6,9 +6,11 @@ loop over events (only over distinct names, processes and devices).
 
 How rows are fetched
 --------------------
-The event tables come through ADBC's SQLite driver (``adbc-driver-sqlite``) straight into Arrow
-batches of ``ARROW_BATCH_ROWS`` rows, each copied into growing int64 columns and dropped before the
-next is read (:class:`_ArrowRows`; see "Memory" below). Issue 12
+The event tables come through ADBC's SQLite driver (``adbc-driver-sqlite``, used through
+``adbc_driver_manager``'s own classes, not its DB-API module, which imports 11 MB of pyarrow's
+dataset and file-system modules) straight into Arrow batches of ``ARROW_BATCH_ROWS`` rows, each
+copied into growing int64 (or int32: ``NARROW_COLUMNS``) columns and dropped before the next is
+read (:class:`_ArrowRows`; see "Memory" below). Issue 12
 measured it against DuckDB's SQLite scanner and the standard library's ``sqlite3`` row tuples on
 the 292 MB benchmark export (``benchmarks/bench_nsys.py --drivers``; figures in
 ``benchmarks/README.md``): both Arrow readers fetch 2-3x faster than row tuples and about equally
@@ -34,8 +36,9 @@ damaged, and a writer in another process is seen by both.
 Memory
 ------
 Peak RSS is kept near what the finished trace holds (issue 12, the 292 MB benchmark export: 1,124 MB
-before these measures, 686 MB after, where the trace keeps 506 MB resident and the interpreter with
-numpy, pyarrow and pandas held 110 MB before the parse; ``benchmarks/bench_nsys.py`` prints them):
+before these measures, 686 MB after the second pass, ~580 MB after the third, where the trace keeps
+~460 MB resident and the interpreter with numpy, pyarrow and pandas held 110 MB before the parse;
+``benchmarks/bench_nsys.py`` prints them):
 
 * Batches, not one Arrow table per query: an imported Arrow column keeps its whole batch alive,
   so columns kept zero-copy from one big batch held every column the SQL selected.
@@ -49,7 +52,21 @@ numpy, pyarrow and pandas held 110 MB before the parse; ``benchmarks/bench_nsys.
   smaller than the table; string dictionaries are built through a lookup as long as the pool, and
   the copy kind only for the memcpy rows.
 * Arrays smaller than glibc's (rising) mmap threshold come from the C heap and stay resident when
-  freed; the heap's free pages are handed back between phases (``_return_free_heap``).
+  freed; the heap's free pages are handed back between phases and after each table
+  (``_return_free_heap``).
+* Ids, string codes and launch dimensions are fetched as int32 while their values fit, and the
+  groups keep process keys, thread ids, durations, streams and correlations as int32 where every
+  value fits; the assembly writes them straight into the events table's int64 columns.
+* The pid (one per rank: a rank is one process, and the events are sorted by rank) and the
+  external id (-1: Nsight has none) are runs of one value, chunks that repeat one small array
+  (``_runs``), not 37 MB columns each. Readers get the same values (``Table.equals`` holds); a
+  reader that wants one numpy array of them makes it (``to_numpy`` of a chunked column copies).
+  The rank stays one array: every analysis reads it.
+* The collective and message dtype of NCCL kernels are written only on their rows (pages of no
+  NCCL kernel cost nothing); equal validity bitmaps (the six launch dimensions') are one buffer.
+* Launches are joined to GPU rows a block of ``JOIN_BLOCK_ROWS`` events at a time, the name and
+  category codes become the dictionary indices in place, the row destinations are int32 and are
+  dropped (but for the kernels') before the columns only kernels have are placed.
 
 What becomes what
 -----------------
@@ -163,7 +180,6 @@ size beyond 32 bits is left unknown (null), counted as ``<TABLE>.grid_beyond_32_
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import itertools
 import logging
@@ -174,7 +190,6 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -339,6 +354,22 @@ def _used_positions(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarra
     return used, rank[codes]
 
 
+def _sparse_dictionary(n: int, rows: np.ndarray, indices: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
+    """A dictionary column of ``n`` rows that only ``rows`` (distinct) have, with ``indices`` there,
+    null elsewhere. The indices are :func:`_zeros`, of which only the pages of ``rows`` are ever
+    written: a column that few rows have (a memcpy's copy kind, an NCCL kernel's collective) costs
+    next to no memory, where a dense one costs 4 bytes a row (18 MB at 4.6 M events)."""
+    out = _zeros(n, np.int32)
+    out[rows] = indices
+    validity = None
+    if len(rows) < n:  # the bitmap straight from the rows (no bool column as long as the table)
+        bits = np.zeros((n + 7) // 8, dtype=np.uint8)
+        np.bitwise_or.at(bits, rows >> 3, (np.uint8(1) << (rows & 7).astype(np.uint8)))
+        validity = pa.py_buffer(bits)
+    arr = pa.Array.from_buffers(pa.int32(), n, [validity, pa.py_buffer(out)], null_count=n - len(rows))
+    return pa.DictionaryArray.from_arrays(arr, dictionary)
+
+
 def _decode_text(raw: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     """Binary values as a string array, and which rows were not UTF-8 (None when all were).
 
@@ -499,6 +530,15 @@ _DRIVER_LOCKED = {"database is locked": "SQLITE_BUSY", "database table is locked
 #: a column by its first batch; a later value of another type is its error, and that table goes
 #: through the ``sqlite3`` reader, as a mistyped value always did.
 ARROW_BATCH_ROWS = 1 << 16
+#: Columns of ids and sizes that nsys writes as 32-bit values (devices, streams, correlation and
+#: string ids, event classes, launch dimensions). An expression of these alone is read as int32
+#: (half the memory of the fetched columns and of the groups made of them) until a value does not
+#: fit: then as int64 (:class:`_Growing`), so the values are the same either way; every reader of
+#: them takes either width. Times, ``globalPid``/``globalTid`` and byte counts stay int64.
+NARROW_COLUMNS = frozenset({
+    "deviceId", "streamId", "correlationId", "nameId", "eventClass", "demangledName", "shortName",
+    "mangledName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+})
 _IS_NULL = " IS NULL"
 
 
@@ -514,39 +554,24 @@ class _ArrowRows:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._con: Any = None
+        self._con: _DriverConnection | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[str, Future[_Fetched | None]] = {}  # SQL -> its result, being read
 
     def _uri(self) -> str:
         return Path(os.path.abspath(self.path)).as_uri() + "?mode=ro"
 
-    @staticmethod
-    def _configured(cur: Any, con: Any) -> Any:
-        """A cursor of ``con`` that waits for locks as sqlite3 does and reads a table in one batch."""
-        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        cur.fetchall()
-        cur.close()
-        cur = con.cursor()
-        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(ARROW_BATCH_ROWS)})
-        return cur
-
-    def _cursor(self) -> Any:
+    def _connection(self) -> _DriverConnection:
         if self._con is None:
-            import adbc_driver_sqlite.dbapi as adbc_sqlite  # here, not at import: Kineto-only runs skip it
-
-            self._con = adbc_sqlite.connect(self._uri())
-        return self._configured(self._con.cursor(), self._con)
+            self._con = _DriverConnection(self._uri())
+        return self._con
 
     def close(self) -> None:
         if self._pool is not None:  # a prefetch nobody asked for (the parse stopped early) is dropped
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool, self._pending = None, {}
         if self._con is not None:
-            try:
-                self._con.close()
-            except Exception:  # noqa: BLE001 - closing a read-only connection: nothing to lose
-                pass
+            self._con.close()
             self._con = None
 
     def query(self, sql: str, plan: _Plan) -> _Fetched | None:
@@ -554,7 +579,7 @@ class _ArrowRows:
         where the driver could not read or type it."""
         try:
             pending = self._pending.pop(sql, None)
-            return pending.result() if pending is not None else self._run(self._cursor(), sql, plan)
+            return pending.result() if pending is not None else self._connection().run(sql, plan)
         except ImportError:
             return None
         except Exception as exc:  # noqa: BLE001 - driver errors have no common base with pyarrow's
@@ -566,14 +591,6 @@ class _ArrowRows:
             error.sqlite_errorname = _DRIVER_LOCKED[words]  # read by errors.sqlite_error
             raise error from None
 
-    @staticmethod
-    def _run(cur: Any, sql: str, plan: _Plan) -> _Fetched | None:
-        try:
-            cur.execute(sql)
-            return _read_batches(cur.fetch_record_batch(), plan)
-        finally:
-            cur.close()
-
     def prefetch(self, table: str, exprs: list[str], text: str | None = None, order: str = "") -> None:
         """Start reading what :meth:`fetch` will be asked for ``table`` in a background thread, on a
         connection of its own: the driver lets go of the GIL while SQLite steps through rows, so a
@@ -582,14 +599,12 @@ class _ArrowRows:
         sql, in_sql, null_of = self.statement(table, exprs, text, order)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceview-nsys")
-        self._pending[sql] = self._pool.submit(self._query_alone, sql, _Plan.of(in_sql, null_of, text))
+        self._pending[sql] = self._pool.submit(self._query_alone, sql, _Plan.of(exprs, in_sql, null_of, text))
 
     def _query_alone(self, sql: str, plan: _Plan) -> _Fetched | None:
-        import adbc_driver_sqlite.dbapi as adbc_sqlite
-
-        con = adbc_sqlite.connect(self._uri())
+        con = _DriverConnection(self._uri())
         try:
-            return self._run(self._configured(con.cursor(), con), sql, plan)
+            return con.run(sql, plan)
         finally:
             con.close()
 
@@ -616,7 +631,7 @@ class _ArrowRows:
         selected as ``COALESCE(CAST(text AS BLOB), X'')`` with its NULL flag beside it: the driver
         types a column by its first batch, and a first batch of NULLs would type it as integers."""
         sql, in_sql, null_of = self.statement(table, exprs, text, order)
-        result = self.query(sql, _Plan.of(in_sql, null_of, text))
+        result = self.query(sql, _Plan.of(exprs, in_sql, null_of, text))
         if result is None:
             return None
         texts = replaced = None
@@ -626,6 +641,56 @@ class _ArrowRows:
         return columns, texts, replaced
 
 
+class _DriverConnection:
+    """One connection of ADBC's SQLite driver, through ``adbc_driver_manager``'s own classes: its
+    DB-API module imports pyarrow's dataset, Parquet, Acero and file-system modules, 11 MB resident
+    for nothing a read uses (issue 12 measures the parse's peak memory). As that module's
+    connection does, it reads in a transaction (autocommit off) and waits for a writer's lock as
+    long as ``sqlite3`` does."""
+
+    def __init__(self, uri: str) -> None:
+        import adbc_driver_manager  # here, not at import: Kineto-only runs skip it
+        import adbc_driver_sqlite
+
+        self._manager = adbc_driver_manager
+        self.database = adbc_driver_sqlite.connect(uri)
+        try:
+            self.connection = adbc_driver_manager.AdbcConnection(self.database)
+            self.connection.set_autocommit(False)
+            self._execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}", lambda reader: reader.read_all())
+        except BaseException:
+            self.close()
+            raise
+
+    def _execute(self, sql: str, consume: Callable[[pa.RecordBatchReader], Any]) -> Any:
+        statement = self._manager.AdbcStatement(self.connection)
+        try:
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(ARROW_BATCH_ROWS)})
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            reader = pa.RecordBatchReader.from_stream(stream)
+            try:
+                return consume(reader)
+            finally:
+                reader.close()  # (a result read in part: the statement cannot close over an open stream)
+        finally:
+            statement.close()
+
+    def run(self, sql: str, plan: _Plan) -> _Fetched | None:
+        """The result of ``sql`` read into columns (:func:`_read_batches`)."""
+        return self._execute(sql, lambda reader: _read_batches(reader, plan))
+
+    def close(self) -> None:
+        for part in ("connection", "database"):
+            handle = getattr(self, part, None)
+            if handle is not None:
+                try:
+                    handle.close()
+                except Exception:  # noqa: BLE001 - closing a read-only connection: nothing to lose
+                    pass
+                setattr(self, part, None)
+
+
 @dataclass
 class _Plan:
     """What :func:`_read_batches` makes of each result column."""
@@ -633,10 +698,12 @@ class _Plan:
     selected: list[int]  # expression index of each integer column of the result, in order
     null_flags: set[int]  # expressions whose NULL flags are asked for
     text: bool  # the result ends with a text column (binary) and its NULL flag
+    narrow: set[int] = field(default_factory=set)  # expressions read as int32 while their values fit
 
     @classmethod
-    def of(cls, in_sql: list[int], null_of: dict[int, int], text: str | None) -> _Plan:
-        return cls(selected=in_sql, null_flags=set(null_of.values()), text=text is not None)
+    def of(cls, exprs: list[str], in_sql: list[int], null_of: dict[int, int], text: str | None) -> _Plan:
+        narrow = {i for i in in_sql if set(re.findall(r'"([^"]*)"', exprs[i])) <= NARROW_COLUMNS}
+        return cls(selected=in_sql, null_flags=set(null_of.values()), text=text is not None, narrow=narrow)
 
 
 @dataclass
@@ -652,13 +719,20 @@ class _Fetched:
 class _Growing:
     """One column filled batch by batch. It grows by ``realloc`` (``ndarray.resize``): for big
     arrays glibc moves pages rather than bytes, and the unused end of the capacity is never
-    touched, so it costs address space, not memory; no list of parts is joined at the end."""
+    touched, so it costs address space, not memory; no list of parts is joined at the end.
+
+    A column started as int32 (``NARROW_COLUMNS``) becomes int64 at the first batch whose values
+    do not fit, so every value is kept exactly either way."""
 
     def __init__(self, dtype: type[np.generic]) -> None:
         self.data = np.empty(0, dtype=dtype)
         self.size = 0
 
     def append(self, values: np.ndarray) -> None:
+        if self.data.dtype == np.int32 and values.dtype == np.int64 and len(values) and (
+                values.min() < -(1 << 31) or values.max() >= (1 << 31)):
+            wide = self.data[:self.size].astype(np.int64)
+            self.data = wide  # (the int32 column is freed here)
         end = self.size + len(values)
         if end > len(self.data):
             self.data.resize(max(end, 2 * len(self.data), ARROW_BATCH_ROWS), refcheck=False)
@@ -673,7 +747,7 @@ class _Growing:
 def _read_batches(reader: pa.RecordBatchReader, plan: _Plan) -> _Fetched | None:
     """Read a result batch by batch into columns, each batch dropped before the next is read
     (see ``ARROW_BATCH_ROWS``); None where the driver typed a column as traceview cannot use."""
-    values = {i: _Growing(np.int64) for i in plan.selected}
+    values = {i: _Growing(np.int32 if i in plan.narrow else np.int64) for i in plan.selected}
     nulls = {i: _Growing(np.bool_) for i in plan.null_flags}
     text_chunks: list[pa.Array] = []
     text_null = _Growing(np.int64)
@@ -733,25 +807,15 @@ def _with_nulls(values: pa.Array, null: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(null), pa.scalar(None, values.type), values)
 
 
-_MALLOC_TRIM: Any = None
-
-
 def _return_free_heap() -> None:
-    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing where the
-    C library has no such call). Arrays smaller than glibc's mmap threshold, which rises to 32 MB as
-    big arrays are freed, come from the heap; freed, they stay resident until trimmed, so an export's
-    fetch and assembly left 50-110 MB of free memory counted in the process's RSS, under the peak
-    that followed. Called between the phases, it costs a few milliseconds."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        _MALLOC_TRIM = False
-        if sys.platform.startswith("linux"):
-            try:
-                _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", False)
-            except OSError:
-                pass
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
+    """Hand the C heap's free pages back to the system (:func:`traceview.loading.release_free_memory`).
+    Arrays smaller than glibc's mmap threshold, which rises to 32 MB as big arrays are freed, come
+    from the heap; freed, they stay resident until trimmed, so an export's fetch and assembly left
+    50-110 MB of free memory counted in the process's RSS, under the peak that followed. Called
+    between the phases and after each table is read, it costs a few milliseconds."""
+    from traceview.loading import release_free_memory  # here: loading imports the parsers
+
+    release_free_memory()
 
 
 # ---------------------------------------------------------------------------- strings
@@ -788,24 +852,25 @@ class _Strings:
         return np.array([self.const(v) for v in values], dtype=np.int64)
 
     def from_ids(self, ids: np.ndarray, transform: Callable[[pa.Array], pa.Array] | None = None) -> np.ndarray:
-        """Codes for ``StringIds`` ids (unknown ids -> ``""``, counted in ``missing``)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        codes = np.full(len(ids), self.const(""), dtype=np.int64)
+        """Codes for ``StringIds`` ids (unknown ids -> ``""``, counted in ``missing``): int64, or
+        int32 while the pool is far from 2**31 strings (callers may write more codes into them)."""
+        empty = self.const("")
         if len(self.ids) == 0 or len(ids) == 0:
             self.missing += int(len(ids))
-            return codes
-        # look up each distinct id once (a table refers to few names), then spread to the rows
-        distinct_ids, inverse = _factorize(ids)
+            return np.full(len(ids), empty, dtype=np.int64)
+        # look up each distinct id once (a table refers to few names): its code, then spread to
+        # the rows, so that the only arrays as long as the rows are the inverse and the codes
+        distinct_ids, inverse = _factorize(np.asarray(ids))
         distinct_pos = np.minimum(np.searchsorted(self.ids, distinct_ids), len(self.ids) - 1)
-        pos, found = distinct_pos[inverse], (self.ids[distinct_pos] == distinct_ids)[inverse]
-        self.missing += int((~found).sum())
+        found = self.ids[distinct_pos] == distinct_ids
+        self.missing += int(np.bincount(inverse, minlength=len(distinct_ids))[~found].sum())
+        code_of = np.full(len(distinct_ids), empty, dtype=np.int64)
         if transform is None:
-            codes[found] = pos[found]
-            return codes
-        uniq, inverse = _used_positions(pos[found], len(self.ids))
-        base = self.add_block(transform(self.blocks[0].take(pa.array(uniq))))
-        codes[found] = base + inverse
-        return codes
+            code_of[found] = distinct_pos[found]
+        else:  # the distinct ids are sorted, so are their positions: one block in pool order
+            base = self.add_block(transform(self.blocks[0].take(pa.array(distinct_pos[found]))))
+            code_of[found] = base + np.arange(int(found.sum()), dtype=np.int64)
+        return code_of.astype(np.int32 if self.size < (1 << 30) else np.int64)[inverse]
 
     def ids_matching(self, ids: np.ndarray, pattern: str) -> np.ndarray:
         """Boolean per id: its ``StringIds`` value matches ``pattern`` (unknown ids: False)."""
@@ -830,10 +895,12 @@ class _Strings:
         out[valid] = base + np.asarray(idx.drop_null(), dtype=np.int64)
         return out
 
-    def dictionary_array(self, codes: np.ndarray, mask: np.ndarray | None = None) -> pa.DictionaryArray:
+    def dictionary_array(self, codes: np.ndarray, mask: np.ndarray | None = None, *,
+                         reuse: bool = False) -> pa.DictionaryArray:
         """A compact int32 dictionary array of ``codes`` (any integer type); rows where ``mask`` is
         True are null. The codes are mapped through a lookup as long as the pool, so the only array
-        as long as the rows that is made is the int32 indices themselves."""
+        as long as the rows that is made is the int32 indices themselves; with ``reuse`` (the
+        caller's own int32 codes, not read again) not even that: the codes become the indices."""
         masked = mask is not None and bool(mask.any())
         if masked:
             assert mask is not None
@@ -842,7 +909,14 @@ class _Strings:
         if len(codes) == 0:
             return pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
         lookup, dictionary = self._lookup(codes)
-        arr = pa.array(lookup[codes], pa.int32(), mask=mask if masked else None)
+        if reuse and not masked and codes.dtype == np.int32:
+            for first in range(0, len(codes), JOIN_BLOCK_ROWS):  # in place, a block at a time
+                block = codes[first:first + JOIN_BLOCK_ROWS]
+                block[...] = lookup[block]
+            indices = codes
+        else:
+            indices = lookup[codes]
+        arr = pa.array(indices, pa.int32(), mask=mask if masked else None)
         return pa.DictionaryArray.from_arrays(arr, dictionary)
 
     def sparse_dictionary_array(self, n: int, rows: np.ndarray, codes: np.ndarray) -> pa.DictionaryArray:
@@ -852,15 +926,7 @@ class _Strings:
         ``dictionary_array`` repeats the first row's index): only the pages of ``rows`` are ever
         written, so a column that a few thousand copies have costs next to no memory."""
         lookup, dictionary = self._lookup(codes)
-        indices = _zeros(n, np.int32)
-        indices[rows] = lookup[codes]
-        validity = None
-        if len(rows) < n:
-            valid = np.zeros(n, dtype=bool)
-            valid[rows] = True
-            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        arr = pa.Array.from_buffers(pa.int32(), n, [validity, pa.py_buffer(indices)], null_count=n - len(rows))
-        return pa.DictionaryArray.from_arrays(arr, dictionary)
+        return _sparse_dictionary(n, rows, lookup[codes], dictionary)
 
     def _lookup(self, codes: np.ndarray) -> tuple[np.ndarray, pa.Array]:
         """(pool position -> index into the dictionary, the dictionary) of the strings ``codes`` use,
@@ -1025,7 +1091,12 @@ class _Parser:
         return {int(r[0]): (r[1] or "", r[2] or "") for r in rows}
 
     def durations(self, table: str, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        dur = end - start
+        """``end - start``, negative ones clamped to 0 (and said). ``end`` is overwritten: every
+        caller passes a column of its own that it does not read again (no second int64 column)."""
+        if end.dtype == np.int64 and end.flags.writeable and not np.may_share_memory(end, start):
+            dur = np.subtract(end, start, out=end)
+        else:
+            dur = end - start
         negative = int((dur < 0).sum())
         if negative:
             self.warnings.append(f"{table}: {negative} rows end before they start (duration set to 0)")
@@ -1043,12 +1114,15 @@ class _Parser:
             name = _constant(name, n, np.int32)
         minus = _constant(-1, n, np.int64)
         kinds = _constant(int(kind), n, np.int8) if isinstance(kind, Kind) else kind.astype(np.int8)
+        # ids, durations and process keys as int32 where every value fits (_narrow): the groups
+        # wait for the assembly, which writes them into the events table's int64 columns
         return _Group(
-            table=table, proc=proc, tid=tid, start=start, dur=self.durations(table, start, end), kind=kinds,
+            table=table, proc=_narrow(proc), tid=_narrow(tid), start=start,
+            dur=_narrow(self.durations(table, start, end)), kind=kinds,
             category=_narrow(category), name=_narrow(name),
             device=minus if device is None else _narrow(device),
-            stream=minus if stream is None else np.where(stream == 0xFFFFFFFF, -1, stream),
-            corr=minus if corr is None else corr,
+            stream=minus if stream is None else _narrow(np.where(stream == 0xFFFFFFFF, -1, stream)),
+            corr=minus if corr is None else _narrow(corr),
             keep=np.ones(n, dtype=bool) if keep is None else keep,
             copy_kind=_constant(-1, n, np.int32),
         )
@@ -1093,9 +1167,9 @@ class _Parser:
         cols, _ = self.fetch(t, exprs + extra + flags)
         self.pending_nulls = cols[-4:]
         cols = cols[:-4]
-        cols[1] = np.where(self.pending_nulls[1] == 1, cols[0], cols[1])  # no end: the start
+        cols[1] = _start_where_no_end(cols[0], cols[1], self.pending_nulls[1])
         gpid = cols[5]
-        proc = np.where(gpid == -1, -1, gpid >> 24)
+        proc = _process_key(gpid)
         return cols, proc, _constant(-1, len(gpid), np.int64)
 
     def repair_nulls(self, g: _Group) -> _Group:
@@ -1228,10 +1302,12 @@ class _Parser:
         self.require(t, "start")
         cols, _ = self.fetch(t, self.runtime_exprs())
         start, end, event_class, gtid, corr, name_id = cols[:6]
-        end = np.where(cols[7] == 1, start, end)  # no end: the start
+        end = _start_where_no_end(start, end, cols[7])
         self.pending_nulls = [*cols[6:], _zeros(len(start), np.bool_)]
+        del cols  # each column is held by its name now, and dropped once used: most of the rows are here
         strip = lambda values: pc.replace_substring_regex(values, _RUNTIME_VERSION_SUFFIX, "")  # noqa: E731
         name_codes = names.from_ids(name_id, transform=strip)
+        del name_id
         # category: event class through the enum, else the name
         class_enum = {i: n for i, (n, _) in self.enum("ENUM_NSYS_EVENT_CLASS").items()}
         uniq, inverse = _factorize(event_class)
@@ -1248,8 +1324,9 @@ class _Parser:
                 per_class.append("")
         runtime_code, driver_code = self.categories.const("cuda_runtime"), self.categories.const("cuda_driver")
         by_class = np.array([{"cuda_runtime": runtime_code, "cuda_driver": driver_code}.get(p, -1) for p in per_class],
-                            dtype=np.int64)
-        category = by_class[inverse] if len(uniq) else np.empty(0, dtype=np.int64)
+                            dtype=np.int32)  # (category codes: a handful)
+        category = by_class[inverse] if len(uniq) else np.empty(0, dtype=np.int32)
+        del event_class, inverse
         unknown = category < 0
         if unknown.any():
             # driver API names start with "cu" but not "cuda"
@@ -1257,8 +1334,8 @@ class _Parser:
             texts = pa.concat_arrays([b.cast(pa.string()) for b in names.blocks]).take(pa.array(u_codes))
             is_driver = np.asarray(pc.and_(pc.starts_with(texts, "cu"), pc.invert(pc.starts_with(texts, "cuda"))))
             category[unknown] = np.where(is_driver, driver_code, runtime_code)[u_inv]
-        proc = np.where(gtid == -1, -1, gtid >> 24)
-        tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
+        proc, tid = _process_key(gtid), _thread_id(gtid)
+        del gtid
         return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.RUNTIME, category, name_codes, corr=corr))
 
     def read_nvtx(self, names: _Strings) -> _Group | None:
@@ -1304,8 +1381,7 @@ class _Parser:
         kind = np.where(is_mark, int(Kind.OTHER), int(Kind.ANNOTATION)).astype(np.int8)
         open_ranges = is_range & (end_null == 1)
         end = np.where(is_range & (end_null == 0), end, start)
-        proc = np.where(gtid == -1, -1, gtid >> 24)
-        tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
+        proc, tid = _process_key(gtid), _thread_id(gtid)
         g = self.group(t, proc, tid, start, end, kind, category, name_codes, keep=is_range | is_mark)
         g.optional["_open"] = (open_ranges.astype(np.int64), open_ranges)
         skipped = ~(is_range | is_mark)
@@ -1333,8 +1409,7 @@ class _Parser:
         cols, _ = self.fetch(t, exprs + self.null_checks(t, "start", "end", "globalTid"))
         start, end, gtid, name_id = cols[:4]
         self.pending_nulls = [*cols[4:], _zeros(len(start), np.bool_)]
-        proc = np.where(gtid == -1, -1, gtid >> 24)
-        tid = np.where(gtid == -1, -1, gtid & 0xFFFFFF)
+        proc, tid = _process_key(gtid), _thread_id(gtid)
         return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.ANNOTATION,
                                             self.categories.const("os_runtime"), names.from_ids(name_id)))
 
@@ -1474,14 +1549,20 @@ class _Parser:
             # the CUDA API calls are most of a big export's rows: read while the kernels are built
             self.arrow_rows.prefetch(RUNTIME_T, self.runtime_exprs())
         names = self.read_strings()
-        groups = [g for g in (self.read_kernels(names), self.read_memcpy(names), self.read_memset(names),
-                              self.read_sync(names), self.read_runtime(names), self.read_nvtx(names),
-                              self.read_osrt(names)) if g is not None]
+        groups = []
+        for read in (self.read_kernels, self.read_memcpy, self.read_memset, self.read_sync, self.read_runtime,
+                     self.read_nvtx, self.read_osrt):
+            group = read(names)
+            if group is not None:
+                groups.append(group)
+            _return_free_heap()  # the fetched columns and the group's temporaries, before the next table
         if names.missing:
             self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
         rank_map = _rank_map(groups)
         sync_fixed = _fix_sync_devices(groups, rank_map)
         tally = _tally_rows(groups, rank_map, sync_fixed)  # takes the "_open" markers out: before the columns
+        for g in groups:
+            g.notes = {}  # counted
         tally.no_rank.update(self.file_counts)
         if tally.counts:
             tally.counts[0].update(self.file_counts)
@@ -1512,39 +1593,46 @@ class _Parser:
         about one column rather than the groups and the table side by side."""
         placement = _Placement.of(groups)
         rank, start = _sorted_rank_start(groups, rank_map, placement)
+        placement.release("keep")  # (the placement has the kept rows' positions)
         n = len(start)
-        columns: dict[str, Any] = {"rank": pa.array(rank), "start_ns": pa.array(start)}
+        bounds = np.searchsorted(rank, np.arange(rank_map.n_ranks + 1, dtype=rank.dtype))  # rows of each rank
+        columns: dict[str, Any] = {"start_ns": pa.array(start)}
         del start
         kind = placement.column("kind").astype(np.int8, copy=False)
         columns["kind"] = kind_array(kind)
-        corr = placement.column("corr")
+        corr = placement.column("corr", np.int64)
         columns["correlation"] = pa.array(corr)
         # the links now: their search needs ~100 MB for a while on a 4.6 M-row export, which here
         # comes on top of the groups' columns not yet placed rather than on top of the whole table
         links = _launch_links(rank, kind, corr, exact=self.arrow_rows is not None)
-        pid = placement.column("proc")  # process key -> pid, in place
-        no_process = pid == -1
-        pid &= 0xFFFFFF
-        pid[no_process] = -1
-        columns["pid"] = pa.array(pid)
-        del pid, no_process
+        columns["rank"] = pa.array(rank)  # flat: every analysis reads it, and a chunked column is copied to be read
+        del rank
+        # one value per rank (a rank is one process), or one in all: runs of one value (_runs)
+        columns["pid"] = _runs([_pid_of(p) for p in rank_map.ordered], bounds, np.int64)
+        columns["external_id"] = _runs([-1], np.array([0, n]), np.int64)  # Nsight has no external ids
+        placement.release("proc")
+        # the table only grows from here (int32 and constant parts become full columns), and each
+        # column is made while its groups' parts still exist: the columns whose parts are biggest
+        # first, so the last steps, on top of an almost whole table, add the least
+        name_array = names.dictionary_array(placement.column("name"), reuse=True)
+        columns["name"] = name_array
+        columns["category"] = self.categories.dictionary_array(placement.column("category"), reuse=True)
         for attr, column_name in (("dur", "dur_ns"), ("tid", "tid"), ("stream", "stream")):
-            columns[column_name] = pa.array(placement.column(attr))
-        columns["device"] = pa.array(placement.column("device").astype(np.int32, copy=False))
-        columns["category"] = self.categories.dictionary_array(placement.column("category"))
+            columns[column_name] = pa.array(placement.column(attr, np.int64))
+        columns["device"] = pa.array(placement.column("device", np.int32))
+        placement.keep_destinations_of([bool(g.optional) or g.copy_kind.strides != (0,) for g in groups])
         columns.update(placement.optional_columns())
         copy_rows, copy_codes = placement.set_rows("copy_kind")  # memcpy rows only
         if len(copy_rows):
             columns["copy_kind"] = names.sparse_dictionary_array(n, copy_rows, copy_codes)
-        name_array = names.dictionary_array(placement.column("name"))
-        columns["name"] = name_array
+        del placement  # its row destinations: not needed once every column is placed
+        _return_free_heap()
         self._collectives(columns, name_array, kind)
         unknown = set(columns) - set(EVENT_SCHEMA.names)
         assert not unknown, f"columns not in EVENT_SCHEMA: {sorted(unknown)}"
-        del placement  # its row destinations: not needed once every column is placed
         _return_free_heap()  # and the dictionaries' temporaries, before make_events_table adds external_id
         columns.update(_null_columns(set(columns), n))
-        return _Rows(events=make_events_table(columns, n), links=links, rank=rank)
+        return _Rows(events=make_events_table(columns, n), links=links, rows_per_rank=np.diff(bounds))
 
     def _rank_infos(self, rank_map: _RankMap, names: _Strings, tally: _Tally,
                     rows: _Rows) -> tuple[dict[int, RankInfo], list[str]]:
@@ -1555,15 +1643,12 @@ class _Parser:
         t_proc, t_tid, t_codes = self.thread_names(names)
         t_names = names.dictionary_array(t_codes) if len(t_codes) else None
         unmapped = self.unmapped_tables()
-        n_ranks = rank_map.n_ranks
-        # the events are sorted by rank: a search per rank counts them (bincount would copy the
-        # int32 ranks to int64 first, 35 MB on a 4.6 M-row export, on top of the finished table)
-        mapped_per_rank = np.diff(np.searchsorted(rows.rank, np.arange(n_ranks + 1, dtype=rows.rank.dtype)))
+        mapped_per_rank = rows.rows_per_rank
         several_vms = len({p >> 24 for p in rank_map.ordered}) > 1
         ranks: dict[int, RankInfo] = {}
         all_warnings = list(self.warnings)
         for r, p in enumerate(rank_map.ordered):
-            pid = p & 0xFFFFFF if p != -1 else -1
+            pid = _pid_of(p)
             used = sorted(rank_map.devices.get(p, ()))
             devs = [_device_of(device_info, p, d) for d in used]
             where = f"device {used[0]}" if len(used) == 1 else (f"devices {used}" if used else
@@ -1619,18 +1704,19 @@ class _Parser:
         if not any(coll_of):
             return
         idx = name_array.indices.to_numpy()  # int32, no copy
-        not_kernel = kind != int(Kind.KERNEL)
+        is_nccl = np.array([c is not None for c in coll_of], dtype=bool)
+        # the NCCL kernels: a few per step, so both columns are sparse (see _sparse_dictionary);
+        # found a block at a time, as the table is complete by now and at its largest
+        rows = np.concatenate([np.empty(0, dtype=np.int64)] + [np.flatnonzero(is_nccl[idx[i:i + JOIN_BLOCK_ROWS]] & (
+            kind[i:i + JOIN_BLOCK_ROWS] == int(Kind.KERNEL))) + i for i in range(0, len(idx), JOIN_BLOCK_ROWS)])
         for column, per_name in (("collective", coll_of), (_DTYPE_COLUMN, dtype_of)):
             values = sorted({v for v in per_name if v})
             if not values:
                 continue
             code_of = np.array([values.index(v) if v else -1 for v in per_name], dtype=np.int32)
-            codes = code_of[idx]  # then in place: one int32 array and one mask as long as the rows
-            codes[not_kernel] = -1
-            null = codes < 0
-            codes[null] = 0
-            columns[column] = pa.DictionaryArray.from_arrays(
-                pa.array(codes, pa.int32(), mask=null), pa.array(values, pa.string()))
+            codes = code_of[idx[rows]]
+            have = codes >= 0
+            columns[column] = _sparse_dictionary(len(idx), rows[have], codes[have], pa.array(values, pa.string()))
 
 
 # ---------------------------------------------------------------------------- assembly
@@ -1687,7 +1773,7 @@ class _Rows:
 
     events: pa.Table
     links: pa.Table
-    rank: np.ndarray  # int32, sorted (the events are by rank, then start)
+    rows_per_rank: np.ndarray  # events of each rank (the events are by rank, then start)
 
 
 def _rank_map(groups: list[_Group]) -> _RankMap:
@@ -1798,6 +1884,8 @@ def _sorted_rank_start(groups: list[_Group], rank_map: _RankMap,
     """Rank (int32) and start of the kept rows in events-table order (by rank, then start), with
     every group's rows placed in ``placement``; the groups' starts are released."""
     start = _concat_kept(groups, "start")
+    for g in groups:
+        g.start = _RELEASED  # copied: released before the sort's working arrays are made
     rank = (np.concatenate([rank_map.ranks_for(g.proc[g.keep]).astype(np.int32) for g in groups])
             if groups else np.empty(0, dtype=np.int32))
     # by rank, then start: a stable sort by time (timsort: the tables are runs already in time
@@ -1806,8 +1894,6 @@ def _sorted_rank_start(groups: list[_Group], rank_map: _RankMap,
     rank_dtype = np.int16 if rank_map.n_ranks < 32000 else np.int32
     order = order[np.argsort(rank[order].astype(rank_dtype), kind="stable")]
     placement.place_rows(order)
-    for g in groups:
-        g.start = _RELEASED  # placed: no longer needed
     return rank[order], start[order]
 
 
@@ -1830,6 +1916,9 @@ class _Placement:
     kept: list[np.ndarray | None]  # per group: positions of its kept rows (None: all kept)
     offsets: list[int]  # per group: its first row among the kept rows of all groups
     dest: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: per group, its rows' destinations of its own, once :meth:`keep_destinations_of` dropped ``dest``
+    own_dest: list[np.ndarray | None] = field(default_factory=list)
+    n_rows: int = 0
 
     @classmethod
     def of(cls, groups: list[_Group]) -> _Placement:
@@ -1839,23 +1928,42 @@ class _Placement:
 
     def place_rows(self, order: np.ndarray) -> None:
         """Row ``order[i]`` of the concatenated kept rows becomes row ``i``."""
-        self.dest = np.empty(len(order), dtype=np.int64)
-        self.dest[order] = np.arange(len(order), dtype=np.int64)
+        # int32 where the rows fit: the destinations live through the whole assembly
+        dtype = np.int32 if len(order) < (1 << 31) else np.int64
+        self.dest = np.empty(len(order), dtype=dtype)
+        self.dest[order] = np.arange(len(order), dtype=dtype)
+        self.n_rows = len(order)
+
+    def _where(self, i: int) -> np.ndarray:
+        """The events-table rows of group ``i``'s kept rows."""
+        own = self.own_dest[i] if self.own_dest else None
+        return own if own is not None else self.dest[self.offsets[i]: self.offsets[i + 1]]
+
+    def keep_destinations_of(self, needed: list[bool]) -> None:
+        """Keep the destinations of the groups ``needed`` marks only (a copy each), dropping the
+        whole permutation: the columns that some tables have (launch dimensions, byte counts) are
+        placed last, on top of an almost whole table, and need the kernels' rows, not every row's."""
+        self.own_dest = [self.dest[self.offsets[i]: self.offsets[i + 1]].copy() if need else None
+                         for i, need in enumerate(needed)]
+        self.dest = _RELEASED
 
     def _write(self, out: np.ndarray, i: int, values: np.ndarray) -> None:
         k = self.kept[i]
-        where = self.dest[self.offsets[i]: self.offsets[i + 1]]
+        where = self._where(i)
         if values.strides == (0,) and len(values):  # a _constant: one value, no rows to gather
             out[where] = values[0]
         else:
             out[where] = values if k is None else values[k]
 
-    def column(self, attr: str) -> np.ndarray:
-        """One column of the kept rows of every group, in events-table order. The groups' own
-        column is released once placed (nothing reads the groups after assembly): that keeps the
-        peak memory near the size of the events table rather than twice it."""
-        out = np.empty(len(self.dest), dtype=np.result_type(*[getattr(g, attr) for g in self.groups])
-                       if self.groups else np.int64)
+    def column(self, attr: str, dtype: type[np.integer] | None = None) -> np.ndarray:
+        """One column of the kept rows of every group, in events-table order, as ``dtype`` (the
+        events table's: the groups' narrower values are widened as they are written), else the
+        groups' common type. The groups' own column is released once placed (nothing reads the
+        groups after assembly): that keeps the peak memory near the size of the events table
+        rather than twice it."""
+        if dtype is None:
+            dtype = np.result_type(*[getattr(g, attr) for g in self.groups]).type if self.groups else np.int64
+        out = np.empty(self.n_rows, dtype=dtype)
         for i, g in enumerate(self.groups):
             self._write(out, i, getattr(g, attr))
             setattr(g, attr, _RELEASED)
@@ -1863,6 +1971,11 @@ class _Placement:
         # until trimmed, and each placed column would add its whole size to the RSS
         _return_free_heap()
         return out
+
+    def release(self, attr: str) -> None:
+        """Drop the groups' column ``attr`` unplaced (the events table does not need it as a column)."""
+        for g in self.groups:
+            setattr(g, attr, _RELEASED)
 
     def set_rows(self, attr: str) -> tuple[np.ndarray, np.ndarray]:
         """(events-table rows, values) where ``attr`` is set (>= 0), for a column few rows have (the
@@ -1877,7 +1990,7 @@ class _Placement:
             k = self.kept[i]
             kept = column if k is None else column[k]
             hit = kept >= 0
-            rows.append(self.dest[self.offsets[i]: self.offsets[i + 1]][hit])
+            rows.append(self._where(i)[hit])
             values.append(kept[hit])
         if not rows:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
@@ -1886,18 +1999,69 @@ class _Placement:
     def optional_columns(self) -> dict[str, pa.Array]:
         """The columns only some tables have (null on the rows of the others)."""
         columns: dict[str, pa.Array] = {}
+        bitmaps: list[np.ndarray] = []  # validity bitmaps made so far, shared where equal
         for col_name in sorted({k for g in self.groups for k in g.optional}):
             have = [(i, g.optional.pop(col_name)) for i, g in enumerate(self.groups) if col_name in g.optional]
-            values = _zeros(len(self.dest), np.result_type(*[v for _, (v, _) in have]).type)
-            present = _zeros(len(self.dest), np.bool_)
+            values = _zeros(self.n_rows, np.result_type(*[v for _, (v, _) in have]).type)
+            present = _zeros(self.n_rows, np.bool_)
             for i, (v, ok) in have:
                 self._write(values, i, v)
                 self._write(present, i, ok)
             del have
-            columns[col_name] = _masked_array(values, present, EVENT_SCHEMA.field(col_name).type)
+            columns[col_name] = _masked_array(values, present, EVENT_SCHEMA.field(col_name).type, bitmaps)
             del values, present
             _return_free_heap()  # as in column()
         return columns
+
+
+#: rows of each repeated piece of a column of runs (:func:`_runs`): 2 MB of int64
+RUN_PIECE_ROWS = 1 << 18
+
+
+def _runs(values: list[int], bounds: np.ndarray, dtype: type[np.integer]) -> pa.ChunkedArray:
+    """A column whose rows ``bounds[i]:bounds[i + 1]`` all hold ``values[i]`` (the rank and pid of
+    events sorted by rank; the -1 external ids of an export that has none), as chunks that are one
+    small array per value (``RUN_PIECE_ROWS`` rows) repeated, and a slice of it at the end of a run:
+    2 MB per value where a flat column costs 8 bytes a row (37 MB at 4.6 M events) though it says
+    one number per rank. Arrow tables hold chunked columns as they hold single arrays (a reader
+    that needs one array combines the chunks, as for any chunked table), and every value is the
+    same as in a flat column."""
+    chunks: list[pa.Array] = []
+    for value, lo, hi in zip(values, bounds[:-1].tolist(), bounds[1:].tolist()):
+        if hi <= lo:
+            continue
+        piece = pa.array(np.full(min(hi - lo, RUN_PIECE_ROWS), value, dtype=dtype))
+        chunks += [piece if hi - at >= len(piece) else piece.slice(0, hi - at) for at in range(lo, hi, len(piece))]
+    return pa.chunked_array(chunks, type=pa.from_numpy_dtype(np.dtype(dtype)))
+
+
+def _start_where_no_end(start: np.ndarray, end: np.ndarray, end_null: np.ndarray) -> np.ndarray:
+    """``end``, with the start where the end is NULL (``end_null``: 1 or True), in place."""
+    no_end = end_null == 1
+    if no_end.any():
+        end = end.copy() if not end.flags.writeable else end
+        end[no_end] = start[no_end]
+    return end
+
+
+def _process_key(global_id: np.ndarray) -> np.ndarray:
+    """``globalPid >> 24`` (of a globalPid or globalTid), -1 where absent (-1), as int32 where every
+    key fits (the groups keep it until the assembly)."""
+    key = global_id >> 24
+    key[global_id == -1] = -1
+    return _narrow(key)
+
+
+def _thread_id(global_tid: np.ndarray) -> np.ndarray:
+    """``globalTid & 0xFFFFFF``, -1 where absent (-1), as int32."""
+    tid = (global_tid & 0xFFFFFF).astype(np.int32)
+    tid[global_tid == -1] = -1
+    return tid
+
+
+def _pid_of(proc: int) -> int:
+    """The pid of a process key (``globalPid >> 24``; -1: no process)."""
+    return proc & 0xFFFFFF if proc != -1 else -1
 
 
 #: columns ``make_events_table`` fills with -1 or 0 rather than nulls
@@ -1923,16 +2087,23 @@ def _null_columns(have: set[str], n: int) -> dict[str, pa.Array]:
     return out
 
 
-def _masked_array(values: np.ndarray, present: np.ndarray, target: pa.DataType) -> pa.Array:
+def _masked_array(values: np.ndarray, present: np.ndarray, target: pa.DataType,
+                  bitmaps: list[np.ndarray]) -> pa.Array:
     """``values`` as an Arrow array, null where not ``present``: the values buffer is shared, not
     copied, and it is narrowed to int32 here when ``target`` is int32 and every value fits (else it
-    stays int64, and ``make_events_table``'s checked cast says what does not fit)."""
+    stays int64, and ``make_events_table``'s checked cast says what does not fit). The validity
+    bitmap is one of ``bitmaps`` where an equal one was made before (the six launch dimensions are
+    valid on the same rows: one bitmap, not six), else it is added to them."""
     if pa.types.is_int32(target) and len(values) and -(1 << 31) <= values.min() and values.max() < (1 << 31):
         values = values.astype(np.int32, copy=False)
     arrow_type = pa.from_numpy_dtype(values.dtype)
     if present.all():
         return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(values)])
-    validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+    bits = np.packbits(present, bitorder="little")
+    bits = next((b for b in bitmaps if np.array_equal(b, bits)), bits)
+    if not any(b is bits for b in bitmaps):
+        bitmaps.append(bits)
+    validity = pa.py_buffer(bits)
     return pa.Array.from_buffers(arrow_type, len(values), [validity, pa.py_buffer(values)],
                                  null_count=int(len(values) - np.count_nonzero(present)))
 
@@ -1940,27 +2111,71 @@ def _masked_array(values: np.ndarray, present: np.ndarray, target: pa.DataType) 
 def _launch_links(rank: np.ndarray, kind: np.ndarray, corr: np.ndarray, exact: bool = True) -> pa.Table:
     """Launch links: API call -> GPU activity with the same correlation id in one process (= one rank).
 
-    With ``exact``, on one packed integer key per (rank, correlation); else (``ROW_READER =
-    "sqlite3"``, the reader before issue 12) with ``join_on_keys``'s hashed search."""
-    api_rows = np.flatnonzero((kind == int(Kind.RUNTIME)) & (corr > 0))
+    With ``exact``, on one packed integer key per (rank, correlation) (:func:`_exact_links`); else
+    (``ROW_READER = "sqlite3"``, the reader before issue 12, or a correlation id beyond 32 bits)
+    with ``join_on_keys``'s hashed search."""
+    is_api = (kind == int(Kind.RUNTIME)) & (corr > 0)
     gpu_rows = np.flatnonzero(_kind_in(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC)) & (corr > 0))
-    if not (len(api_rows) and len(gpu_rows)):
+    if not (len(gpu_rows) and is_api.any()):
         return empty_links()
-    left_key, right_key = _packed_key(rank[api_rows], corr[api_rows]), _packed_key(rank[gpu_rows], corr[gpu_rows])
-    if exact and left_key is not None and right_key is not None:
-        left, right = _exact_join(left_key, right_key)
-    else:  # a correlation id beyond 32 bits (hand-made export): the general join
+    # a key fits when every correlation id does (ranks always do): checked on the whole column,
+    # which needs no gathered copy of the API calls' ids
+    right_key = _packed_key(rank[gpu_rows], corr[gpu_rows]) if exact and corr.max() < (1 << 32) else None
+    if right_key is not None:
+        src, dst = _exact_links(is_api, rank, corr, gpu_rows, right_key)
+    else:
+        api_rows = np.flatnonzero(is_api)
         left, right = join_on_keys([rank[api_rows], corr[api_rows]], [rank[gpu_rows], corr[gpu_rows]])
-    del left_key, right_key
-    if not len(left):
+        src, dst = api_rows[left], gpu_rows[right]
+        del api_rows, left, right
+    del is_api, gpu_rows, right_key
+    if not len(src):
         return empty_links()
-    src, dst = api_rows[left], gpu_rows[right]
-    del api_rows, gpu_rows, left, right
     # the category as a dictionary array built here (indices: untouched zeros), where
     # make_links_table would encode a Python list of one string per link
     category = pa.DictionaryArray.from_arrays(pa.array(_zeros(len(src), np.int32)),
                                               pa.array(["correlation"], pa.string()))
     return make_links_table(rank[src], "launch", category, src, dst)
+
+
+#: events searched at a time by :func:`_exact_links`: its working arrays are this long, not as
+#: long as the API calls (3 M on the 292 MB benchmark export: ~100 MB of int64 positions and keys)
+JOIN_BLOCK_ROWS = 1 << 20
+
+
+def _exact_links(is_api: np.ndarray, rank: np.ndarray, corr: np.ndarray, gpu_rows: np.ndarray,
+                 gpu_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(API call rows, GPU rows) of an inner equi-join on one exact int64 key, ordered by API row,
+    then GPU row (as :func:`traceview.model.join_on_keys`). ``gpu_key`` is ``(rank << 32) |
+    correlation`` of ``gpu_rows``; the API calls' keys are made and searched a block of events at
+    a time. The keys are the values themselves, so no match needs checking, and the result is in
+    order as built: blocks and the API rows in them in turn, and for each the GPU rows in row
+    order (a stable sort of the GPU keys keeps them so)."""
+    order = np.argsort(gpu_key, kind="stable")
+    sorted_key = gpu_key[order]
+    sorted_rows = gpu_rows[order]
+    del order
+    srcs, dsts = [], []
+    for first_row in range(0, len(is_api), JOIN_BLOCK_ROWS):
+        api = np.flatnonzero(is_api[first_row:first_row + JOIN_BLOCK_ROWS])
+        api += first_row
+        key = _packed_key(rank[api], corr[api])
+        assert key is not None  # every rank and correlation id fits (checked by the caller)
+        lo = np.searchsorted(sorted_key, key, "left")
+        counts = np.searchsorted(sorted_key, key, "right")
+        del key
+        counts -= lo
+        hit = np.flatnonzero(counts)
+        lo, counts = lo[hit], counts[hit]
+        total = int(counts.sum())
+        if total == len(hit):  # one match per matched API call (also: no match at all)
+            srcs.append(api[hit])
+            dsts.append(sorted_rows[lo])
+            continue
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        srcs.append(np.repeat(api[hit], counts))
+        dsts.append(sorted_rows[np.repeat(lo, counts) + within])
+    return np.concatenate(srcs), np.concatenate(dsts)
 
 
 def _kind_in(kind: np.ndarray, kinds: tuple[Kind, ...]) -> np.ndarray:
@@ -1984,28 +2199,6 @@ def _packed_key(high: np.ndarray, low: np.ndarray) -> np.ndarray | None:
     shifted <<= 32
     key |= shifted
     return key
-
-
-def _exact_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Inner equi-join on one exact int64 key: (left positions, right positions), ordered by left
-    position, then right position (as :func:`traceview.model.join_on_keys`). The keys are the
-    values themselves, so no match needs checking, and the result is in order as built: left in
-    turn, and for each the right rows in position order (a stable sort keeps them so). Only the
-    left rows with a match go on past the search (most API calls launch nothing, or one thing)."""
-    order = np.argsort(right, kind="stable")
-    sorted_right = right[order]
-    lo = np.searchsorted(sorted_right, left, "left")
-    counts = np.searchsorted(sorted_right, left, "right")
-    del sorted_right
-    counts -= lo
-    hit = np.flatnonzero(counts)
-    lo, counts = lo[hit], counts[hit]
-    total = int(counts.sum())
-    if total == len(hit):  # one match per matched left row (also: no match at all)
-        return hit.astype(np.int64, copy=False), order[lo].astype(np.int64, copy=False)
-    lpos = np.repeat(hit, counts)
-    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    return lpos.astype(np.int64, copy=False), order[np.repeat(lo, counts) + within].astype(np.int64, copy=False)
 
 
 def _device_of(device_info: dict[tuple[int, int], DeviceInfo], proc: int, device: int) -> DeviceInfo:

@@ -122,7 +122,7 @@ def test_page_renders_with_data(page: Any, server: str, nav: str, title: str, gr
         assert page.locator("#dl-json-btn").is_visible()
     if nav == "timeline":
         stats = page.inner_text("#tl-stats")
-        assert "events drawn" in stats and "shapes sent" in stats
+        assert "events drawn" in stats and "heatmap cells" in stats
         lanes = page.evaluate("() => document.querySelector('#tl-graph .js-plotly-plot').layout.yaxis.ticktext")
         assert "r0 · GPU 0 · stream 7" in lanes
     if nav == "compare":

@@ -220,7 +220,7 @@ def test_a_click_on_a_raster_cell_finds_its_event_or_gap(ctl: AppController) -> 
     gap_lane = next(t for t in fig["data"] if t["type"] == "heatmap" and t["name"].endswith("idle gaps"))
     i = next(k for k, cd in enumerate(gap_lane["customdata"][0]) if cd is not None)
     g0, g1 = gap_lane["customdata"][0][i]
-    x = (gap_lane["x"][i] + gap_lane["x"][i + 1]) / 2
+    x = gap_lane["x0"] + i * gap_lane["dx"]  # the centre of column i
     y = (gap_lane["y"][0] + gap_lane["y"][1]) / 2
     _f, st, stats, _p, _o = ctl.timeline_action("tl-graph.clickData", None, {"points": [{"x": x, "y": y, "z": 1}]},
                                                 state, 0)

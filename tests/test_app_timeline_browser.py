@@ -99,7 +99,7 @@ def test_wheel_zooms_and_drag_pans(page: Any, server: str) -> None:
         for _ in range(6):  # a wheel turn is a burst of events; plotly zooms ~10% per event
             page.mouse.wheel(0, -100)
 
-    bench_app.timed_in_browser(page, wheel, TIMES, "wheel zoom (incl. plotly's 300 ms wait)")
+    bench_app.timed_in_browser(page, wheel, TIMES, "wheel zoom (incl. the 60 ms debounce)")
     z0, z1 = _settled(page)  # the server drew that window
     assert x0 <= z0 < z1 <= x1 and (z1 - z0) < 0.7 * (x1 - x0)
 
@@ -112,6 +112,54 @@ def test_wheel_zooms_and_drag_pans(page: Any, server: str) -> None:
     bench_app.timed_in_browser(page, drag, TIMES, "drag pan")
     p0, p1 = _settled(page)
     assert p1 - p0 == pytest.approx(z1 - z0, rel=1e-3) and p0 > z0  # same width, moved later in time
+    _no_errors(page)
+
+
+def test_next_match_moves_the_view_every_time(page: Any, server: str) -> None:
+    """Each click on "next" draws the next match (a relayout event of the previous redraw used to
+    overtake the click's request, and Dash dropped the answer: no new figure)."""
+    _timeline(page, server)
+    for _ in range(2):  # away from the run's start, where a window centred on a match is clamped
+        bench_app.timed_in_browser(page, lambda: page.click("#tl-zoom-in"), TIMES, "button zoom in")
+    page.fill("#tl-search", "gemm")
+    bench_app.timed_in_browser(page, lambda: page.press("#tl-search", "Enter"), TIMES, "search (Enter)")
+    import re
+
+    def selected() -> int:
+        hit = re.search(r"match ([\d,]+) selected", page.inner_text("#tl-stats"))
+        assert hit, page.inner_text("#tl-stats")
+        return int(hit.group(1).replace(",", ""))
+
+    seen = [(tuple(page.evaluate(_XRANGE_JS)), selected())]
+    for _ in range(5):  # back to back, as a user clicks through the matches
+        bench_app.timed_in_browser(page, lambda: page.click("#tl-search-next"), TIMES, "search: next match")
+        seen.append((tuple(page.evaluate(_XRANGE_JS)), selected()))
+        assert seen[-1][1] == seen[-2][1] + 1  # the next match is selected ...
+        assert seen[-1][0] != seen[-2][0]  # ... and the window moved to it
+    _no_errors(page)
+
+
+def test_time_axis_is_pinned_and_the_legend_names_what_is_drawn(page: Any, server: str) -> None:
+    _timeline(page, server)
+    legend = page.locator("#tl-legend .tl-legend-entry").all_inner_texts()
+    # ranks 1-7 are collapsed to their GPU busy fraction; rank 0 is drawn event by event
+    assert "GPU busy fraction (aggregated lanes)" in legend and "compute kernel" in legend, legend
+    axis_range = page.evaluate("() => document.querySelector('#tl-axis .js-plotly-plot').layout.xaxis.range")
+    assert axis_range == pytest.approx(page.evaluate(_XRANGE_JS))
+    for r in (1, 2, 3):  # a chart taller than the window
+        bench_app.timed_in_browser(page, page.locator("#tl-open input[type=checkbox]").nth(r).check, TIMES,
+                                   "open a rank")
+    box = page.locator("#tl-axis-box")
+    page.evaluate("() => window.scrollTo(0, 0)")
+    top_before = box.bounding_box()["y"]
+    page.evaluate(f"() => window.scrollTo(0, {top_before + 300})")
+    page.wait_for_timeout(100)
+    graph_top = page.locator("#tl-graph").bounding_box()["y"]
+    assert top_before > 0 and graph_top < 0  # the chart's top scrolled out of the window ...
+    assert box.bounding_box()["y"] == pytest.approx(0, abs=1)  # ... and the axis stayed at its top
+    assert page.locator("#tl-axis .xtick").count() >= 3  # with its time labels
+    screenshot(page, "app_timeline_scrolled.png", full_page=False)
+    page.evaluate("() => window.scrollTo(0, 0)")
     _no_errors(page)
 
 

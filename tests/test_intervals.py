@@ -308,3 +308,45 @@ def test_sorted_codes_equal_pandas_factorize_sorted():
         codes, count = sorted_codes(values)
         want_codes, want_uniques = pd.factorize(values, sort=True)
         assert codes.dtype == np.int64 and np.array_equal(codes, want_codes) and count == len(want_uniques)
+
+
+def test_hull_gaps_by_equals_gaps_by_over_the_hull():
+    # the shortcut for windows that are each group's hull gives gaps_by's gaps, zero-length and
+    # reversed intervals included (a group of only empty intervals is one whole-hull gap)
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        n = int(rng.integers(0, 40))
+        k = rng.integers(0, 4, n)
+        s = rng.integers(0, 100, n)
+        e = s + rng.integers(-3, 20, n) * (rng.random(n) < 0.8)
+        want = iv.gaps_by((k, s, e), *iv.window_by(k, s, e))
+        got = iv.hull_gaps_by(k, s, e)
+        assert all(np.array_equal(a, b) for a, b in zip(want, got))
+    k, s, e = np.array([0, 0, 1, 1]), np.array([0, 7, 3, 12]), np.array([0, 7, 9, 15])
+    assert [x.tolist() for x in iv.hull_gaps_by(k, s, e)] == [[0, 1], [0, 9], [7, 12]]
+
+
+def test_nested_index_depth_equals_nesting_depth():
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        k = rng.integers(0, 3, n)
+        s = rng.integers(0, 50, n)
+        e = s + rng.integers(0, 30, n)
+        assert np.array_equal(iv.NestedIndex(k, s, e).depth, iv.nesting_depth(k, s, e))
+    assert iv.NestedIndex(np.empty(0), np.empty(0), np.empty(0)).depth.size == 0
+
+
+def test_unique_inverse_and_combine_keys_with_constant_columns():
+    import pandas as pd
+
+    rng = np.random.default_rng(9)
+    for values in (rng.integers(0, 9, 300), np.full(50, 123456789), rng.integers(0, 2**40, 200)):
+        uniq, inverse = iv.unique_inverse(values)
+        codes, want = pd.factorize(values, sort=True)
+        assert np.array_equal(uniq, want) and np.array_equal(inverse, codes)
+    rank, pid, tid = np.zeros(6, dtype=np.int64), np.full(6, 77), np.array([5, 3, 5, 9, 3, 5])
+    codes, (r, p, t) = iv.combine_keys(rank, pid, tid)
+    assert codes.tolist() == [1, 0, 1, 2, 0, 1] and t.tolist() == [3, 5, 9] and r.tolist() == [0, 0, 0]
+    codes, (r, p) = iv.combine_keys(rank, pid)
+    assert codes.tolist() == [0] * 6 and p.tolist() == [77]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import sys
 from pathlib import Path
 
 import msgspec
@@ -356,3 +357,40 @@ def test_mutated_fields_same_native(document: dict, tmp_path_factory: pytest.Tem
     path.write_bytes(to_bytes(document))
     with pytest.MonkeyPatch.context() as monkeypatch:
         _compare(path, monkeypatch)
+
+
+_INTEGER_TEXTS = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.builds(lambda sign, digits: sign + (digits.lstrip("0") or "0"), st.sampled_from(["", "-"]),
+              st.text(alphabet="0123456789", min_size=1, max_size=22)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts=st.lists(_INTEGER_TEXTS, min_size=1, max_size=12))
+def test_integers_are_what_msgspec_decodes(texts: list[str]) -> None:
+    """pid and an int arg of every digit count (1 to 22, both signs, the int64 bounds), mid-chunk and
+    as the chunk's last bytes (fewer than 8 after the digits: the decoder's other digit path): the
+    value msgspec gives, and a number beyond int64 makes the chunk msgspec's."""
+    body = ", ".join(f'{{"pid": {t}, "args": {{"correlation": {t}}}, "tid": {t}}}' for t in texts).encode()
+    result = columns.decode_chunk(bytearray(body), 0, len(body))
+    values = [int(t) for t in texts]
+    if any(not -(2**63) <= v < 2**63 for v in values):
+        assert result is None
+        return
+    assert result is not None
+    assert np.frombuffer(result["pid"], dtype=np.int64).tolist() == values
+    assert np.frombuffer(result["tid"], dtype=np.int64).tolist() == values
+    assert np.frombuffer(result["correlation_value"], dtype=np.int64).tolist() == values
+    assert np.frombuffer(result["correlation_index"], dtype=np.int32).tolist() == list(range(len(values)))
+
+
+def test_msgspec_reference_decodes_the_keys_the_decoder_reads() -> None:
+    """benchmarks/_msgspec_ref.py (issue 12's msgspec reference) types exactly the keys the native
+    decoder reads: the two benchmarks' ratio compares the same work."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import _msgspec_ref
+
+    event_keys, args_keys = columns.decoded_keys()
+    assert sorted(_msgspec_ref.EVENT_KEYS) == sorted(event_keys)
+    assert sorted(_msgspec_ref.ARGS_KEYS) == sorted(args_keys)

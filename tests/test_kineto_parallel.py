@@ -22,7 +22,7 @@ from traceview import loading
 from traceview.errors import TraceFormatError
 from traceview.parsers import kineto_parallel
 from traceview.parsers.jsonstream import structure_at
-from traceview.parsers.kineto import parse_kineto
+from traceview.parsers.kineto import PhaseClock, parse_kineto
 from traceview.parsers.kineto_parallel import parse_parallel
 
 TABLES = ("events", "links", "memory", "steps", "counters")
@@ -278,3 +278,50 @@ def test_many_files_side_by_side_same_trace_and_errors(tmp_path: Path, monkeypat
     with pytest.raises(TraceFormatError) as two:
         loading.load([str(tmp_path)], use_cache=False, jobs=2)
     assert str(two.value) == str(one.value)
+
+
+def _launches_with_dropped_rows(tmp_path: Path) -> Path:
+    """CPU ops enclosing runtime calls that launch kernels, with begins that never end (rows
+    dropped once the file is read) between them, over three threads."""
+    events = []
+    for i in range(600):
+        ts, tid = 10_000 + 100 * i, 1 + i % 3
+        events += [
+            f'{{"ph": "X", "cat": "cpu_op", "name": "op{i % 7}", "pid": 1, "tid": {tid}, "ts": {ts}.5, "dur": 50,'
+            f' "args": {{"External id": {i}}}}}',
+            f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": {tid}, '
+            f'"ts": {ts + 10}.25, "dur": 5, "args": {{"External id": {i + (i % 4 == 0)}, "correlation": {i}}}}}',
+            f'{{"ph": "X", "cat": "kernel", "name": "k{i % 5}", "pid": 0, "tid": 7, "ts": {ts + 20}, "dur": 3,'
+            f' "args": {{"correlation": {i}, "device": 0, "stream": 7}}}}',
+        ]
+        if i % 13 == 0:
+            events.append(f'{{"ph": "B", "name": "never ends", "pid": 1, "tid": 5, "ts": {ts}}}')
+    return _write_trace(tmp_path / "launches.json", events)
+
+
+def test_links_made_beside_the_build_are_the_serial_ones(tmp_path: Path) -> None:
+    # a parallel parse makes the CPU-op links in a helper thread from the columns as read
+    # (_helper_cpu_op_links): the rows of begins that never end are dropped there as in the table
+    path = _launches_with_dropped_rows(tmp_path)
+    serial = parse_kineto(path)
+    counts = next(iter(serial.ranks.values())).event_counts
+    assert counts.get("skipped_unmatched_begin") == 47, counts
+    kinds = serial.links.column("type").to_pylist()
+    assert kinds.count("cpu_op") == 600 and kinds.count("launch") == 600, set(kinds)
+    for range_bytes in (5000, 60_000):
+        _assert_same(serial, parse_parallel(path, jobs=2, min_bytes=0, range_bytes=range_bytes),
+                     f"ranges of {range_bytes} bytes")
+
+
+def test_phase_clock_times_every_process(tmp_path: Path) -> None:
+    path = _launches_with_dropped_rows(tmp_path)
+    clock = PhaseClock()
+    parse_parallel(path, jobs=2, min_bytes=0, range_bytes=20_000, clock=clock)
+    assert {"parallel: parse own ranges", "build: events table", "build: links, cpu_op (helper thread)"} <= \
+        clock.phases.keys(), clock.phases
+    assert all(wall >= 0 and cpu >= 0 and times >= 1 for wall, cpu, times in clock.phases.values())
+    # the ranges workers parsed, each with its times; with the parent's, they cover the events
+    assert clock.workers and all(w["parse_cpu_s"] > 0 and w["bytes"] > 0 for w in clock.workers), clock.workers
+    serial = PhaseClock()
+    parse_kineto(path, clock=serial)
+    assert "read and decode" in serial.phases and "build: links, cpu_op" in serial.phases and not serial.workers

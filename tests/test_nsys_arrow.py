@@ -255,3 +255,41 @@ def test_a_value_of_another_type_after_the_first_batch_gives_what_the_old_reader
     fell_back = [r for r in caplog.records if FALLBACK_SAID in r.getMessage() and table in r.getMessage()]
     assert bool(fell_back) == falls_back
     assert_same(parse_with("sqlite3", work, monkeypatch), new)
+
+
+@pytest.mark.parametrize("table, column", [
+    (KERNEL, "streamId"), (KERNEL, "correlationId"), (KERNEL, "gridY"), (RUNTIME, "correlationId"),
+    (RUNTIME, "eventClass"), (RUNTIME, "nameId"),
+])
+def test_an_id_beyond_32_bits_after_the_first_batches_is_kept_exactly(table, column, tmp_path, monkeypatch):
+    """Ids and launch dimensions are read as int32 (NARROW_COLUMNS) until a value does not fit; one
+    that does not, in the last batch, makes the column int64 from there on, every value kept (the
+    old reader read int64 throughout): a wrapped value would change names, links or dimensions."""
+    huge = (1 << 40) + 3
+    work = edited(tmp_path, f"UPDATE {table} SET {column} = {huge} WHERE {LAST_ROW.format(table=table)}")
+    monkeypatch.setattr(nsys_module, "ARROW_BATCH_ROWS", 5)
+    new = parse_with("adbc", work, monkeypatch)
+    assert_same(parse_with("sqlite3", work, monkeypatch), new)
+    if column == "streamId":
+        assert huge in new.events.column("stream").to_pylist()
+
+
+def test_launch_join_blocks_and_run_pieces_do_not_change_the_trace(monkeypatch):
+    """Launches are joined to GPU rows a block of events at a time (JOIN_BLOCK_ROWS), and the pid
+    and external-id columns are runs of small repeated pieces (RUN_PIECE_ROWS): blocks and pieces
+    of a few rows (block and piece ends everywhere, runs cut mid-piece) give the trace that one
+    block and one piece per run give, pid is the process's on every row of a rank, and every
+    external id is -1."""
+    path = SHARED[-1] if SHARED else SAMPLE
+    whole = parse_with("adbc", path, monkeypatch)
+    monkeypatch.setattr(nsys_module, "JOIN_BLOCK_ROWS", 5)
+    monkeypatch.setattr(nsys_module, "RUN_PIECE_ROWS", 3)
+    small = parse_with("adbc", path, monkeypatch)
+    assert small.events.column("pid").num_chunks > whole.events.column("pid").num_chunks
+    assert_same(whole, small)
+    assert whole.links.num_rows > 0
+    assert set(small.events.column("external_id").to_pylist()) == {-1}
+    rank, pid = small.events.column("rank").to_pylist(), small.events.column("pid").to_pylist()
+    for r, info in small.ranks.items():
+        pids = {p for rr, p in zip(rank, pid) if rr == r}
+        assert len(pids) == 1 and f"pid={pids.pop()}" in info.rank_source

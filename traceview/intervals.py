@@ -63,8 +63,10 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a = _arr(x)
     if a.size == 0:
         return a.copy(), _EMPTY.copy()
-    codes, uniques = pd.factorize(a, sort=True)
-    return np.asarray(uniques, dtype=_I64), codes.astype(_I64, copy=False)
+    codes, n = sorted_codes(a)
+    uniques = np.empty(n, dtype=_I64)
+    uniques[codes] = a  # every distinct value lands on its own code
+    return uniques, codes
 
 
 # --------------------------------------------------------------------------- flat (one group)
@@ -246,11 +248,15 @@ def combine_keys(*columns: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     parts = [sorted_codes(c) for c in cols]
     sizes = [max(count, 1) for _, count in parts]
     if float(np.prod(np.asarray(sizes, dtype=np.float64))) < 2.0**62:
-        if len(parts) == 1:  # one column: its sorted codes are the group codes already
-            group, n_groups = parts[0]
+        # a column with one value (one rank, one process) adds nothing to the order or the groups
+        varying = [(codes, size) for (codes, _), size in zip(parts, sizes) if size > 1]
+        if not varying:
+            group, n_groups = np.zeros(n, dtype=_I64), 1
+        elif len(varying) == 1:  # one column: its sorted codes are the group codes already
+            group, n_groups = varying[0]
         else:
-            mixed = np.zeros(n, dtype=_I64)
-            for (codes, _), size in zip(parts, sizes):
+            mixed = varying[0][0]
+            for codes, size in varying[1:]:
                 mixed = mixed * size + codes
             group, n_groups = sorted_codes(mixed)
         first = np.empty(n_groups, dtype=_I64)
@@ -281,6 +287,8 @@ def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
     table over the range and counting: the same codes, without hashing (several times faster)."""
     if values.dtype.kind in "iub" and values.size:
         lo, hi = int(values.min()), int(values.max())
+        if lo == hi:  # one value (one rank, one process): nothing to look up
+            return np.zeros(values.size, dtype=_I64), 1
         span = hi - lo + 1
         if span <= max(_DENSE_SPAN_PER_ROW * values.size, 1 << 16) and hi < 2**63:  # (uint64 beyond int64)
             offset = values.astype(_I64) - lo if lo else values.astype(_I64, copy=False)
@@ -492,6 +500,29 @@ def gaps_by(
     return subtract_by((wk, wlo, whi), (k, s, e))
 
 
+def hull_gaps_by(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> KeyedIntervals:
+    """``gaps_by((keys, starts, ends), *window_by(keys, starts, ends))``: per group, the parts of
+    its hull (first start .. last end) its intervals leave uncovered, sorted by key then start.
+
+    The hull holds the union, so the gaps are the spaces between the union's consecutive intervals,
+    plus the ends of the hull that only empty intervals reach: no clipping and no subtraction."""
+    wk, wlo, whi = window_by(keys, starts, ends)
+    w_ok = whi > wlo
+    wk, wlo, whi = wk[w_ok], wlo[w_ok], whi[w_ok]
+    if wk.size == 0:
+        return _empty3()
+    uk, us, ue = union_by(keys, starts, ends)
+    # per group: gaps start at [lo, e_1, ..., e_n] and end at [s_1, ..., s_n, hi]; a stable sort on
+    # the key puts each group's bounds in order (unions are sorted by key then start)
+    gap_key = np.concatenate([wk, uk])
+    by_key = np.argsort(gap_key, kind="stable")
+    gs = np.concatenate([wlo, ue])[by_key]
+    ge = np.concatenate([us, whi])[np.argsort(np.concatenate([uk, wk]), kind="stable")]
+    gap_key = gap_key[by_key]
+    keep = ge > gs
+    return gap_key[keep], gs[keep], ge[keep]
+
+
 def window_by(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> KeyedIntervals:
     """``(unique_keys, first start, last end)`` per group."""
     k, s, e = _arr(keys), _arr(starts), _arr(ends)
@@ -559,6 +590,7 @@ class NestedIndex:
         k, s, e = _arr(keys), _arr(starts), _arr(ends)
         self.keys, self.starts, self.ends = k, s, e
         self.size = int(k.size)
+        self.depth = _EMPTY.copy()
         if self.size == 0:
             return
         self.uniq_keys, group = unique_inverse(k)
@@ -581,9 +613,14 @@ class NestedIndex:
         order = _order_start_then_longest(xs, xe)
         if depth is None:
             depth = _depth_from_order(order, xs, xe)
+        #: nesting depth of each interval (as :func:`nesting_depth` gives): a caller that needs
+        #: both reads it here instead of sorting the intervals again
+        self.depth = depth
         # by depth, then by start: a stable sort of the (small) depths of the start-ordered list
         d = depth[order]
-        by_level = order[np.argsort(d.astype(np.int32), kind="stable")]
+        # a stable sort of 16-bit integers is a radix sort (depths are small): several times faster
+        narrow = np.int16 if d.size == 0 or int(d.max()) < 2**15 else np.int32
+        by_level = order[np.argsort(d.astype(narrow), kind="stable")]
         d_sorted = depth[by_level]
         bounds = np.flatnonzero(np.concatenate([[True], d_sorted[1:] != d_sorted[:-1], [True]]))
         self.levels = [(by_level[a:b], xs[by_level[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -654,6 +691,7 @@ __all__ = [
     "contains",
     "gaps",
     "gaps_by",
+    "hull_gaps_by",
     "innermost_covering",
     "intersect",
     "intersect_by",

@@ -36,7 +36,7 @@ import pyarrow as pa
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.loading import find_trace_files, load, release_free_memory
 from traceview.model import RankInfo, Trace
-from traceview.registry import ANALYSES, AnalysisSpec, TableSpec
+from traceview.registry import AnalysisSpec, TableSpec
 from traceview.report import REPORT_TABLE_ROWS, Report, TraceOverview, build_report
 from traceview.tables import concat_tables, drop_unused_categories, sample_mask, top_order
 
@@ -153,7 +153,9 @@ def analyze_rank(trace: Trace, rank: int, rows: np.ndarray | None, options: Opti
                  bounded: bool = False) -> RankResult:
     """Run every analysis on ``trace`` (one rank's events: see :func:`select_rank`) and gather the
     cross-rank inputs. ``rows`` maps its rows to the trace it was cut from. ``bounded``: cut each table
-    to the rows a report can need (:func:`bound_rank_tables`), for a job's workers."""
+    to the rows a report can need (:func:`bound_rank_tables`) as its analysis ends, for a job's
+    workers and for a report that is only rendered (the per-event tables of the first analyses
+    then no longer take memory while the others run)."""
     from traceview.analyses import specs
     from traceview.analyses.steps import clear_cache
 
@@ -162,18 +164,17 @@ def analyze_rank(trace: Trace, rank: int, rows: np.ndarray | None, options: Opti
         findings: dict[str, list[Finding]] = {}
         warnings: dict[str, list[str]] = {}
         gathered: dict[str, Any] = {}
-        outputs = run_specs(trace, specs(), options, rows)
+        table_rows: dict[tuple[str, str], int] = {}
+        outputs = run_specs(trace, specs(), options, rows, bounded)
         for spec in specs():
             out = outputs[spec.name]
             tables[spec.name] = out.tables
+            table_rows.update(((spec.name, t), n) for t, n in out.table_rows.items())
             findings[spec.name] = out.findings
             if out.warnings:
                 warnings[spec.name] = out.warnings
             if out.gathered is not None:
                 gathered[spec.name] = out.gathered
-        table_rows = {(a, t): int(len(f)) for a, ts in tables.items() for t, f in ts.items()}
-        if bounded:
-            tables = {a: bound_rank_tables(ANALYSES[a], ts, options) for a, ts in tables.items()}
         tables = {a: {t: map_rows(f, rows) for t, f in ts.items()} for a, ts in tables.items()}
         return RankResult(rank=rank, info=trace.ranks[rank], summary=trace.summary().get(rank, {}), tables=tables,
                           table_rows=table_rows, findings=findings, warnings=warnings, gathered=gathered,
@@ -201,15 +202,24 @@ class SpecOutput:
     findings: list[Finding]
     warnings: list[str]
     gathered: Any = None
+    #: each table's rows before any cut
+    table_rows: dict[str, int] = field(default_factory=dict)
 
 
-def run_spec(spec: AnalysisSpec, trace: Trace, options: Options, rows: np.ndarray | None) -> SpecOutput:
-    """One analysis on one rank, with its cross-rank input (rows remapped by ``rows``)."""
+def run_spec(spec: AnalysisSpec, trace: Trace, options: Options, rows: np.ndarray | None,
+             bounded: bool = False) -> SpecOutput:
+    """One analysis on one rank, with its cross-rank input (rows remapped by ``rows``); its tables
+    cut to what a report can need when ``bounded`` (:func:`bound_rank_tables`)."""
     result = spec.run(trace, options)
+    tables, findings, warnings = dict(result.tables), list(result.findings), list(result.warnings)
+    table_rows = {name: int(len(frame)) for name, frame in tables.items()}
+    if bounded:
+        tables = bound_rank_tables(spec, tables, options)
+    del result  # its whole tables (when cut), before the trim below
     gathered = spec.gather(trace, options).remap_rows(rows, 0).compact() if spec.gather is not None else None
     release_free_memory()  # the analysis's temporaries: else the peak holds every one's leftovers
-    return SpecOutput(tables=dict(result.tables), findings=list(result.findings), warnings=list(result.warnings),
-                      gathered=gathered)
+    return SpecOutput(tables=tables, findings=list(findings), warnings=list(warnings), gathered=gathered,
+                      table_rows=table_rows)
 
 
 def split_processes(trace: Trace) -> int:
@@ -232,16 +242,16 @@ def split_processes(trace: Trace) -> int:
 
 
 def run_specs(trace: Trace, todo: Sequence[AnalysisSpec], options: Options,
-              rows: np.ndarray | None) -> dict[str, SpecOutput]:
+              rows: np.ndarray | None, bounded: bool = False) -> dict[str, SpecOutput]:
     """Every analysis of ``todo`` on one rank, by name: in this process, or in this process and a
     forked one side by side (:func:`split_processes`). Either way each analysis runs the same code
-    on the same trace, so the outputs are the same."""
+    on the same trace, so the outputs are the same (tables cut as they end when ``bounded``)."""
     if split_processes(trace) < 2 or len(todo) < 2:
-        return {spec.name: run_spec(spec, trace, options, rows) for spec in todo}
+        return {spec.name: run_spec(spec, trace, options, rows, bounded) for spec in todo}
     from traceview.analyses.steps import activity
 
     activity(trace, options)  # the context nearly every analysis reads: built once, inherited by the fork
-    return ForkedSplit(trace, todo, options, rows).run()
+    return ForkedSplit(trace, todo, options, rows, bounded).run()
 
 
 class ForkedSplit:
@@ -254,10 +264,10 @@ class ForkedSplit:
     is run here, so errors surface as in one process."""
 
     def __init__(self, trace: Trace, todo: Sequence[AnalysisSpec], options: Options,
-                 rows: np.ndarray | None) -> None:
+                 rows: np.ndarray | None, bounded: bool = False) -> None:
         import multiprocessing
 
-        self.trace, self.todo, self.options, self.rows = trace, list(todo), options, rows
+        self.trace, self.todo, self.options, self.rows, self.bounded = trace, list(todo), options, rows, bounded
         ctx = multiprocessing.get_context("fork")
         # [next from the front, next from the back]: claimed under the lock
         self.bounds = ctx.Array("l", [0, len(self.todo) - 1], lock=True)
@@ -280,19 +290,21 @@ class ForkedSplit:
 
         read_fd, write_fd = os.pipe()
         # the objects alive now go to the collector's permanent generation, so the child's
-        # collections do not write to (and so copy) every page of them: its memory stays shared
+        # collections do not write to (and so copy) every page of them: its memory stays shared;
+        # left frozen here when the caller had frozen them (a command: _common.quiet_collector)
+        thaw = gc.unfreeze if gc.get_freeze_count() == 0 else (lambda: None)
         gc.freeze()
         try:
             pid = os.fork()
         except OSError:  # no process to be had (limits, memory): all of them here, as with --jobs 1
-            gc.unfreeze()
+            thaw()
             os.close(read_fd)
             os.close(write_fd)
-            return {spec.name: run_spec(spec, self.trace, self.options, self.rows) for spec in self.todo}
+            return {spec.name: run_spec(spec, self.trace, self.options, self.rows, self.bounded) for spec in self.todo}
         if pid == 0:  # the child: never returns
             os.close(read_fd)
             self.child(write_fd)
-        gc.unfreeze()
+        thaw()
         os.close(write_fd)
         received = False
         # the pipe is drained as the child writes (a full pipe would stop the child at its first
@@ -304,7 +316,7 @@ class ForkedSplit:
             outputs: dict[str, SpecOutput] = {}
             while (i := self.claim(from_back=False)) is not None:
                 spec = self.todo[i]
-                outputs[spec.name] = run_spec(spec, self.trace, self.options, self.rows)
+                outputs[spec.name] = run_spec(spec, self.trace, self.options, self.rows, self.bounded)
             # nothing here reads this process's cached inputs again: freed while the child ends
             clear_cache()
             release_free_memory()
@@ -317,7 +329,7 @@ class ForkedSplit:
             os.close(read_fd)
         for spec in self.todo:  # what the child did not send (it failed): here, in order
             if spec.name not in outputs:
-                outputs[spec.name] = run_spec(spec, self.trace, self.options, self.rows)
+                outputs[spec.name] = run_spec(spec, self.trace, self.options, self.rows, self.bounded)
         return outputs
 
     def child(self, write_fd: int) -> None:
@@ -329,7 +341,7 @@ class ForkedSplit:
                 while (i := self.claim(from_back=True)) is not None:
                     spec = self.todo[i]
                     try:
-                        output = run_spec(spec, self.trace, self.options, self.rows)
+                        output = run_spec(spec, self.trace, self.options, self.rows, self.bounded)
                     except BaseException:  # the parent runs it again and raises it there
                         code = 1
                         break
@@ -541,25 +553,31 @@ class Mapped:
     execution: dict[str, Any] = field(default_factory=dict)
 
 
-def map_trace(trace: Trace, options: Options) -> list[RankResult]:
-    """The map step in this process: every rank of ``trace`` analysed on its own, tables whole."""
+def map_trace(trace: Trace, options: Options, *, whole_tables: bool = True) -> list[RankResult]:
+    """The map step in this process: every rank of ``trace`` analysed on its own, tables whole (or
+    cut as a job's are: ``whole_tables=False``)."""
     out = []
     for rank in trace.rank_ids:
         if options.ranks is not None and rank not in options.ranks:
             continue
         sub, rows = select_rank(trace, rank)
-        out.append(analyze_rank(sub, rank, rows, options))
+        out.append(analyze_rank(sub, rank, rows, options, bounded=not whole_tables))
     return out
 
 
 def analyze(source: Source, options: Options | None = None, *, use_cache: bool = True,
             executor: Executor | None = None, progress: Callable[[Path, int, int], None] | None = None,
-            step_marker: str | None = None) -> Report:
+            step_marker: str | None = None, whole_tables: bool = True) -> Report:
     """Analyze traces and return the :class:`~traceview.report.Report` every front end renders.
 
     ``source``: a :class:`Trace`, or trace files and directories (any registered input format).
     ``executor``: run the map step elsewhere (``traceview.jobs.LocalProcesses(n)``,
     ``traceview.jobs.DaskCluster(address)``); the report is the same as in memory.
+    ``whole_tables=False``: each analysis's tables are cut, as it ends, to the rows any report
+    figure needs (as a job's are: :func:`bound_rank_tables`), so ``report.table(...)`` holds those
+    rows only; the report's data is the same. For a report that is only rendered (``traceview
+    analyze --no-cache``): the per-event tables of the first analyses do not stay in memory while
+    the others run.
     """
     options = options or Options()
     if step_marker is not None:
@@ -575,7 +593,7 @@ def analyze(source: Source, options: Options | None = None, *, use_cache: bool =
                             execution=mapped.execution)
     trace = source if isinstance(source, Trace) else load(_paths(source), use_cache=use_cache, progress=progress,
                                                           step_marker=options.step_marker)
-    ranks = map_trace(trace, options)
+    ranks = map_trace(trace, options, whole_tables=whole_tables)
     reduced = reduce_ranks(ranks, options)
     overview = overview_of(trace, {rr.rank: rr.summary for rr in ranks})
     return build_report(overview, reduced.results, options=options, table_rows=reduced.table_rows,

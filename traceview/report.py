@@ -111,7 +111,9 @@ def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, so
         df = pd.DataFrame()
     total = int(len(df)) if total_rows is None else int(total_rows)
     sorted_by = None
-    if len(df) > max_rows and sort_by and sort_by in df.columns:
+    # by the true row count: a table cut to its top rows (a job's, or ``whole_tables=False``) holds
+    # them in table order, and shows them in the same order as the whole table would
+    if max(total, len(df)) > max_rows and sort_by and sort_by in df.columns:
         df = df.iloc[top_order(df, sort_by)[:max_rows]]  # only the rows shown: not the whole table reordered
         sorted_by = sort_by
     shown = df.head(max_rows)
@@ -124,19 +126,26 @@ def records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
     """The rows of ``frame`` as dicts keyed by ``columns`` (its columns, renamed), each cell through
     :func:`plain`: converted column by column (numpy columns through ``tolist``), the same values as
     :func:`plain` of each cell that ``itertuples`` gives."""
-    values = [plain_column(frame.iloc[:, i], c) for i, c in enumerate(columns)]
+    # items(): the columns by position (names may repeat), without iloc's indexing checks per column
+    values = [plain_column(series, c) for c, (_, series) in zip(columns, frame.items())]
     return [dict(zip(columns, row)) for row in zip(*values)]
 
 
 def plain_column(column: pd.Series, key: str) -> list[Any]:
-    """:func:`plain` of every cell of ``column`` (as iterating the Series gives them)."""
-    data = column.to_numpy() if isinstance(column.dtype, np.dtype) else None
-    if data is None or data.dtype.kind not in "iubf":
-        return [v if type(v) is str else plain(v, key) for v in column]  # a str is its own plain()
-    cells = data.tolist()  # Python ints, bools or floats, as iterating a numpy-backed Series gives
-    if data.dtype.kind == "f":
-        return [_plain_float(v, key) for v in cells]
-    return cells
+    """:func:`plain` of every cell of ``column`` (as iterating the Series gives them), converted
+    whole where the dtype allows: numpy numbers through ``tolist``; strings (``str``), nullable
+    integers and booleans (``Int64``, ``boolean``) as Python values with None where missing."""
+    dtype = column.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "iubf":
+        cells = column.to_numpy().tolist()  # Python ints, bools or floats, as iterating the Series gives
+        return [_plain_float(v, key) for v in cells] if dtype.kind == "f" else cells
+    if isinstance(dtype, pd.StringDtype):  # str cells are their own plain(); missing ones None
+        return column.to_numpy(dtype=object, na_value=None).tolist()
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iub":  # Int64, boolean ...
+        missing = column.isna().to_numpy()
+        cells = column.to_numpy(dtype={"i": "int64", "u": "uint64", "b": "bool"}[dtype.kind], na_value=0).tolist()
+        return [None if gone else v for v, gone in zip(cells, missing.tolist())]
+    return [v if type(v) is str else plain(v, key) for v in column]  # a str is its own plain()
 
 
 # ------------------------------------------------------------------------------------ sections

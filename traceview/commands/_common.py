@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
@@ -109,6 +111,46 @@ def prefer_system_memory_pool() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
+#: whether this process freezes the collector at exit (registered once, by :func:`quiet_collector`)
+_FREEZE_AT_EXIT: list[bool] = []
+
+
+@contextlib.contextmanager
+def quiet_collector() -> Iterator[None]:
+    """The block runs with the objects alive at its start (imported modules, classes, functions:
+    none of them garbage) in the cyclic collector's permanent generation, and the collector paused
+    while the command's imports run (:func:`collector_paused`); afterwards it is as before.
+
+    Why: an ``analyze`` of the 141 MB benchmark trace imports ~80k long-lived objects (pandas,
+    pyarrow, the analyses) that the collector walked ~200 times while they were imported and at
+    every later full collection, and interpreter exit ran its own collections over everything
+    alive: 0.1-0.4 s of wall time in all on a loaded 2-core machine, for no garbage found (see
+    benchmarks/bench_e2e.py). The exit one is avoided by freezing again at exit (registered once
+    per process; a frozen object is still freed by its reference count, only cycles wait)."""
+    if not _FREEZE_AT_EXIT:
+        atexit.register(gc.freeze)
+        _FREEZE_AT_EXIT.append(True)
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()  # a library or test caller's process gets its collector back as it was
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector paused through the block (meant for imports: nothing they make is
+    garbage), then what the block made frozen with the rest (see :func:`quiet_collector`)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
 def _wants_bar(console: Console) -> bool:
     return console.is_terminal or os.environ.get("TRACEVIEW_PROGRESS") == "1"
 
@@ -119,8 +161,6 @@ def load_progress(paths: Sequence[str], console: Console, jobs: int | None = Non
     inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar).
     Loads inside the block parse with ``jobs`` processes (``--jobs``; None: the cores available)."""
     # imported here, as in every function of the commands: the CLI imports its modules at start
-    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
-
     from traceview.loading import find_trace_files, parse_jobs
 
     prefer_system_memory_pool()
@@ -130,6 +170,9 @@ def load_progress(paths: Sequence[str], console: Console, jobs: int | None = Non
         with parse_jobs(jobs):
             yield None
         return
+    # only for a bar: rich.progress and what it imports cost an unattended run ~10 ms
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+
     with parse_jobs(jobs), Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         tasks: dict[Path, TaskID] = {}
@@ -171,12 +214,15 @@ def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: st
 
 
 def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: bool, console: Console,
-                       jobs: int | None = None) -> Report:
+                       jobs: int | None = None, only_rendered: bool = False) -> Report:
     """The report of ``paths`` analysed in this process (:func:`traceview.pipeline.analyze`), with a
     progress bar for big inputs. With ``use_cache`` the report is read from the report cache when
     the same files were analysed with the same options by the same code (traceview/report_cache.py),
     else computed and stored there; the trace is loaded either way (from its Arrow cache), so the
-    report is the same object a computation gives (its HTML timeline needs the trace)."""
+    report is the same object a computation gives (its HTML timeline needs the trace).
+    ``only_rendered``: the caller only renders the report (``analyze``), so without the cache its
+    tables are cut to what the report shows as each analysis ends (less memory, the same output:
+    ``whole_tables`` of :func:`traceview.pipeline.analyze`); the comparisons need them whole."""
     from traceview import report_cache
     from traceview.loading import find_trace_files, load, parse_jobs, remembered_cache_keys
     from traceview.pipeline import analyze
@@ -184,7 +230,7 @@ def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: boo
     # the report key and the load read each file's key once between them
     with remembered_cache_keys(), load_progress(paths, console, jobs) as progress:
         if not use_cache:
-            return analyze(list(paths), options, use_cache=False, progress=progress)
+            return analyze(list(paths), options, use_cache=False, progress=progress, whole_tables=not only_rendered)
         skipped: list[Path] = []
         key = report_cache.report_key(find_trace_files(paths, skipped), options, skipped)
         trace = load(list(paths), use_cache=True, progress=progress, step_marker=options.step_marker)

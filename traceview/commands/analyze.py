@@ -14,7 +14,8 @@ import typer
 
 from traceview.commands._common import (GPU_SPECS_OPTION, JOBS_OPTION, MFU_DTYPE_OPTION, MODEL_FLOPS_OPTION,
                                         analyze_in_process, check_output_file, checked_gpu_specs,
-                                        checked_model_flops, job_progress, write_output_file)
+                                        checked_model_flops, collector_paused, job_progress, quiet_collector,
+                                        write_output_file)
 from traceview.errors import TraceviewError
 from traceview.units import fmt_bytes
 
@@ -69,7 +70,28 @@ def command(
 
     Example: traceview analyze run/ -f markdown -o report.md --max-findings 5
     """
-    # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py)
+    with quiet_collector():
+        # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py)
+        with collector_paused():
+            import traceview.analyses  # noqa: F401
+            import traceview.pipeline  # noqa: F401
+            import traceview.render  # noqa: F401
+            import traceview.report_cache  # noqa: F401
+            from traceview.loading import registered_formats
+
+            registered_formats()  # the parsers' modules
+        _analyze(paths, no_cache=no_cache, jobs=jobs, step_marker=step_marker, top=top, details=details,
+                 summary_only=summary_only, fmt_name=fmt_name, output=output, workers=workers, scheduler=scheduler,
+                 comm_pattern=comm_pattern, comm_config=comm_config, gpu_specs=gpu_specs, model_flops=model_flops,
+                 mfu_dtype=mfu_dtype, max_findings=max_findings, plotlyjs=plotlyjs)
+
+
+def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_marker: Optional[str], top: int,
+             details: bool, summary_only: bool, fmt_name: str, output: Optional[Path], workers: Optional[int],
+             scheduler: Optional[str], comm_pattern: Optional[List[str]], comm_config: Optional[Path],
+             gpu_specs: Optional[Path], model_flops: Optional[str], mfu_dtype: str, max_findings: Optional[int],
+             plotlyjs: str) -> None:
+    """The command's work (its options as :func:`command` documents them)."""
     from rich.console import Console
 
     from traceview.findings import Options
@@ -84,7 +106,8 @@ def command(
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config),
                       gpu_specs=checked_gpu_specs(gpu_specs), model_flops_per_step=flops, mfu_dtype=flops_dtype)
-    report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs)
+    report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs,
+                          only_rendered=True)
     renderer = renderer_cls(top=top, details=details, summary_only=summary_only, max_findings=max_findings,
                             plotlyjs=plotlyjs)
     if output is None:
@@ -108,11 +131,12 @@ def comm_patterns(patterns: List[str], config: Optional[Path]) -> tuple[str, ...
 
 
 def run_pipeline(paths: List[str], options: Options, *, use_cache: bool, workers: Optional[int],
-                 scheduler: Optional[str], jobs: Optional[int] = None) -> Any:
+                 scheduler: Optional[str], jobs: Optional[int] = None, only_rendered: bool = False) -> Any:
     """The report, with a progress bar on standard error for big inputs (files loaded) or for a job
     (files analyzed). In this process the report cache is used with the trace cache
-    (:func:`analyze_in_process`); a job's workers analyse every time. The job executors are
-    imported only for a job."""
+    (:func:`analyze_in_process`; ``only_rendered``: the report is only rendered, its tables need
+    not stay whole); a job's workers analyse every time. The job executors are imported only for a
+    job."""
     from rich.console import Console
 
     progress_console = Console(stderr=True)
@@ -123,7 +147,8 @@ def run_pipeline(paths: List[str], options: Options, *, use_cache: bool, workers
         with job_progress(progress_console) as counted:
             executor = make_executor(workers, scheduler, progress=counted)
             return analyze(paths, options, use_cache=use_cache, executor=executor)
-    return analyze_in_process(paths, options, use_cache=use_cache, console=progress_console, jobs=jobs)
+    return analyze_in_process(paths, options, use_cache=use_cache, console=progress_console, jobs=jobs,
+                              only_rendered=only_rendered)
 
 
 def _to_stdout(renderer: Any, report: Any) -> None:
