@@ -99,6 +99,9 @@ BOUNDARY_WINDOW_BYTES = 1024 * 1024
 #: head is read no worker parses (one 4 MB block costs ~30 ms to read, copy and search).
 HEAD_BYTES = 64 * 1024
 
+#: Spool folders are named ``SPOOL_PREFIX<pid of the parsing process>-<random>``.
+SPOOL_PREFIX = "traceview-parse-"
+SPOOL_NAME = re.compile(re.escape(SPOOL_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
 RANGE_START = re.compile(rb'\}\s*,\s*(\{)\s*"[A-Za-z_]')
 #: A worker's result file starts with the sizes of its pickle and of its table of buffers.
 _RESULT_HEADER = struct.Struct("<QQ")
@@ -284,7 +287,8 @@ class _Driver:
         context = multiprocessing.get_context(method)
         self.shared = context.RawArray("q", min(n_ranges, 1 << 16))
         ram = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        self.spool = tempfile.mkdtemp(prefix="traceview-parse-", dir=ram)
+        remove_orphan_spools(ram or tempfile.gettempdir())
+        self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=ram)
         before = {child.pid for child in multiprocessing.active_children()}
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
                                    initargs=(self.shared,))
@@ -353,6 +357,36 @@ class _Driver:
             return parse_range(task, publish, self.buffer)
         except Exception as exc:  # as for a worker's range
             raise _SerialNeeded() from exc
+
+
+def remove_orphan_spools(root: str) -> list[str]:
+    """Remove the spool folders under ``root`` whose parse died without cleaning up (killed by
+    the OOM killer or SIGKILL: no ``finally`` runs), so that /dev/shm, which is RAM, does not
+    fill up crash after crash. A folder is an orphan when the process id in its name
+    (``SPOOL_PREFIX<pid>-``) no longer runs; a live id, even a reused one, keeps its folder.
+    Returns the folders removed."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        match = SPOOL_NAME.fullmatch(name)
+        if match is None or _pid_alive(int(match.group(1))):
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 # ---------------------------------------------------------------------- workers

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import multiprocessing
+import os
 import re
 from pathlib import Path
 
@@ -325,3 +326,24 @@ def test_phase_clock_times_every_process(tmp_path: Path) -> None:
     serial = PhaseClock()
     parse_kineto(path, clock=serial)
     assert "read and decode" in serial.phases and "build: links, cpu_op" in serial.phases and not serial.workers
+
+
+def test_spools_of_dead_parses_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    """A parse killed outright (OOM killer, SIGKILL) leaves its spool in /dev/shm, which is RAM:
+    the next parallel parse removes the folders whose process no longer runs."""
+    import subprocess
+    import sys
+
+    from traceview.parsers.kineto_parallel import SPOOL_PREFIX, remove_orphan_spools
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # its pid names a process that has ended
+    dead = tmp_path / f"{SPOOL_PREFIX}{child.pid}-abc123"
+    live = tmp_path / f"{SPOOL_PREFIX}{os.getpid()}-def456"
+    other = tmp_path / "traceview-parse-notapid"
+    for folder in (dead, live, other):
+        folder.mkdir()
+        (folder / "0.pickle").write_bytes(b"x" * 1024)
+    assert remove_orphan_spools(str(tmp_path)) == [dead.name]
+    assert not dead.exists() and live.exists() and other.exists()
+    assert remove_orphan_spools(str(tmp_path / "missing")) == []
