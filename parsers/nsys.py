@@ -42,7 +42,7 @@ before these measures, 686 MB after the second pass, ~580 MB after the third, wh
 
 * Batches, not one Arrow table per query: an imported Arrow column keeps its whole batch alive,
   so columns kept zero-copy from one big batch held every column the SQL selected.
-* NULL flags are bools, and zeros of their own mapping (no memory until written, ``_zeros``) where
+* NULL flags are bools, and zeros of their own mapping (no memory until written, ``lazy_zeros``) where
   a column has no NULL; so is the copy kind under its nulls.
 * Columns of one value (a kernel's kind and category, an API call's device, stream and copy kind)
   are stride-0 views (``_constant``); codes into string pools and device ids are int32 where every
@@ -184,7 +184,6 @@ import hashlib
 import itertools
 import logging
 import math
-import mmap
 import os
 import re
 import shutil
@@ -212,6 +211,7 @@ from traceview.model import (
     empty_links,
     join_on_keys,
     kind_array,
+    lazy_zeros,
     make_events_table,
     make_links_table,
     steps_from_annotations,
@@ -309,22 +309,6 @@ def _distinct_rows(*columns: np.ndarray) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in row) for row in frame.itertuples(index=False, name=None)]
 
 
-#: below this, :func:`_zeros` is ``np.zeros``: a mapping of its own is worth it for big arrays only
-_OWN_MAPPING_BYTES = 1 << 20
-
-
-def _zeros(n: int, dtype: type[np.generic]) -> np.ndarray:
-    """Zeros that cost no memory until written: an anonymous private mapping of their own, whose
-    pages the kernel supplies (zeroed) when first touched. ``np.zeros`` asks ``calloc``, which maps
-    a block of its own only above glibc's mmap threshold; the threshold rises to 32 MB as big arrays
-    are freed, and below it ``calloc`` clears heap memory, making every page resident (18 MB for
-    an int32 column of a 4.6 M-row export that a thousand memcpy rows use)."""
-    nbytes = n * np.dtype(dtype).itemsize
-    if nbytes < _OWN_MAPPING_BYTES or not hasattr(mmap, "MAP_PRIVATE"):
-        return np.zeros(n, dtype=dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype=dtype)
-
-
 def _constant(value: int, n: int, dtype: type[np.integer]) -> np.ndarray:
     """A read-only column of ``n`` times ``value`` with no memory behind it (a stride-0 view): a
     group's columns that one value fills (the kind and category of a kernel table, the device of a
@@ -356,10 +340,10 @@ def _used_positions(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarra
 
 def _sparse_dictionary(n: int, rows: np.ndarray, indices: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
     """A dictionary column of ``n`` rows that only ``rows`` (distinct) have, with ``indices`` there,
-    null elsewhere. The indices are :func:`_zeros`, of which only the pages of ``rows`` are ever
+    null elsewhere. The indices are :func:`~traceview.model.lazy_zeros`, of which only the pages of ``rows`` are ever
     written: a column that few rows have (a memcpy's copy kind, an NCCL kernel's collective) costs
     next to no memory, where a dense one costs 4 bytes a row (18 MB at 4.6 M events)."""
-    out = _zeros(n, np.int32)
+    out = lazy_zeros(n, np.int32)
     out[rows] = indices
     validity = None
     if len(rows) < n:  # the bitmap straight from the rows (no bool column as long as the table)
@@ -776,9 +760,9 @@ def _read_batches(reader: pa.RecordBatchReader, plan: _Plan) -> _Fetched | None:
 
 
 def _zeros_if_clean(flags: np.ndarray) -> np.ndarray:
-    """NULL flags; where no row is NULL (a clean export), :func:`_zeros` instead: pages nobody
+    """NULL flags; where no row is NULL (a clean export), :func:`~traceview.model.lazy_zeros` instead: pages nobody
     writes cost no memory."""
-    return flags if flags.any() else _zeros(len(flags), np.bool_)
+    return flags if flags.any() else lazy_zeros(len(flags), np.bool_)
 
 
 def _null_flags(values: pa.Array) -> np.ndarray:
@@ -922,7 +906,7 @@ class _Strings:
     def sparse_dictionary_array(self, n: int, rows: np.ndarray, codes: np.ndarray) -> pa.DictionaryArray:
         """``dictionary_array(full, mask=full < 0)`` of a column that only ``rows`` (distinct, at
         least one) of ``n`` have, with ``codes`` there (the copy kind of memcpy rows), without a
-        column of codes as long as the table. Under the nulls are zeros (:func:`_zeros`) (where
+        column of codes as long as the table. Under the nulls are zeros (:func:`~traceview.model.lazy_zeros`) (where
         ``dictionary_array`` repeats the first row's index): only the pages of ``rows`` are ever
         written, so a column that a few thousand copies have costs next to no memory."""
         lookup, dictionary = self._lookup(codes)
@@ -1303,7 +1287,7 @@ class _Parser:
         cols, _ = self.fetch(t, self.runtime_exprs())
         start, end, event_class, gtid, corr, name_id = cols[:6]
         end = _start_where_no_end(start, end, cols[7])
-        self.pending_nulls = [*cols[6:], _zeros(len(start), np.bool_)]
+        self.pending_nulls = [*cols[6:], lazy_zeros(len(start), np.bool_)]
         del cols  # each column is held by its name now, and dropped once used: most of the rows are here
         strip = lambda values: pc.replace_substring_regex(values, _RUNTIME_VERSION_SUFFIX, "")  # noqa: E731
         name_codes = names.from_ids(name_id, transform=strip)
@@ -1352,7 +1336,7 @@ class _Parser:
         start, end_null, end, event_type, gtid, text_id, domain = cols[:7]
         null_type = cols[9].astype(bool)
         # a NULL end is an open range (counted apart), not a repair: only start and process are checked
-        self.pending_nulls = [cols[7], _zeros(len(start), np.bool_), cols[8], _zeros(len(start), np.bool_)]
+        self.pending_nulls = [cols[7], lazy_zeros(len(start), np.bool_), cols[8], lazy_zeros(len(start), np.bool_)]
         ranges, marks, domain_create = self._nvtx_types()
         # NULL eventType read as 59 (COALESCE default for exports without the column): not a range
         is_range = np.isin(event_type, ranges) & ~null_type
@@ -1408,7 +1392,7 @@ class _Parser:
         exprs = ['"start"', self.col(t, "end", default='"start"'), self.col(t, "globalTid"), self.col(t, "nameId")]
         cols, _ = self.fetch(t, exprs + self.null_checks(t, "start", "end", "globalTid"))
         start, end, gtid, name_id = cols[:4]
-        self.pending_nulls = [*cols[4:], _zeros(len(start), np.bool_)]
+        self.pending_nulls = [*cols[4:], lazy_zeros(len(start), np.bool_)]
         proc, tid = _process_key(gtid), _thread_id(gtid)
         return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.ANNOTATION,
                                             self.categories.const("os_runtime"), names.from_ids(name_id)))
@@ -1631,7 +1615,8 @@ class _Parser:
         unknown = set(columns) - set(EVENT_SCHEMA.names)
         assert not unknown, f"columns not in EVENT_SCHEMA: {sorted(unknown)}"
         _return_free_heap()  # and the dictionaries' temporaries, before make_events_table adds external_id
-        columns.update(_null_columns(set(columns), n))
+        # the columns an export has no data for (message sizes, process groups ...) are made there,
+        # all-null over one shared buffer of untouched zero pages (model.null_array)
         return _Rows(events=make_events_table(columns, n), links=links, rows_per_rank=np.diff(bounds))
 
     def _rank_infos(self, rank_map: _RankMap, names: _Strings, tally: _Tally,
@@ -2002,8 +1987,8 @@ class _Placement:
         bitmaps: list[np.ndarray] = []  # validity bitmaps made so far, shared where equal
         for col_name in sorted({k for g in self.groups for k in g.optional}):
             have = [(i, g.optional.pop(col_name)) for i, g in enumerate(self.groups) if col_name in g.optional]
-            values = _zeros(self.n_rows, np.result_type(*[v for _, (v, _) in have]).type)
-            present = _zeros(self.n_rows, np.bool_)
+            values = lazy_zeros(self.n_rows, np.result_type(*[v for _, (v, _) in have]).type)
+            present = lazy_zeros(self.n_rows, np.bool_)
             for i, (v, ok) in have:
                 self._write(values, i, v)
                 self._write(present, i, ok)
@@ -2065,28 +2050,6 @@ def _pid_of(proc: int) -> int:
 
 
 #: columns ``make_events_table`` fills with -1 or 0 rather than nulls
-_FILLED_BY_DEFAULT = ("rank", "device", "stream", "correlation", "external_id", "pid", "tid")
-
-
-def _null_columns(have: set[str], n: int) -> dict[str, pa.Array]:
-    """The all-null columns of ``EVENT_SCHEMA`` that a Nsight export has no data for (message
-    sizes, process groups ...), all backed by one zeroed buffer: untouched zero pages cost neither
-    time nor memory, where ``make_events_table`` would write zeros for each (~40 MB per column at
-    4.6 M events)."""
-    missing = [f for f in EVENT_SCHEMA if f.name not in have and f.name not in _FILLED_BY_DEFAULT]
-    if not missing or n == 0:
-        return {}
-    zeros = pa.py_buffer(_zeros(n * 8, np.uint8))  # pages are mapped when read
-    out: dict[str, pa.Array] = {}
-    for f in missing:
-        if pa.types.is_dictionary(f.type):
-            indices = pa.Array.from_buffers(f.type.index_type, n, [zeros, zeros], null_count=n)
-            out[f.name] = pa.DictionaryArray.from_arrays(indices, pa.array([], f.type.value_type))
-        elif pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
-            out[f.name] = pa.Array.from_buffers(f.type, n, [zeros, zeros], null_count=n)
-    return out
-
-
 def _masked_array(values: np.ndarray, present: np.ndarray, target: pa.DataType,
                   bitmaps: list[np.ndarray]) -> pa.Array:
     """``values`` as an Arrow array, null where not ``present``: the values buffer is shared, not
@@ -2133,7 +2096,7 @@ def _launch_links(rank: np.ndarray, kind: np.ndarray, corr: np.ndarray, exact: b
         return empty_links()
     # the category as a dictionary array built here (indices: untouched zeros), where
     # make_links_table would encode a Python list of one string per link
-    category = pa.DictionaryArray.from_arrays(pa.array(_zeros(len(src), np.int32)),
+    category = pa.DictionaryArray.from_arrays(pa.array(lazy_zeros(len(src), np.int32)),
                                               pa.array(["correlation"], pa.string()))
     return make_links_table(rank[src], "launch", category, src, dst)
 
