@@ -161,15 +161,23 @@ def _click_series(ctl: AppController, state: dict, series: str) -> tuple[int, tu
     raise AssertionError(f"no {series} drawn")
 
 
-def test_clicking_a_kernel_shows_its_details_link_stack_and_flow(ctl: AppController) -> None:
+def _zoom_near_a_kernel(ctl: AppController, *, before_ms: float, after_ms: float) -> dict:
+    """The timeline state zoomed around the 11th kernel of rank 0's stream 7 (in its first step),
+    so that its kernels and their launch calls are drawn one by one."""
     _fig, state, _ = _page(ctl)
     ctx = ctl.store.context(0)
     index = ctl.store.timeline(0)
-    # zoom into rank 0's first step so its kernels are drawn one by one
     lane = next(ln for ln in index.lanes if ln.rank == 0 and ln.kind == "gpu" and ln.ident == 7)
-    s = int(index.start[lane.lo + 10]) - ctx.origin_ns
-    _f, state, _s = ctl.timeline_update("tl-graph.relayoutData", {"xaxis.range[0]": s / 1e6 - 0.05,
-                                                                  "xaxis.range[1]": s / 1e6 + 0.25}, None, state, 0)
+    at_ms = (int(index.start[lane.lo + 10]) - ctx.origin_ns) / 1e6
+    _f, state, _s = ctl.timeline_update("tl-graph.relayoutData", {"xaxis.range[0]": at_ms - before_ms,
+                                                                  "xaxis.range[1]": at_ms + after_ms}, None, state, 0)
+    return state
+
+
+def test_clicking_a_kernel_shows_its_details_link_stack_and_flow(ctl: AppController) -> None:
+    ctx = ctl.store.context(0)
+    index = ctl.store.timeline(0)
+    state = _zoom_near_a_kernel(ctl, before_ms=0.05, after_ms=0.25)
     pos, (fig, st, stats, panel, _open) = _click_series(ctl, state, "compute")
     assert st["sel"] == pos and (st["t0"], st["t1"]) == (state["t0"], state["t1"])  # a click keeps the window
     row = int(index.row[pos])
@@ -197,13 +205,9 @@ def test_clicking_a_kernel_shows_its_details_link_stack_and_flow(ctl: AppControl
 
 
 def test_clicking_a_launch_call_draws_its_flow_to_the_gpu(ctl: AppController) -> None:
-    _fig, state, _ = _page(ctl)
     ctx = ctl.store.context(0)
     index = ctl.store.timeline(0)
-    lane = next(ln for ln in index.lanes if ln.rank == 0 and ln.kind == "gpu" and ln.ident == 7)
-    s = int(index.start[lane.lo + 10]) - ctx.origin_ns
-    _f, state, _s = ctl.timeline_update("tl-graph.relayoutData", {"xaxis.range[0]": s / 1e6 - 0.1,
-                                                                  "xaxis.range[1]": s / 1e6 + 0.1}, None, state, 0)
+    state = _zoom_near_a_kernel(ctl, before_ms=0.1, after_ms=0.1)
     pos, (fig, _st, _stats, panel, _o) = _click_series(ctl, state, "runtime")
     text = text_of(panel)
     assert "launch link to:" in text
