@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from traceview import intervals as iv
 from traceview.findings import Options
@@ -71,6 +72,20 @@ def _dictionary_codes(trace: Trace, column: str) -> tuple[np.ndarray, list[Any]]
     codes = indices.to_numpy(zero_copy_only=False).astype(np.int64)
     codes.flags.writeable = False
     return codes, col.dictionary.to_pylist()
+
+
+def dictionary_codes_at(trace: Trace, column: str, rows: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """``dictionary_codes(trace, column)`` at ``rows`` (rows of events, >= 0) only: (int64 codes,
+    -1 for null; the dictionary's values). A column other than the names is not cached, and its
+    codes over every event (8 bytes each) are more than a few rows need."""
+    if column == "name":
+        codes, dictionary = dictionary_codes(trace, column)
+        return codes[rows], dictionary
+    col = trace.events.column(column)
+    col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    indices = col.indices.take(pa.array(np.asarray(rows, dtype=np.int64)))
+    indices = indices.fill_null(-1) if indices.null_count else indices
+    return indices.to_numpy(zero_copy_only=False).astype(np.int64), col.dictionary.to_pylist()
 
 
 class EventNames:

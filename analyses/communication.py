@@ -1292,6 +1292,11 @@ def _imbalance_findings(
     ]
 
 
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "classify.codes.name", "classify.comm_rule_of", "comm_rule_of", "cross_rank_inputs")
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Communication",

@@ -303,14 +303,14 @@ def _with_costs(trace: Trace, ops: pd.DataFrame, leaf: np.ndarray) -> pd.DataFra
     name_codes, names = _codes(trace, "name")
     columns = [name_codes[rows]]
     decoded = []
-    for column in _INPUT_COLUMNS:
-        codes, dictionary = _codes(trace, column)
-        columns.append(codes[rows])
-        decoded.append(_decoded(dictionary, np.unique(codes[rows])))
+    for column in _INPUT_COLUMNS:  # the codes at the ops' rows only (not cached: see dictionary_codes)
+        codes, dictionary = classify.dictionary_codes_at(trace, column, rows)
+        columns.append(codes)
+        decoded.append(_decoded(dictionary, np.unique(codes)))
     # shapes another op records: the caller's (SIZES_FROM_CALLER), the backward node's (the output)
-    dims_codes, dims_dictionary = _codes(trace, "input_dims")
     for linked in (_callers(trace, rows, name_codes, names), _backward_nodes(trace, rows, name_codes, names)):
-        columns.append(np.where(linked >= 0, dims_codes[np.maximum(linked, 0)], -1))
+        dims_codes, dims_dictionary = classify.dictionary_codes_at(trace, "input_dims", np.maximum(linked, 0))
+        columns.append(np.where(linked >= 0, dims_codes, -1))
         decoded.append(_decoded(dims_dictionary, np.unique(columns[-1])))
     distinct, inverse = _distinct_rows(columns + [leaf.astype(np.int64)])
     results = []
@@ -339,13 +339,17 @@ def _enclosing(trace: Trace, inner: np.ndarray, outer: np.ndarray) -> np.ndarray
         return out
     both = np.concatenate([inner, outer])
     thread, _ = iv.combine_keys(trace.column("rank")[both], trace.column("pid")[both], trace.column("tid")[both])
-    start, dur = trace.column("start_ns"), np.maximum(trace.column("dur_ns"), 0)
+    start, dur_ns = trace.column("start_ns"), trace.column("dur_ns")
+
+    def dur(at: np.ndarray) -> np.ndarray:  # at the rows asked for only: no array over every event
+        return np.maximum(dur_ns[at], 0)
+
     left = pd.DataFrame({"at": np.arange(inner.size), "thread": thread[:inner.size], "start": start[inner]})
     right = pd.DataFrame({"outer": outer, "thread": thread[inner.size:], "start": start[outer]})
     found = pd.merge_asof(left.sort_values("start"), right.sort_values("start"), on="start", by="thread",
                           direction="backward").dropna(subset=["outer"])
     at, rows = found["at"].to_numpy(np.int64), found["outer"].to_numpy(np.int64)
-    encloses = start[rows] + dur[rows] >= start[inner[at]] + dur[inner[at]]
+    encloses = start[rows] + dur(rows) >= start[inner[at]] + dur(inner[at])
     out[at[encloses]] = rows[encloses]
     return out
 
@@ -1029,6 +1033,13 @@ def reduce_collectives(parts: list[CollectiveInputs], options: Options) -> Analy
     findings = collective_findings(kinds, gpus, full, exposed) if len(kinds) else []
     return AnalysisResult(name=NAME, tables=tables, findings=findings)
 
+
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "classify.codes.name", "temporal.breakdown", "launch_overhead.kinds",
+                 "launch_overhead.linked_ops", "cross_rank_inputs", "cpu_op_nesting", "efficiency.attribute",
+                 "efficiency.compute")
 
 SPEC = AnalysisSpec(
     name=NAME,

@@ -586,6 +586,12 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
     return findings
 
 
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "classify.codes.name", "classify.categories.name.", "idle_gaps.cpu_context",
+                 "idle_gaps.tables")
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Idle gaps",

@@ -776,6 +776,11 @@ def cross_rank(parts: list[KernelTotals], options: Options) -> AnalysisResult:
     return result
 
 
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "idle_gaps.tables", "launch_overhead.kinds", "kernel_tables")
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Kernels",

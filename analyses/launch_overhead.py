@@ -585,6 +585,13 @@ def _recommend(kernels: pd.DataFrame, tiny_ops: pd.DataFrame, rank: int) -> tupl
     return text, evidence
 
 
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "links.cpu_op", "classify.codes.name", "classify.categories.name.", "idle_gaps.tables",
+                 "launch_overhead.kinds", "launch_overhead.linked_ops", "launch_overhead.launch_scale",
+                 "launch_overhead.tables", "cpu_op_nesting")
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Launch overhead",

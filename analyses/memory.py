@@ -418,6 +418,11 @@ def analyze(trace: Trace, options: Options) -> AnalysisResult:
     return result
 
 
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("cpu_op_nesting", "memory.events", "memory.event_origins", "memory.table")
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Memory",

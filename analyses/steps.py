@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import shlex
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,10 +120,13 @@ class Activity:
 
 
 _CACHE: dict[tuple[int, str, Any], tuple[weakref.ref, Any]] = {}
+#: the names :func:`cached` was asked for since :func:`names_read` last answered
+_READ: set[str] = set()
 
 
 def cached(trace: Trace, name: str, options: Options, fn: Callable[[], Any]) -> Any:
     """Compute ``fn()`` once per (trace object, name, options)."""
+    _READ.add(name)
     # the options' field values (str, int, float, tuples of str: what ``dataclasses.astuple`` gives,
     # without its deep copy, which cost more than many of the lookups it keys)
     key = (id(trace), name, tuple(vars(options).values()))
@@ -140,6 +143,25 @@ def cached(trace: Trace, name: str, options: Options, fn: Callable[[], Any]) -> 
 def clear_cache() -> None:
     """Forget every cached per-trace result (benchmarks call this between timed runs)."""
     _CACHE.clear()
+
+
+def drop_inputs(trace: Trace, keep: Collection[str], among: Collection[str]) -> None:
+    """Forget the cached inputs of ``trace`` named in ``among`` but not in ``keep`` (the pipeline:
+    :func:`traceview.analyses.drop_unread_inputs`)."""
+    for key in [k for k, (ref, _) in _CACHE.items() if ref() is trace and k[1] in among and k[1] not in keep]:
+        del _CACHE[key]
+
+
+def held(trace: Trace) -> set[str]:
+    """The names of the inputs cached for ``trace`` now."""
+    return {key[1] for key, (ref, _) in _CACHE.items() if ref() is trace}
+
+
+def names_read() -> set[str]:
+    """The names of the cached inputs asked for (computed or found) since the last call."""
+    read = set(_READ)
+    _READ.clear()
+    return read
 
 
 def launch_links(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -414,6 +436,9 @@ __all__ = [
     "fold_step_name",
     "step_marker_candidates",
     "clear_cache",
+    "drop_inputs",
+    "held",
+    "names_read",
     "cpu_op_links",
     "launch_links",
     "per_step",

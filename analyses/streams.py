@@ -273,6 +273,11 @@ def analyze(trace: Trace, options: Options) -> AnalysisResult:
     return result
 
 
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "classify.comm_rule_of", "temporal.breakdown")
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Streams",

@@ -98,11 +98,21 @@ def _sync_type(name: str) -> str | None:
     return "device_sync"
 
 
-def _per_name(trace: Trace, fn: Callable[[str], object]) -> np.ndarray:
-    """``fn(name)`` for every event (evaluated once per distinct name)."""
-    codes, dictionary = classify.dictionary_codes(trace, "name")
-    mapped = np.array([fn(v or "") for v in dictionary] + [fn("")], dtype=object)
-    return mapped[codes]  # a null (-1) is the last entry
+class _PerName:
+    """``fn(name)`` of the events, evaluated once per distinct name and looked up only at the rows
+    asked for (``per_name[rows]``): an object array of every event's value held 8 bytes per event
+    through the analysis's peak."""
+
+    def __init__(self, trace: Trace, fn: Callable[[str], object]) -> None:
+        self.codes, dictionary = classify.dictionary_codes(trace, "name")
+        self.values = np.array([fn(v or "") for v in dictionary] + [fn("")], dtype=object)
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        return self.values[self.codes[rows]]  # a null (-1) is the last entry
+
+    def present(self) -> np.ndarray:
+        """Boolean per event: its value is not None."""
+        return pd.notna(self.values)[self.codes]
 
 
 def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -113,8 +123,11 @@ def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if n == 0:
         return np.empty(0, dtype=object), np.empty(0, dtype=object)
     names = classify.EventNames(trace)
-    start = trace.column("start_ns")
-    end = start + np.maximum(trace.column("dur_ns"), 0)
+    start, dur = trace.column("start_ns"), trace.column("dur_ns")
+
+    def end(at: np.ndarray) -> np.ndarray:  # at the rows asked for only: no array over every event
+        return start[at] + np.maximum(dur[at], 0)
+
     # 1. the linked op (innermost = the latest-starting one when a call has several)
     op_rows, rt_rows = cpu_op_links(trace)
     if op_rows.size:
@@ -122,7 +135,7 @@ def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # reuse the correlation id as the runtime call's "External id", linking unrelated ops)
         rank, pid, tid = trace.column("rank"), trace.column("pid"), trace.column("tid")
         ok = (
-            (start[op_rows] <= start[rt_rows]) & (end[op_rows] >= end[rt_rows]) & (rank[op_rows] == rank[rt_rows])
+            (start[op_rows] <= start[rt_rows]) & (end(op_rows) >= end(rt_rows)) & (rank[op_rows] == rank[rt_rows])
             & (pid[op_rows] == pid[rt_rows]) & (tid[op_rows] == tid[rt_rows])
         )
         op_rows, rt_rows = op_rows[ok], rt_rows[ok]
@@ -132,10 +145,10 @@ def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     nest = cpu_op_nesting(trace)
     if nest.rows.size:
         qk = nest.thread_codes(trace.column("rank")[rows], trace.column("pid")[rows], trace.column("tid")[rows])
-        hit = nest.index.covering(qk, start[rows], end[rows])
+        hit = nest.index.covering(qk, start[rows], end(rows))
         missing = (inner < 0) & (hit >= 0)
         inner[missing] = nest.rows[hit[missing]]
-        hit0 = nest.outer_index.covering(qk, start[rows], end[rows])
+        hit0 = nest.outer_index.covering(qk, start[rows], end(rows))
         top[hit0 >= 0] = nest.rows[nest.outer][hit0[hit0 >= 0]]
     return _names_at(names, inner), _names_at(names, top)
 
@@ -185,19 +198,20 @@ def _rank_gaps(act: Activity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
     """The ``calls`` table: synchronize calls and the launch calls of blocking/pageable copies."""
-    rank_all = trace.column("rank").astype(np.int64)
+    rank_all = trace.column("rank")  # its own dtype (no int64 copy of every event's): cast where kept
     runtime = trace.kind_codes() == int(Kind.RUNTIME)
     # ranks of the activity context (Options.ranks); every rank when there is no GPU activity
     in_ranks = _in_ranks(rank_all, act) if len(act) else np.ones(rank_all.size, dtype=bool)
-    sync_type = _per_name(trace, _sync_type)
+    sync_type = _PerName(trace, _sync_type)
     names = classify.EventNames(trace)
     # copies and their launch calls
     api_rows, gpu_rows = launch_links(trace)
     memcpy = trace.mask(Kind.MEMCPY)
     sel = memcpy[gpu_rows] & runtime[api_rows] & in_ranks[api_rows] if api_rows.size else np.zeros(0, bool)
-    next_of = _next_runtime_call(trace, runtime & in_ranks, rank_all)
-    copies = _copy_calls(trace, api_rows[sel], gpu_rows[sel], next_of, sync_type, names)
-    syncs = _sync_calls(np.flatnonzero(runtime & in_ranks & pd.notna(sync_type)), sync_type, copies)
+    is_call = runtime & in_ranks
+    next_call = _next_runtime_call(trace, is_call, rank_all, api_rows[sel])
+    copies = _copy_calls(trace, api_rows[sel], gpu_rows[sel], next_call, sync_type, names)
+    syncs = _sync_calls(np.flatnonzero(is_call & sync_type.present()), sync_type, copies)
     calls = pd.concat([copies, syncs], ignore_index=True) if len(copies) else syncs
     if calls.empty:
         return _empty(CALL_COLUMNS)
@@ -208,11 +222,11 @@ def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
         calls["bytes"] = -1
     rows = calls["row"].to_numpy().astype(np.int64)
     start = trace.column("start_ns")
-    calls["rank"] = rank_all[rows]
+    calls["rank"] = rank_all[rows].astype(np.int64)
     calls["api"] = names[rows]
     calls["tid"] = trace.column("tid")[rows]
     calls["start_ns"] = start[rows]
-    calls["dur_ns"] = np.maximum(trace.column("dur_ns"), 0)[rows]
+    calls["dur_ns"] = np.maximum(trace.column("dur_ns")[rows], 0)
     calls["step"] = assign_to_steps(act.steps, rank_all[rows], start[rows]) if len(act.steps) else NO_STEP
     cpu_op, top_op = _cpu_ops(trace, rows)
     calls["cpu_op"] = cpu_op
@@ -231,9 +245,9 @@ def _in_ranks(rank_all: np.ndarray, act: Activity) -> np.ndarray:
     return rank_all == ranks[0] if ranks.size == 1 else np.isin(rank_all, ranks)
 
 
-def _next_runtime_call(trace: Trace, is_call: np.ndarray, rank_all: np.ndarray) -> np.ndarray:
-    """For every runtime call (``is_call``), the row of the next runtime call on the same thread;
-    -1 for the last call of a thread and for every other row."""
+def _next_runtime_call(trace: Trace, is_call: np.ndarray, rank_all: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``, the row of the next runtime call (``is_call``) on the same thread; -1
+    for the last call of a thread and for a row that is no call."""
     start = trace.column("start_ns")
     rt = np.flatnonzero(is_call)
     # one code per thread, in (rank, pid, tid) order: the same order as sorting on the three
@@ -243,20 +257,25 @@ def _next_runtime_call(trace: Trace, is_call: np.ndarray, rank_all: np.ndarray) 
     same_next = np.zeros(rt_sorted.size, dtype=bool)
     if rt_sorted.size > 1:
         same_next[:-1] = thread[1:] == thread[:-1]
-    next_of = np.full(trace.num_events, -1, dtype=np.int64)
-    next_of[rt_sorted[:-1][same_next[:-1]]] = rt_sorted[1:][same_next[:-1]]
-    return next_of
+    next_sorted = np.full(rt_sorted.size, -1, dtype=np.int64)
+    next_sorted[:-1][same_next[:-1]] = rt_sorted[1:][same_next[:-1]]
+    # the asked rows among the calls (rt is sorted): no array over every event
+    pos = np.clip(np.searchsorted(rt, rows), 0, max(rt.size - 1, 0))
+    found = rt[pos] == rows if rt.size else np.zeros(rows.size, dtype=bool)
+    in_sorted = np.empty(rt.size, dtype=np.int64)
+    in_sorted[order] = np.arange(rt.size, dtype=np.int64)
+    return np.where(found, next_sorted[in_sorted[pos]] if rt.size else -1, -1).astype(np.int64)
 
 
-def _copy_calls(trace: Trace, copy_api: np.ndarray, copy_gpu: np.ndarray, next_of: np.ndarray,
-                sync_type: np.ndarray, names: classify.EventNames) -> pd.DataFrame:
+def _copy_calls(trace: Trace, copy_api: np.ndarray, copy_gpu: np.ndarray, nxt: np.ndarray,
+                sync_type: _PerName, names: classify.EventNames) -> pd.DataFrame:
     """One row per (launch call, copy) that blocks the host: a blocking copy API
     (``blocking_copy``), an async copy followed by a synchronize call on its thread
-    (``copy_then_sync``) or a copy from/to pageable memory (``pageable_copy``)."""
+    (``copy_then_sync``) or a copy from/to pageable memory (``pageable_copy``). ``nxt``: the next
+    runtime call on the thread of each of ``copy_api`` (-1: none)."""
     if not copy_api.size:
         return pd.DataFrame(columns=["row", "call_type", "gpu_row", "pair_sync"])
     blocking_api = _per_value(names[copy_api], lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
-    nxt = next_of[copy_api]
     nxt_is_sync = (nxt >= 0) & np.isin(sync_type[np.maximum(nxt, 0)], ["device_sync", "stream_sync", "event_sync"])
     how = np.where(blocking_api, "sync_api", np.where(nxt_is_sync, "async_then_sync", ""))
     pageable = _per_value(names[copy_gpu], lambda n: bool(PAGEABLE.search(n))).astype(bool)
@@ -297,7 +316,7 @@ def _memory_of(name: str) -> str | None:
     return f"{m.group(1)} -> {m.group(2)}" if m else None
 
 
-def _sync_calls(sync_rows: np.ndarray, sync_type: np.ndarray, copies: pd.DataFrame) -> pd.DataFrame:
+def _sync_calls(sync_rows: np.ndarray, sync_type: _PerName, copies: pd.DataFrame) -> pd.DataFrame:
     """One row per synchronize call; the sync call of a copy_then_sync pair carries the copy's details."""
     paired = copies.loc[copies["pair_sync"] >= 0, "pair_sync"].to_numpy() if len(copies) else np.empty(0, np.int64)
     call_type = np.where(np.isin(sync_rows, paired), "copy_then_sync", sync_type[sync_rows]).astype(object)
@@ -752,6 +771,11 @@ def _finding(code: str, per_rank: list[_SyncRank], claims: Claims) -> Finding:
         part_of=_PART_OF.get(code),
     )
 
+
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "links.launch", "links.cpu_op", "classify.codes.name", "cpu_op_nesting")
 
 SPEC = AnalysisSpec(
     name=NAME,

@@ -300,6 +300,13 @@ def _exposed_communication(whole: pd.Series, n_steps: int) -> Finding | None:
     )
 
 
+#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
+#: those it builds: the pipeline drops each input once no analysis left to run lists it
+#: (tests/test_pipeline_cache.py checks the list)
+CACHED_INPUTS = ("activity", "links.launch", "classify.codes.name", "classify.comm_rule_of",
+                 "classify.categories.name.", "steps.candidates", "temporal.breakdown", "idle_gaps.cpu_context",
+                 "idle_gaps.tables")
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Temporal breakdown",

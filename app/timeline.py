@@ -350,6 +350,8 @@ LABEL_BUDGET = 300
 #: most flow arrows drawn for the selected event
 FLOW_BUDGET = 40
 MARGIN_TOP, MARGIN_BOTTOM = 96, 24
+#: height of plotly's modebar over the plot's top (px): the colorbar starts below it
+MODEBAR_PX = 30
 
 
 @dataclass
@@ -548,7 +550,9 @@ def _heatmap_traces(index: LaneIndex, aggregated: list[Lane], bins: int, win: _W
                              "<extra>aggregated</extra>",
         }
         if gpu and first_gpu:
-            trace["colorbar"] = {"title": {"text": "busy"}, "tickformat": ".0%", "len": 0.5, "y": 1,
+            # below the modebar, which plotly shows over the plot's top right corner on hover
+            trace["colorbar"] = {"title": {"text": "busy"}, "tickformat": ".0%", "len": 0.5,
+                                 "y": round(max(0.5, 1 - MODEBAR_PX / rows.plot_px), 4),
                                  "yanchor": "top", "thickness": 12}
             first_gpu = False
         data.append(trace)
@@ -612,8 +616,12 @@ def _mark_bins(pick: np.ndarray, sub: np.ndarray, start: np.ndarray, edges: np.n
     return out
 
 
-def _raster_row(index: LaneIndex, sub: np.ndarray, edges: np.ndarray, marks: "Marks") -> tuple[np.ndarray, np.ndarray]:
-    """One row of events: each bin's cell value (None where empty) and the position of its event."""
+def _raster_row(index: LaneIndex, sub: np.ndarray, edges: np.ndarray, marks: "Marks",
+                level: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """One row of events: each bin's cell value (None where empty) and the position of its event.
+    The shade alternates event by event, starting with the other one on every other nesting level:
+    the rows touch (plotly draws a raster with gaps between its rows cell by cell onto a full-size
+    canvas, without them as one pixel per cell, scaled: far less work per redraw)."""
     if not sub.size:  # a nesting level with nothing in the window
         return np.full(edges.size - 1, np.nan), np.full(edges.size - 1, -1, dtype=np.int64)
     start, end = index.start[sub], index.end[sub]
@@ -621,7 +629,7 @@ def _raster_row(index: LaneIndex, sub: np.ndarray, edges: np.ndarray, marks: "Ma
     val = np.full(pick.size, np.nan)
     has = pick >= 0
     safe = np.maximum(pick, 0)
-    val[has] = 2 * index.series[sub[safe[has]]].astype(np.int64) + (safe[has] % 2) + 0.5
+    val[has] = 2 * index.series[sub[safe[has]]].astype(np.int64) + ((safe[has] + level) % 2) + 0.5
     pos = np.where(has, sub[safe] if sub.size else -1, -1)
     if marks.matches is not None and marks.matches.size:
         hit = _mark_bins(pick, sub, start, edges, marks.matches)
@@ -637,36 +645,104 @@ def _event_rasters(index: LaneIndex, rows: _Rows, detail: dict[int, np.ndarray],
                    marks: "Marks") -> list[dict]:
     """The detailed lanes drawn as rasters: one heatmap per lane (a row per nesting level), each
     cell coloured by the event it shows (by series, alternating shades; search matches and the
-    selected event marked), its name in the hover and its position as customdata (a click selects it)."""
+    selected event marked), its name in the hover and its position as customdata (a click selects
+    it). The cells are sent run-length encoded (:func:`compact_cells`; the page expands them)."""
     edges = np.linspace(win.t0, win.t1, bins + 1).round().astype(np.int64)
     x = columns(win, bins)
-    dur_text: dict[int, str] = {}
+    memo = _label_cache(index)
     out: list[dict] = []
     for ln in rows.lanes:
         vis = detail.get(id(ln))
         if vis is None or not vis.size:
             continue
         levels, y_edges = _lane_levels(index, ln, vis, rows)
-        z, cd, text = [], [], []
-        for sub in levels:
-            val, pos = _raster_row(index, sub, edges, marks)
-            z.append([None if v != v else v for v in val.tolist()])
-            cd.append([[p] if p >= 0 else None for p in pos.tolist()])
-            text.append(_cell_texts(index, pos, win, dur_text))
-        out.append({"type": "heatmap", **x, "y": [round(v, 4) for v in y_edges], "z": z, "customdata": cd,
-                    "text": text, "zmin": 0, "zmax": len(_PALETTE), "colorscale": _COLORSCALE, "showscale": False,
-                    "hoverongaps": False, "name": ln.label, "xgap": 0, "ygap": 1,
+        vals, poss = zip(*(_raster_row(index, sub, edges, marks, k) for k, sub in enumerate(levels)))
+        shown = np.unique(np.concatenate(poss))
+        shown = shown[shown >= 0]
+        cells = compact_cells(list(vals), [np.searchsorted(shown, p) if shown.size else p for p in poss],
+                              [p >= 0 for p in poss], [[p] for p in shown.tolist()],
+                              _event_labels(index, shown, win, memo))
+        out.append({"type": "heatmap", **x, "y": [round(v, 4) for v in y_edges], CELLS_KEY: cells,
+                    "zmin": 0, "zmax": len(_PALETTE), "colorscale": _COLORSCALE, "showscale": False,
+                    "hoverongaps": False, "name": ln.label, "xgap": 0, "ygap": 0,
                     "hovertemplate": "%{text}<br>click for details<extra></extra>"})
     return out
 
 
-def _cell_texts(index: LaneIndex, pos: np.ndarray, win: _Window, memo: dict[int, str]) -> list[str]:
-    """The hover text of each cell: the name, duration and start of its event ("" where empty)."""
+#: the key of a raster heatmap's cells as sent (:func:`compact_cells`) in place of z, customdata
+#: and text: a cell per bin repeats its event's name and position; runs of equal cells are sent once
+CELLS_KEY = "tvcells"
+
+
+def compact_cells(vals: list[np.ndarray], keys: list[np.ndarray], has: list[np.ndarray], items_cd: list[Any],
+                  items_text: list[str]) -> dict:
+    """Raster rows (cell values, NaN where empty; the item each cell shows) as ``{"runs": [[count,
+    item, code, ...] per row], "cd": [customdata of each item], "text": [hover text of each item]}``
+    where a cell's z is ``code + 0.5`` (``code`` -1: empty, item -1: no item). :func:`expand_cells`
+    and the page's JavaScript (in ``timeline_view.INTERACTIONS_JS``) turn it back into z, customdata
+    and text."""
+    runs: list[list[int]] = []
+    for val, key, ok in zip(vals, keys, has):
+        code = np.where(np.isnan(val), -1, np.floor(np.nan_to_num(val, nan=-1.0))).astype(np.int64)
+        item = np.where(ok, key, -1).astype(np.int64)
+        if not code.size:
+            runs.append([])
+            continue
+        change = np.flatnonzero((code[1:] != code[:-1]) | (item[1:] != item[:-1])) + 1
+        first = np.concatenate([[0], change])
+        count = np.diff(np.concatenate([first, [code.size]]))
+        runs.append(np.column_stack([count, item[first], code[first]]).ravel().tolist())
+    return {"runs": runs, "cd": items_cd, "text": items_text}
+
+
+def expand_cells(trace: dict) -> dict:
+    """A raster heatmap as plotly takes it (z, customdata, text per cell) from one sent with
+    :data:`CELLS_KEY` (what the page's JavaScript does before drawing); other traces as they are."""
+    cells = trace.get(CELLS_KEY)
+    if cells is None:
+        return trace
+    z: list[list[Any]] = []
+    cd: list[list[Any]] = []
+    text: list[list[str]] = []
+    for row in cells["runs"]:
+        zr: list[Any] = []
+        cr: list[Any] = []
+        tr: list[str] = []
+        for count, item, code in zip(row[0::3], row[1::3], row[2::3]):
+            zr += [None if code < 0 else code + 0.5] * count
+            cr += [None if item < 0 else cells["cd"][item]] * count
+            tr += ["" if item < 0 else cells["text"][item]] * count
+        z.append(zr)
+        cd.append(cr)
+        text.append(tr)
+    out = {k: v for k, v in trace.items() if k != CELLS_KEY}
+    out.update(z=z, customdata=cd, text=text)
+    return out
+
+
+def expand_figure(figure: dict) -> dict:
+    """A figure with every raster expanded (:func:`expand_cells`)."""
+    return {**figure, "data": [expand_cells(tr) for tr in figure.get("data", [])]}
+
+
+#: most hover texts kept per run (:func:`_label_cache`; ~100 bytes each)
+LABEL_CACHE_SIZE = 200_000
+
+
+def _label_cache(index: LaneIndex) -> dict[int, str]:
+    """The run's hover texts by position (they do not depend on the window: the next request, a
+    zoom or a click, shows mostly the same events); emptied when it reaches LABEL_CACHE_SIZE."""
+    memo: dict[int, str] = index.__dict__.setdefault("_labels", {})
+    if len(memo) > LABEL_CACHE_SIZE:
+        memo.clear()
+    return memo
+
+
+def _event_labels(index: LaneIndex, pos: np.ndarray, win: _Window, memo: dict[int, str]) -> list[str]:
+    """The hover text of each event at ``pos``: its name, duration and start (since the run's
+    origin, the same for every window)."""
     out: list[str] = []
     for p in pos.tolist():
-        if p < 0:
-            out.append("")
-            continue
         t = memo.get(p)
         if t is None:
             s, e = int(index.start[p]), int(index.end[p])
@@ -771,15 +847,13 @@ def _gap_rasters(gaps: Any, idx: np.ndarray, rows: _Rows, win: _Window, bins: in
         has = pick >= 0
         at = mine[np.maximum(pick, 0)]
         val = np.where(has, _CAUSE_BASE + cause_code[at] + 0.5, np.nan)
-        labels = {int(k): (f"{CAUSE_LABELS.get(causes[k], causes[k])} gap · {fmt_ns(int(ge[k] - gs[k]))}"
-                           + (f"<br>CPU: {esc(scrub_text(str(cpu[k])))}" if cpu[k] else ""))
-                  for k in np.unique(at[has]).tolist()}
+        shown = np.unique(at[has])
+        labels = [(f"{CAUSE_LABELS.get(causes[k], causes[k])} gap · {fmt_ns(int(ge[k] - gs[k]))}"
+                   + (f"<br>CPU: {esc(scrub_text(str(cpu[k])))}" if cpu[k] else "")) for k in shown.tolist()]
+        ranges = [[int(gs[k] - win.origin_ns), int(ge[k] - win.origin_ns)] for k in shown.tolist()]
         y0, half = rows.ypos[id(ln)], rows.yhalf[id(ln)]
         out.append({"type": "heatmap", **x, "y": [round(y0 - 0.85 * half, 4), round(y0 + 0.85 * half, 4)],
-                    "z": [[None if v != v else v for v in val.tolist()]],
-                    "customdata": [[[int(gs[k] - win.origin_ns), int(ge[k] - win.origin_ns)] if h else None
-                                    for k, h in zip(at.tolist(), has.tolist())]],
-                    "text": [[labels[k] if h else "" for k, h in zip(at.tolist(), has.tolist())]],
+                    CELLS_KEY: compact_cells([val], [np.searchsorted(shown, at)], [has], ranges, labels),
                     "zmin": 0, "zmax": len(_PALETTE), "colorscale": _COLORSCALE, "showscale": False,
                     "hoverongaps": False, "name": ln.label, "hovertemplate": "%{text}<br>click to zoom<extra></extra>"})
     drawn = [c for c in list(CAUSES) + sorted(set(causes.tolist()) - set(CAUSES)) if c in set(causes.tolist())]
@@ -1007,6 +1081,8 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
     room = max(0, shape_budget - len(lanes) - 1 - len(label_text))
     bins = int(min(MAX_BINS, room // max(1, raster_rows + len(aggregated))))
     data = _heatmap_traces(index, aggregated, bins, win, rows, collapsed) if aggregated else []
+    # only the matches in the window can be drawn: the rasters test every row's events against these
+    marks = Marks(_window_matches(index, marks, win), marks.selected, marks.flows)
     data.extend(_event_rasters(index, rows, detail, win, bins, marks))
     causes: list[str] = []
     if gap_idx.size:
@@ -1017,22 +1093,23 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
         data.append(_label_trace(label_x, label_y, label_text))
     layout = _layout(rows, win, focus, title)
     layout["annotations"].extend(_flow_annotations(index, marks.flows, rows, win))
-    cells = sum(len(tr["z"]) * (len(tr["z"][0]) if tr["z"] else 0) for tr in data if tr["type"] == "heatmap")
+    cells = sum(len(tr["y"]) - 1 if CELLS_KEY in tr else len(tr["z"]) for tr in data if tr["type"] == "heatmap") * bins
     stats = RenderStats(window_ns=(win.t0, win.t1), lanes=len(lanes), detail_lanes=len(detail),
                         aggregated_lanes=len(aggregated), bars=used, cells=cells,
                         gap_bars=int(gap_idx.size), gaps_in_window=gaps_in_window, bins=bins,
                         layout_shapes=len(layout["shapes"]), focus_label=focus_label if focus is not None else "",
                         labels=len(label_text), hidden_lanes=hidden,
                         collapsed_ranks=tuple(ln.rank for ln in summary),
-                        matches_in_window=_matches_in_window(index, marks, win))
+                        matches_in_window=0 if marks.matches is None else int(marks.matches.size))
     return {"data": data, "layout": layout}, stats
 
 
-def _matches_in_window(index: LaneIndex, marks: Marks, win: _Window) -> int:
+def _window_matches(index: LaneIndex, marks: Marks, win: _Window) -> np.ndarray | None:
+    """The search matches overlapping the window (None without a search)."""
     m = marks.matches
     if m is None or not m.size:
-        return 0
-    return int(((index.start[m] < win.t1) & (index.end[m] > win.t0)).sum())
+        return m
+    return m[(index.start[m] < win.t1) & (index.end[m] > win.t0)]
 
 
 def count_shapes(figure: dict) -> int:
@@ -1041,7 +1118,7 @@ def count_shapes(figure: dict) -> int:
     total = 0
     for tr in figure.get("data", []):
         if tr.get("type") == "heatmap":
-            total += sum(len(row) for row in tr.get("z", []))
+            total += sum(len(row) for row in expand_cells(tr).get("z", []))
         elif tr.get("mode") == "text":
             total += len(tr.get("text", []) or [])
         else:

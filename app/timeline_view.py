@@ -26,7 +26,7 @@ from traceview.units import fmt_ns
 from . import validate
 from .components import CARD
 from .runs import RunContext
-from .timeline import CPU_LANE, SERIES, LaneIndex, Marks, render
+from .timeline import CELLS_KEY, CPU_LANE, SERIES, LaneIndex, Marks, expand_figure, render
 from .validate import BadValue
 
 #: at most this many ranks open at first (the others collapsed to one row each)
@@ -44,7 +44,7 @@ AXIS_PX = 34
 #: top margin of the chart below the pinned axis (its own tick labels are hidden)
 CHART_TOP_PX = 6
 #: the browser waits this long after the last wheel event before it asks for the new window (ms)
-WHEEL_DEBOUNCE_MS = 60
+WHEEL_DEBOUNCE_MS = 40
 
 #: JavaScript (a Dash clientside callback, run on every new window state; installs itself once per
 #: page): wheel zoom and drag pan of the timeline done in the browser. Plotly's own handlers redraw
@@ -53,25 +53,33 @@ WHEEL_DEBOUNCE_MS = 60
 #: moved and stretched (an SVG transform of the trace layers, the pinned axis relaid out: cheap)
 #: until the server's figure for the new window arrives, so one redraw is left. The new window goes
 #: to the server through the ``tl-zoom`` store, ``WHEEL_DEBOUNCE_MS`` after the last wheel event or
-#: at once on mouse-up. A click (a move of less than plotly's 8 px) is left to plotly.
+#: at once on mouse-up. A click (a move of less than plotly's 8 px) is left to plotly. It also hooks
+#: ``Plotly.react`` to expand the run-length encoded rasters of the figures the server sends
+#: (``timeline.compact_cells``) as plotly draws them: a clientside callback between the server's
+#: answer and the chart would cost the answer one more Dash round (25-40 ms measured) and draw the
+#: chart after the stats line.
 INTERACTIONS_JS = """
 function(_state) {
   const w = window;
   if (w.__tvTimeline) { return w.dash_clientside.no_update; }
   w.__tvTimeline = true;
-  const DEBOUNCE_MS = %(debounce)d, MIN_DRAG_PX = 8;
+  const DEBOUNCE_MS = %(debounce)d, MIN_DRAG_PX = 8, KEY = '%(key)s';
   let pending = null, sent = null, timer = null, seq = 0, drag = null, axisRange = null;
   const graph = () => document.querySelector('#tl-graph .js-plotly-plot');
   const axis = () => document.querySelector('#tl-axis .js-plotly-plot');
   const inPlot = (t) => t && t.closest && t.closest('#tl-graph .nsewdrag');
   function layers(gd) { return gd.querySelectorAll('.cartesianlayer .plot > g'); }
   function clear(gd) { for (const g of layers(gd)) { g.removeAttribute('transform'); } }
-  function preview(gd, r) {
+  function preview(gd, r, live) {
     // the drawn range stays in gd._fullLayout (the figure is never relaid out here)
     const xa = gd._fullLayout.xaxis, d = xa.range, width = xa._length, k = width / (r[1] - r[0]);
     const t = 'translate(' + ((d[0] - r[0]) * k) + ',0) scale(' + ((d[1] - d[0]) / (r[1] - r[0])) + ',1)';
     for (const g of layers(gd)) { g.setAttribute('transform', t); }
-    // the pinned axis follows once per frame (a burst of wheel events relays it out once)
+    // the pinned axis follows once per frame while dragging; during a wheel burst only when the new
+    // window is sent (relaying it out costs tens of ms, and each wheel event would wait for it)
+    if (live) { followAxis(r); }
+  }
+  function followAxis(r) {
     if (!axisRange) { requestAnimationFrame(moveAxis); }
     axisRange = r.slice();
   }
@@ -86,13 +94,15 @@ function(_state) {
     pending = sent = null;  // a new chart (the page was drawn again): nothing of the last one is kept
     // the server's figure is drawn: keep previewing only what was asked after it was sent
     gd.on('plotly_afterplot', () => {
-      if (pending && pending !== sent) { preview(gd, pending); } else { pending = null; clear(gd); }
+      if (pending && pending !== sent) { preview(gd, pending, true); } else { pending = null; clear(gd); }
     });
   }
   function send() {
-    timer = null;
+    timer = null; w.__tvWaiting = false;
     if (!pending) { return; }
     sent = pending; seq += 1;
+    w.__tvSent = sent.slice();  // the last window asked for (a benchmark waits to see it drawn)
+    followAxis(sent);
     w.dash_clientside.set_props('tl-zoom', {data: {'xaxis.range[0]': sent[0], 'xaxis.range[1]': sent[1], 'n': seq}});
   }
   function ready(e) {
@@ -113,8 +123,8 @@ function(_state) {
     const f = Math.min(Math.max((e.clientX - box.left) / box.width, 0), 1);
     const r = pending || gd._fullLayout.xaxis.range, c = r[0] + (r[1] - r[0]) * f;
     pending = [c + (r[0] - c) * zoom, c + (r[1] - c) * zoom];
-    preview(gd, pending);
-    clearTimeout(timer); timer = setTimeout(send, DEBOUNCE_MS);
+    preview(gd, pending, false);
+    clearTimeout(timer); timer = setTimeout(send, DEBOUNCE_MS); w.__tvWaiting = true;
   }, {capture: true, passive: false});
   document.addEventListener('mousedown', (e) => {
     const gd = e.button === 0 ? ready(e) : null;
@@ -128,16 +138,57 @@ function(_state) {
     if (!drag.moved && Math.abs(dx) < MIN_DRAG_PX) { return; }
     drag.moved = true;
     pending = [drag.r[0] - dx * drag.perPx, drag.r[1] - dx * drag.perPx];
-    preview(drag.gd, pending);
+    preview(drag.gd, pending, true);
   }, true);
   document.addEventListener('mouseup', () => {
     const moved = drag && drag.moved;
     drag = null;
     if (moved) { clearTimeout(timer); send(); }
   }, true);
+  // the rasters of the figures the server sends are run-length encoded (timeline.compact_cells: a
+  // cell per column repeated its event's hover text and position, most of every response): they
+  // become plotly's z, customdata and text again (as timeline.expand_cells) just before plotly
+  // draws them, the repeated values shared
+  function expandTrace(t) {
+    const c = t[KEY];
+    if (!c) { return t; }
+    const z = [], cd = [], text = [];
+    for (const row of c.runs) {
+      const zr = [], cr = [], tr = [];
+      for (let i = 0; i < row.length; i += 3) {
+        const n = row[i], item = row[i + 1], code = row[i + 2];
+        const zv = code < 0 ? null : code + 0.5;
+        const cv = item < 0 ? null : c.cd[item], tv = item < 0 ? '' : c.text[item];
+        for (let j = 0; j < n; j++) { zr.push(zv); cr.push(cv); tr.push(tv); }
+      }
+      z.push(zr); cd.push(cr); text.push(tr);
+    }
+    const out = Object.assign({}, t, {z: z, customdata: cd, text: text});
+    delete out[KEY];
+    return out;
+  }
+  const expand = (data) => (Array.isArray(data) && data.some((t) => t && t[KEY])) ? data.map(expandTrace) : data;
+  function hookPlotly() {
+    // dcc.Graph draws every new figure with Plotly.react(gd, {data, layout, ...}); plotly.js may
+    // still be loading when this runs
+    const P = w.Plotly;
+    if (!P || !P.react) { setTimeout(hookPlotly, 10); return; }
+    if (!P.react.__tvExpands) {
+      const react = P.react;
+      P.react = function(gd, fig, layout, config) {
+        if (Array.isArray(fig)) { fig = expand(fig); }
+        else if (fig && fig.data) { fig = Object.assign({}, fig, {data: expand(fig.data)}); }
+        return react.call(this, gd, fig, layout, config);
+      };
+      P.react.__tvExpands = true;
+    }
+    const gd = graph();  // a figure drawn before the hook (a click before plotly.js loaded)
+    if (gd && gd.data && expand(gd.data) !== gd.data) { P.react(gd, gd.data, gd.layout); }
+  }
+  hookPlotly();
   return w.dash_clientside.no_update;
 }
-""" % {"debounce": WHEEL_DEBOUNCE_MS}
+""" % {"debounce": WHEEL_DEBOUNCE_MS, "key": CELLS_KEY}
 
 #: JavaScript (a Dash clientside callback): only the relayout events that change the x range (box
 #: zoom, double-click, the modebar's reset) reach the server, as the ``tl-zoom`` store. Any other
@@ -522,7 +573,8 @@ def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], pan
                                      style={"display": "flex", "alignItems": "center", "fontSize": "13px"}),
                   html.Div(stats_text, id="tl-stats", style={"color": "#555", "fontSize": "13px"}),
                   pinned,
-                  dcc.Graph(id="tl-graph", figure=fig,
+                  # the page's first figure goes expanded (plotly.js may not be loaded and hooked yet)
+                  dcc.Graph(id="tl-graph", figure=expand_figure(fig),
                             config={"displaylogo": False, "scrollZoom": True, "doubleClick": "reset"})],
                  style=CARD),
         html.Div(panel or html.Div("Click an event for its details.", style={"color": "#777", "fontSize": "13px"}),

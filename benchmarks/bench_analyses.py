@@ -15,8 +15,9 @@ target (all analyses together <= 3 s). Per-analysis medians are printed too.
 
 ``--cpu``: CPU time (``time.process_time``: user + system of this process) of each analysis as the
 pipeline runs them on one rank (``spec.run`` then ``spec.gather``, in registry order, every cache
-cleared before the first), so an input the analyses share (``steps.activity``) is counted in the
-first analysis that asks for it; medians of ``--repeat`` runs and the load average before and after.
+cleared before the first, each cached input dropped after the last analysis that reads it), so an
+input the analyses share (``steps.activity``) is counted in the first analysis that asks for it;
+medians of ``--repeat`` runs and the load average before and after.
 ``--json OUT`` writes the per-run figures, for a script that interleaves runs of two versions.
 """
 
@@ -34,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 import traceview
-from traceview.analyses import run_all, specs
+from traceview.analyses import drop_unread_inputs, run_all, specs
 from traceview.analyses.steps import clear_cache
 from traceview.findings import Options
 from traceview.model import (
@@ -172,18 +173,22 @@ def time_run_all(trace: Trace, repeat: int) -> tuple[list[float], dict[str, list
 
 
 def cpu_per_analysis(trace: Trace, repeat: int) -> dict[str, list[float]]:
-    """CPU seconds of each analysis (run + gather, as ``pipeline.run_spec`` does), per run."""
+    """CPU seconds of each analysis (run + gather, as ``pipeline.run_spec`` does), per run; the
+    cached inputs no later analysis reads dropped after each, as the pipeline drops them (so an
+    input dropped too early and made again counts)."""
     options = Options()
-    per: dict[str, list[float]] = {spec.name: [] for spec in specs()}
+    todo = specs()
+    per: dict[str, list[float]] = {spec.name: [] for spec in todo}
     per["total"] = []
     for _ in range(repeat):
         clear_cache()
         first = time.process_time()
-        for spec in specs():
+        for i, spec in enumerate(todo):
             t0 = time.process_time()
             spec.run(trace, options)
             if spec.gather is not None:
                 spec.gather(trace, options)
+            drop_unread_inputs(trace, [later.name for later in todo[i + 1:]])
             per[spec.name].append(time.process_time() - t0)
         per["total"].append(time.process_time() - first)
     clear_cache()

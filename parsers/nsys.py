@@ -196,7 +196,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -278,12 +277,18 @@ _DTYPE_COLUMN = "msg_dtype" if "msg_dtype" in EVENT_SCHEMA.names else "dtype"
 
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct values, inverse), by hashing: O(n) where ``np.unique`` sorts every row."""
+    # imported here, not at the top: registering this format must not import pandas (~0.25 s),
+    # which `traceview analyze` imports while Kineto parse workers run (traceview.loading.meanwhile)
+    import pandas as pd
+
     codes, uniques = pd.factorize(np.asarray(values), sort=True)
     return np.asarray(uniques), np.asarray(codes, dtype=np.int64)
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values (hash based, without the per-row codes ``_factorize`` also makes)."""
+    import pandas as pd  # see _factorize
+
     return np.sort(pd.unique(np.asarray(values)))
 
 
@@ -293,6 +298,8 @@ def _distinct_rows(*columns: np.ndarray) -> list[tuple[int, ...]]:
     per row first (one hash per row instead of a frame of several columns)."""
     if len(columns[0]) == 0:
         return []
+    import pandas as pd  # see _factorize
+
     lows = [int(c.min()) for c in columns]
     spans = [int(c.max()) - lo + 1 for c, lo in zip(columns, lows)]
     if math.prod(spans) < (1 << 62):

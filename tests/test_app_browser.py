@@ -176,8 +176,12 @@ def test_timeline_drag_zoom_and_buttons(page: Any, server: str) -> None:
     assert x0 < z0 < z1 < x1 and (z1 - z0) < 0.3 * (x1 - x0)
     stats = page.inner_text("#tl-stats")
     assert f"window {z1 - z0:,.3f} ms" in stats
+    # the chart's new revision: the stats line alone is no proof that plotly drew the new figure
+    revision = "document.querySelector('#tl-graph .js-plotly-plot').layout.meta.revision"
+    before = page.evaluate(f"() => {revision}")
     page.click("#tl-zoom-out")
     page.wait_for_function("w => document.querySelector('#tl-stats').textContent.indexOf(w) < 0", arg=stats)
+    page.wait_for_function(f"r => {revision} !== r", arg=before)
     o0, o1 = page.evaluate(_XRANGE_JS)
     assert (o1 - o0) == pytest.approx(2 * (z1 - z0), rel=0.01)
     screenshot(page, "app_timeline_zoomed.png", full_page=False)

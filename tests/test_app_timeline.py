@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import gen_job  # noqa: E402  (the benchmark's 8-rank job generator)
 
 from traceview.app.server import create_app  # noqa: E402
-from traceview.app.timeline import SHAPE_BUDGET, count_shapes  # noqa: E402
+from traceview.app.timeline import SHAPE_BUDGET, count_shapes, expand_figure  # noqa: E402
 from traceview.app.views import AppController, gap_search  # noqa: E402
 
 
@@ -124,7 +124,8 @@ def test_search_highlights_and_jumps(ctl: AppController) -> None:
     from traceview.app import timeline
 
     marked = {timeline.MATCH_VALUE + 0.5, timeline.SELECTED_VALUE + 0.5}
-    assert any(v in marked for tr in fig["data"] if tr["type"] == "heatmap" for row in tr["z"] for v in row)
+    assert any(v in marked for tr in expand_figure(fig)["data"] if tr["type"] == "heatmap"
+               for row in tr["z"] for v in row)
     _f, st2, stats2, _p, _o = ctl.timeline_action("tl-search-next.n_clicks", None, None, st, 0, query="GEMM")
     assert "match 2 selected" in stats2 and index.start[st2["sel"]] >= index.start[first]
     s2, e2 = int(index.start[st2["sel"]]), int(index.end[st2["sel"]])
@@ -149,7 +150,7 @@ def _click_series(ctl: AppController, state: dict, series: str) -> tuple[int, tu
 
     index = ctl.store.timeline(0)
     si = [k for k, _n, _c in SERIES].index(series)
-    fig = ctl.timeline_figure(ctl.store.context(0), state)[0]
+    fig = expand_figure(ctl.timeline_figure(ctl.store.context(0), state)[0])
     for tr in fig["data"]:
         if tr["type"] != "heatmap" or not tr.get("customdata"):
             continue
@@ -289,3 +290,31 @@ def test_hostile_values_get_a_message_not_an_error(ctl: AppController, value: An
         assert len(out) == 5, name
         if out[0] is dash.no_update and out[2] is not dash.no_update:
             assert isinstance(out[2], str) and out[2], name  # said on the page
+
+
+def test_compact_cells_expand_to_the_cells_they_encode() -> None:
+    """The rasters are sent run-length encoded; expanded (as the page does) they give back each
+    cell's z, customdata and hover text, empty cells included."""
+    from traceview.app.timeline import CELLS_KEY, compact_cells, expand_cells
+
+    nan = float("nan")
+    vals = [np.array([nan, 2.5, 2.5, 3.5, 3.5, nan, 7.5]), np.array([nan, nan]), np.array([])]
+    keys = [np.array([0, 0, 0, 0, 1, 0, 2]), np.array([0, 0]), np.array([], dtype=np.int64)]
+    has = [np.array([False, True, True, True, True, False, True]), np.zeros(2, bool), np.zeros(0, bool)]
+    cd, text = [[10], [11], [12]], ["a", "b", "c"]
+    cells = compact_cells(vals, keys, has, cd, text)
+    assert len(cells["runs"][0]) == 3 * 6  # empty, 0 as 2.5 (x2), 0 as 3.5, 1 as 3.5, empty, 2 as 7.5
+    out = expand_cells({"type": "heatmap", "name": "lane", CELLS_KEY: cells})
+    assert CELLS_KEY not in out and out["name"] == "lane"
+    assert out["z"] == [[None, 2.5, 2.5, 3.5, 3.5, None, 7.5], [None, None], []]
+    assert out["customdata"] == [[None, [10], [10], [10], [11], None, [12]], [None, None], []]
+    assert out["text"] == [["", "a", "a", "a", "b", "", "c"], ["", ""], []]
+
+
+def test_the_benchmark_knows_the_wheel_debounce() -> None:
+    """bench_app names the debounce its wheel figure includes: the page's."""
+    import bench_app
+
+    from traceview.app import timeline_view
+
+    assert bench_app.WHEEL_DEBOUNCE_MS == timeline_view.WHEEL_DEBOUNCE_MS

@@ -99,7 +99,8 @@ def test_wheel_zooms_and_drag_pans(page: Any, server: str) -> None:
         for _ in range(6):  # a wheel turn is a burst of events; plotly zooms ~10% per event
             page.mouse.wheel(0, -100)
 
-    bench_app.timed_in_browser(page, wheel, TIMES, "wheel zoom (incl. the 60 ms debounce)")
+    bench_app.timed_in_browser(page, wheel, TIMES, f"wheel zoom (incl. the {bench_app.WHEEL_DEBOUNCE_MS} ms debounce)",
+                               final=True)
     z0, z1 = _settled(page)  # the server drew that window
     assert x0 <= z0 < z1 <= x1 and (z1 - z0) < 0.7 * (x1 - x0)
 
@@ -182,6 +183,15 @@ def test_search_highlights_and_jumps_between_matches(page: Any, server: str) -> 
         for (const row of t.z) for (const v of row) if (v === {MATCH_VALUE + 0.5} || v === {SELECTED_VALUE + 0.5}) n++;
         }} return n; }}""")  # noqa: SLF001
     assert marked > 0
+    # the server sent the rasters run-length encoded; plotly drew them expanded, a cell per column
+    from traceview.app.timeline import CELLS_KEY
+
+    rows = page.evaluate(f"""() => {bench_app._TL}.data.filter(t => t.type === 'heatmap')
+        .map(t => [t['{CELLS_KEY}'] === undefined, t.z.length, t.z[0].length, t.text ? t.text[0].length : -1,
+                   t.customdata ? t.customdata[0].length : -1])""")  # noqa: SLF001
+    bins = {r[2] for r in rows}
+    assert rows and all(r[0] and r[1] >= 1 for r in rows) and len(bins) == 1 and bins.pop() > 100
+    assert all(r[3] in (-1, r[2]) and r[4] == r[2] for r in rows)
     screenshot(page, "app_timeline_search.png", full_page=False)
     _no_errors(page)
 

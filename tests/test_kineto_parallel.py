@@ -347,3 +347,86 @@ def test_spools_of_dead_parses_are_removed_and_live_ones_kept(tmp_path: Path) ->
     assert remove_orphan_spools(str(tmp_path)) == [dead.name]
     assert not dead.exists() and live.exists() and other.exists()
     assert remove_orphan_spools(str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize("path", [*SAMPLE_KINETO[:2], *SHARED_KINETO[:2]], ids=lambda p: p.name)
+def test_meanwhile_runs_once_while_workers_parse_and_workers_skip_pandas(path: Path, tmp_path: Path) -> None:
+    # traceview analyze imports the analyses while the workers parse (traceview.loading.meanwhile):
+    # the work runs once, after the workers started, and a worker forked before the parent imported
+    # pandas never imports it (it would cost it ~0.25 s; kineto_parallel.arrow_without_pandas), with
+    # the tables of a one-process parse. In a fresh interpreter: this one has pandas imported.
+    plain = tmp_path / path.name.removesuffix(".gz")
+    plain.write_bytes(gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes())
+    script = f"""
+import multiprocessing, sys
+from pathlib import Path
+from traceview import loading
+from traceview.parsers import kineto_parallel
+assert "pandas" not in sys.modules, "the parser imports pandas"
+read_range = kineto_parallel.read_range
+def checked(task):
+    target, times = read_range(task)
+    return target, {{**times, "pandas": float("pandas" in sys.modules)}}
+kineto_parallel.read_range = checked
+from traceview.parsers.kineto import PhaseClock, parse_kineto
+clock, calls = PhaseClock(), []
+def work():
+    calls.append(len(multiprocessing.active_children()))
+    import pandas  # noqa: F401  (what traceview analyze does meanwhile)
+path = Path({str(plain)!r})
+with loading.meanwhile(work):
+    parallel = kineto_parallel.parse_parallel(path, jobs=2, min_bytes=0, range_bytes={_ranges(plain)}, clock=clock)
+assert calls == [1], calls
+assert clock.workers and not any(w["pandas"] for w in clock.workers), clock.workers
+serial = parse_kineto(path, jobs=1)
+for name in {TABLES!r}:
+    a, b = getattr(serial, name), getattr(parallel, name)
+    assert (a is None and b is None) or a.equals(b), name
+assert serial.ranks == parallel.ranks and serial.warnings == parallel.warnings
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_meanwhile_runs_before_a_serial_parse_and_stops_it_on_error(tmp_path: Path) -> None:
+    path = _write_trace(tmp_path / "serial.json", [_event(i, f"op{i}") for i in range(200)])
+    order: list[str] = []
+    with loading.meanwhile(lambda: order.append("work")):
+        loading.load([path], use_cache=False, jobs=1, progress=lambda *_: order.append("parse"))
+    assert order[0] == "work" and order.count("work") == 1 and "parse" in order
+
+    def fails() -> None:
+        raise TraceFormatError(path, "a check of the caller's", "fix it")
+
+    with pytest.raises(TraceFormatError, match="a check of the caller's"):
+        with loading.meanwhile(fails):
+            parse_parallel(path, jobs=2, min_bytes=0, range_bytes=2_000)
+
+
+def test_results_round_trip_with_big_buffers_mapped_each_on_its_own(tmp_path: Path) -> None:
+    import mmap
+
+    import pyarrow as pa
+
+    big = np.arange(100_000, dtype=np.int64)  # 800 KB: a mapping of its own
+    small = np.arange(7, dtype=np.int32)
+    strings = pa.array(["a", None, "ccc"] * 30_000)
+    state = {"columns": {"start_ns": [big, big[:5] * 2], "tid": [small]}, "names": strings, "count": 3,
+             "empty": np.zeros(0, dtype=np.int64)}
+    target = str(tmp_path / "result")
+    kineto_parallel.dump_result(state, target)
+    back = kineto_parallel.load_result(target)
+    assert np.array_equal(back["columns"]["start_ns"][0], big) and np.array_equal(back["columns"]["start_ns"][1], big[:5] * 2)
+    assert np.array_equal(back["columns"]["tid"][0], small) and back["count"] == 3 and len(back["empty"]) == 0
+    assert back["names"].equals(strings)
+    back["columns"]["start_ns"][0][0] = -1  # private: writable, the file unchanged
+    again = kineto_parallel.load_result(target)
+    assert again["columns"]["start_ns"][0][0] == 0
+    # a big buffer's array is on a mapping of its own (freed with it), not on one of the whole file
+    base = back["columns"]["start_ns"][0].base
+    while not isinstance(base, mmap.mmap):
+        base = base.obj if isinstance(base, memoryview) else base.base
+    assert len(base) == big.nbytes

@@ -265,3 +265,71 @@ def test_nested_index_with_given_depth_equals_its_own():
         own, given = iv.NestedIndex(k, s, e), iv.NestedIndex(k, s, e, iv.nesting_depth(k, s, e))
         assert len(own.levels) == len(given.levels)
         assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(own.levels, given.levels))
+
+
+# ------------------------------------------------------------------------------------ accounting
+
+
+def test_largest_claims_equal_the_whole_sort():
+    """``Claims.largest`` sorts only the intervals as long as the n-th longest: the same list as the
+    lexsort of every interval gave, ties (equal lengths, equal starts) included."""
+    from traceview.claims import Claims, gpu_key, split_gpu_key
+
+    def whole_sort(c: Claims, n: int) -> list[tuple[int, int, int, int]]:
+        dur = c.end_ns - c.start_ns
+        order = np.lexsort((c.start_ns, -dur))[:n]
+        r, d = split_gpu_key(c.key[order])
+        return [(int(a), int(b), int(s), int(e)) for a, b, s, e in zip(r, d, c.start_ns[order], c.end_ns[order])]
+
+    rng = np.random.default_rng(12)
+    for _ in range(2000):
+        m = int(rng.integers(0, 40))
+        start = rng.integers(0, 30, m).astype(np.int64)
+        key = gpu_key(rng.integers(0, 3, m), rng.integers(0, 2, m)).astype(np.int64)
+        claims = Claims(key, start, start + rng.integers(0, 5, m), normalized=True)  # many equal lengths
+        for n in (-2, 0, 1, 3, 10, m - 1, m, m + 2):
+            assert claims.largest(n) == whole_sort(claims, n)
+
+
+def test_claims_in_window_equal_their_intersection_with_it():
+    """``accounting.in_window`` returns the claims themselves only when intersecting them with the
+    window would give them back; claims partly outside, on a GPU without a window, or not a union
+    (built with ``normalized=True``) go through the intersection."""
+    from traceview.accounting import in_window
+    from traceview.claims import Claims
+
+    rng = np.random.default_rng(15)
+    shortcuts = 0
+    for _ in range(2000):
+        gpus = int(rng.integers(1, 4))
+        lo = rng.integers(0, 20, gpus)
+        window = Claims.of(np.arange(gpus), 0, lo, lo + rng.integers(1, 60, gpus) + (20 if rng.random() < 0.5 else 0))
+        m = int(rng.integers(0, 12))
+        start = rng.integers(-5, 70, m) if rng.random() < 0.5 else rng.integers(20, 30, m)  # half inside, often
+        rank = rng.integers(0, gpus + (1 if rng.random() < 0.2 else 0), m)
+        if rng.random() < 0.2:  # not a union: overlapping or empty intervals
+            claims = Claims(np.sort(rank).astype(np.int64), start, start + rng.integers(0, 8, m), normalized=True)
+        else:
+            claims = Claims.of(rank, 0, start, start + rng.integers(1, 8, m))
+        got, want = in_window(claims, window), claims.intersect(window)
+        shortcuts += got is claims
+        for a, b in ((got.key, want.key), (got.start_ns, want.start_ns), (got.end_ns, want.end_ns)):
+            assert np.array_equal(a, b)
+    assert 200 < shortcuts < 1800  # both ways were taken, and checked, often
+
+
+def test_small_tables_sorted_after_conversion_equal_sorted_in_pandas(monkeypatch):
+    """A table of up to ``SMALL_TABLE_ROWS`` rows is converted whole and its top rows picked from the
+    converted array; larger ones are cut in pandas first: the same rows either way (ties, missing keys)."""
+    import traceview.report as report
+
+    rng = np.random.default_rng(3)
+    n = 150
+    frame = pd.DataFrame({"name": pd.array([f"k{i % 7}" if i % 11 else None for i in range(n)], dtype="str"),
+                          "cost_ns": pd.array([None if i % 13 == 0 else int(v) for i, v in
+                                               enumerate(rng.integers(0, 20, n))], dtype="Int64"),
+                          "share": rng.random(n), "cat": pd.Categorical(rng.choice(["a", "b"], n))})
+    small = report.table_records(frame, max_rows=50, sort_by="cost_ns")
+    monkeypatch.setattr(report, "SMALL_TABLE_ROWS", 0)
+    assert repr(report.table_records(frame, max_rows=50, sort_by="cost_ns")) == repr(small)
+    assert small["sorted_by"] == "cost_ns" and small["shown_rows"] == 50

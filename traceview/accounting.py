@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.findings import SEVERITIES, Finding
 
@@ -214,7 +215,7 @@ def account(findings: list[Finding], denominator: Denominator, parents: Mapping[
         if f.part_of and f.code not in parents:
             parents[f.code] = f.part_of
     window = denominator.window_claims()
-    raw: dict[int, Claims] = {id(f): f.claims.intersect(window) for f in findings if f.claims is not None}
+    raw: dict[int, Claims] = {id(f): in_window(f.claims, window) for f in findings if f.claims is not None}
     parent = _tree(findings, parents, raw)
     order = sorted(findings, key=lambda f: (_depth(f, parent), _precedence(f.code, precedence)))
     final: dict[int, Claims] = {}
@@ -238,6 +239,21 @@ def account(findings: list[Finding], denominator: Denominator, parents: Mapping[
         _set_cost(f, claims, denominator)
         out.append(Accounted(f, p, raw[id(f)].total_ns() if id(f) in raw else 0, claims, ceded))
     return out
+
+
+def in_window(claims: Claims, window: Claims) -> Claims:
+    """``claims.intersect(window)``: the claims themselves when each of their intervals lies inside
+    a window interval of its GPU (a finding claims the time of the trace's own GPU events, so
+    nearly always), found by one lookup per interval instead of the general intersection (1 ms per
+    60k intervals, and a report intersects each finding's claims with the window)."""
+    key, wkey = claims.key, window.key
+    if key.size and wkey.size and iv.is_union_by(key, claims.start_ns, claims.end_ns) \
+            and iv.is_union_by(wkey, window.start_ns, window.end_ns):
+        at = np.minimum(np.searchsorted(wkey, key), wkey.size - 1)  # the GPU's first window interval
+        if bool(np.all(wkey[at] == key) and np.all(window.start_ns[at] <= claims.start_ns)
+                and np.all(claims.end_ns <= window.end_ns[at])):
+            return claims
+    return claims.intersect(window)
 
 
 def _set_cost(f: Finding, claims: Claims | None, denominator: Denominator) -> None:

@@ -121,7 +121,12 @@ class Claims:
     def largest(self, n: int) -> list[tuple[int, int, int, int]]:
         """The ``n`` longest intervals as (rank, device, start_ns, end_ns), longest first."""
         dur = self.end_ns - self.start_ns
-        order = np.lexsort((self.start_ns, -dur))[:n]
+        rows = np.arange(dur.size)
+        if 0 < n < dur.size:
+            # only the intervals at least as long as the n-th longest can be among the n: sort those
+            # (a whole lexsort was 1 ms per 66k claims, for a report's 10 intervals per finding)
+            rows = np.flatnonzero(dur >= np.partition(dur, dur.size - n)[dur.size - n])
+        order = rows[np.lexsort((self.start_ns[rows], -dur[rows]))][:n]
         r, d = split_gpu_key(self.key[order])
         return [(int(a), int(b), int(s), int(e))
                 for a, b, s, e in zip(r, d, self.start_ns[order], self.end_ns[order])]

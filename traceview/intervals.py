@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 
 Intervals = tuple[np.ndarray, np.ndarray]
 KeyedIntervals = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -296,6 +295,8 @@ def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
             present[offset] = True
             rank = np.cumsum(present, dtype=_I64) - 1
             return rank[offset], int(rank[-1]) + 1
+    import pandas as pd  # here, not at the top: the Kineto parser's workers use this module without pandas
+
     codes, uniques = pd.factorize(values, sort=True)
     return codes.astype(_I64, copy=False), len(uniques)
 

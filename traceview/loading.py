@@ -58,6 +58,34 @@ def parse_jobs(jobs: int | None) -> Iterator[None]:
         _PARSE_JOBS.reset(token)
 
 
+_MEANWHILE: ContextVar[list[Callable[[], None]] | None] = ContextVar("traceview_meanwhile", default=None)
+
+
+@contextlib.contextmanager
+def meanwhile(work: Callable[[], None]) -> Iterator[None]:
+    """Within this block, a load runs ``work`` once: while its parse workers run when it has any
+    (a big Kineto file: parsers/kineto_parallel.py), else before it parses (:func:`run_meanwhile`),
+    so the caller's next step overlaps the parse. ``traceview analyze`` imports the analyses this
+    way (pandas alone takes ~0.25 s): the parse workers, forked before those imports, start at once
+    and parse more of the file meanwhile. ``work`` runs at the latest when the block ends (a trace
+    read from the cache), so code after the block can rely on it; an error it raises stops the load."""
+    pending = [work]
+    token = _MEANWHILE.set(pending)
+    try:
+        yield
+        run_meanwhile()
+    finally:
+        _MEANWHILE.reset(token)
+
+
+def run_meanwhile() -> None:
+    """Run the work :func:`meanwhile` set, if not run yet (parsers call this once their workers
+    run; nothing happens outside a :func:`meanwhile` block)."""
+    pending = _MEANWHILE.get()
+    while pending:
+        pending.pop()()
+
+
 def wanted_parse_jobs() -> int:
     """The processes a parse may use now: the innermost :func:`parse_jobs` setting, else the cores
     this process may run on (its CPU affinity) in a main process, and 1 in a worker process (a
@@ -313,6 +341,8 @@ def load_file(path: str | os.PathLike[str], *, use_cache: bool = True, progress:
                 return cached
         except OSError:
             key_path = None
+    if not INPUT_FORMATS[fmt].runs_meanwhile:
+        run_meanwhile()
     trace = INPUT_FORMATS[fmt].parse(path, progress=progress, step_marker=step_marker)
     if key_path is not None:
         try:
@@ -410,6 +440,7 @@ def _load_in_processes(files: list[Path], use_cache: bool, progress: Callable[[P
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    run_meanwhile()  # before the fork: every worker parses whole files and needs what it imports
     # fork: workers start with every module already imported (see parsers/kineto_parallel.py)
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     before = {child.pid for child in multiprocessing.active_children()}

@@ -207,9 +207,11 @@ class SpecOutput:
 
 
 def run_spec(spec: AnalysisSpec, trace: Trace, options: Options, rows: np.ndarray | None,
-             bounded: bool = False) -> SpecOutput:
+             bounded: bool = False, still_to_run: Sequence[str] | None = None) -> SpecOutput:
     """One analysis on one rank, with its cross-rank input (rows remapped by ``rows``); its tables
-    cut to what a report can need when ``bounded`` (:func:`bound_rank_tables`)."""
+    cut to what a report can need when ``bounded`` (:func:`bound_rank_tables`). ``still_to_run``:
+    the analyses this process runs on the rank after this one; the cached inputs none of them reads
+    are dropped as this one ends (:func:`traceview.analyses.drop_unread_inputs`)."""
     result = spec.run(trace, options)
     tables, findings, warnings = dict(result.tables), list(result.findings), list(result.warnings)
     table_rows = {name: int(len(frame)) for name, frame in tables.items()}
@@ -217,6 +219,10 @@ def run_spec(spec: AnalysisSpec, trace: Trace, options: Options, rows: np.ndarra
         tables = bound_rank_tables(spec, tables, options)
     del result  # its whole tables (when cut), before the trim below
     gathered = spec.gather(trace, options).remap_rows(rows, 0).compact() if spec.gather is not None else None
+    if still_to_run is not None:
+        from traceview.analyses import drop_unread_inputs
+
+        drop_unread_inputs(trace, still_to_run)
     release_free_memory()  # the analysis's temporaries: else the peak holds every one's leftovers
     return SpecOutput(tables=tables, findings=list(findings), warnings=list(warnings), gathered=gathered,
                       table_rows=table_rows)
@@ -247,7 +253,9 @@ def run_specs(trace: Trace, todo: Sequence[AnalysisSpec], options: Options,
     forked one side by side (:func:`split_processes`). Either way each analysis runs the same code
     on the same trace, so the outputs are the same (tables cut as they end when ``bounded``)."""
     if split_processes(trace) < 2 or len(todo) < 2:
-        return {spec.name: run_spec(spec, trace, options, rows, bounded) for spec in todo}
+        names = [spec.name for spec in todo]
+        return {spec.name: run_spec(spec, trace, options, rows, bounded, names[i + 1:])
+                for i, spec in enumerate(todo)}
     from traceview.analyses.steps import activity
 
     activity(trace, options)  # the context nearly every analysis reads: built once, inherited by the fork
@@ -285,6 +293,16 @@ class ForkedSplit:
             self.bounds[0] = front + 1
             return int(front)
 
+    def drop_unread(self) -> None:
+        """Forget this process's cached inputs that no analysis left unclaimed reads (the other
+        process has its own copy of what it needs)."""
+        from traceview.analyses import drop_unread_inputs
+
+        with self.bounds.get_lock():
+            front, back = self.bounds[0], self.bounds[1]
+        drop_unread_inputs(self.trace, [spec.name for spec in self.todo[front:back + 1]])
+        release_free_memory()
+
     def run(self) -> dict[str, SpecOutput]:
         from traceview.analyses.steps import clear_cache
 
@@ -317,6 +335,7 @@ class ForkedSplit:
             while (i := self.claim(from_back=False)) is not None:
                 spec = self.todo[i]
                 outputs[spec.name] = run_spec(spec, self.trace, self.options, self.rows, self.bounded)
+                self.drop_unread()
             # nothing here reads this process's cached inputs again: freed while the child ends
             clear_cache()
             release_free_memory()

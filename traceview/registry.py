@@ -157,6 +157,9 @@ class InputFormat:
     #: a stricter check for files found by scanning a directory (default: ``sniff``), so that files
     #: beside the traces (configs, truth files) are skipped; a file named explicitly is always parsed
     scan: Callable[[Path, bytes], bool] | None = None
+    #: ``parse`` itself calls :func:`traceview.loading.run_meanwhile` once whatever runs beside this
+    #: process has started (Kineto: its parse workers); for other formats the loader calls it first
+    runs_meanwhile: bool = False
 
     def in_directory(self, path: Path, head: bytes) -> bool:
         return (self.scan or self.sniff)(path, head)

@@ -30,7 +30,7 @@ from traceview import accounting
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
 from traceview.registry import ANALYSES, finding_parents, finding_precedence
-from traceview.secrets import scrub, scrub_metadata
+from traceview.secrets import ColumnRows, scrub, scrub_metadata
 from traceview.tables import sample_mask, top_order
 
 #: the report format version (see docs/reports.md for the rule)
@@ -39,6 +39,9 @@ SCHEMA_VERSION = "1.3"
 #: ``traceview.registry.TableSpec``); the total is stated
 REPORT_TABLE_ROWS = 50
 MAX_TABLE_ROWS = REPORT_TABLE_ROWS
+#: a table with at most this many rows is converted whole and its shown rows picked from the
+#: converted array (cheaper than selecting them in pandas first)
+SMALL_TABLE_ROWS = 4 * REPORT_TABLE_ROWS
 #: points in the launch-overhead scatter (sampled beyond, the count stated)
 MAX_LAUNCH_POINTS = 2000
 #: collectives (columns) in the skew heatmap (the most skewed beyond)
@@ -86,6 +89,8 @@ def _plain_float(value: float, key: str) -> float | int | None:
 
 def _plain_other(value: Any, key: str) -> Any:
     """:func:`plain` of anything but an exact str, int, bool, float, dict, list or None."""
+    if isinstance(value, ColumnRows):
+        return value  # its cells went through plain() column by column (column_rows)
     if isinstance(value, Mapping):
         return {str(k): plain(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, np.ndarray)):
@@ -107,45 +112,65 @@ def _plain_other(value: Any, key: str) -> Any:
 def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, sort_by: str | None = None,
                   total_rows: int | None = None) -> dict[str, Any]:
     """A table as ``{columns, rows, total_rows, shown_rows, sorted_by}`` (rows are dicts)."""
+    table = table_columns(df, max_rows=max_rows, sort_by=sort_by, total_rows=total_rows)
+    return {**table, "rows": table["rows"].rows()}
+
+
+def table_columns(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, sort_by: str | None = None,
+                  total_rows: int | None = None) -> dict[str, Any]:
+    """:func:`table_records` with the rows as a :class:`~traceview.secrets.ColumnRows` (what the
+    report holds until it is scrubbed: the scrub then works column by column)."""
     if df is None:
         df = pd.DataFrame()
     total = int(len(df)) if total_rows is None else int(total_rows)
     sorted_by = None
+    shown_rows: np.ndarray | None = None
     # by the true row count: a table cut to its top rows (a job's, or ``whole_tables=False``) holds
     # them in table order, and shows them in the same order as the whole table would
     if max(total, len(df)) > max_rows and sort_by and sort_by in df.columns:
-        df = df.iloc[top_order(df, sort_by)[:max_rows]]  # only the rows shown: not the whole table reordered
+        shown_rows = top_order(df, sort_by)[:max_rows]
         sorted_by = sort_by
-    shown = df.head(max_rows)
-    columns = [str(c) for c in shown.columns]
-    rows = records(shown, columns)
+        if len(df) > SMALL_TABLE_ROWS:
+            df, shown_rows = df.iloc[shown_rows], None  # only the rows shown: not the whole table converted
+    elif len(df) > max_rows:
+        df = df.head(max_rows)
+    columns = [str(c) for c in df.columns]
+    rows = column_rows(df, columns, shown_rows)
     return {"columns": columns, "rows": rows, "total_rows": total, "shown_rows": len(rows), "sorted_by": sorted_by}
 
 
 def records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
     """The rows of ``frame`` as dicts keyed by ``columns`` (its columns, renamed), each cell through
-    :func:`plain`: converted column by column (numpy columns through ``tolist``), the same values as
-    :func:`plain` of each cell that ``itertuples`` gives."""
-    # items(): the columns by position (names may repeat), without iloc's indexing checks per column
-    values = [plain_column(series, c) for c, (_, series) in zip(columns, frame.items())]
-    return [dict(zip(columns, row)) for row in zip(*values)]
+    :func:`plain`: the same values as :func:`plain` of each cell that ``itertuples`` gives (converted
+    from one object array: :func:`column_rows`)."""
+    return column_rows(frame, columns).rows()
 
 
-def plain_column(column: pd.Series, key: str) -> list[Any]:
-    """:func:`plain` of every cell of ``column`` (as iterating the Series gives them), converted
-    whole where the dtype allows: numpy numbers through ``tolist``; strings (``str``), nullable
-    integers and booleans (``Int64``, ``boolean``) as Python values with None where missing."""
-    dtype = column.dtype
-    if isinstance(dtype, np.dtype) and dtype.kind in "iubf":
-        cells = column.to_numpy().tolist()  # Python ints, bools or floats, as iterating the Series gives
-        return [_plain_float(v, key) for v in cells] if dtype.kind == "f" else cells
-    if isinstance(dtype, pd.StringDtype):  # str cells are their own plain(); missing ones None
-        return column.to_numpy(dtype=object, na_value=None).tolist()
-    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iub":  # Int64, boolean ...
-        missing = column.isna().to_numpy()
-        cells = column.to_numpy(dtype={"i": "int64", "u": "uint64", "b": "bool"}[dtype.kind], na_value=0).tolist()
-        return [None if gone else v for v, gone in zip(cells, missing.tolist())]
-    return [v if type(v) is str else plain(v, key) for v in column]  # a str is its own plain()
+def column_rows(frame: pd.DataFrame, columns: list[str], rows: np.ndarray | None = None) -> ColumnRows:
+    """:func:`records` held as columns: :func:`plain` of each cell of each column of ``frame`` (as
+    iterating the column gives the cell), by position (names may repeat), of the rows at positions
+    ``rows`` (all when None). Taken from one object array of the whole frame: a Series per column
+    (``frame.items()``: 13 us a column) or a frame of the chosen rows (``iloc``: 0.3 ms) costs more
+    than converting a report table's few rows."""
+    if not len(frame.columns):
+        return ColumnRows(columns, [])
+    # every NA (NaN, None, pd.NA, NaT) becomes None, which is plain() of it; numpy and nullable
+    # numbers become Python ones, as iterating the column gives
+    array = frame.to_numpy(dtype=object, na_value=None)
+    cells = (array if rows is None else array[rows]).T.tolist()
+    return ColumnRows(columns, [plain_cells(column, key) for column, key in zip(cells, columns)])
+
+
+#: the types :func:`plain` returns as they are
+_PLAIN_AS_IS = frozenset({str, int, bool, type(None)})
+
+
+def plain_cells(cells: list[Any], key: str) -> list[Any]:
+    """``[plain(v, key) for v in cells]``, without a call for a column of plain values (ints,
+    strings: most of a report's cells)."""
+    if set(map(type, cells)) <= _PLAIN_AS_IS:
+        return cells
+    return [v if type(v) in _PLAIN_AS_IS else plain(v, key) for v in cells]
 
 
 # ------------------------------------------------------------------------------------ sections
@@ -158,11 +183,28 @@ def _table(results: Mapping[str, AnalysisResult], analysis: str, name: str) -> p
     return result.tables.get(name)
 
 
+#: the last table each derived value was computed from, and the value: one report reads the
+#: whole-trace rows and the step counts in six places (summary, denominators, ranks, charts), a
+#: filter or groupby of 0.2-0.5 ms each time. Keyed by the table object itself (held, so its id
+#: cannot be reused), never by its contents: tables are not changed once an analysis returns them
+_LAST_DERIVED: dict[str, tuple[pd.DataFrame, Any]] = {}
+
+
+def _derived(name: str, table: pd.DataFrame, make: Any) -> Any:
+    last = _LAST_DERIVED.get(name)
+    if last is not None and last[0] is table:
+        return last[1]
+    value = make(table)
+    _LAST_DERIVED[name] = (table, value)
+    return value
+
+
 def _whole_rows(results: Mapping[str, AnalysisResult]) -> pd.DataFrame:
+    """The temporal breakdown's whole-trace rows (the same frame for every caller: read it, never change it)."""
     bd = _table(results, "temporal", "breakdown")
     if bd is None or bd.empty:
         return pd.DataFrame()
-    return bd[bd["step"].isna()].reset_index(drop=True)
+    return _derived("whole_rows", bd, lambda t: t[t["step"].isna()].reset_index(drop=True))
 
 
 def step_counts(results: Mapping[str, AnalysisResult]) -> dict[int, int]:
@@ -170,7 +212,8 @@ def step_counts(results: Mapping[str, AnalysisResult]) -> dict[int, int]:
     steps = _table(results, "temporal", "steps")
     if steps is None or steps.empty:
         return {}
-    return {int(r): int(n) for r, n in steps.groupby("rank").size().items()}
+    counts = _derived("step_counts", steps, lambda t: {int(r): int(n) for r, n in t.groupby("rank").size().items()})
+    return dict(counts)  # the caller's own copy
 
 
 def _per_step(total: int, steps: int) -> int:
@@ -476,7 +519,7 @@ def _launch_points(results: Mapping[str, AnalysisResult], total: int, limit: int
     else:
         launches = launches.head(limit)
     cols = ["rank", "api", "kernel", "kind", "api_dur_ns", "gpu_dur_ns", "launch_delay_ns", "short"]
-    points = records(launches[cols], cols)
+    points = column_rows(launches[cols], cols)
     return {"total": total, "points": points, "sampled": sampled}
 
 
@@ -542,7 +585,7 @@ def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | 
     return {
         "rank": rank, "device": device, "start_ns": int(lo), "end_ns": int(hi),
         "worst_gap": {c: plain(worst[c], c) for c in cols},
-        "gaps": records(inside[cols], cols),
+        "gaps": column_rows(inside[cols], cols),
     }
 
 
@@ -702,7 +745,7 @@ def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Fin
         tables = {}
         for tname, df in result.tables.items():
             tspec = spec.table(tname) if spec is not None else None
-            t = table_records(df, max_rows=max_rows, sort_by=tspec.sort_by if tspec else None,
+            t = table_columns(df, max_rows=max_rows, sort_by=tspec.sort_by if tspec else None,
                               total_rows=table_rows.get((name, tname)))
             t["title"] = tspec.title if tspec else tname.replace("_", " ")
             tables[tname] = t

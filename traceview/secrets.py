@@ -18,6 +18,11 @@ Public API
     (a token used as a key is output too), numbered when two redacted keys would collide.
 ``scrub_text(text, *, strict=False)``
     The same for one string (command lines, warnings, log lines).
+``ColumnRows(columns, values)``
+    The rows of a table held as columns (``values[j]`` is column ``columns[j]``). :func:`scrub`
+    turns it into the list of row dicts ``[dict(zip(columns, row)) for row in zip(*values)]``,
+    scrubbed as that list would be, but column by column: each key name once, each distinct
+    string of a column once, numbers not looked at (a report's tables and chart points).
 ``scrub_metadata(ranks, *, strict=False) -> dict[int, dict]``
     **Renderers (Markdown / HTML / JSON reports) must call this before echoing any environment or
     metadata**: it returns, per rank, ``RankInfo.to_json()`` with every value scrubbed
@@ -120,6 +125,7 @@ _ANY = msgspec.json.Decoder()
 __all__ = [
     "REDACTED",
     "HIGH_ENTROPY_BITS",
+    "ColumnRows",
     "RedactionReport",
     "Scrubber",
     "is_secret_key",
@@ -179,6 +185,8 @@ _NON_WORD = re.compile(r"[^A-Za-z0-9]+")
 
 @functools.lru_cache(maxsize=65536)
 def _words(key: str) -> tuple[str, ...]:
+    if key.islower():  # no capital letter: no camelCase boundary to find (most keys: ``dur_ns``)
+        return tuple(w for w in _NON_WORD.split(key) if w)
     spaced = _CAMEL_2.sub(r"\1 \2", _CAMEL_1.sub(r"\1 \2", key))
     return tuple(w.lower() for w in _NON_WORD.split(spaced) if w)
 
@@ -244,6 +252,13 @@ _SHAPES = re.compile(
     r"|(?P<npm_token>(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36})"
     r"|(?P<pypi_token>(?<![A-Za-z0-9])pypi-AgE[A-Za-z0-9_-]{50,})"
     r"|(?P<stripe_key>(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{20,})"
+)
+#: what every ``_SHAPES`` alternative starts with (its literal prefix, without the lookbehinds): a
+#: string without one of these cannot match, and this scan costs a fifth of ``_SHAPES``'s (the
+#: lookbehinds keep the regex engine from skipping ahead to a possible first character)
+_SHAPE_PREFIXES = re.compile(
+    r"eyJ|gh[pousr]_|github_pat_|hf_|A(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|PKA|ROA)|sk-|xox[abprs]-"
+    r"|glpat-|AIza|npm_|pypi-AgE|[sr]k_(?:live|test)_"
 )
 _PRIVATE_KEY_BLOCK = re.compile(
     r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
@@ -400,6 +415,29 @@ class RedactionReport:
 
 # ------------------------------------------------------------------------------ scrubbing
 
+#: the types a scrub returns as they are, unless under a secret key
+_PLAIN_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+class ColumnRows:
+    """Table rows held as columns: ``values[j]`` holds column ``columns[j]`` (one cell per row,
+    every column as long). What it stands for is :meth:`rows`; :func:`scrub` gives the scrubbed
+    list of row dicts, working column by column (see :meth:`Scrubber.column_rows`)."""
+
+    __slots__ = ("columns", "values")
+
+    def __init__(self, columns: list[Any], values: list[list[Any]]) -> None:
+        self.columns = columns
+        self.values = values
+
+    def __len__(self) -> int:
+        # as many rows as zip() gives: none without columns
+        return min((len(v) for v in self.values), default=0)
+
+    def rows(self) -> list[dict[Any, Any]]:
+        """The row dicts (a repeated column name keeps its first place and its last column's value)."""
+        return [dict(zip(self.columns, row)) for row in zip(*self.values)]
+
 
 class Scrubber:
     """Applies the rules and records every replacement as (where, rule)."""
@@ -465,6 +503,8 @@ class Scrubber:
         elif isinstance(obj, list):
             for v in obj:
                 self.learn(v, key)
+        elif isinstance(obj, ColumnRows):
+            self.learn(obj.rows(), key)
         elif isinstance(obj, str):
             if key:
                 self._learn_value(key, obj)
@@ -522,6 +562,8 @@ class Scrubber:
             return self._list(obj, where + "[]", key)
         if isinstance(obj, str):
             return self.text_cached(obj, where, key)
+        if isinstance(obj, ColumnRows):
+            return self.column_rows(obj, where + "[]", key)
         return obj
 
     def keyed(self, key: str, value: Any, where: str) -> Any:
@@ -559,6 +601,8 @@ class Scrubber:
             return {k: self._secret_value(v, f"{where}.{k}") for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
             return [self._secret_value(v, where + "[]") for v in obj]
+        if isinstance(obj, ColumnRows):
+            return self._secret_value(obj.rows(), where)
         if obj is None or isinstance(obj, bool) or obj == "" or obj == REDACTED:
             return obj
         if isinstance(obj, str) and _VERSION_VALUE.fullmatch(obj):
@@ -581,6 +625,50 @@ class Scrubber:
             out.append(self.value(item, where, key))
         return out
 
+    def column_rows(self, table: ColumnRows, where: str, key: str = "") -> list[dict[Any, Any]]:
+        """What ``self._list(table.rows(), where, key)`` gives (the same rows, and the same hits,
+        counted once per cell), computed column by column: each key name scrubbed once, each
+        distinct string of a column once, numbers passed on. Row dicts are never strings, so the
+        list's ``--flag value`` rule cannot apply between rows; without strict mode a value's
+        scrub depends on its key and itself only, so the order of the cells does not matter. In
+        strict mode a JSON text can teach a name that changes the cells after it: there the rows
+        are scrubbed one by one, as a list."""
+        n_rows = len(table)
+        if n_rows == 0:
+            return []
+        if self.strict:
+            return self._list(table.rows(), where, key)
+        # each row is dict(zip(columns, row)): a repeated name keeps its first place, its last column
+        last = {k: j for j, k in enumerate(table.columns)}
+        names: dict[Any, list[Any]] = {}  # scrubbed key -> its cells (a row dict's keys, in order)
+        for k, j in last.items():
+            ks = str(k)
+            child = f"{where}.{ks}" if where else ks
+            name, hits = self.capture(self._key_name, k, child, names)
+            self.replay(hits * (n_rows - 1))  # a key is scrubbed in every row
+            names[name] = self.column(ks, table.values[j][:n_rows], child)
+        return [dict(zip(names, row)) for row in zip(*names.values())]
+
+    def column(self, key: str, cells: list[Any], where: str) -> list[Any]:
+        """``[self.keyed(key, v, where) for v in cells]``, each distinct string scrubbed once (its
+        hits counted for every cell that holds it) and numbers passed on without a call."""
+        kinds = set(map(type, cells))
+        if kinds <= _PLAIN_SCALARS and not is_secret_key(key):
+            return list(cells)
+        if not (kinds <= {str, type(None)}) or self.strict:
+            return [self.keyed(key, v, where) for v in cells]
+        scrubbed: dict[Any, Any] = {None: None}
+        secret = is_secret_key(key)
+        for text, count in Counter(cells).items():
+            if text is None:
+                continue
+            # keyed() of a string under a key that is not secret is text_cached() (strict is handled above)
+            new, hits = (self.capture(self.keyed, key, text, where) if secret
+                         else self.capture(self.text_cached, text, where, key))
+            self.replay(hits * (count - 1))
+            scrubbed[text] = new
+        return [scrubbed[v] for v in cells]
+
     # -- text ----------------------------------------------------------------------
     def text(self, text: str, where: str = "", key: str = "") -> str:
         """Replace the secret parts of one string (not memoised; see :meth:`text_cached`)."""
@@ -595,7 +683,8 @@ class Scrubber:
             out = _PRIVATE_KEY_BLOCK.sub(lambda _m: self._replaced(where, "private_key_block"), out)
         if "://" in out:
             out = _URL_CREDENTIALS.sub(lambda m: self._url_credentials(m, where), out)
-        out = _SHAPES.sub(lambda m: self._replaced(where, m.lastgroup or "token"), out)
+        if _SHAPE_PREFIXES.search(out):
+            out = _SHAPES.sub(lambda m: self._replaced(where, m.lastgroup or "token"), out)
         if "=" in out or ":" in out:
             out = _scan_sub(_ASSIGNMENT, out, lambda m: self._assignment(m, where))
         if "-" in out:

@@ -223,17 +223,21 @@ def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: boo
     ``only_rendered``: the caller only renders the report (``analyze``), so without the cache its
     tables are cut to what the report shows as each analysis ends (less memory, the same output:
     ``whole_tables`` of :func:`traceview.pipeline.analyze`); the comparisons need them whole."""
-    from traceview import report_cache
-    from traceview.loading import find_trace_files, load, parse_jobs, remembered_cache_keys
-    from traceview.pipeline import analyze
+    from traceview.loading import find_trace_files, load, parse_jobs, remembered_cache_keys, run_meanwhile
 
-    # the report key and the load read each file's key once between them
+    # the load and the report key read each file's key once between them; the pipeline and the
+    # report cache (pandas with them) are imported after the load starts: a caller's work for
+    # meanwhile (traceview.loading.meanwhile) may be importing them while the parse runs
     with remembered_cache_keys(), load_progress(paths, console, jobs) as progress:
+        trace = load(list(paths), use_cache=use_cache, progress=progress, step_marker=options.step_marker)
+        run_meanwhile()
+        from traceview import report_cache
+        from traceview.pipeline import analyze
+
         if not use_cache:
-            return analyze(list(paths), options, use_cache=False, progress=progress, whole_tables=not only_rendered)
+            return analyze(trace, options, whole_tables=not only_rendered)
         skipped: list[Path] = []
         key = report_cache.report_key(find_trace_files(paths, skipped), options, skipped)
-        trace = load(list(paths), use_cache=True, progress=progress, step_marker=options.step_marker)
     cached = report_cache.read_report(key, trace) if key is not None else None
     if cached is not None:
         return cached

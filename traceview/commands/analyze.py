@@ -71,12 +71,9 @@ def command(
     Example: traceview analyze run/ -f markdown -o report.md --max-findings 5
     """
     with quiet_collector():
-        # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py)
+        # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py);
+        # the analyses, the report and the renderers (pandas with them) while the trace is parsed (_analyze)
         with collector_paused():
-            import traceview.analyses  # noqa: F401
-            import traceview.pipeline  # noqa: F401
-            import traceview.render  # noqa: F401
-            import traceview.report_cache  # noqa: F401
             from traceview.loading import registered_formats
 
             registered_formats()  # the parsers' modules
@@ -95,9 +92,8 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
     from rich.console import Console
 
     from traceview.findings import Options
-    from traceview.render import get_renderer
+    from traceview.loading import meanwhile
 
-    renderer_cls = get_renderer(fmt_name)  # a bad --format fails before any work
     if plotlyjs not in ("cdn", "inline"):
         raise TraceviewError(f"--plotlyjs {plotlyjs}: choose cdn or inline")
     if output is not None:
@@ -106,9 +102,22 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config),
                       gpu_specs=checked_gpu_specs(gpu_specs), model_flops_per_step=flops, mfu_dtype=flops_dtype)
-    report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs,
-                          only_rendered=True)
-    renderer = renderer_cls(top=top, details=details, summary_only=summary_only, max_findings=max_findings,
+    renderer_classes = []
+
+    def prepare() -> None:
+        """What comes after the parse, done while parse workers run: the imports (~0.3 s, pandas
+        among them) and the check that needs them (a bad --format fails as the work starts)."""
+        with collector_paused():
+            import traceview.analyses  # noqa: F401
+            import traceview.pipeline  # noqa: F401
+            import traceview.report_cache  # noqa: F401
+            from traceview.render import get_renderer
+        renderer_classes.append(get_renderer(fmt_name))
+
+    with meanwhile(prepare):
+        report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs,
+                              only_rendered=True)
+    renderer = renderer_classes[0](top=top, details=details, summary_only=summary_only, max_findings=max_findings,
                             plotlyjs=plotlyjs)
     if output is None:
         _to_stdout(renderer, report)
@@ -123,6 +132,8 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
 def comm_patterns(patterns: List[str], config: Optional[Path]) -> tuple[str, ...]:
     """The user's communication rules: the config file's, then the ``--comm-pattern`` ones, checked
     here so that a bad regex or file stops before any work (one line, exit 2)."""
+    if not patterns and config is None:
+        return ()  # (and the analyses are not imported before the parse for nothing: _analyze)
     from traceview.analyses.comm_rules import load_config, rule_table
 
     found = (*(load_config(config) if config is not None else ()), *patterns)
@@ -142,7 +153,10 @@ def run_pipeline(paths: List[str], options: Options, *, use_cache: bool, workers
     progress_console = Console(stderr=True)
     if workers is not None or scheduler:
         from traceview.jobs import make_executor
+        from traceview.loading import run_meanwhile
         from traceview.pipeline import analyze
+
+        run_meanwhile()  # this process parses nothing: the caller's work (and checks) first
 
         with job_progress(progress_console) as counted:
             executor = make_executor(workers, scheduler, progress=counted)
