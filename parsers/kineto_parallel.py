@@ -82,10 +82,14 @@ from traceview.parsers.kineto import (OP_INPUT_COLUMNS, PhaseClock, kineto_reade
 
 ProgressFn = Callable[[int, int], None]
 
-#: Ranges per worker: more than one, so a worker slowed by a busy core does not hold up the end.
-RANGES_PER_JOB = 4
-#: No range smaller than this (per-range costs: a process task, a pickled result, a merge).
-MIN_RANGE_BYTES = 16 * 1024 * 1024
+#: Ranges per process: many, so that where the parent, taking ranges from the end, meets the
+#: workers the last range is short (a process finishing early idles for at most one range) and a
+#: worker slowed by a busy core does not hold up the end. On the 141 MB benchmark trace, 2 jobs:
+#: 4 ranges of >= 16 MB per process took 0.403 s, 8 of >= 8 MB 0.37-0.39 s, 12 of >= 4 MB 0.368 s
+#: (serial 0.49-0.53 s; in-process medians of 5, load 0.3-0.6).
+RANGES_PER_JOB = 12
+#: No range smaller than this (per-range costs: a process task, a result file, a merge).
+MIN_RANGE_BYTES = 4 * 1024 * 1024
 #: Gzip: the parent ships ranges of this much decompressed text.
 GZIP_RANGE_BYTES = 32 * 1024 * 1024
 #: Gzip: decompression (zlib, ~330 MB/s of JSON) and cutting and writing the text keep the parent
@@ -169,6 +173,7 @@ class _Driver:
         self.parent = kineto_reader(path, clock=clock)
         self.invalid_utf8 = 0
         self.shared: Any = None  # per-range bytes read, written by the workers
+        self.claims: Any = None  # plain files: the ranges not claimed yet (claim_range)
         self.first = 0  # plain files: where the events start in the file
         self.spool = ""  # where workers write their results (``read_range``)
         self.buffer = bytearray()  # the read buffer of the ranges this process parses (``parse_range``)
@@ -198,42 +203,32 @@ class _Driver:
         return self.parent.finish(self.invalid_utf8, threads=self.jobs)
 
     def _run_ranges(self, tasks: list[_RangeTask]) -> None:
-        """Every range is queued for the ``jobs - 1`` workers, in file order; this process first
-        does the caller's work for meanwhile (``loading.run_meanwhile``: ``traceview analyze``'s
-        imports), then parses ranges from the end of the file backwards, each one no worker has
-        started yet, until it meets the workers; no process idles however long that work takes
-        or however busy a core is. Ranges are merged in file order."""
+        """The ``jobs - 1`` workers claim ranges from the start of the file, one at a time
+        (``read_claimed_ranges``); this process first does the caller's work for meanwhile
+        (``loading.run_meanwhile``: ``traceview analyze``'s imports), then claims ranges from the
+        end, until the two meet: no process idles for more than the range it is finishing,
+        however long that work takes or however busy a core is. Ranges are merged in file order."""
         with self._pool(len(tasks), self.jobs - 1) as pool:
+            self.claims[0], self.claims[1] = 0, len(tasks) - 1
+            spooled = [dataclasses.replace(task, spool=self.spool) for task in tasks]
             with timed(self.clock, "parallel: start workers"):
-                futures = [pool.submit(read_range, dataclasses.replace(task, spool=self.spool)) for task in tasks]
+                futures = [pool.submit(read_claimed_ranges, spooled) for _ in range(self.jobs - 1)]
             try:
                 with timed(self.clock, "parallel: meanwhile"):
                     loading.run_meanwhile()
+                done: dict[int, tuple[dict[str, Any], int]] = {}
                 with timed(self.clock, "parallel: parse own ranges"):
-                    done = self._parse_from_end(tasks, futures)
-                for task, future in zip(tasks, futures):
-                    if task.slot in done:
-                        break
-                    self._merge(task, self._parse_here(task) if future.cancel() else
-                                self._wait(future, lambda: self.first + int(sum(self.shared))))
+                    while (slot := claim_range(self.claims, from_end=True)) is not None:
+                        done[slot] = self._parse_here(tasks[slot])
+                theirs = {slot: answer for future in futures for slot, answer in self._result_of(future)}
                 self.buffer = bytearray()  # every range is read: its ~20 MB are not held through the build
                 for task in tasks:
-                    if task.slot in done:
-                        self._merge(task, done.pop(task.slot))
+                    self._merge(task, done.pop(task.slot) if task.slot in done else self._load(theirs.pop(task.slot)))
             finally:
+                with self.claims.get_lock():  # on an error here: workers claim no further range
+                    self.claims[0] = self.claims[1] + 1
                 for future in futures:
                     future.cancel()
-
-    def _parse_from_end(self, tasks: list[_RangeTask],
-                        futures: list[Future[Any]]) -> dict[int, tuple[dict[str, Any], int]]:
-        """The last ranges that no worker has started, parsed here (a cancelled future is one a
-        worker will never take), by slot."""
-        done: dict[int, tuple[dict[str, Any], int]] = {}
-        for task, future in zip(reversed(tasks), reversed(futures)):
-            if not future.cancel():
-                break
-            done[task.slot] = self._parse_here(task)
-        return done
 
     def _n_ranges(self, events_bytes: int) -> int:
         size = self.range_bytes or max(MIN_RANGE_BYTES, events_bytes // (self.jobs * RANGES_PER_JOB) + 1)
@@ -289,7 +284,7 @@ class _Driver:
 
     def _merge_oldest(self, pending: deque[tuple[_RangeTask, Future[Any]]], done: Callable[[], int]) -> None:
         task, future = pending.popleft()
-        self._merge(task, self._wait(future, done))
+        self._merge(task, self._load(self._result_of(future, done)))
         os.unlink(task.text_file)
 
     # -- shared ---------------------------------------------------------------------------
@@ -300,12 +295,13 @@ class _Driver:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
         self.shared = context.RawArray("q", min(n_ranges, 1 << 16))
+        self.claims = context.Array("q", 2)  # [first, last] range no process has claimed yet
         ram = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         remove_orphan_spools(ram or tempfile.gettempdir())
         self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=ram)
         before = {child.pid for child in multiprocessing.active_children()}
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                                   initargs=(self.shared,))
+                                   initargs=(self.shared, self.claims))
         try:
             yield pool
         finally:
@@ -314,25 +310,34 @@ class _Driver:
                 loading.stop_leftover_workers(before)
                 shutil.rmtree(self.spool, ignore_errors=True)
 
-    def _wait(self, future: Future[Any], done: Callable[[], int]) -> tuple[dict[str, Any], int]:
-        """A range's result, reporting progress while it is parsed; a range that failed makes the
-        whole file be parsed serially."""
+    def _result_of(self, future: Future[Any], done: Callable[[], int] | None = None) -> Any:
+        """A worker's answer, reporting progress while it works (``done``: bytes read so far,
+        default the ranges' counters); a worker that failed makes the whole file be parsed
+        serially."""
+        done = done or (lambda: self.first + int(sum(self.shared)))
         with timed(self.clock, "parallel: wait for workers"):
             while not wait([future], timeout=0.25).done:
                 self._report(done())
         self._report(done())
         try:
-            target, times = future.result()
-            with timed(self.clock, "parallel: load results"):
-                result: tuple[dict[str, Any], int] = load_result(target)
-                os.unlink(target)
-            if self.clock is not None:
-                self.clock.workers.append(times)
-            return result
+            return future.result()
         # whatever went wrong in a worker (damaged JSON, a cut inside an event, a worker killed),
         # the serial parse that follows gives the real result or error
         except Exception as exc:
             raise _SerialNeeded() from exc
+
+    def _load(self, answer: tuple[str, dict[str, float]]) -> tuple[dict[str, Any], int]:
+        """A range's result from the file a worker wrote (``read_range``), the file removed."""
+        target, times = answer
+        try:
+            with timed(self.clock, "parallel: load results"):
+                result: tuple[dict[str, Any], int] = load_result(target)
+                os.unlink(target)
+        except Exception as exc:  # as for a failed worker
+            raise _SerialNeeded() from exc
+        if self.clock is not None:
+            self.clock.workers.append(times)
+        return result
 
     def _report(self, done: int) -> None:
         if self.progress is not None:
@@ -406,13 +411,16 @@ def _pid_alive(pid: int) -> bool:
 # ---------------------------------------------------------------------- workers
 
 _shared_progress: Any = None
+#: plain files: the ranges no process has claimed yet (``claim_range``)
+_claims: Any = None
 #: a worker's read buffer, reused by the ranges it parses (``parse_range``); freed with the worker
 _worker_buffer = bytearray()
 
 
-def _init_worker(shared: Any) -> None:
-    global _shared_progress, _worker_buffer
+def _init_worker(shared: Any, claims: Any) -> None:
+    global _shared_progress, _claims, _worker_buffer
     _shared_progress = shared
+    _claims = claims
     _worker_buffer = bytearray()  # not the forked parent's
     if "pandas" not in sys.modules:
         arrow_without_pandas()
@@ -442,6 +450,31 @@ def arrow_without_pandas() -> None:
         pa.array(np.zeros(1, dtype=np.int8), mask=np.zeros(1, dtype=bool))
     finally:
         sys.meta_path.remove(finder)
+
+
+def claim_range(claims: Any, *, from_end: bool = False) -> int | None:
+    """The first (or last) range no process has claimed yet, now claimed; None when none is left.
+    ``claims``: a shared ``[first, last]`` pair with a lock (``_Driver._pool``)."""
+    with claims.get_lock():
+        first, last = claims[0], claims[1]
+        if first > last:
+            return None
+        if from_end:
+            claims[1] = last - 1
+            return int(last)
+        claims[0] = first + 1
+        return int(first)
+
+
+def read_claimed_ranges(tasks: list[_RangeTask]) -> list[tuple[int, tuple[str, dict[str, float]]]]:
+    """Worker: parse ranges claimed from the start of the file one at a time, until the parent,
+    claiming from the end, has the rest: each range's answer (``read_range``) by its slot. Ranges
+    are claimed as they are started, not queued: a range waiting in the pool's queue for this
+    worker could not be taken by the parent, which then waited for it."""
+    answers = []
+    while (slot := claim_range(_claims)) is not None:
+        answers.append((slot, read_range(tasks[slot])))
+    return answers
 
 
 def read_range(task: _RangeTask) -> tuple[str, dict[str, float]]:

@@ -406,6 +406,35 @@ def test_meanwhile_runs_before_a_serial_parse_and_stops_it_on_error(tmp_path: Pa
             parse_parallel(path, jobs=2, min_bytes=0, range_bytes=2_000)
 
 
+def test_an_error_stops_the_workers_at_their_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # workers claim ranges one at a time: after an error in the parent they claim no further one,
+    # so the error comes out without the rest of the file being parsed first
+    import time
+
+    path = _write_trace(tmp_path / "many.json", [_event(i, f"op{i}") for i in range(20_000)])
+    log = tmp_path / "ranges.log"
+    read_range = kineto_parallel.read_range
+
+    def logged(task):  # runs in the (forked) worker
+        answer = read_range(task)
+        with open(log, "a") as fh:
+            fh.write(f"{task.slot}\n")
+        return answer
+
+    monkeypatch.setattr(kineto_parallel, "read_range", logged)
+
+    def fails() -> None:
+        time.sleep(0.2)  # the worker claims and parses ranges meanwhile
+        raise TraceFormatError(path, "a check of the caller's", "")
+
+    range_bytes = 5_000
+    with pytest.raises(TraceFormatError):
+        with loading.meanwhile(fails):
+            parse_parallel(path, jobs=2, min_bytes=0, range_bytes=range_bytes)
+    parsed = log.read_text().split() if log.exists() else []
+    assert len(parsed) < path.stat().st_size // range_bytes - 10, f"the worker went on: {len(parsed)} ranges"
+
+
 def test_results_round_trip_with_big_buffers_mapped_each_on_its_own(tmp_path: Path) -> None:
     import mmap
 
