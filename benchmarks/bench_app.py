@@ -462,8 +462,10 @@ def attempt(page: Any, action: Any, times: dict[str, list[float]], name: str, fi
         page.wait_for_load_state("networkidle")
 
 
-def browser_interactions(page: Any, base: str, repeat: int, query: str) -> dict[str, list[float]]:
-    """Every kind of timeline interaction, ``repeat`` times, timed in the browser (ms)."""
+def browser_interactions(page: Any, base: str, repeat: int, query: str,
+                         shots: str | None = None) -> dict[str, list[float]]:
+    """Every kind of timeline interaction, ``repeat`` times, timed in the browser (ms); with
+    ``shots``, ``{shots}_details.png`` is taken with the details panel of the first event clicked."""
     times: dict[str, list[float]] = {}
     for _ in range(repeat):
         times.setdefault("open the timeline page", []).append(open_timeline(page, base + "/timeline"))
@@ -514,6 +516,8 @@ def browser_interactions(page: Any, base: str, repeat: int, query: str) -> dict[
             attempt(page, lambda pt=pt: page.mouse.click(pt["x"], pt["y"]), times,
                              "click an event (details + flows)")
             page.wait_for_selector("#tl-details-body")
+            if shots and not os.path.exists(f"{shots}_details.png"):
+                page.screenshot(path=f"{shots}_details.png", full_page=True)
         page.fill("#tl-search", "")
         attempt(page, lambda: page.press("#tl-search", "Enter"), times, "search cleared")
     return times
@@ -561,9 +565,9 @@ def browser_bench(paths: list[str], repeat: int, query: str, shots: str | None) 
             open_timeline(page, base + "/timeline")  # the first one builds the timeline index: not timed
             if shots:
                 page.screenshot(path=f"{shots}_full.png", full_page=True)
-            times = browser_interactions(page, base, repeat, query)
-            if shots:
-                page.screenshot(path=f"{shots}_details.png", full_page=True)
+            if shots and os.path.exists(f"{shots}_details.png"):
+                os.unlink(f"{shots}_details.png")  # taken anew below, once an event is clicked
+            times = browser_interactions(page, base, repeat, query, shots)
             times["gap click -> timeline focused on it"] = [gap_click_focus(page, base) for _ in range(repeat)]
             if shots:
                 page.screenshot(path=f"{shots}_gap.png", full_page=False)
