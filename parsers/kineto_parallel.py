@@ -4,11 +4,11 @@ range parsed in a worker process, the workers' columns merged in file order in t
 Why processes
 -------------
 msgspec holds the GIL while it decodes, and building columns from the decoded structs is Python
-too, so threads do not help; processes do. Every range is queued for ``jobs - 1`` workers in
-file order; the parent first does its caller's work for meanwhile (``traceview.loading.meanwhile``:
-``traceview analyze`` imports the analyses, and pandas, while the workers parse; the workers are
-forked before those imports, so they start at once and with less memory), then parses ranges from
-the end backwards, each one no worker has started yet, until it meets the workers. A range
+too, so threads do not help; processes do. ``jobs - 1`` workers claim ranges one at a time from
+the start of the file (``claim_range``); the parent first does its caller's work for meanwhile
+(``traceview.loading.meanwhile``: ``traceview analyze`` imports the analyses, and pandas, while
+the workers parse; the workers are forked before those imports, so they start at once and with
+less memory), then claims ranges from the end, until the two meet. A range
 is parsed by the same code as a serial parse (``kineto_reader(...).read_range``), the ranges of
 one process reusing one read buffer; a worker sends back its reader's accumulated state (numpy
 and Arrow column chunks, counts, string memos) as a file in the spool folder: a pickle whose
