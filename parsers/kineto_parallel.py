@@ -14,9 +14,9 @@ one process reusing one read buffer; a worker sends back its reader's accumulate
 and Arrow column chunks, counts, string memos) as a file in the spool folder: a pickle whose
 array buffers lie after it, mapped by the parent rather than copied, the big ones each on its
 own (``dump_result``, ``load_result``). Only the head (read in small blocks, ``HEAD_BYTES``) and
-the cuts come before the workers start; after them the parent merges and builds the tables, with the CPU-op links
-made by a helper thread beside the rest (``_KinetoFile._build``). ``benchmarks/bench_load.py
---phases`` prints the time of each phase.
+the cuts come before the workers start; after them the parent merges and builds the tables, with
+the CPU-op links made by a helper thread beside the rest (``_KinetoFile._build``).
+``benchmarks/bench_load.py --phases`` prints the time of each phase.
 
 Where a range may start
 -----------------------
@@ -594,15 +594,13 @@ def _pread_blocks(path: Path, begin: int, end: int) -> Iterator[bytes]:
 # ---------------------------------------------------------------------- cutting
 
 
-def plan_cuts(path: Path, first: int, size: int, n_ranges: int, weights: list[float] | None = None) -> list[int]:
-    """File offsets where ranges 2..n start: the first event boundary at or after each planned
-    cut; the cuts are even, or with ``weights`` (one per range) in proportion to them."""
-    weights = weights or [1.0] * n_ranges
-    bounds = np.cumsum(weights) / sum(weights)
+def plan_cuts(path: Path, first: int, size: int, n_ranges: int) -> list[int]:
+    """File offsets where ranges 2..n start: the first event boundary at or after each of
+    ``n_ranges - 1`` even cuts."""
     cuts: list[int] = []
     with open(path, "rb") as fh:
         for k in range(1, n_ranges):
-            target = first + int((size - first) * bounds[k - 1])
+            target = first + int((size - first) * (k / n_ranges))
             if cuts and target <= cuts[-1]:
                 continue
             window = os.pread(fh.fileno(), BOUNDARY_WINDOW_BYTES, target)

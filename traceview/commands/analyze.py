@@ -102,7 +102,6 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config),
                       gpu_specs=checked_gpu_specs(gpu_specs), model_flops_per_step=flops, mfu_dtype=flops_dtype)
-    renderer_classes = []
 
     def prepare() -> None:
         """What comes after the parse, done while parse workers run: the imports (~0.3 s, pandas
@@ -112,13 +111,15 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
             import traceview.pipeline  # noqa: F401
             import traceview.report_cache  # noqa: F401
             from traceview.render import get_renderer
-        renderer_classes.append(get_renderer(fmt_name))
+        get_renderer(fmt_name)
 
     with meanwhile(prepare):
         report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs,
                               only_rendered=True)
-    renderer = renderer_classes[0](top=top, details=details, summary_only=summary_only, max_findings=max_findings,
-                            plotlyjs=plotlyjs)
+    from traceview.render import get_renderer  # imported by prepare(), which the block above ran
+
+    renderer = get_renderer(fmt_name)(top=top, details=details, summary_only=summary_only, max_findings=max_findings,
+                                      plotlyjs=plotlyjs)
     if output is None:
         _to_stdout(renderer, report)
         return
