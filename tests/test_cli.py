@@ -235,3 +235,35 @@ def test_commands_pipe_as_wide_as_the_terminal_report():
     from traceview.render.terminal import TEXT_WIDTH
 
     assert PIPED_WIDTH == TEXT_WIDTH
+
+
+def test_console_script_flushes_a_big_report_and_keeps_the_exit_status(tmp_path):
+    """``traceview`` (``cli.run``) ends without the interpreter's teardown: the whole JSON report
+    piped to standard output still arrives, and the exit status is main's (0; 2 for bad input)."""
+    shown = run("analyze", str(SAMPLE_TRACES / "synthetic_4rank"), "--no-cache", "-f", "json")
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)  # cut short, it would not parse
+    assert len(shown.stdout) > 100_000 and report["findings"]
+    bad = run("analyze", str(tmp_path / "missing.json"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_console_script_runs_the_exit_handlers(tmp_path):
+    """Handlers registered with atexit (logging's flush, multiprocessing's clean-up) still run."""
+    marker = tmp_path / "ran"
+    code = ("import atexit, sys, pathlib\n"
+            f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
+            "sys.argv = ['traceview', '--version']\n"
+            "from traceview.cli import run\n"
+            "run()\n")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and shown.stdout.startswith("traceview ")
+    assert marker.read_text() == "yes"
+
+
+@pytest.mark.parametrize("code, status, printed", [(None, 0, ""), (3, 3, ""), ("no such thing", 1, "no such thing")])
+def test_exit_status_is_the_interpreters(code, status, printed, capsys):
+    from traceview.cli import exit_status
+
+    assert exit_status(code) == status
+    assert capsys.readouterr().err.strip() == printed

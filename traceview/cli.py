@@ -10,6 +10,7 @@ command imports what it uses (numpy, pyarrow, pandas, rich, the pipeline) inside
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import sys
@@ -53,8 +54,10 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     """The options before any command (``--version``)."""
 
 
-#: the metavar of an option by the type of its value (typer's own reads ``<str>``, ``<int range>``)
-TYPE_METAVARS = {"str": "TEXT", "int": "N", "float": "NUMBER", "Path": "PATH", "list[str]": "TEXT", "bool": "yes|no"}
+#: the metavar of an option by the type of its value (typer's own reads ``<str>``, ``<int range>``):
+#: typer 0.28 names the click type (``int range``, ``path``), later versions the annotation (``Path``)
+TYPE_METAVARS = {"str": "TEXT", "int": "N", "int range": "N", "float": "NUMBER", "float range": "NUMBER",
+                 "Path": "PATH", "path": "PATH", "list[str]": "TEXT", "bool": "yes|no", "boolean": "yes|no"}
 
 
 def readable_metavars(command: Any) -> Any:
@@ -64,15 +67,24 @@ def readable_metavars(command: Any) -> Any:
     for sub in (getattr(command, "commands", None) or {}).values():
         readable_metavars(sub)
     for param in getattr(command, "params", []):
-        if getattr(param, "is_flag", False) or not hasattr(param, "bare_type"):
+        if getattr(param, "is_flag", False) or not hasattr(param, "param_type_name"):
             continue
         if param.param_type_name == "argument":
             param.metavar = param.metavar or str(param.name).upper()
             # typer adds the type after the name (``PATHS... <list[str]>``): the name is enough
             param.display_type_rich = lambda **_: None
         elif param.metavar is None:
-            param.metavar = TYPE_METAVARS.get(param.bare_type(), "VALUE")
+            param.metavar = TYPE_METAVARS.get(value_type_name(param), "VALUE")
     return command
+
+
+def value_type_name(param: Any) -> str:
+    """The name typer gives the type of ``param``'s value: its annotation (``bare_type``, typer
+    0.29) or its click type's name (typer 0.28)."""
+    bare_type = getattr(param, "bare_type", None)
+    if callable(bare_type):
+        return str(bare_type())
+    return str(getattr(getattr(param, "type", None), "name", ""))
 
 
 def command_module(name: str) -> str:
@@ -129,5 +141,42 @@ def _one_line(message: str, code: int) -> int:
     return code
 
 
+def run() -> None:
+    """The ``traceview`` console script: :func:`main`, then the exit handlers (``atexit``: logging,
+    multiprocessing, the collector's freeze) and an exit that skips the interpreter's teardown.
+
+    Why: tearing down an ``analyze`` process (clearing ~1,500 modules, freeing every table and
+    report object one by one) took ~25 ms of its 1.8 s on the 141 MB benchmark trace, for memory
+    the system takes back at once anyway (benchmarks/README.md, issue 12, sixth pass). Everything
+    traceview writes is closed before :func:`main` returns; standard output and error are flushed
+    here. :func:`main` itself exits normally, for callers in a Python process (tests)."""
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exit_status(exc.code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (traceview analyze ... | head): nothing more to say
+            pass
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's; elsewhere a normal exit
+    if run_exit_handlers is None:
+        raise SystemExit(code)
+    run_exit_handlers()
+    os._exit(code)
+
+
+def exit_status(code: object) -> int:
+    """The process's exit status for ``SystemExit(code)``, as the interpreter makes it (a message is
+    printed to standard error and gives 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    main()
+    run()

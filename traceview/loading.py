@@ -397,8 +397,9 @@ def release_free_memory() -> None:
     Why: glibc keeps memory that was freed inside its heap, so a parse's transient objects (1.3 M
     decoded events) and an analysis's temporaries stay resident and the next step's allocations do
     not reuse all of it: on the 141 MB benchmark trace the heap held ~90 MB of free pages after the
-    parse, and the analyses' peak resident memory was ~20 MB higher without a trim after each (the
-    pipeline calls this after every analysis). A trim costs about a millisecond per call there."""
+    parse. The pipeline calls this after the load and after a rank's analyses, not between them:
+    each analysis reuses the free pages the one before left, where a trim would make it fault them
+    in again (traceview.pipeline.run_spec). A trim costs about a millisecond per call there."""
     if not _MALLOC_TRIM:
         _MALLOC_TRIM.append(_find_malloc_trim())
     trim = _MALLOC_TRIM[0]
