@@ -13,14 +13,15 @@ correlation ids, External ids, flow ids and ProfilerStep numbers shifted so ever
 distinct, consistent step range (default 3 copies: 141 MB of JSON).
 
 What is timed: the wall time of the whole process (interpreter start, imports, parse, analyses and,
-for traceview, writing the JSON report), and the peak memory of its process tree, sampled every
-5 ms from /proc: the sum over the process and every descendant (traceview's parse workers) of
-its resident memory (RSS) and of its proportional share of it (PSS: a page shared by forked
-workers counted once in all, not once per process; see ``_tree_memory``). The memory target is
-judged on both; PSS is the memory the tree really holds. HTA: ``TraceAnalysis(trace_dir)`` and
-``get_temporal_breakdown``, ``get_idle_time_breakdown``, ``get_gpu_kernel_breakdown``,
-``get_comm_comp_overlap``, ``get_cuda_kernel_launch_stats`` (visualize off), in HTA's own
-environment (``--hta-python``).
+for traceview, writing the JSON report), and, in separate runs (``--memory-runs``, after the timed
+ones: the sampler's own reads of /proc cost CPU the timed run would compete for), the peak memory
+of its process tree, sampled every 5 ms from /proc: the sum over the process and every descendant
+(traceview's parse workers) of its resident memory (RSS) and of its proportional share of it
+(PSS: a page shared by forked workers counted once in all, not once per process; see
+``_tree_memory``). The memory target is judged on both; PSS is the memory the tree really holds.
+HTA: ``TraceAnalysis(trace_dir)`` and ``get_temporal_breakdown``, ``get_idle_time_breakdown``,
+``get_gpu_kernel_breakdown``, ``get_comm_comp_overlap``, ``get_cuda_kernel_launch_stats``
+(visualize off), in HTA's own environment (``--hta-python``).
 Runs alternate between the tools; medians are printed with the spread and the load average, and
 the CPU time (user + system) of each run's whole process tree beside its wall time: on a loaded
 machine the wall time says more about the other processes than about the run (``--no-hta`` leaves
@@ -148,14 +149,21 @@ def _tree_memory(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def run_measured(cmd: list[str], env: dict | None = None) -> dict:
-    """Wall seconds, CPU seconds (user + system of ``cmd`` and every process it waited for) and peak
-    process-tree RSS and PSS of ``cmd``; raises on a non-zero exit."""
+def run_measured(cmd: list[str], env: dict | None = None, *, memory: bool = True) -> dict:
+    """Wall seconds, CPU seconds (user + system of ``cmd`` and every process it waited for) and, with
+    ``memory``, peak process-tree RSS and PSS of ``cmd`` (else 0); raises on a non-zero exit.
+
+    The memory is sampled from a thread of this process every 5 ms, and reading a tree's
+    ``smaps_rollup`` costs CPU: on this 2-core machine a sampled run of ``traceview analyze --jobs 2``
+    (which keeps both cores busy) took ~0.2 s longer than an unsampled one. So :func:`main` times
+    runs without the sampler and takes the memory from runs of their own."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
     peak_rss = peak_pss = 0
     done = threading.Event()
+    if not memory:
+        done.set()
 
     def sample() -> None:
         nonlocal peak_rss, peak_pss
@@ -181,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, help="an existing Kineto trace instead of the derived one")
     ap.add_argument("--copies", type=int, default=3, help="copies of the V100 trace (default 3: 141 MB)")
-    ap.add_argument("--runs", type=int, default=3, help="runs of each (default 3; medians)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs of each (default 3; medians), without the "
+                    "memory sampler")
+    ap.add_argument("--memory-runs", type=int, default=1, help="runs of each with the memory sampler, after the "
+                    "timed ones (default 1; the highest peaks)")
     ap.add_argument("--hta-python", default=DEFAULT_HTA_PYTHON)
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out (quick runs; no ratios printed)")
     ap.add_argument("--jobs", default="", help="comma list of --jobs values to pass traceview (empty: its default)")
@@ -207,18 +218,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.split:  # the same runs with a rank's analyses in two processes
             tv_cmds.update({f"{label}, analyses split": (cmd, {"TRACEVIEW_SPLIT_MIN_EVENTS": "100000"})
                             for label, (cmd, _) in list(tv_cmds.items())})
-        results: dict[str, list[dict]] = {k: [] for k in (*tv_cmds, "HTA 0.5.0 (load + 5 analyses)")}
-        for _ in range(args.runs):  # alternate, so a change in the machine's load hits both
-            for label, (cmd, env) in tv_cmds.items():
-                results[label].append(run_measured(cmd, env))
-            if hta_ok:
-                results["HTA 0.5.0 (load + 5 analyses)"].append(
-                    run_measured([args.hta_python, "-c", HTA_SCRIPT, str(hta_dir)]))
+        hta_label = "HTA 0.5.0 (load + 5 analyses)"
+        results: dict[str, list[dict]] = {k: [] for k in (*tv_cmds, hta_label)}
+        commands = dict(tv_cmds)
+        if hta_ok:
+            commands[hta_label] = ([args.hta_python, "-c", HTA_SCRIPT, str(hta_dir)], {})
+        sampled: dict[str, list[dict]] = {k: [] for k in results}
+        for runs, memory, into in ((args.runs, False, results), (args.memory_runs, True, sampled)):
+            for _ in range(runs):  # alternate, so a change in the machine's load hits both
+                for label, (cmd, env) in commands.items():
+                    into[label].append(run_measured(cmd, env, memory=memory))
+        for label, runs in sampled.items():  # the peaks come from the sampled runs
+            for run in results[label]:
+                run["peak_rss"] = max((r["peak_rss"] for r in runs), default=0)
+                run["peak_pss"] = max((r["peak_pss"] for r in runs), default=0)
         cache = {"TRACEVIEW_CACHE_DIR": str(Path(tmp, "cache"))}
         run_measured(_tv_cmd(trace, report, variants[0], no_cache=False), cache)  # fills the cache
         results["traceview, cached"] = [run_measured(_tv_cmd(trace, report, variants[0], no_cache=False), cache)
                                         for _ in range(max(5, args.runs))]
     _print(results, size, hta_ok, skipped=args.no_hta)
+    for label, runs in sampled.items():
+        if runs:
+            print(f"{label}: with the memory sampler {statistics.median(r['seconds'] for r in runs):.2f} s "
+                  f"(median of {len(runs)}; not used for the speed)")
     print(f"load average after: {_load()}")
     return 0
 

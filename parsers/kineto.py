@@ -94,7 +94,6 @@ from typing import Any, Callable, Iterator, Sequence, Union
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError
 
@@ -1516,6 +1515,7 @@ class _KinetoFile:
                         flow_table: pa.Table | None) -> pa.Table | None:
         """``fwdbwd`` links from the ops' autograd sequence numbers (``kineto_autograd``) when the
         file has no ``fwdbwd`` flow of its own (PyTorch before ~1.11 wrote none)."""
+        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
         if flow_table is not None and pc.any(pc.equal(flow_table.column("category").cast(pa.string()),
                                                       "fwdbwd")).as_py():
             return None
@@ -2472,6 +2472,7 @@ def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
 
     Vectorised with Arrow string kernels; exponent notation goes through Decimal.
     """
+    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
     arr = pa.array(texts, pa.binary()).cast(pa.string())
     negative = pc.starts_with(arr, "-").to_numpy(zero_copy_only=False)
     unsigned = pc.utf8_ltrim(arr, "-+")

@@ -197,7 +197,6 @@ from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError, os_error, require_regular_file, sqlite_error
 from traceview.registry import InputFormat, register_input_format
@@ -782,6 +781,7 @@ def _null_flags(values: pa.Array) -> np.ndarray:
 def _int_column(values: pa.Array) -> np.ndarray | None:
     """An integer result column as int64 with NULL -> -1 (as ``COALESCE(x, -1)``); None when the
     driver typed it as anything else (REAL, text: the ``sqlite3`` reader says what to do)."""
+    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
     if pa.types.is_null(values.type):
         return np.full(len(values), -1, dtype=np.int64)
     if not pa.types.is_int64(values.type):
@@ -793,6 +793,7 @@ def _int_column(values: pa.Array) -> np.ndarray | None:
 
 def _with_nulls(values: pa.Array, null: np.ndarray) -> pa.Array:
     """``values`` with the rows where ``null`` is True set to NULL."""
+    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
     if not null.any():
         return values
     return pc.if_else(pa.array(null), pa.scalar(None, values.type), values)
@@ -865,6 +866,7 @@ class _Strings:
 
     def ids_matching(self, ids: np.ndarray, pattern: str) -> np.ndarray:
         """Boolean per id: its ``StringIds`` value matches ``pattern`` (unknown ids: False)."""
+        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
         ids = np.asarray(ids, dtype=np.int64)
         out = np.zeros(len(ids), dtype=bool)
         if len(self.ids) == 0 or len(ids) == 0:
@@ -1287,6 +1289,7 @@ class _Parser:
         return exprs + self.null_checks(t, "start", "end", "globalTid")
 
     def read_runtime(self, names: _Strings) -> _Group | None:
+        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
         t = RUNTIME_T
         if t not in self.tables:
             return None
@@ -1330,6 +1333,7 @@ class _Parser:
         return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.RUNTIME, category, name_codes, corr=corr))
 
     def read_nvtx(self, names: _Strings) -> _Group | None:
+        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
         t = NVTX_T
         if t not in self.tables:
             return None
@@ -2195,6 +2199,7 @@ def _threads_of(proc: int, pid: int, t_proc: np.ndarray, t_tid: np.ndarray,
 
 def _strip_emit_nvtx(values: pa.Array) -> pa.Array:
     """NVTX names without the ``emit_nvtx`` suffix (``aten::addmm, seq = 7, op_id = 9`` -> ``aten::addmm``)."""
+    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
     return pc.replace_substring_regex(values, EMIT_NVTX_SUFFIX, "")
 
 
