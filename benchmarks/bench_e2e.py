@@ -162,8 +162,6 @@ def run_measured(cmd: list[str], env: dict | None = None, *, memory: bool = True
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
     peak_rss = peak_pss = 0
     done = threading.Event()
-    if not memory:
-        done.set()
 
     def sample() -> None:
         nonlocal peak_rss, peak_pss
@@ -173,12 +171,14 @@ def run_measured(cmd: list[str], env: dict | None = None, *, memory: bool = True
             time.sleep(0.005)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    if memory:
+        sampler.start()
     _, err = proc.communicate()
     seconds = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     done.set()
-    sampler.join()
+    if memory:
+        sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])}... exited {proc.returncode}: {err.decode()[-800:]}")
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime

@@ -225,8 +225,9 @@ def run_spec(spec: AnalysisSpec, trace: Trace, options: Options, rows: np.ndarra
         drop_unread_inputs(trace, still_to_run)
     # no trim of the C heap here: the next analysis reuses the free pages this one left, where a
     # trim hands them back and every analysis faults them in again (on the 141 MB benchmark trace
-    # 45 k more page faults, ~0.1 s of 1.8 s, for a peak 1-2 MB lower: benchmarks/README.md,
-    # issue 12, sixth pass); the heap is trimmed once the rank's analyses end (analyze_rank)
+    # ~50k more page faults and ~0.2 s of 1.9 s, for a parent's peak RSS 8 MB lower, the tree's
+    # peak PSS the same: benchmarks/README.md, issue 12, sixth pass); the heap is trimmed once the
+    # rank's analyses end (analyze_rank)
     return SpecOutput(tables=tables, findings=list(findings), warnings=list(warnings), gathered=gathered,
                       table_rows=table_rows)
 
