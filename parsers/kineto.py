@@ -318,16 +318,17 @@ def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = 
     ``jobs``: worker processes for a big file (``parsers/kineto_parallel.py``; None: the cores
     available); 1 reads it in this process. The Trace is the same either way. ``clock``: where
     the time of each phase is added (benchmarks)."""
+    from traceview.loading import parse_heap, run_meanwhile  # here: loading imports the parsers
+
     path = Path(path)
-    if jobs != 1:
-        from traceview.parsers.kineto_parallel import parse_parallel
+    with parse_heap():
+        if jobs != 1:
+            from traceview.parsers.kineto_parallel import parse_parallel
 
-        return parse_parallel(path, progress=progress, jobs=jobs, clock=clock)
-    from traceview.loading import run_meanwhile
-
-    run_meanwhile()  # nothing runs beside this parse: the caller's work first (traceview.loading.meanwhile)
-    parser = _KinetoFile(path, progress, clock)
-    return parser.parse()
+            return parse_parallel(path, progress=progress, jobs=jobs, clock=clock)
+        run_meanwhile()  # nothing runs beside this parse: the caller's work first (traceview.loading.meanwhile)
+        parser = _KinetoFile(path, progress, clock)
+        return parser.parse()
 
 
 def kineto_reader(path: Path, progress: ProgressFn | None = None, clock: "PhaseClock | None" = None) -> "_KinetoFile":

@@ -199,36 +199,38 @@ class _Driver:
         tasks = [_RangeTask(self.path, i, last=i == len(bounds) - 2, array_document=start[1], allocator_args=memory,
                             begin=b, end=e) for i, (b, e) in enumerate(zip(bounds, bounds[1:]))]
         self.first = first
-        self._run_ranges(tasks)
-        return self.parent.finish(self.invalid_utf8, threads=self.jobs)
+        with self._pool(len(tasks), self.jobs - 1) as pool:
+            self._run_ranges(tasks, pool)
+            # the workers exit while the tables are built (the pool's end joins them)
+            pool.shutdown(wait=False, cancel_futures=True)
+            return self.parent.finish(self.invalid_utf8, threads=self.jobs)
 
-    def _run_ranges(self, tasks: list[_RangeTask]) -> None:
+    def _run_ranges(self, tasks: list[_RangeTask], pool: ProcessPoolExecutor) -> None:
         """The ``jobs - 1`` workers claim ranges from the start of the file, one at a time
         (``read_claimed_ranges``); this process first does the caller's work for meanwhile
         (``loading.run_meanwhile``: ``traceview analyze``'s imports), then claims ranges from the
         end, until the two meet: no process idles for more than the range it is finishing,
         however long that work takes or however busy a core is. Ranges are merged in file order."""
-        with self._pool(len(tasks), self.jobs - 1) as pool:
-            self.claims[0], self.claims[1] = 0, len(tasks) - 1
-            spooled = [dataclasses.replace(task, spool=self.spool) for task in tasks]
-            with timed(self.clock, "parallel: start workers"):
-                futures = [pool.submit(read_claimed_ranges, spooled) for _ in range(self.jobs - 1)]
-            try:
-                with timed(self.clock, "parallel: meanwhile"):
-                    loading.run_meanwhile()
-                done: dict[int, tuple[dict[str, Any], int]] = {}
-                with timed(self.clock, "parallel: parse own ranges"):
-                    while (slot := claim_range(self.claims, from_end=True)) is not None:
-                        done[slot] = self._parse_here(tasks[slot])
-                theirs = {slot: answer for future in futures for slot, answer in self._result_of(future)}
-                self.buffer = bytearray()  # every range is read: its ~20 MB are not held through the build
-                for task in tasks:
-                    self._merge(task, done.pop(task.slot) if task.slot in done else self._load(theirs.pop(task.slot)))
-            finally:
-                with self.claims.get_lock():  # on an error here: workers claim no further range
-                    self.claims[0] = self.claims[1] + 1
-                for future in futures:
-                    future.cancel()
+        self.claims[0], self.claims[1] = 0, len(tasks) - 1
+        spooled = [dataclasses.replace(task, spool=self.spool) for task in tasks]
+        with timed(self.clock, "parallel: start workers"):
+            futures = [pool.submit(read_claimed_ranges, spooled) for _ in range(self.jobs - 1)]
+        try:
+            with timed(self.clock, "parallel: meanwhile"):
+                loading.run_meanwhile()
+            done: dict[int, tuple[dict[str, Any], int]] = {}
+            with timed(self.clock, "parallel: parse own ranges"):
+                while (slot := claim_range(self.claims, from_end=True)) is not None:
+                    done[slot] = self._parse_here(tasks[slot])
+            theirs = {slot: answer for future in futures for slot, answer in self._result_of(future)}
+            self.buffer = bytearray()  # every range is read: its ~20 MB are not held through the build
+            for task in tasks:
+                self._merge(task, done.pop(task.slot) if task.slot in done else self._load(theirs.pop(task.slot)))
+        finally:
+            with self.claims.get_lock():  # on an error here: workers claim no further range
+                self.claims[0] = self.claims[1] + 1
+            for future in futures:
+                future.cancel()
 
     def _n_ranges(self, events_bytes: int) -> int:
         size = self.range_bytes or max(MIN_RANGE_BYTES, events_bytes // (self.jobs * RANGES_PER_JOB) + 1)

@@ -34,6 +34,30 @@ def test_join_matches_a_naive_nested_loop(case):
     assert list(zip(lpos.tolist(), rpos.tolist())) == naive_join(left, right)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(2**63), 2**63 - 1), st.sampled_from([1, 7, 10_000, 2**40, 2**62]),
+       st.lists(st.integers(0, 60), max_size=40), st.lists(st.integers(0, 60), max_size=40, unique=True))
+def test_one_key_join_matches_a_naive_nested_loop(base, step, left_steps, right_steps):
+    # one int64 key: unique right keys close together take the lookup table, spread or repeated
+    # ones the sort; keys near the ends of int64 must not wrap around
+    def keys(steps):
+        return np.array([min(max(base + k * step, -(2**63)), 2**63 - 1) for k in steps], dtype=np.int64)
+
+    left, right = [keys(left_steps)], [keys(right_steps)]
+    lpos, rpos = join_on_keys(left, right)
+    assert list(zip(lpos.tolist(), rpos.tolist())) == naive_join(left, right)
+    assert lpos.dtype == rpos.dtype == np.int64
+
+
+def test_one_key_join_takes_the_lookup_table_only_for_unique_close_keys():
+    from traceview.model import unique_dense_join
+
+    right = np.array([5, 9, 7], dtype=np.int64)
+    assert unique_dense_join(np.array([7, 5, 6], dtype=np.int64), right) is not None
+    assert unique_dense_join(np.array([7], dtype=np.int64), np.array([5, 5], dtype=np.int64)) is None  # repeated
+    assert unique_dense_join(np.array([7], dtype=np.int64), np.array([0, 10**9], dtype=np.int64)) is None  # spread
+
+
 def test_string_keys_use_the_same_contract():
     left = [np.array(["a", "b", "b"], dtype=object)]
     right = [np.array(["b", "c", "a", "b"], dtype=object)]

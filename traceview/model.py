@@ -524,8 +524,10 @@ def join_on_keys(
 
     Many-to-many matches are all returned, which is what CUDA graph launches need (one
     ``cudaGraphLaunch`` correlation -> many kernels). Integer keys use a sort-based join in numpy
-    (several keys are hashed into one and every match is verified component by component);
-    other key types go through Arrow's hash join.
+    (several keys are hashed into one and every match is verified component by component), or,
+    for one key whose right side is unique and spans few values (ids: correlations, External
+    ids), a direct lookup table (``unique_dense_join``); other key types go through Arrow's
+    hash join.
     """
     n_left, n_right = len(left_keys[0]), len(right_keys[0])
     empty = np.empty(0, dtype=np.int64)
@@ -537,6 +539,9 @@ def join_on_keys(
         return _arrow_join(left_keys, right_keys)
     if len(left_keys) == 1:
         left_hash, right_hash = left_keys[0].astype(np.int64), right_keys[0].astype(np.int64)
+        dense = unique_dense_join(left_hash, right_hash)
+        if dense is not None:
+            return dense
     else:
         left_hash, right_hash = hash_keys(left_keys), hash_keys(right_keys)
     order = np.argsort(right_hash, kind="stable")
@@ -550,14 +555,42 @@ def join_on_keys(
     lpos = np.repeat(np.arange(n_left, dtype=np.int64), counts)
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
     rpos = order[np.repeat(lo, counts) + within].astype(np.int64)
-    if len(left_keys) > 1:  # drop hash collisions
-        ok = np.ones(total, dtype=bool)
-        for lk, rk in zip(left_keys, right_keys):
-            ok &= lk[lpos] == rk[rpos]
-        lpos, rpos = lpos[ok], rpos[ok]
+    if len(left_keys) == 1:  # the stable argsort kept each key's right positions in order
+        return lpos, rpos
+    ok = np.ones(total, dtype=bool)  # drop hash collisions
+    for lk, rk in zip(left_keys, right_keys):
+        ok &= lk[lpos] == rk[rpos]
+    lpos, rpos = lpos[ok], rpos[ok]
     # stable argsort kept equal hashes in right order, but hashes interleave keys: re-sort
     final = np.lexsort((rpos, lpos))
     return lpos[final], rpos[final]
+
+
+#: ``unique_dense_join`` builds its table when the right keys span at most this many values per
+#: key of both sides (plus a constant): the table is then about as big as the keys themselves.
+DENSE_JOIN_SPAN_PER_KEY = 4
+
+
+def unique_dense_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``join_on_keys`` of one int64 key when every right key is distinct and they span few values:
+    a table from key to right position, looked up for every left key. No sort: 176k left keys
+    against 127k distinct right keys among 1M ids took 2.1 ms in shuffled order against 50 ms
+    sorted, and 1.1 against 4.6 ms in the nearly sorted order of the 141 MB benchmark trace's
+    External ids. None when the right keys repeat or spread too far: the caller sorts."""
+    low, high = int(right.min()), int(right.max())
+    span = high - low + 1
+    if span > DENSE_JOIN_SPAN_PER_KEY * (len(left) + len(right)) + 4096:
+        return None
+    position_type = np.int32 if len(right) < 2**31 else np.int64
+    table: np.ndarray = np.full(span, -1, dtype=position_type)
+    table[right - low] = np.arange(len(right), dtype=position_type)
+    if np.count_nonzero(table >= 0) != len(right):
+        return None  # a key repeats: one entry per key cannot hold it
+    # left keys outside [low, high] match nothing (and would wrap around when shifted)
+    candidates = np.flatnonzero((left >= low) & (left <= high))
+    found = table[left[candidates] - low]
+    matched = found >= 0
+    return candidates[matched].astype(np.int64), found[matched].astype(np.int64)
 
 
 def hash_keys(keys: list[np.ndarray]) -> np.ndarray:
