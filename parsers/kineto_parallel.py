@@ -473,9 +473,15 @@ def read_claimed_ranges(tasks: list[_RangeTask]) -> list[tuple[int, tuple[str, d
     claiming from the end, has the rest: each range's answer (``read_range``) by its slot. Ranges
     are claimed as they are started, not queued: a range waiting in the pool's queue for this
     worker could not be taken by the parent, which then waited for it."""
+    global _worker_buffer
     answers = []
     while (slot := claim_range(_claims)) is not None:
         answers.append((slot, read_range(tasks[slot])))
+    # this worker's part is done, but it lives on while the parent builds the tables (it exits
+    # when the parent's pool next gets the GIL): its read buffer and the heap the parse kept
+    # (loading.parse_heap) are handed back now, not held through the parent's peak
+    _worker_buffer = bytearray()
+    loading.release_free_memory()
     return answers
 
 

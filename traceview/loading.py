@@ -423,11 +423,13 @@ def libc_function(name: str) -> Callable[..., int] | None:
         return None
 
 
-#: glibc's ``mallopt`` parameters (malloc.h), the three ``parse_heap`` sets.
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+#: glibc's ``mallopt`` parameters (malloc.h) that ``parse_heap`` sets.
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -2, -3, -8
 #: While a parse runs (``parse_heap``): blocks below 32 MiB come from the heap, nothing is handed
-#: back to the system before 1 GiB lies free at its top, and the heap grows 64 MiB at a time.
-PARSE_HEAP_SETTINGS = {_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 1 << 30, _M_TOP_PAD: 64 << 20}
+#: back to the system before 1 GiB lies free at its top, the heap grows 64 MiB at a time, and
+#: threads allocate from the one heap (``parse_heap`` says why).
+PARSE_HEAP_SETTINGS = {_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 1 << 30, _M_TOP_PAD: 64 << 20,
+                       _M_ARENA_MAX: 1}
 #: After it: the ceilings glibc's own sliding thresholds reach once big blocks have been freed (as
 #: they have by the end of any big parse; setting one value stops that sliding, so all three are
 #: set), and the documented default padding.
@@ -446,8 +448,14 @@ def parse_heap() -> Iterator[None]:
     process of a parallel parse (forked with this setting) starts that over: on the 141 MB
     benchmark trace ``--jobs 2`` took 0.355 s with glibc's defaults and 0.287 s with these (fresh
     processes, medians of 7; ``--jobs 1`` 0.423 -> 0.412 s; benchmarks/README.md, seventh pass).
-    The end-to-end peak memory did not change: the caller trims after the parse
-    (``release_free_memory``), which hands back all that lies free whatever the thresholds.
+    The caller trims after the parse (``release_free_memory``), which hands back what lies free
+    in the main heap whatever the thresholds; not the free top of a thread's own heap (an
+    "arena"), which glibc shrinks only in ``free`` and only past the trim threshold. So threads
+    share the main heap (``M_ARENA_MAX`` 1): else the parallel parse's CPU-op-links thread
+    (``_KinetoFile._tables``) kept ~22 MB in its arena, in about half the runs, through the whole
+    analysis (``traceview analyze --jobs 2`` peaked at 274-279 MB PSS against 249-253). glibc
+    fixes the arena limit the first time a thread asks for an arena, for the life of the process:
+    that one setting is not undone (Python's GIL serialises most of its threads' allocations).
     Nested blocks (a parallel parse falling back to a serial one) set and restore once."""
     mallopt = libc_function("mallopt")
     outermost = _PARSE_HEAP_DEPTH[0] == 0
