@@ -5,6 +5,7 @@
     python benchmarks/bench_load.py --size-mb 50        # quick check
     python benchmarks/bench_load.py --trace FILE.json   # any existing trace instead
     python benchmarks/bench_load.py --trace FILE.json --phases --runs 7   # where a parse's time goes
+    python benchmarks/bench_load.py --trace FILE.json --phases --glibc-heap   # ... and without parse_heap
 
 Every measurement runs in a fresh Python process, which reports its own wall time, CPU time and peak
 RSS (``VmHWM``). The file is read once before the runs so every run sees it in the page cache: the
@@ -316,8 +317,11 @@ def idle_estimate_s(run: dict) -> tuple[float, float]:
 
 
 def measure_phases(path: Path, args: argparse.Namespace) -> None:
-    """``--phases``: the parse's phases, ``--jobs`` values interleaved run by run, medians printed."""
+    """``--phases``: the parse's phases, ``--jobs`` values interleaved run by run, medians printed;
+    with ``--glibc-heap`` each also with glibc's own heap settings (``TRACEVIEW_PARSE_HEAP=0``:
+    what ``traceview.loading.parse_heap`` changes), interleaved with the others, wall medians."""
     runs: dict[int, list[dict]] = {jobs: [] for jobs in args.jobs}
+    glibc: dict[int, list[float]] = {jobs: [] for jobs in args.jobs} if args.glibc_heap else {}
     loads = [os.getloadavg()[0]]
     for i in range(args.runs):
         for jobs in args.jobs:
@@ -325,8 +329,18 @@ def measure_phases(path: Path, args: argparse.Namespace) -> None:
             runs[jobs].append(r)
             print(f"  --jobs {jobs} run {i + 1}/{args.runs}: {r['seconds']:.3f} s, cpu {r['cpu_seconds']:.3f} s "
                   f"+ workers {r['children_cpu']:.3f} s", flush=True)
+            if glibc:
+                g = run_child(args.python, PHASES_CHILD.format(path=str(path), jobs=jobs),
+                              env={"TRACEVIEW_PARSE_HEAP": "0"})
+                glibc[jobs].append(g["seconds"])
         loads.append(os.getloadavg()[0])
     print_phases(runs)
+    for jobs, seconds in glibc.items():
+        print(f"--jobs {jobs} with glibc's own heap settings (TRACEVIEW_PARSE_HEAP=0): median wall "
+              f"{_median(seconds):.3f} s against {_median(r['seconds'] for r in runs[jobs]):.3f} s")
+    if 1 in glibc and 2 in glibc:
+        print(f"with glibc's own heap settings, wall medians --jobs 2 over --jobs 1: "
+              f"{_median(glibc[1]) / _median(glibc[2]):.2f}x")
     estimates = {jobs: _median(idle_estimate_s(r)[1] for r in rs) for jobs, rs in runs.items()}
     walls = {jobs: _median(r["seconds"] for r in rs) for jobs, rs in runs.items()}
     if 1 in runs and 2 in runs:
@@ -473,6 +487,9 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--phases", action="store_true",
                     help="only the parse's phases (parent's wall and CPU per phase, workers' ranges) for each --jobs "
                          "value, runs interleaved, and an idle-machine estimate from CPU times")
+    ap.add_argument("--glibc-heap", action="store_true",
+                    help="with --phases: also each --jobs value with glibc's own heap settings "
+                         "(TRACEVIEW_PARSE_HEAP=0)")
     args = ap.parse_args(argv)
     args.jobs = sorted(set(args.jobs) | {1})
 

@@ -54,6 +54,14 @@ def test_a_kineto_parse_runs_inside_the_settings(mallopt_calls: list[tuple[int, 
     assert mallopt_calls[n_during:] == list(loading.AFTER_PARSE_HEAP_SETTINGS.items())
 
 
+def test_the_environment_can_leave_glibc_alone(mallopt_calls: list[tuple[int, int]],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEVIEW_PARSE_HEAP", "0")
+    with loading.parse_heap():
+        pass
+    assert mallopt_calls == []
+
+
 def test_no_c_library_function_means_nothing_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loading, "libc_function", lambda name: None)
     with loading.parse_heap():

@@ -456,8 +456,9 @@ def parse_heap() -> Iterator[None]:
     analysis (``traceview analyze --jobs 2`` peaked at 274-279 MB PSS against 249-253). glibc
     fixes the arena limit the first time a thread asks for an arena, for the life of the process:
     that one setting is not undone (Python's GIL serialises most of its threads' allocations).
-    Nested blocks (a parallel parse falling back to a serial one) set and restore once."""
-    mallopt = libc_function("mallopt")
+    Nested blocks (a parallel parse falling back to a serial one) set and restore once.
+    ``TRACEVIEW_PARSE_HEAP=0`` leaves glibc's settings alone (benchmarks compare both)."""
+    mallopt = libc_function("mallopt") if os.environ.get("TRACEVIEW_PARSE_HEAP", "").strip() != "0" else None
     outermost = _PARSE_HEAP_DEPTH[0] == 0
     if mallopt is not None and outermost:
         for parameter, value in PARSE_HEAP_SETTINGS.items():
