@@ -75,3 +75,24 @@ def test_glibc_accepts_every_value() -> None:
     assert mallopt is not None
     for parameter, value in [*loading.PARSE_HEAP_SETTINGS.items(), *loading.AFTER_PARSE_HEAP_SETTINGS.items()]:
         assert mallopt(parameter, value) == 1, (parameter, value)
+
+
+def test_threads_parsing_at_once_set_once_and_restore_once(mallopt_calls: list[tuple[int, int]]) -> None:
+    import threading
+
+    inside, leave = threading.Barrier(3), threading.Event()
+
+    def parse() -> None:
+        with loading.parse_heap():
+            inside.wait()
+            leave.wait()
+
+    threads = [threading.Thread(target=parse) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    inside.wait()  # both parses are inside their blocks
+    assert mallopt_calls == list(loading.PARSE_HEAP_SETTINGS.items())
+    leave.set()
+    for thread in threads:
+        thread.join()
+    assert mallopt_calls == [*loading.PARSE_HEAP_SETTINGS.items(), *loading.AFTER_PARSE_HEAP_SETTINGS.items()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import zlib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -434,7 +435,18 @@ PARSE_HEAP_SETTINGS = {_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 1 << 30, 
 #: they have by the end of any big parse; setting one value stops that sliding, so all three are
 #: set), and the documented default padding.
 AFTER_PARSE_HEAP_SETTINGS = {_M_MMAP_THRESHOLD: 32 << 20, _M_TRIM_THRESHOLD: 64 << 20, _M_TOP_PAD: 128 << 10}
-_PARSE_HEAP_DEPTH: list[int] = [0]
+_PARSE_HEAP_DEPTH: list[int] = [0]  # parses running (threads of a Dask worker may run several)
+_PARSE_HEAP_LOCK = threading.Lock()
+
+
+def _new_parse_heap_lock() -> None:
+    """A forked child gets a lock of its own: the parent's may have been held by another thread."""
+    global _PARSE_HEAP_LOCK
+    _PARSE_HEAP_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_parse_heap_lock)
 
 
 @contextlib.contextmanager
@@ -453,24 +465,26 @@ def parse_heap() -> Iterator[None]:
     "arena"), which glibc shrinks only in ``free`` and only past the trim threshold. So threads
     share the main heap (``M_ARENA_MAX`` 1): else the parallel parse's CPU-op-links thread
     (``_KinetoFile._tables``) kept ~22 MB in its arena, in about half the runs, through the whole
-    analysis (``traceview analyze --jobs 2`` peaked at 274-279 MB PSS against 249-253). glibc
+    analysis (``traceview analyze --jobs 2`` peaked at 274-279 MB PSS against 245-256). glibc
     fixes the arena limit the first time a thread asks for an arena, for the life of the process:
     that one setting is not undone (Python's GIL serialises most of its threads' allocations).
-    Nested blocks (a parallel parse falling back to a serial one) set and restore once.
+    Nested or concurrent blocks (a parallel parse falling back to a serial one, parses in threads)
+    set on entering the first and restore on leaving the last.
     ``TRACEVIEW_PARSE_HEAP=0`` leaves glibc's settings alone (benchmarks compare both)."""
     mallopt = libc_function("mallopt") if os.environ.get("TRACEVIEW_PARSE_HEAP", "").strip() != "0" else None
-    outermost = _PARSE_HEAP_DEPTH[0] == 0
-    if mallopt is not None and outermost:
-        for parameter, value in PARSE_HEAP_SETTINGS.items():
-            mallopt(parameter, value)
-    _PARSE_HEAP_DEPTH[0] += 1
+    with _PARSE_HEAP_LOCK:
+        _PARSE_HEAP_DEPTH[0] += 1
+        if mallopt is not None and _PARSE_HEAP_DEPTH[0] == 1:
+            for parameter, value in PARSE_HEAP_SETTINGS.items():
+                mallopt(parameter, value)
     try:
         yield
     finally:
-        _PARSE_HEAP_DEPTH[0] -= 1
-        if mallopt is not None and outermost:
-            for parameter, value in AFTER_PARSE_HEAP_SETTINGS.items():
-                mallopt(parameter, value)
+        with _PARSE_HEAP_LOCK:
+            _PARSE_HEAP_DEPTH[0] -= 1
+            if mallopt is not None and _PARSE_HEAP_DEPTH[0] == 0:
+                for parameter, value in AFTER_PARSE_HEAP_SETTINGS.items():
+                    mallopt(parameter, value)
 
 
 #: Below this much input, parsing in several processes costs more than it saves (process start,
