@@ -402,14 +402,10 @@ def release_free_memory() -> None:
     each analysis reuses the free pages the one before left, where a trim would make it fault them
     in again (traceview.pipeline.run_spec). A trim costs about a millisecond per call there."""
     if not _MALLOC_TRIM:
-        _MALLOC_TRIM.append(_find_malloc_trim())
+        _MALLOC_TRIM.append(libc_function("malloc_trim"))
     trim = _MALLOC_TRIM[0]
     if trim is not None:
         trim(0)
-
-
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    return libc_function("malloc_trim")
 
 
 def libc_function(name: str) -> Callable[..., int] | None:
