@@ -7,6 +7,7 @@ ranks, and concatenate into one :class:`Trace`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import threading
@@ -389,9 +390,6 @@ def load(
     return trace
 
 
-_MALLOC_TRIM: list[Callable[[int], int] | None] = []
-
-
 def release_free_memory() -> None:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
 
@@ -401,15 +399,15 @@ def release_free_memory() -> None:
     parse. The pipeline calls this after the load and after a rank's analyses, not between them:
     each analysis reuses the free pages the one before left, where a trim would make it fault them
     in again (traceview.pipeline.run_spec). A trim costs about a millisecond per call there."""
-    if not _MALLOC_TRIM:
-        _MALLOC_TRIM.append(libc_function("malloc_trim"))
-    trim = _MALLOC_TRIM[0]
+    trim = libc_function("malloc_trim")
     if trim is not None:
         trim(0)
 
 
+@functools.lru_cache(maxsize=None)
 def libc_function(name: str) -> Callable[..., int] | None:
-    """A function of the C library this process runs on, or None (not POSIX, or not that library)."""
+    """A function of the C library this process runs on, or None (not POSIX, or not that library);
+    looked up once per name (every trim and every parse asks)."""
     import ctypes
 
     if os.name != "posix":
