@@ -24,12 +24,13 @@ traceview's modules are imported before the timer. ``--gzip`` also measures a gz
 trace (``--jobs 1`` and ``3``).
 
 ``--phases`` measures only the parse (``parse_kineto``, with a ``PhaseClock``), the ``--jobs``
-values interleaved run by run: the wall and CPU seconds of each phase in the parent (CPU per
-thread: the CPU-op links of a parallel parse run in a helper thread), the workers' ranges (parse
-and result writing), and an idle-machine estimate built from CPU times only, which a loaded
-machine disturbs far less than wall time: the parent main thread's serial CPU, plus the longer
-of its own ranges and the busiest worker's, plus what the helper thread takes beyond the work
-beside it. Wall time spent waiting (for a worker's exit, say) is not in the estimate.
+values interleaved run by run: the wall and CPU seconds and the page faults (thousands) of each
+phase in the parent (CPU and faults per thread: the CPU-op links of a parallel parse run in a
+helper thread), the workers' ranges (parse and result writing, their times and faults), and an
+idle-machine estimate built from CPU times only, which a loaded machine disturbs far less than
+wall time: the parent main thread's serial CPU, plus the longer of its own ranges and the
+busiest worker's, plus what the helper thread takes beyond the work beside it. Wall time spent
+waiting (for a worker's exit, say) is not in the estimate.
 """
 
 from __future__ import annotations
@@ -144,13 +145,14 @@ traceview.loading.registered_formats()
 path, jobs = {path!r}, {jobs!r}
 clock = kineto.PhaseClock()
 children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-origin, main_cpu = time.monotonic(), time.thread_time()
+origin, main_cpu, faults = time.monotonic(), time.thread_time(), kineto.minor_page_faults()
 with _Timer() as t:
     trace = kineto.parse_kineto(Path(path), jobs=jobs, clock=clock)
 main_cpu = time.thread_time() - main_cpu
+faults = kineto.minor_page_faults() - faults
 children = resource.getrusage(resource.RUSAGE_CHILDREN)
 _report(t, phases=clock.phases, workers=[dict(w, began_s=w["began_s"] - origin) for w in clock.workers],
-        main_cpu=main_cpu,
+        main_cpu=main_cpu, faults=faults,
         children_cpu=children.ru_utime + children.ru_stime - children0.ru_utime - children0.ru_stime,
         rows=trace.events.num_rows)
 """
@@ -355,24 +357,35 @@ def _median(values: Any) -> float:
     return statistics.median(values)
 
 
+def _phase_entry(run: dict, name: str) -> list:
+    """A phase's [wall s, CPU s, times entered, page faults] in one run (zeros where it did not run)."""
+    return run["phases"].get(name, [0.0, 0.0, 0, 0])
+
+
 def print_phases(runs: dict[int, list[dict]]) -> None:
     """The medians of each phase, of the workers' ranges and of the idle-machine estimate."""
     names = list(dict.fromkeys(name for rs in runs.values() for r in rs for name in r["phases"]))
-    headers = ["phase (parent process)"] + [f"--jobs {j} {what}" for j in runs for what in ("wall s", "CPU s")]
-    rows = [[name] + [f"{_median(r['phases'].get(name, [0.0, 0.0])[k] for r in rs):.3f}"
-                      for rs in runs.values() for k in (0, 1)] for name in names]
+    headers = ["phase (parent process)"] + [f"--jobs {j} {what}" for j in runs
+                                             for what in ("wall s", "CPU s", "faults k")]
+    # page faults: memory touched for the first time (~2 us a 4 KiB page on the benchmark machine)
+    rows = [[name] + [f"{_median(_phase_entry(r, name)[k] for r in rs) / (1000 if k == 3 else 1):.3f}"
+                      for rs in runs.values() for k in (0, 1, 3)] for name in names]
     for label, key in (("main thread", "main_cpu"), ("all the parent's threads", "cpu_seconds")):
-        rows.append([f"whole parse (CPU: {label})"] + [f"{_median(r[k] for r in rs):.3f}" for rs in runs.values()
-                                                       for k in ("seconds", key)])
+        cells = []
+        for rs in runs.values():  # wall, CPU, the whole process's page faults
+            cells += [f"{_median(r['seconds'] for r in rs):.3f}", f"{_median(r[key] for r in rs):.3f}",
+                      f"{_median(r['faults'] for r in rs) / 1000:.3f}"]
+        rows.append([f"whole parse (CPU: {label})", *cells])
     print(table(headers, rows))
     for jobs, rs in runs.items():
         work = [r for r in rs if r["workers"]]
         if work:
             sums = {f: _median(sum(w[f] for w in r["workers"]) for r in work)
-                    for f in ("parse_s", "parse_cpu_s", "dump_s", "dump_cpu_s")}
+                    for f in ("parse_s", "parse_cpu_s", "dump_s", "dump_cpu_s", "parse_faults", "dump_faults")}
             first = _median(min(w["began_s"] for w in r["workers"]) for r in work)
             print(f"--jobs {jobs}: {len(work[0]['workers'])} ranges parsed by workers; the first began {first:.3f} s "
-                  "after the call; " + ", ".join(f"{f} {v:.3f}" for f, v in sums.items()) + " (medians of the sums)")
+                  "after the call; " + ", ".join(f"{f} {v:.3f}" if f.endswith("_s") else f"{f} {v:,.0f}"
+                                                 for f, v in sums.items()) + " (medians of the sums)")
         serial, estimate = (_median(x) for x in zip(*map(idle_estimate_s, rs)))
         everything = _median(r["cpu_seconds"] + r["children_cpu"] for r in rs)
         print(f"--jobs {jobs}: the parent main thread's serial CPU {serial:.3f} s; idle-machine estimate "

@@ -77,8 +77,8 @@ from traceview import loading
 from traceview.loading import wanted_parse_jobs
 from traceview.model import Trace
 from traceview.parsers.jsonstream import READ_BYTES, UTF8_BOM, Blocks, open_bytes
-from traceview.parsers.kineto import (OP_INPUT_COLUMNS, PhaseClock, kineto_reader, op_input_memo, parse_kineto,
-                                      timed)
+from traceview.parsers.kineto import (OP_INPUT_COLUMNS, PhaseClock, kineto_reader, minor_page_faults, op_input_memo,
+                                      parse_kineto, timed)
 
 ProgressFn = Callable[[int, int], None]
 
@@ -498,14 +498,15 @@ def read_range(task: _RangeTask) -> tuple[str, dict[str, float]]:
         if shared is not None and slot < len(shared):
             shared[slot] = done
 
-    began_s, cpu_s = time.monotonic(), time.process_time()
+    began_s, cpu_s, faults = time.monotonic(), time.process_time(), minor_page_faults()
     result = parse_range(task, publish, _worker_buffer)
-    parsed_s, parsed_cpu_s = time.monotonic(), time.process_time()
+    parsed_s, parsed_cpu_s, parsed_faults = time.monotonic(), time.process_time(), minor_page_faults()
     target = os.path.join(task.spool, f"{task.slot}.pickle")
     dump_result(result, target)
     times = {"slot": task.slot, "pid": os.getpid(), "began_s": began_s, "parse_s": parsed_s - began_s,
              "parse_cpu_s": parsed_cpu_s - cpu_s, "dump_s": time.monotonic() - parsed_s,
-             "dump_cpu_s": time.process_time() - parsed_cpu_s, "bytes": task.end - task.begin}
+             "dump_cpu_s": time.process_time() - parsed_cpu_s, "bytes": task.end - task.begin,
+             "parse_faults": parsed_faults - faults, "dump_faults": minor_page_faults() - parsed_faults}
     return target, times
 
 

@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -320,9 +321,10 @@ def test_phase_clock_times_every_process(tmp_path: Path) -> None:
     parse_parallel(path, jobs=2, min_bytes=0, range_bytes=20_000, clock=clock)
     assert {"parallel: parse own ranges", "build: events table", "build: links, cpu_op (helper thread)"} <= \
         clock.phases.keys(), clock.phases
-    assert all(wall >= 0 and cpu >= 0 and times >= 1 for wall, cpu, times in clock.phases.values())
+    assert all(wall >= 0 and cpu >= 0 and times >= 1 and faults >= 0 for wall, cpu, times, faults in clock.phases.values())
     # the ranges workers parsed, each with its times; with the parent's, they cover the events
     assert clock.workers and all(w["parse_cpu_s"] > 0 and w["bytes"] > 0 for w in clock.workers), clock.workers
+    assert all(w["parse_faults"] >= 0 and w["dump_faults"] >= 0 for w in clock.workers), clock.workers
     serial = PhaseClock()
     parse_kineto(path, clock=serial)
     assert "read and decode" in serial.phases and "build: links, cpu_op" in serial.phases and not serial.workers
@@ -461,3 +463,22 @@ def test_results_round_trip_with_big_buffers_mapped_each_on_its_own(tmp_path: Pa
     while not isinstance(base, mmap.mmap):
         base = base.obj if isinstance(base, memoryview) else base.base
     assert len(base) == big.nbytes
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page faults are counted per thread on Linux")
+def test_minor_page_faults_count_memory_touched_for_the_first_time() -> None:
+    import mmap
+
+    from traceview.parsers.kineto import minor_page_faults
+
+    before_thread, before_process = minor_page_faults(thread=True), minor_page_faults()
+    fresh = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        for offset in range(0, len(fresh), mmap.PAGESIZE):  # one write a page: each page faults in once
+            fresh[offset] = 1
+    finally:
+        fresh.close()
+    touched_thread, touched_process = minor_page_faults(thread=True) - before_thread, minor_page_faults() - before_process
+    # 2048 pages of 4 KiB, or a few where the system backs the mapping with huge pages; counted
+    # for this thread and for the process alike (the two are read one after the other)
+    assert touched_thread > 0 and touched_process > 0, (touched_thread, touched_process)
