@@ -18,8 +18,9 @@ import pandas as pd
 import pyarrow as pa
 
 from traceview import intervals as iv
-from traceview.findings import Options
+from traceview.context import AnalysisContext
 from traceview.model import Kind, Trace
+from traceview.registry import register_input
 
 from .comm_rules import rule_table
 
@@ -36,34 +37,35 @@ COMM_NAME = re.compile(r"nccl|rccl", re.IGNORECASE)
 SYNC_API = re.compile(r"Synchronize")
 
 
-def name_matches(trace: Trace, pattern: re.Pattern[str] | str) -> np.ndarray:
+def name_matches(ctx: AnalysisContext, pattern: re.Pattern[str] | str) -> np.ndarray:
     """Boolean per event: its name matches ``pattern`` (regex search; evaluated per distinct name)."""
-    return column_matches(trace, "name", pattern)
+    return column_matches(ctx, "name", pattern)
 
 
-def column_matches(trace: Trace, column: str, pattern: re.Pattern[str] | str) -> np.ndarray:
+def column_matches(ctx: AnalysisContext, column: str, pattern: re.Pattern[str] | str) -> np.ndarray:
     """Boolean per event: the dictionary column ``column`` matches ``pattern`` (null: False)."""
-    n = trace.events.num_rows
+    n = ctx.trace.events.num_rows
     if n == 0:
         return np.zeros(0, dtype=bool)
     pat = re.compile(pattern) if isinstance(pattern, str) else pattern
-    codes, dictionary = dictionary_codes(trace, column)
+    codes, dictionary = dictionary_codes(ctx, column)
     hit = np.array([bool(v is not None and pat.search(v)) for v in dictionary] + [False], dtype=bool)
     return hit[codes]  # a null (-1) is the last entry: False
 
 
-def dictionary_codes(trace: Trace, column: str = "name") -> tuple[np.ndarray, list[Any]]:
+def dictionary_codes(ctx: AnalysisContext, column: str = "name") -> tuple[np.ndarray, list[Any]]:
     """(int64 code of every event, -1 for null; the dictionary's values) of a dictionary column
-    (read-only codes). The names' codes, which most analyses read, are worked out once per trace;
-    other columns' each time (kept, each would hold 8 bytes per event until the trace is done)."""
-    from .steps import cached  # steps imports this module
-
+    (read-only codes). The names' codes, which most analyses read, are worked out once per context
+    (the derived input ``classify.codes.name``); other columns' each time (kept, each would hold 8
+    bytes per event until the analyses are done)."""
     if column != "name":
-        return _dictionary_codes(trace, column)
-    return cached(trace, f"classify.codes.{column}", Options(), lambda: _dictionary_codes(trace, column))
+        return column_codes(ctx.trace, column)
+    codes: tuple[np.ndarray, list[Any]] = ctx.input("classify.codes.name")
+    return codes
 
 
-def _dictionary_codes(trace: Trace, column: str) -> tuple[np.ndarray, list[Any]]:
+def column_codes(trace: Trace, column: str) -> tuple[np.ndarray, list[Any]]:
+    """:func:`dictionary_codes` of ``trace``, worked out now."""
     col = trace.events.column(column)
     col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     indices = col.indices
@@ -74,14 +76,14 @@ def _dictionary_codes(trace: Trace, column: str) -> tuple[np.ndarray, list[Any]]
     return codes, col.dictionary.to_pylist()
 
 
-def dictionary_codes_at(trace: Trace, column: str, rows: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-    """``dictionary_codes(trace, column)`` at ``rows`` (rows of events, >= 0) only: (int64 codes,
-    -1 for null; the dictionary's values). A column other than the names is not cached, and its
+def dictionary_codes_at(ctx: AnalysisContext, column: str, rows: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """``dictionary_codes(ctx, column)`` at ``rows`` (rows of events, >= 0) only: (int64 codes,
+    -1 for null; the dictionary's values). A column other than the names is not kept, and its
     codes over every event (8 bytes each) are more than a few rows need."""
     if column == "name":
-        codes, dictionary = dictionary_codes(trace, column)
+        codes, dictionary = dictionary_codes(ctx, column)
         return codes[rows], dictionary
-    col = trace.events.column(column)
+    col = ctx.trace.events.column(column)
     col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     indices = col.indices.take(pa.array(np.asarray(rows, dtype=np.int64)))
     indices = indices.fill_null(-1) if indices.null_count else indices
@@ -93,34 +95,35 @@ class EventNames:
     ``trace.names()[rows]`` (an object array, None for a null name) without decoding every
     event's name (a few ms per call on a million events)."""
 
-    def __init__(self, trace: Trace, column: str = "name") -> None:
-        self.codes, values = dictionary_codes(trace, column)
+    def __init__(self, ctx: AnalysisContext, column: str = "name") -> None:
+        self.codes, values = dictionary_codes(ctx, column)
         self.values = np.asarray(values + [None], dtype=object)  # a null (-1) is the last entry
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         return self.values[self.codes[rows]]
 
 
-def comm_rule_of(trace: Trace, patterns: tuple[str, ...] = ()) -> np.ndarray:
-    """int16 per event: the index in ``comm_rules.rule_table(patterns)`` of the first rule that
-    matches the kernel, ``NONE`` (-1) for a kernel no rule matches and for every other event.
+def comm_rule_of(ctx: AnalysisContext) -> np.ndarray:
+    """int16 per event: the index in ``comm_rules.rule_table(ctx.options.comm_patterns)`` of the
+    first rule that matches the kernel, ``NONE`` (-1) for a kernel no rule matches and for every
+    other event.
 
     Name rules are evaluated once per distinct kernel name (only the names kernels use: a trace's
-    dictionary holds every CPU op name too). Worked out once per trace and rules (read-only)."""
-    from .steps import cached  # steps imports this module
-
-    return cached(trace, "classify.comm_rule_of", Options(comm_patterns=tuple(patterns)),
-                  lambda: _comm_rule_of(trace, tuple(patterns)))
+    dictionary holds every CPU op name too). Worked out once per context (read-only)."""
+    rules: np.ndarray = ctx.input("classify.comm_rule_of")
+    return rules
 
 
-def _comm_rule_of(trace: Trace, patterns: tuple[str, ...]) -> np.ndarray:
-    rules = rule_table(patterns)
+def build_comm_rule_of(ctx: AnalysisContext) -> np.ndarray:
+    """:func:`comm_rule_of`, worked out now."""
+    trace = ctx.trace
+    rules = rule_table(ctx.options.comm_patterns)
     out = np.full(trace.num_events, NONE, dtype=np.int16)
     kernel = np.flatnonzero(trace.kind_codes() == int(Kind.KERNEL))
     if kernel.size == 0:
         out.flags.writeable = False
         return out
-    all_codes, dictionary = dictionary_codes(trace, "name")
+    all_codes, dictionary = dictionary_codes(ctx, "name")
     codes = all_codes[kernel]
     used, inverse = iv.unique_inverse(codes)  # np.unique's answer, by a table over the small code range
     names = ["" if c < 0 or dictionary[c] is None else str(dictionary[c]) for c in used.tolist()]
@@ -137,53 +140,64 @@ def _comm_rule_of(trace: Trace, patterns: tuple[str, ...]) -> np.ndarray:
     return out
 
 
-def is_communication(trace: Trace, patterns: tuple[str, ...] = ()) -> np.ndarray:
-    """Boolean per event: a communication kernel (see module docstring)."""
-    return comm_rule_of(trace, patterns) != NONE
+def is_communication(ctx: AnalysisContext) -> np.ndarray:
+    """Boolean per event: a communication kernel (see module docstring; the user's rules too)."""
+    return comm_rule_of(ctx) != NONE
 
 
-def activity_class(trace: Trace, patterns: tuple[str, ...] = ()) -> np.ndarray:
-    """int8 per event: COMPUTE, COMMUNICATION, MEMORY, or NONE (not GPU activity); ``patterns``:
-    the user's communication rules (``Options.comm_patterns``)."""
-    kinds = trace.kind_codes()
+def activity_class(ctx: AnalysisContext) -> np.ndarray:
+    """int8 per event: COMPUTE, COMMUNICATION, MEMORY, or NONE (not GPU activity), with the user's
+    communication rules (``Options.comm_patterns``)."""
+    kinds = ctx.trace.kind_codes()
     out = np.full(kinds.size, NONE, dtype=np.int8)
     out[kinds == int(Kind.KERNEL)] = COMPUTE
-    out[is_communication(trace, patterns)] = COMMUNICATION
+    out[is_communication(ctx)] = COMMUNICATION
     out[(kinds == int(Kind.MEMCPY)) | (kinds == int(Kind.MEMSET))] = MEMORY
     return out
 
 
-def is_sync_call(trace: Trace) -> np.ndarray:
+def is_sync_call(ctx: AnalysisContext) -> np.ndarray:
     """Boolean per event: a host runtime call whose name contains ``Synchronize``."""
-    return (trace.kind_codes() == int(Kind.RUNTIME)) & name_matches(trace, SYNC_API)
+    return (ctx.trace.kind_codes() == int(Kind.RUNTIME)) & name_matches(ctx, SYNC_API)
 
 
-def names_categorical(trace: Trace, rows: np.ndarray, column: str = "name", missing: str = "") -> pd.Categorical:
+def names_categorical(ctx: AnalysisContext, rows: np.ndarray, column: str = "name",
+                      missing: str = "") -> pd.Categorical:
     """Values of a dictionary column at ``rows`` as a pandas Categorical (cheap for many rows).
 
     Rows ``-1`` and nulls become ``missing``.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    codes_all, _ = dictionary_codes(trace, column)
-    remap, categories = _categories(trace, column, missing)
+    codes_all, _ = dictionary_codes(ctx, column)
+    remap, categories = categories_of_column(ctx, column, missing)
     codes = np.full(rows.size, -1, dtype=np.int64)  # -1: the appended ``missing`` (nulls too)
     ok = rows >= 0
     codes[ok] = codes_all[rows[ok]]
     return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype=object))
 
 
-def _categories(trace: Trace, column: str, missing: str) -> tuple[np.ndarray, np.ndarray]:
+def categories_of_column(ctx: AnalysisContext, column: str, missing: str) -> tuple[np.ndarray, np.ndarray]:
     """(category of each dictionary code, then of ``missing`` last; the distinct categories sorted)
-    of a dictionary column (once per trace)."""
-    from .steps import cached  # steps imports this module
+    of a dictionary column: the names with ``missing=""`` once per context (the derived input
+    ``classify.categories.name``), anything else now."""
+    if column == "name" and missing == "":
+        value: tuple[np.ndarray, np.ndarray] = ctx.input("classify.categories.name")
+        return value
+    return build_categories(dictionary_codes(ctx, column)[1], missing)
 
-    def build() -> tuple[np.ndarray, np.ndarray]:
-        dictionary = np.asarray(dictionary_codes(trace, column)[1] + [missing], dtype=object)
-        dictionary[pd.isna(dictionary)] = missing
-        # the dictionary may repeat values (and holds ``missing``): map codes onto distinct categories.
-        # Hashing the object array keeps each name's own size; ``np.unique(dictionary.astype(str))``
-        # made a fixed-width array of (distinct names x longest name): 1 MB name -> 1 GB resident.
-        remap, categories = pd.factorize(dictionary, sort=True)
-        return remap, np.asarray(categories, dtype=object)
 
-    return cached(trace, f"classify.categories.{column}.{missing}", Options(), build)
+def build_categories(values: list[Any], missing: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`categories_of_column` of a dictionary's ``values``."""
+    dictionary = np.asarray(values + [missing], dtype=object)
+    dictionary[pd.isna(dictionary)] = missing
+    # the dictionary may repeat values (and holds ``missing``): map codes onto distinct categories.
+    # Hashing the object array keeps each name's own size; ``np.unique(dictionary.astype(str))``
+    # made a fixed-width array of (distinct names x longest name): 1 MB name -> 1 GB resident.
+    remap, categories = pd.factorize(dictionary, sort=True)
+    return remap, np.asarray(categories, dtype=object)
+
+
+register_input("classify.codes.name", lambda ctx: column_codes(ctx.trace, "name"))
+register_input("classify.categories.name", lambda ctx: build_categories(dictionary_codes(ctx, "name")[1], ""),
+               requires=("classify.codes.name",))
+register_input("classify.comm_rule_of", build_comm_rule_of, requires=("classify.codes.name",))

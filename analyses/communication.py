@@ -86,10 +86,11 @@ from . import classify
 from .comm_rules import CommRule, rule_table
 from traceview import intervals as iv
 from traceview.claims import Claims, split_gpu_key
-from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
+from .steps import NO_STEP, Activity, activity, per_step, step_column
+from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.registry import AnalysisSpec, TableSpec, register_input
 
 NAME = "communication"
 
@@ -144,9 +145,9 @@ def collective_from_kernel(name: str | None) -> str | None:
     return canonical_collective(match.group(1)) if match else None
 
 
-def _dict_column(trace: Trace, column: str, rows: np.ndarray, fn: Any) -> np.ndarray:
+def _dict_column(ctx: AnalysisContext, column: str, rows: np.ndarray, fn: Any) -> np.ndarray:
     """``fn`` applied per distinct value of a dictionary column, gathered for ``rows``."""
-    codes, dictionary = classify.dictionary_codes(trace, column)
+    codes, dictionary = classify.dictionary_codes(ctx, column)
     mapped = np.array([fn(v) for v in dictionary] + [fn(None)], dtype=object)
     return mapped[codes[rows]]  # a null (-1) is the last entry
 
@@ -158,11 +159,10 @@ def _optional_int(trace: Trace, column: str, rows: np.ndarray) -> np.ndarray:
     return np.asarray(filled.to_numpy(), dtype=np.int64)[rows] if len(col) else np.empty(0, np.int64)
 
 
-def comm_rule_of(trace: Trace, act: Activity, options: Options) -> np.ndarray:
+def comm_rule_of(ctx: AnalysisContext, act: Activity) -> np.ndarray:
     """Per activity entry: the index in ``comm_rules.rule_table(options.comm_patterns)`` of the rule
-    that made it communication (``classify.NONE`` for compute and memory); cached per trace."""
-    every = cached(trace, "comm_rule_of", options, lambda: classify.comm_rule_of(trace, options.comm_patterns))
-    return np.asarray(every[act.row])
+    that made it communication (``classify.NONE`` for compute and memory)."""
+    return np.asarray(classify.comm_rule_of(ctx)[act.row])
 
 
 def rule_kind(rule: CommRule, name: str) -> str:
@@ -176,21 +176,22 @@ def rule_kind(rule: CommRule, name: str) -> str:
     return f"{rule.family}:{canonical_collective(op) or op or UNKNOWN}"
 
 
-def comm_kernels(trace: Trace, act: Activity, options: Options) -> pd.DataFrame:
+def comm_kernels(ctx: AnalysisContext, act: Activity) -> pd.DataFrame:
     """One row per communication kernel of the activity context, with kind, process group and the
     rule family that classified it."""
+    trace = ctx.trace
     sel = np.flatnonzero(act.cls == classify.COMMUNICATION)
     rows = act.row[sel]
-    rules = rule_table(options.comm_patterns)
-    rule = comm_rule_of(trace, act, options)[sel].astype(np.int64)
-    names = _dict_column(trace, "name", rows, lambda v: v or "")
-    from_args = _dict_column(trace, "collective", rows, canonical_collective)
+    rules = rule_table(ctx.options.comm_patterns)
+    rule = comm_rule_of(ctx, act)[sel].astype(np.int64)
+    names = _dict_column(ctx, "name", rows, lambda v: v or "")
+    from_args = _dict_column(ctx, "collective", rows, canonical_collective)
     # the kind from the name is worked out once per distinct (name, rule)
     pair_codes, pairs = pd.factorize(pd.MultiIndex.from_arrays([names, rule]))
     by_pair = np.array([rule_kind(rules[r], n) for n, r in pairs] + [UNKNOWN], dtype=object)
     kind = np.where(pd.isna(from_args), by_pair[pair_codes], from_args)
-    pg = _dict_column(trace, "process_group", rows, lambda v: v or "")
-    pg_ranks = _dict_column(trace, "process_group_ranks", rows, lambda v: v or "")
+    pg = _dict_column(ctx, "process_group", rows, lambda v: v or "")
+    pg_ranks = _dict_column(ctx, "process_group_ranks", rows, lambda v: v or "")
     pg = np.where(pg == "", pg_ranks, pg)
     return pd.DataFrame(
         {
@@ -211,15 +212,15 @@ def comm_kernels(trace: Trace, act: Activity, options: Options) -> pd.DataFrame:
 RULE_COLUMNS = ["rank", "device", "family", "rule", "kernels", "total_ns", "communication_ns"]
 
 
-def rules_table(trace: Trace, act: Activity, options: Options) -> pd.DataFrame:
+def rules_table(ctx: AnalysisContext, act: Activity) -> pd.DataFrame:
     """Per rank, device and classification rule (whole trace): how many kernels the rule made
     communication, the sum of their durations and |U| of them."""
     comm = act.cls == classify.COMMUNICATION
     if not comm.any():
         return pd.DataFrame({c: pd.Series(dtype=object if c in ("family", "rule") else np.int64)
                              for c in RULE_COLUMNS})
-    rules = rule_table(options.comm_patterns)
-    rule = comm_rule_of(trace, act, options)[comm].astype(np.int64)
+    rules = rule_table(ctx.options.comm_patterns)
+    rule = comm_rule_of(ctx, act)[comm].astype(np.int64)
     codes, (r, d, k) = iv.combine_keys(act.rank[comm], act.device[comm], rule)
     start, end = act.start[comm], act.end[comm]
     groups = np.arange(r.size, dtype=np.int64)
@@ -823,14 +824,16 @@ def _kernel_frame_empty() -> pd.DataFrame:
     return frame
 
 
-def cross_rank_inputs(trace: Trace, options: Options) -> CrossRankInputs:
-    """The per-rank inputs of the cross-rank figures for ``trace`` (cached per trace and options)."""
-    return cached(trace, "cross_rank_inputs", options, lambda: _build_inputs(trace, options))
+def cross_rank_inputs(ctx: AnalysisContext) -> CrossRankInputs:
+    """The inputs of the cross-rank figures of the context's ranks (the derived input
+    ``communication.cross_rank_inputs``)."""
+    value: CrossRankInputs = ctx.input("communication.cross_rank_inputs")
+    return value
 
 
-def _build_inputs(trace: Trace, options: Options) -> CrossRankInputs:
-    act = activity(trace, options)
-    comm = comm_kernels(trace, act, options)
+def _build_inputs(ctx: AnalysisContext) -> CrossRankInputs:
+    act = activity(ctx)
+    comm = comm_kernels(ctx, act)
     counts = act.steps.counts()
     return CrossRankInputs(
         kernels=comm,
@@ -932,22 +935,23 @@ def cross_rank(inputs: CrossRankInputs, arrivals_table: bool = True) -> CrossRan
     return out
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
     """Communication figures of ``trace``: the per-rank tables, then the cross-rank ones from the
     per-rank inputs (:func:`reduce_ranks`), exactly as when the ranks are analysed one by one."""
-    result = analyze_rank(trace, options)
-    cross = reduce_ranks([cross_rank_inputs(trace, options)], options)
+    options = ctx.options
+    result = analyze_rank(ctx)
+    cross = reduce_ranks([cross_rank_inputs(ctx)], options)
     result.tables.update(cross.tables)
     result.findings.extend(cross.findings)
     result.warnings.extend(cross.warnings)
     return result
 
 
-def analyze_rank(trace: Trace, options: Options) -> AnalysisResult:
+def analyze_rank(ctx: AnalysisContext) -> AnalysisResult:
     """The per-rank part: the communication summary (overlap, exposed time) of each rank and GPU."""
     result = AnalysisResult(name=NAME)
-    act = activity(trace, options)
-    rules = rules_table(trace, act, options)
+    act = activity(ctx)
+    rules = rules_table(ctx, act)
     result.tables["summary"] = with_families(summary_table(act), rules)
     result.tables["rules"] = rules
     return result
@@ -1292,15 +1296,14 @@ def _imbalance_findings(
     ]
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "classify.codes.name", "classify.comm_rule_of", "comm_rule_of", "cross_rank_inputs")
+register_input("communication.cross_rank_inputs", _build_inputs,
+               requires=("activity", "classify.codes.name", "classify.comm_rule_of"))
 
 SPEC = AnalysisSpec(
     name=NAME,
     title="Communication",
     run=analyze_rank,
+    requires=("activity", "classify.comm_rule_of", "communication.cross_rank_inputs"),
     order=40,
     tables=(
         TableSpec("collectives", "Collectives per kind", cross_rank=True),

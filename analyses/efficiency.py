@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -76,17 +75,17 @@ import pandas as pd
 from traceview import hardware as hw
 from traceview import intervals as iv
 from traceview.claims import Claims
+from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import DeviceInfo, Kind, Trace
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
 
 from . import classify
 from .communication import cross_rank_inputs, match_collectives
-from .launch_overhead import graph_replayed, issuing_cpu_op
+from .launch_overhead import issuing_cpu_op
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
-from .steps import NO_STEP, activity, cached, per_step, step_column
-from .temporal import breakdown
+from .steps import NO_STEP, activity, per_step, step_column
 
 NAME = "efficiency"
 
@@ -133,32 +132,20 @@ class Roof:
 
 
 def gpu_specs(path: str | None) -> dict[str, hw.GpuSpec]:
-    """The GPU table: built in, with the user file ``path`` (``Options.gpu_specs``) applied. Read
-    again when the file changes (a long-lived app process sees an edited table)."""
-    if not path:
-        return _specs_of(None, None)
-    try:
-        st = Path(path).stat()
-    except OSError:
-        return hw.load_specs(Path(path))  # says which file and what is wrong, as one line
-    return _specs_of(path, (st.st_size, st.st_mtime_ns))
-
-
-@lru_cache(maxsize=4)
-def _specs_of(path: str | None, identity: tuple[int, int] | None) -> dict[str, hw.GpuSpec]:
-    """``identity`` (size, mtime) is part of the cache key only: a changed file is read again."""
-    del identity
+    """The GPU table: built in, with the user file ``path`` (``Options.gpu_specs``) applied (read
+    once per analysis context: the derived input ``efficiency.gpu_specs``)."""
     return hw.load_specs(Path(path) if path else None)
 
 
-def gpu_of(trace: Trace, rank: int, device: int, options: Options) -> tuple[str, hw.GpuSpec | None]:
+def gpu_of(ctx: AnalysisContext, rank: int, device: int) -> tuple[str, hw.GpuSpec | None]:
     """(recorded device name, matched spec or None) of one rank's GPU."""
+    trace = ctx.trace
     info = trace.ranks.get(rank)
     devices: list[DeviceInfo] = info.devices if info is not None else []
     name = next((d.name for d in devices if d.id == device), "")
     if not name and len(devices) == 1:
         name = devices[0].name  # one GPU per process: its ids differ when *_VISIBLE_DEVICES remaps them
-    return name, (hw.match_gpu(name, gpu_specs(options.gpu_specs)) if name else None)
+    return name, (hw.match_gpu(name, ctx.input("efficiency.gpu_specs")) if name else None)
 
 
 def roof_of(name: str, spec: hw.GpuSpec | None, dtype: str, unit: str, flops: int = 1) -> Roof:
@@ -203,24 +190,26 @@ class OpKernels:
     ops: pd.DataFrame  # per op instance: row, rank, device, step, name, gpu_ns, kernels, cost figures
 
 
-def _codes(trace: Trace, column: str) -> tuple[np.ndarray, list[Any]]:
+def _codes(ctx: AnalysisContext, column: str) -> tuple[np.ndarray, list[Any]]:
     """Dictionary codes of a column (-1 for null) and its dictionary."""
-    return classify.dictionary_codes(trace, column)
+    return classify.dictionary_codes(ctx, column)
 
 
-def attribute(trace: Trace, options: Options) -> OpKernels:
+def attribute(ctx: AnalysisContext) -> OpKernels:
     """Compute kernels and the ops they belong to (cached per trace and options)."""
-    return cached(trace, "efficiency.attribute", options, lambda: _attribute(trace, options))
+    value = ctx.input("efficiency.attribute")
+    return value
 
 
-def _attribute(trace: Trace, options: Options) -> OpKernels:
-    act = activity(trace, options)
+def _attribute(ctx: AnalysisContext) -> OpKernels:
+    trace = ctx.trace
+    act = activity(ctx)
     sel = np.flatnonzero((act.kind == int(Kind.KERNEL)) & (act.cls == classify.COMPUTE))
-    graph = graph_replayed(trace, options)[sel]
+    graph = ctx.input("launch_overhead.kinds").graph[sel]
     api = act.api_row[sel]
     op = np.full(sel.size, -1, dtype=np.int64)
     ask = (api >= 0) & ~graph
-    op[ask] = issuing_cpu_op(trace, api[ask])
+    op[ask] = issuing_cpu_op(ctx, api[ask])
     is_op = (op >= 0) & (trace.kind_codes()[np.maximum(op, 0)] == int(Kind.CPU_OP))
     attribution = np.select([is_op, graph, api < 0, op < 0], [0, 1, 2, 3], 4).astype(np.int64)
     instance = np.full(sel.size, -1, dtype=np.int64)
@@ -239,7 +228,7 @@ def _attribute(trace: Trace, options: Options) -> OpKernels:
         "gpu_ns": np.bincount(inverse, weights=dur[is_op], minlength=rows.size).astype(np.int64),
         "kernels": np.bincount(inverse, minlength=rows.size).astype(np.int64),
     })
-    ops = _with_costs(trace, ops, _leaf(trace, rows))
+    ops = _with_costs(ctx, ops, _leaf(trace, rows))
     return OpKernels(act.rank[sel], act.device[sel], act.step[sel], act.start[sel], act.end[sel], attribution,
                      instance, ops)
 
@@ -297,19 +286,20 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(columns, axis=1)[any_row], key.astype(np.int64)
 
 
-def _with_costs(trace: Trace, ops: pd.DataFrame, leaf: np.ndarray) -> pd.DataFrame:
+def _with_costs(ctx: AnalysisContext, ops: pd.DataFrame, leaf: np.ndarray) -> pd.DataFrame:
     """``ops`` with the cost of each op: one :func:`model_op` call per distinct (name, inputs, leaf)."""
+    trace = ctx.trace
     rows = ops["row"].to_numpy()
-    name_codes, names = _codes(trace, "name")
+    name_codes, names = _codes(ctx, "name")
     columns = [name_codes[rows]]
     decoded = []
     for column in _INPUT_COLUMNS:  # the codes at the ops' rows only (not cached: see dictionary_codes)
-        codes, dictionary = classify.dictionary_codes_at(trace, column, rows)
+        codes, dictionary = classify.dictionary_codes_at(ctx, column, rows)
         columns.append(codes)
         decoded.append(_decoded(dictionary, np.unique(codes)))
     # shapes another op records: the caller's (SIZES_FROM_CALLER), the backward node's (the output)
     for linked in (_callers(trace, rows, name_codes, names), _backward_nodes(trace, rows, name_codes, names)):
-        dims_codes, dims_dictionary = classify.dictionary_codes_at(trace, "input_dims", np.maximum(linked, 0))
+        dims_codes, dims_dictionary = classify.dictionary_codes_at(ctx, "input_dims", np.maximum(linked, 0))
         columns.append(np.where(linked >= 0, dims_codes, -1))
         decoded.append(_decoded(dims_dictionary, np.unique(columns[-1])))
     distinct, inverse = _distinct_rows(columns + [leaf.astype(np.int64)])
@@ -409,7 +399,7 @@ def _backward_nodes(trace: Trace, rows: np.ndarray, name_codes: np.ndarray, name
     return out
 
 
-def with_roofs(trace: Trace, ops: pd.DataFrame, options: Options) -> pd.DataFrame:
+def with_roofs(ctx: AnalysisContext, ops: pd.DataFrame) -> pd.DataFrame:
     """Modelled op instances with their roof: ``peak_flops``, ``bandwidth`` (NaN when unknown),
     ``roof`` (the figures used, or why there are none), ``compute_roof_ns`` = FLOPs / peak,
     ``roofline_ns`` = max(FLOPs / peak, bytes / bandwidth), ``tiny_gemm``."""
@@ -419,12 +409,12 @@ def with_roofs(trace: Trace, ops: pd.DataFrame, options: Options) -> pd.DataFram
     on = ["rank", "device", "dtype", "unit", "no_flops"]
     roofs = []
     for rank, device, dtype, unit, no_flops in ops[on].drop_duplicates().itertuples(index=False):  # a handful
-        gpu_name, spec = gpu_of(trace, int(rank), int(device), options)
+        gpu_name, spec = gpu_of(ctx, int(rank), int(device))
         roof = roof_of(gpu_name, spec, str(dtype), str(unit), 0 if no_flops else 1)
         roofs.append((rank, device, dtype, unit, no_flops, roof.peak_flops or np.nan, roof.bandwidth or np.nan,
                       roof.label))
     table = pd.DataFrame(roofs, columns=on + ["peak_flops", "bandwidth", "roof"])
-    ops = _tf32_where_faster(trace, ops.merge(table, on=on, how="left").drop(columns="no_flops"), options)
+    ops = _tf32_where_faster(ctx, ops.merge(table, on=on, how="left").drop(columns="no_flops"))
     flops, nbytes = ops["flops"].to_numpy(np.float64), ops["bytes"].to_numpy(np.float64)
     compute_ns = flops / ops["peak_flops"].to_numpy() * 1e9
     memory_ns = nbytes / ops["bandwidth"].to_numpy() * 1e9
@@ -435,7 +425,7 @@ def with_roofs(trace: Trace, ops: pd.DataFrame, options: Options) -> pd.DataFram
     return ops
 
 
-def _tf32_where_faster(trace: Trace, ops: pd.DataFrame, options: Options) -> pd.DataFrame:
+def _tf32_where_faster(ctx: AnalysisContext, ops: pd.DataFrame) -> pd.DataFrame:
     """fp32 products of an op name that ran faster than the fp32 vector peak allows ran on TF32
     tensor units (PyTorch's allow_tf32; cuDNN's default): they are judged on the TF32 peak."""
     fp32 = (ops["unit"] == "tensor").to_numpy() & (ops["dtype"] == "fp32").to_numpy() & ops["peak_flops"].notna()
@@ -446,7 +436,7 @@ def _tf32_where_faster(trace: Trace, ops: pd.DataFrame, options: Options) -> pd.
     faster = sums[sums["flops"] / np.maximum(sums["gpu_ns"], 1) * 1e9 > sums["peak_flops"]]
     ops = ops.copy()
     for rank, device, name in faster.index:
-        gpu_name, spec = gpu_of(trace, int(rank), int(device), options)
+        gpu_name, spec = gpu_of(ctx, int(rank), int(device))
         roof = roof_of(gpu_name, spec, "tf32", "tensor")
         if roof.peak_flops is None or spec is None or "tf32" not in spec.tensor_tflops:
             continue  # no TF32 peak: the op type stays over its roofline, and a warning says so
@@ -548,21 +538,23 @@ def step_table(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return out[STEP_COLUMNS]
 
 
-def with_mfu(steps: pd.DataFrame, trace: Trace, options: Options) -> tuple[pd.DataFrame, list[str]]:
+def with_mfu(steps: pd.DataFrame, ctx: AnalysisContext) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
     """``steps`` with model FLOPs utilisation (``Options.model_flops_per_step``): per step, MFU =
     model FLOPs / (peak x window); the whole-trace row, over its steps: model FLOPs x steps / (peak x
     the steps' windows summed). The peak is the GPU's verified dense tensor peak of
     ``options.mfu_dtype``. Above 100% the input (model FLOPs or peak) is broken: no figure, a warning."""
+    options = ctx.options
     flops = options.model_flops_per_step
     if flops is None or steps.empty:
         return steps, []
-    out, warnings = steps.copy(), []
+    out = steps.copy()
+    warnings: list[tuple[int, str]] = []
     for (rank, device), rows in out.groupby(["rank", "device"]).groups.items():
-        name, spec = gpu_of(trace, int(rank), int(device), options)
+        name, spec = gpu_of(ctx, int(rank), int(device))
         peak = hw.peak_flops(spec, options.mfu_dtype, tensor=True) if spec is not None else None
         if peak is None:
-            warnings.append(f"efficiency: rank {rank} GPU {device}: no MFU: "
-                            f"{hw.missing_peak_reason(name, spec, options.mfu_dtype) or 'no peak'}")
+            warnings.append((int(rank), f"efficiency: rank {rank} GPU {device}: no MFU: "
+                             f"{hw.missing_peak_reason(name, spec, options.mfu_dtype) or 'no peak'}"))
             continue
         frame = out.loc[rows]
         per_step = frame["step"].notna().to_numpy()
@@ -572,9 +564,9 @@ def with_mfu(steps: pd.DataFrame, trace: Trace, options: Options) -> tuple[pd.Da
             mfu[~per_step] = flops * per_step.sum() / (peak * window_s[per_step].sum())
         broken = mfu > 1.0
         if broken.any():
-            warnings.append(f"efficiency: rank {rank} GPU {device}: MFU would be {np.nanmax(mfu):.0%}, above 100%: "
-                            f"the model FLOPs per step given ({flops:.4g}) or the GPU's {options.mfu_dtype} peak "
-                            "is wrong; no MFU is reported")
+            warnings.append((int(rank), f"efficiency: rank {rank} GPU {device}: MFU would be {np.nanmax(mfu):.0%}, "
+                             f"above 100%: the model FLOPs per step given ({flops:.4g}) or the GPU's "
+                             f"{options.mfu_dtype} peak is wrong; no MFU is reported"))
             mfu[:] = np.nan
         out.loc[rows, "mfu"] = mfu
     return out, warnings
@@ -584,7 +576,7 @@ COVERAGE_COLUMNS = ["rank", "device", "gpu", "kernel_ns", "op_ns", "modelled_ns"
                     *(f"{a}_ns" for a in ATTRIBUTION[1:])]
 
 
-def coverage_table(trace: Trace, k: OpKernels, options: Options) -> pd.DataFrame:
+def coverage_table(ctx: AnalysisContext, k: OpKernels) -> pd.DataFrame:
     """Per rank and device: compute kernel time, the part attributed to ops, the part modelled, and
     the unattributed time by reason."""
     if k.rank.size == 0:
@@ -608,12 +600,12 @@ def coverage_table(trace: Trace, k: OpKernels, options: Options) -> pd.DataFrame
         has = k.attribution == code
         out[column] = sums(has) if has.any() else 0
     out["modelled_pct"] = 100.0 * _ratio(out["modelled_ns"], out["op_ns"])
-    out["gpu"] = [_gpu_label(trace, int(r), int(d), options) for r, d in zip(out["rank"], out["device"])]
+    out["gpu"] = [_gpu_label(ctx, int(r), int(d)) for r, d in zip(out["rank"], out["device"])]
     return out[COVERAGE_COLUMNS]
 
 
-def _gpu_label(trace: Trace, rank: int, device: int, options: Options) -> str:
-    name, spec = gpu_of(trace, rank, device, options)
+def _gpu_label(ctx: AnalysisContext, rank: int, device: int) -> str:
+    name, spec = gpu_of(ctx, rank, device)
     if spec is None:
         return f"unknown ({name or 'no name recorded'})"
     return spec.name
@@ -786,52 +778,48 @@ _ADVICE["attention_backward"] = _ADVICE["attention"]
 # ------------------------------------------------------------------------------------ the analysis
 
 
-def compute(trace: Trace, options: Options) -> tuple[dict[str, pd.DataFrame], list[Finding], list[str]]:
-    """The per-rank tables, findings and warnings (cached per trace and options)."""
-    return cached(trace, "efficiency.compute", options, lambda: _compute(trace, options))
-
-
-def _compute(trace: Trace, options: Options) -> tuple[dict[str, pd.DataFrame], list[Finding], list[str]]:
-    k = attribute(trace, options)
-    step_counts = activity(trace, options).steps.counts()
-    roofed = with_roofs(trace, k.ops, options)
-    windows = breakdown(trace, options)
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    """The per-rank tables, findings and warnings (each warning for the ranks it is about)."""
+    k = attribute(ctx)
+    step_counts = activity(ctx).steps.counts()
+    roofed = with_roofs(ctx, k.ops)
+    windows = ctx.input("temporal.breakdown")
     op_types = op_type_table(roofed, step_counts)
-    steps, mfu_warnings = with_mfu(step_table(roofed, windows[["rank", "device", "step", "window_ns"]]), trace,
-                                   options)
-    tables = {"op_types": op_types, "steps": steps, "coverage": coverage_table(trace, k, options),
+    steps, mfu_warnings = with_mfu(step_table(roofed, windows[["rank", "device", "step", "window_ns"]]), ctx)
+    tables = {"op_types": op_types, "steps": steps, "coverage": coverage_table(ctx, k),
               "unmodelled": unmodelled_table(k)}
     findings = below_roofline_findings(k, roofed, windows, step_counts) if len(roofed) else []
-    return tables, findings, _warnings(k, roofed, op_types) + mfu_warnings
+    result = AnalysisResult(name=NAME, tables=tables, findings=findings)
+    for rank, message in _warnings(k, roofed, op_types) + mfu_warnings:
+        result.warn(message, [rank])
+    return result
 
 
-def _warnings(k: OpKernels, roofed: pd.DataFrame, op_types: pd.DataFrame) -> list[str]:
-    out = []
+def _warnings(k: OpKernels, roofed: pd.DataFrame, op_types: pd.DataFrame) -> list[tuple[int, str]]:
+    """(rank, warning) of the ranks whose figures cannot be trusted, and why."""
+    out: list[tuple[int, str]] = []
     ops = k.ops
-    if k.rank.size and not len(ops):
-        out.append("efficiency: no compute kernel was launched under a CPU op (the trace records no ops, e.g. an "
-                   "Nsight export, or none around the launch calls): nothing is modelled")
-    if len(ops) and not ops["has_dims"].any():
-        out.append("efficiency: no op records its input shapes (profile with record_shapes=True, or this trace "
-                   "format does not carry them): no op is modelled")
+    with_ops = np.unique(ops["rank"].to_numpy(np.int64)) if len(ops) else np.empty(0, np.int64)
+    for rank in np.setdiff1d(np.unique(k.rank), with_ops).tolist():
+        out.append((rank, "efficiency: no compute kernel was launched under a CPU op (the trace records no ops, e.g. "
+                    "an Nsight export, or none around the launch calls): nothing is modelled"))
+    if len(ops):
+        has_dims = ops.groupby("rank", sort=True)["has_dims"].any()
+        for rank in has_dims.index[~has_dims.to_numpy(bool)].tolist():
+            out.append((int(rank), "efficiency: no op records its input shapes (profile with record_shapes=True, or "
+                        "this trace format does not carry them): no op is modelled"))
     no_roof = roofed[roofed["roofline_ns"].isna()].drop_duplicates(["rank", "device", "roof"])
     for rank, device, roof in zip(no_roof["rank"], no_roof["device"], no_roof["roof"]):
-        out.append(f"efficiency: rank {rank} GPU {device}: {roof}")
+        out.append((int(rank), f"efficiency: rank {rank} GPU {device}: {roof}"))
     over = op_types[op_types["over_roofline"].to_numpy(bool)]
     for row in over.itertuples(index=False):
         why = ("its roof is too low (TF32 products judged on the fp32 peak), or its data came from cache"
                if row.unit == "tensor" else "its data came from cache, or the recorded shapes or durations are "
                "not those that ran (a synthetic trace)")
-        out.append(f"efficiency: {row.name} ({row.dtype}) on rank {row.rank} GPU {row.device} ran faster than its "
-                   f"roofline ({row.roofline_ns / row.gpu_ns:.0%}): {why}; no efficiency is given for it")
+        out.append((int(row.rank), f"efficiency: {row.name} ({row.dtype}) on rank {row.rank} GPU {row.device} ran "
+                    f"faster than its roofline ({row.roofline_ns / row.gpu_ns:.0%}): {why}; no efficiency is given "
+                    "for it"))
     return out
-
-
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    tables, findings, warnings = compute(trace, options)
-    # copies: the report's findings engine fills in costs, and the cached ones must stay as computed
-    return AnalysisResult(name=NAME, tables=dict(tables), findings=[dataclasses.replace(f) for f in findings],
-                          warnings=list(warnings))
 
 
 # ------------------------------------------------------------------------------------ collectives
@@ -860,15 +848,15 @@ class CollectiveInputs:
 _COLLECTIVE_KEYS = ["rank", "device", "step", "collective", "process_group", "start", "end", "bytes", "group_size"]
 
 
-def collective_inputs(trace: Trace, options: Options) -> CollectiveInputs:
-    inputs = cross_rank_inputs(trace, options)
+def collective_inputs(ctx: AnalysisContext) -> CollectiveInputs:
+    inputs = cross_rank_inputs(ctx)
     kernels = inputs.kernels[_COLLECTIVE_KEYS].reset_index(drop=True)
-    windows = breakdown(trace, options)
+    windows = ctx.input("temporal.breakdown")
     whole = windows[windows["step"].isna()]
-    counts = activity(trace, options).steps.counts()
+    counts = activity(ctx).steps.counts()
     gpus = []
     for rank, device, window in zip(whole["rank"], whole["device"], whole["window_ns"]):
-        name, spec = gpu_of(trace, int(rank), int(device), options)
+        name, spec = gpu_of(ctx, int(rank), int(device))
         link, why = _link(name, spec)
         gpus.append((int(rank), int(device), int(window), counts.get(int(rank), 0), link, why))
     frame = pd.DataFrame(gpus, columns=["rank", "device", "window_ns", "steps", "link_gbs", "link"])
@@ -1034,17 +1022,17 @@ def reduce_collectives(parts: list[CollectiveInputs], options: Options) -> Analy
     return AnalysisResult(name=NAME, tables=tables, findings=findings)
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "classify.codes.name", "temporal.breakdown", "launch_overhead.kinds",
-                 "launch_overhead.linked_ops", "cross_rank_inputs", "cpu_op_nesting", "efficiency.attribute",
-                 "efficiency.compute")
+register_input("efficiency.gpu_specs", lambda ctx: gpu_specs(ctx.options.gpu_specs))
+register_input("efficiency.attribute", _attribute,
+               requires=("activity", "launch_overhead.kinds", "launch_overhead.linked_ops", "cpu_op_nesting",
+                         "classify.codes.name"))
 
 SPEC = AnalysisSpec(
     name=NAME,
     title="Efficiency",
     run=analyze,
+    requires=("activity", "efficiency.attribute", "efficiency.gpu_specs", "temporal.breakdown",
+              "communication.cross_rank_inputs"),
     order=90,
     tables=(
         TableSpec("op_types", "Op types against the roofline, per rank and GPU", sort_by="gpu_ns"),

@@ -46,14 +46,15 @@ import numpy as np
 import pandas as pd
 
 from traceview.claims import Claims
+from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.tables import masked_int64
 
 from . import classify
 from traceview import intervals as iv
-from .steps import NO_STEP, Activity, activity, cached, per_step
+from .steps import NO_STEP, Activity, activity, analysed_ranks, per_step
 
 NAME = "idle_gaps"
 
@@ -85,15 +86,16 @@ GAP_COLUMNS = [
 ]
 
 
-class _CpuContext:
+class CpuContext:
     """Per-thread nested CPU ranges (ops, Python functions, annotations) for innermost lookups."""
 
-    def __init__(self, trace: Trace, options: Options) -> None:
+    def __init__(self, ctx: AnalysisContext) -> None:
+        trace, options = ctx.trace, ctx.options
         kinds = trace.kind_codes()
         mask = np.isin(kinds, np.array([int(k) for k in CONTEXT_KINDS], dtype=np.int8))
         marker = options.step_marker or DEFAULT_STEP_MARKER
         if mask.any():
-            mask &= ~classify.name_matches(trace, marker)
+            mask &= ~classify.name_matches(ctx, marker)
         self.rows = np.flatnonzero(mask)
         start = trace.column("start_ns")[self.rows]
         end = start + np.maximum(trace.column("dur_ns")[self.rows], 0)
@@ -155,11 +157,12 @@ class _CpuContext:
         return out
 
 
-def _sync_calls(trace: Trace, options: Options) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _sync_calls(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(row, rank, start, end) of synchronize calls and blocking copies on the CPU."""
+    trace, options = ctx.trace, ctx.options
     kinds = trace.kind_codes()
-    mask = classify.is_sync_call(trace) | (
-        (kinds == int(Kind.RUNTIME)) & classify.name_matches(trace, BLOCKING_COPY)
+    mask = classify.is_sync_call(ctx) | (
+        (kinds == int(Kind.RUNTIME)) & classify.name_matches(ctx, BLOCKING_COPY)
     )
     rows = np.flatnonzero(mask)
     rank = trace.column("rank")[rows].astype(np.int64)
@@ -208,10 +211,11 @@ def _gaps_of(
 
 
 def _attribute(
-    trace: Trace, options: Options, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray
+    ctx: AnalysisContext, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cause code (index into CAUSES), CPU-context row (-1: none) of each gap, and whether the
     host-bound context is the fallback (contains only the gap start)."""
+    trace = ctx.trace
     n = gs.size
     cause = np.full(n, CAUSES.index(UNATTRIBUTED), dtype=np.int8)
     context = np.full(n, -1, dtype=np.int64)
@@ -223,7 +227,7 @@ def _attribute(
     linked = api_row >= 0
     host = linked & (api_start >= gs)
 
-    rows, s_rank, s_start, s_end = _sync_calls(trace, options)
+    rows, s_rank, s_start, s_end = _sync_calls(ctx)
     sync_hit = iv.innermost_covering(s_rank, s_start, s_end, act.rank[nxt], gs, ge)
     sync = (sync_hit >= 0) & ~host
     # launched after the GPU went idle, but the launching thread was blocked in a synchronize call or
@@ -247,7 +251,7 @@ def _attribute(
     context[drained >= 0] = drained[drained >= 0]
     cause[host] = CAUSES.index(HOST_BOUND)
     if host.any():
-        cpu = cached(trace, "idle_gaps.cpu_context", options, lambda: _CpuContext(trace, options))
+        cpu = ctx.input("idle_gaps.cpu_context")
         h = np.flatnonzero(host)
         ar = api_row[h]
         rank, pid, tid = act.rank[nxt[h]], trace.column("pid")[ar], trace.column("tid")[ar]
@@ -269,7 +273,7 @@ Attribution = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _attribute_reusing(
-    trace: Trace, options: Options, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray,
+    ctx: AnalysisContext, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray,
     known: tuple[np.ndarray, np.ndarray, np.ndarray, Attribution],
 ) -> Attribution:
     """:func:`_attribute`, taking each gap's cause from ``known`` (gaps already attributed: their
@@ -278,7 +282,7 @@ def _attribute_reusing(
     are whole-trace gaps too."""
     k_gs, k_ge, k_nxt, (k_cause, k_context, k_fallback) = known
     if k_nxt.size == 0 or gs.size == 0:
-        return _attribute(trace, options, act, gs, ge, nxt)
+        return _attribute(ctx, act, gs, ge, nxt)
     index = np.full(len(act), -1, dtype=np.int64)
     index[k_nxt] = np.arange(k_nxt.size, dtype=np.int64)  # a whole-trace gap per next activity at most
     hit = index[nxt]
@@ -287,13 +291,13 @@ def _attribute_reusing(
     cause, context, fallback = k_cause[safe], k_context[safe], k_fallback[safe]
     new = np.flatnonzero(~same)
     if new.size:
-        n_cause, n_context, n_fallback = _attribute(trace, options, act, gs[new], ge[new], nxt[new])
+        n_cause, n_context, n_fallback = _attribute(ctx, act, gs[new], ge[new], nxt[new])
         cause[new], context[new], fallback[new] = n_cause, n_context, n_fallback
     return cause, context, fallback
 
 
 def _table(
-    trace: Trace, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, step: np.ndarray,
+    ctx: AnalysisContext, act: Activity, gs: np.ndarray, ge: np.ndarray, nxt: np.ndarray, step: np.ndarray,
     attribution: Attribution,
 ) -> pd.DataFrame:
     cause, context, fallback = attribution
@@ -306,7 +310,7 @@ def _table(
             "end_ns": ge,
             "dur_ns": ge - gs,
             "cause": pd.Categorical.from_codes(cause, categories=list(CAUSES)),
-            "cpu_context": classify.names_categorical(trace, context),
+            "cpu_context": classify.names_categorical(ctx, context),
             "context_at_gap_start": fallback,
             "next_row": act.row[nxt],
             "api_row": act.api_row[nxt],
@@ -315,25 +319,28 @@ def _table(
     )
 
 
-def compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
-    """All gap tables (cached per trace and options)."""
-    return cached(trace, "idle_gaps.tables", options, lambda: _compute(trace, options))
+def compute(ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    """All gap tables (the derived input ``idle_gaps.tables``)."""
+    tables: dict[str, pd.DataFrame] = ctx.input("idle_gaps.tables")
+    return tables
 
 
-def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
-    act = activity(trace, options)
+def build_tables(ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    """:func:`compute`, now."""
+    options = ctx.options
+    act = activity(ctx)
     everything = np.ones(len(act), dtype=bool)
     gs, ge, nxt, _, _ = _gaps_of(act, everything, [act.rank, act.device])
-    whole = _attribute(trace, options, act, gs, ge, nxt)
-    gaps = _table(trace, act, gs, ge, nxt, act.step[nxt], whole)
+    whole = _attribute(ctx, act, gs, ge, nxt)
+    gaps = _table(ctx, act, gs, ge, nxt, act.step[nxt], whole)
     gaps = gaps.sort_values(["rank", "device", "start_ns"], kind="stable").reset_index(drop=True)
 
     in_step = act.step != NO_STEP
     if in_step.any():
         known = (gs, ge, nxt, whole)
         gs, ge, nxt, _, _ = _gaps_of(act, in_step, [act.rank, act.device, act.step])
-        step_gaps = _table(trace, act, gs, ge, nxt, act.step[nxt],
-                           _attribute_reusing(trace, options, act, gs, ge, nxt, known))
+        step_gaps = _table(ctx, act, gs, ge, nxt, act.step[nxt],
+                           _attribute_reusing(ctx, act, gs, ge, nxt, known))
         step_gaps = step_gaps.sort_values(["rank", "device", "step", "start_ns"], kind="stable").reset_index(drop=True)
     else:
         step_gaps = gaps.iloc[:0].copy()
@@ -507,20 +514,20 @@ _TITLES = {
 }
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    tables = compute(trace, options)
-    act = activity(trace, options)
-    # shallow copies: a caller adding columns does not alter the cached tables other analyses read
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    tables = compute(ctx)
+    act = activity(ctx)
+    # shallow copies: a caller adding columns does not alter the tables other analyses read
     result = AnalysisResult(name=NAME, tables={k: v.copy(deep=False) for k, v in tables.items()})
+    result.warn("no GPU activity in the trace: no idle gaps to analyse", np.setdiff1d(analysed_ranks(ctx), act.rank))
     if len(act) == 0:
-        result.warnings.append("no GPU activity in the trace: no idle gaps to analyse")
         return result
-    n_unlinked = int((act.api_row < 0).sum())
-    if n_unlinked:
-        result.warnings.append(
-            f"{n_unlinked} of {len(act)} GPU activities have no launch call (no correlation link): gaps they "
-            "end are 'unattributed'"
-        )
+    ranks, per_rank = np.unique(act.rank, return_counts=True)
+    unlinked = np.bincount(np.searchsorted(ranks, act.rank[act.api_row < 0]), minlength=ranks.size)
+    for rank, n_unlinked, n in zip(ranks[unlinked > 0].tolist(), unlinked[unlinked > 0].tolist(),
+                                   per_rank[unlinked > 0].tolist()):  # each rank's own counts
+        result.warn(f"{n_unlinked} of {n} GPU activities have no launch call (no correlation link): gaps they "
+                    "end are 'unattributed'", [rank])
     result.findings.extend(_findings(tables, act))
     return result
 
@@ -586,16 +593,15 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
     return findings
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "classify.codes.name", "classify.categories.name.", "idle_gaps.cpu_context",
-                 "idle_gaps.tables")
+register_input("idle_gaps.cpu_context", CpuContext, requires=("classify.codes.name",))
+register_input("idle_gaps.tables", build_tables,
+               requires=("activity", "classify.codes.name", "classify.categories.name", "idle_gaps.cpu_context"))
 
 SPEC = AnalysisSpec(
     name=NAME,
     title="Idle gaps",
     run=analyze,
+    requires=("activity", "idle_gaps.tables"),
     order=20,
     tables=(
         # the timeline window of the reports lists a rank's 500 largest gaps: a job keeps them per rank

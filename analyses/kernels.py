@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TypedDict
 
 import numpy as np
@@ -70,12 +69,11 @@ from traceview.claims import Claims
 from traceview.units import fmt_ns
 from .idle_gaps import HOST_BOUND
 from .kernel_names import normalize_kernel_name
-from .idle_gaps import compute as idle_gap_tables
-from .launch_overhead import graph_replayed
-from .steps import NO_STEP, Activity, activity, cached, per_step, step_column
+from .steps import NO_STEP, Activity, activity, analysed_ranks, per_step, step_column
+from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.registry import AnalysisSpec, TableSpec, register_input
 
 NAME = "kernels"
 
@@ -330,17 +328,19 @@ def _empty_frame(columns: list[str]) -> pd.DataFrame:
     )
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    act = activity(trace, options)
-    tables = dict(_cached_tables(trace, act, options))  # a copy: the cached dict stays as computed
-    tables["tiny_kernels"] = tiny_table(act, graph_replayed(trace, options))
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    trace = ctx.trace
+    act = activity(ctx)
+    tables = dict(kernel_tables_of(ctx))  # a copy: the cached dict stays as computed
+    tables["tiny_kernels"] = tiny_table(act, ctx.input("launch_overhead.kinds").graph)
     result = AnalysisResult(name=NAME, tables=tables)
+    result.warn("no GPU activity (kernels, memcpy, memset) in the trace: no kernel breakdown",
+                np.setdiff1d(analysed_ranks(ctx), act.rank))
     if len(act) == 0:
-        result.warnings.append("no GPU activity (kernels, memcpy, memset) in the trace: no kernel breakdown")
         return result
     result.findings.extend(_dominant_findings(tables["categories"], tables["kernels"]))
-    result.findings.extend(_tiny_findings(tables["tiny_kernels"], act, idle_gap_tables(trace, options)["gaps"],
-                                          _tiny_rows(trace, act, graph_replayed(trace, options))))
+    result.findings.extend(_tiny_findings(tables["tiny_kernels"], act, ctx.input("idle_gaps.tables")["gaps"],
+                                          _tiny_rows(trace, act, ctx.input("launch_overhead.kinds").graph)))
     return result
 
 
@@ -392,7 +392,7 @@ def _dominant_findings(categories: pd.DataFrame, kernels: pd.DataFrame) -> list[
     top = top[top["share_pct"] >= 100 * DOMINANT_CATEGORY_SHARE]
     top_kernel = kernels.groupby(["rank", "device"], sort=True).head(1)
     findings = []
-    for category, rows in top.groupby("category"):
+    for (_, category), rows in top.groupby(["rank", "category"]):  # a finding per rank and category
         ranks = sorted({int(r) for r in rows["rank"]})
         per_rank: list[_DominantRank] = []
         for _, row in rows.iterrows():
@@ -497,13 +497,19 @@ def _tiny_gpus(tiny: pd.DataFrame, act: Activity, claimed: dict[tuple[int, int],
 
 
 def _tiny_findings(tiny: pd.DataFrame, act: Activity, gaps: pd.DataFrame, tiny_rows: np.ndarray) -> list[Finding]:
-    """One finding over every rank/device where tiny kernels qualify (see module docstring)."""
+    """One finding per rank over its devices where tiny kernels qualify (see module docstring)."""
     windows = _step_windows(act)
     qualifying = [(p["rank"], p["device"]) for p in _tiny_gpus(tiny, act, {}, windows)]
     claims = _tiny_claims(gaps, tiny_rows, qualifying)
-    per_gpu = _tiny_gpus(tiny, act, claims.by_gpu(), windows)
-    if not per_gpu:
-        return []
+    by_rank: dict[int, list[_TinyGpu]] = {}
+    for gpu in _tiny_gpus(tiny, act, claims.by_gpu(), windows):
+        by_rank.setdefault(gpu["rank"], []).append(gpu)
+    return [_tiny_finding(gpus, gaps, claims.only_ranks([rank])) for rank, gpus in sorted(by_rank.items())]
+
+
+def _tiny_finding(per_gpu: list[_TinyGpu], gaps: pd.DataFrame, claims: Claims) -> Finding:
+    """The many_tiny_kernels finding of one rank's qualifying GPUs ``per_gpu``."""
+    qualifying = [(p["rank"], p["device"]) for p in per_gpu]
     cost = int(round(float(np.mean([p["cost_ns_per_step"] for p in per_gpu]))))
     shares = [p["cost_share"] for p in per_gpu if p["cost_share"] is not None]
     cost_share = float(np.mean(shares)) if shares else None
@@ -514,27 +520,25 @@ def _tiny_findings(tiny: pd.DataFrame, act: Activity, gaps: pd.DataFrame, tiny_r
     where = f"GPU {per_gpu[0]['device']} of rank {ranks[0]}" if len(per_gpu) == 1 else f"{len(ranks)} ranks"
     in_graphs = f", {100 * graphed:.0f}% of them replayed from graphs" if graphed else ""
     recommendation, contexts = _tiny_advice(graphed, gaps, qualifying)
-    return [
-        Finding(
-            code="many_tiny_kernels",
-            part_of="low_utilization",  # its claims are idle time before tiny kernels
-            title=f"{100 * tiny_share:.0f}% of the compute kernels on {where} are shorter than {TINY_NS // 1000} us "
-            f"({per:.0f} per step{in_graphs}): a fusion opportunity",
-            severity="medium" if tiny_share >= TINY_SHARE_MEDIUM or (cost_share or 0) >= 0.1 else "low",
-            analysis=NAME,
-            recommendation=recommendation,
-            cost_ns_per_step=cost,
-            cost_share=cost_share,
-            rank=ranks[0] if len(ranks) == 1 else None,
-            claims=claims,
-            evidence={
-                "cost_estimate": "device idle gaps ended by a tiny kernel, each cut to its last 10 us",
-                "graph_replayed_share": graphed,
-                "host_contexts": contexts,
-                "per_gpu": per_gpu,
-            },
-        )
-    ]
+    return Finding(
+        code="many_tiny_kernels",
+        part_of="low_utilization",  # its claims are idle time before tiny kernels
+        title=f"{100 * tiny_share:.0f}% of the compute kernels on {where} are shorter than {TINY_NS // 1000} us "
+        f"({per:.0f} per step{in_graphs}): a fusion opportunity",
+        severity="medium" if tiny_share >= TINY_SHARE_MEDIUM or (cost_share or 0) >= 0.1 else "low",
+        analysis=NAME,
+        recommendation=recommendation,
+        cost_ns_per_step=cost,
+        cost_share=cost_share,
+        rank=ranks[0] if len(ranks) == 1 else None,
+        claims=claims,
+        evidence={
+            "cost_estimate": "device idle gaps ended by a tiny kernel, each cut to its last 10 us",
+            "graph_replayed_share": graphed,
+            "host_contexts": contexts,
+            "per_gpu": per_gpu,
+        },
+    )
 
 
 #: tiny kernels mostly graph-replayed from this share: no "use CUDA graphs" advice
@@ -594,20 +598,14 @@ class KernelTotals:
         return self
 
 
-def _cached_tables(trace: Trace, act: Activity, options: Options) -> dict[str, pd.DataFrame]:
-    """:func:`kernel_tables`, computed once per trace and options (the analysis and the job-wide
+def kernel_tables_of(ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    """:func:`kernel_tables` (the derived input ``kernel_tables``: the analysis and the job-wide
     totals both read it)."""
-    return cached(trace, "kernel_tables", options, lambda: kernel_tables(trace, act, options.top_n))
+    tables: dict[str, pd.DataFrame] = ctx.input("kernel_tables")
+    return tables
 
 
 CALL_COLUMNS = ["name", "norm_name", "category", "kind", "rank", "device", "dur_ns", "calls"]
-
-
-@lru_cache(maxsize=65536)
-def normalized_name(name: str) -> str:
-    """:func:`~traceview.analyses.kernel_names.normalize_kernel_name`, remembered (a trace repeats
-    its few thousand names on every rank)."""
-    return normalize_kernel_name(name)
 
 
 def _distinct_calls(trace: Trace, act: Activity) -> pd.DataFrame:
@@ -622,23 +620,26 @@ def _distinct_calls(trace: Trace, act: Activity) -> pd.DataFrame:
     first_of_name = np.full(int(codes.max()) + 1 if codes.size else 0, codes.size, dtype=np.int64)
     np.minimum.at(first_of_name, codes, np.arange(codes.size, dtype=np.int64))
     names = [dictionary[c] for c in code.tolist()]
+    # normalised once per distinct name: a trace repeats its few thousand names on every rank
+    normalized = {name: normalize_kernel_name(name) for name in set(names)}
     return pd.DataFrame({
-        "name": names, "norm_name": [normalized_name(n) for n in names],
+        "name": names, "norm_name": [normalized[n] for n in names],
         "category": [CATEGORIES[c] for c in cat[first].tolist()],
         "kind": [kind_names.get(int(k), "other") for k in act.kind[first].tolist()],
         "rank": rank.astype(np.int64), "device": device.astype(np.int64), "dur_ns": value, "calls": calls,
     })
 
 
-def kernel_totals(trace: Trace, options: Options) -> KernelTotals:
+def kernel_totals(ctx: AnalysisContext) -> KernelTotals:
     """What one rank gives the cross-rank tables: per full kernel name over every GPU of ``trace``,
     count, total, min and max duration and the number of (rank, device) pairs it ran on; and its
     distinct calls (:func:`_distinct_calls`)."""
-    act = activity(trace, options)
+    trace = ctx.trace
+    act = activity(ctx)
     if len(act) == 0:
         return KernelTotals(_empty_frame(["name", "category", "kind", "count", "total_ns", "min_ns", "max_ns",
                                           "gpus"]), _empty_frame(CALL_COLUMNS))
-    per_gpu = _cached_tables(trace, act, options)["kernels"]
+    per_gpu = kernel_tables_of(ctx)["kernels"]
     grouped = per_gpu.groupby(["name", "category", "kind"], sort=False)
     frame = grouped.agg(count=("count", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
                         max_ns=("max_ns", "max"), gpus=("count", "size")).reset_index()
@@ -776,15 +777,14 @@ def cross_rank(parts: list[KernelTotals], options: Options) -> AnalysisResult:
     return result
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "idle_gaps.tables", "launch_overhead.kinds", "kernel_tables")
+register_input("kernel_tables", lambda ctx: kernel_tables(ctx.trace, activity(ctx), ctx.options.top_n),
+               requires=("activity",))
 
 SPEC = AnalysisSpec(
     name=NAME,
     title="Kernels",
     run=analyze,
+    requires=("activity", "kernel_tables", "idle_gaps.tables", "launch_overhead.kinds"),
     order=50,
     tables=(
         TableSpec("kernel_summary", "Kernels over all ranks, by normalised name", sort_by="total_ns",

@@ -36,14 +36,14 @@ import pandas as pd
 
 from traceview import intervals as iv
 from traceview.claims import Claims
+from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.registry import AnalysisSpec, TableSpec, register_input
 
 from . import classify
 from .idle_gaps import HOST_BOUND
-from .idle_gaps import compute as idle_gap_tables
-from .steps import NO_STEP, Activity, activity, cached, cpu_op_links, cpu_op_nesting, per_step, step_column
+from .steps import NO_STEP, Activity, activity, analysed_ranks, cpu_op_links, cpu_op_nesting, per_step, step_column
 
 NAME = "launch_overhead"
 
@@ -99,22 +99,23 @@ class LaunchKinds:
     one_by_one: np.ndarray  # a kernel launched by a kernel-launch API
 
 
-def launch_kinds(trace: Trace, options: Options) -> LaunchKinds:
+def launch_kinds(ctx: AnalysisContext) -> LaunchKinds:
     """Graph-replayed / first-of-replay / launched-one-by-one flags per activity entry (cached)."""
-    return cached(trace, "launch_overhead.kinds", options, lambda: _launch_kinds(trace, activity(trace, options)))
+    value = ctx.input("launch_overhead.kinds")
+    return value
 
 
-def graph_replayed(trace: Trace, options: Options) -> np.ndarray:
+def graph_replayed(ctx: AnalysisContext) -> np.ndarray:
     """Boolean per activity entry of :func:`steps.activity`: launched by a graph launch call."""
-    return launch_kinds(trace, options).graph
+    return launch_kinds(ctx).graph
 
 
-def _launch_kinds(trace: Trace, act: Activity) -> LaunchKinds:
+def _launch_kinds(ctx: AnalysisContext, act: Activity) -> LaunchKinds:
     has = act.api_row >= 0
     safe = np.where(has, act.api_row, 0)
     n = len(act)
-    graph = has & classify.name_matches(trace, GRAPH_LAUNCH_API)[safe] if n else np.zeros(0, dtype=bool)
-    kernel_api = classify.name_matches(trace, KERNEL_LAUNCH_API)[safe] if n else np.zeros(0, dtype=bool)
+    graph = has & classify.name_matches(ctx, GRAPH_LAUNCH_API)[safe] if n else np.zeros(0, dtype=bool)
+    kernel_api = classify.name_matches(ctx, KERNEL_LAUNCH_API)[safe] if n else np.zeros(0, dtype=bool)
     one_by_one = has & ~graph & kernel_api & (act.kind == int(Kind.KERNEL))
     first = np.zeros(n, dtype=bool)
     g = np.flatnonzero(graph)
@@ -125,12 +126,13 @@ def _launch_kinds(trace: Trace, act: Activity) -> LaunchKinds:
     return LaunchKinds(graph=graph, first=first, one_by_one=one_by_one)
 
 
-def issuing_cpu_op(trace: Trace, api_rows: np.ndarray) -> np.ndarray:
+def issuing_cpu_op(ctx: AnalysisContext, api_rows: np.ndarray) -> np.ndarray:
     """Row of the CPU op that issued each runtime call (-1 when unknown)."""
+    trace = ctx.trace
     out = np.full(api_rows.size, -1, dtype=np.int64)
     if api_rows.size == 0:
         return out
-    rt_u, op_u = cached(trace, "launch_overhead.linked_ops", Options(), lambda: _linked_ops(trace))
+    rt_u, op_u = ctx.input("launch_overhead.linked_ops")
     if rt_u.size:
         pos = np.clip(np.searchsorted(rt_u, api_rows), 0, rt_u.size - 1)
         hit = rt_u[pos] == api_rows
@@ -139,7 +141,7 @@ def issuing_cpu_op(trace: Trace, api_rows: np.ndarray) -> np.ndarray:
     if missing.size:
         # the innermost CPU op on the call's thread running at its start (the nesting of every
         # thread's ops is built once per trace and shared with the other analyses)
-        nest = cpu_op_nesting(trace)
+        nest = cpu_op_nesting(ctx)
         if nest.rows.size:
             q = api_rows[missing]
             qk = nest.thread_codes(trace.column("rank")[q].astype(np.int64), trace.column("pid")[q],
@@ -150,19 +152,21 @@ def issuing_cpu_op(trace: Trace, api_rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _linked_ops(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def _linked_ops(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
     """(runtime row, its linked CPU op) for every linked runtime call, by runtime row: of several
     ops linked to one call, the innermost (latest start)."""
-    op_rows, rt_rows = cpu_op_links(trace)
+    trace = ctx.trace
+    op_rows, rt_rows = cpu_op_links(ctx)
     order = np.lexsort((trace.column("start_ns")[op_rows], rt_rows))
     rt_sorted, op_sorted = rt_rows[order], op_rows[order]
     last = np.flatnonzero(np.concatenate([rt_sorted[1:] != rt_sorted[:-1], [True]])) if rt_sorted.size else order
     return rt_sorted[last], op_sorted[last]
 
 
-def launch_table(trace: Trace, options: Options, act: Activity) -> pd.DataFrame:
+def launch_table(ctx: AnalysisContext, act: Activity) -> pd.DataFrame:
     """One row per launch link (launch call -> GPU activity)."""
-    kinds = launch_kinds(trace, options)
+    trace = ctx.trace
+    kinds = launch_kinds(ctx)
     sel = np.flatnonzero(act.api_row >= 0)
     api = act.api_row[sel]
     gpu = act.row[sel]
@@ -172,18 +176,18 @@ def launch_table(trace: Trace, options: Options, act: Activity) -> pd.DataFrame:
     # a graph replay has one launch delay (its first activity's); the others have none
     delay = pd.arrays.IntegerArray(np.maximum(0, act.start[sel] - act.api_end[sel]), graph & ~kinds.first[sel])
     kind = act.kind[sel]
-    op = issuing_cpu_op(trace, api)
+    op = issuing_cpu_op(ctx, api)
     return pd.DataFrame(
         {
             "rank": act.rank[sel],
             "device": act.device[sel],
             "step": step_column(act.step[sel]),
-            "api": classify.names_categorical(trace, api),
-            "kernel": classify.names_categorical(trace, gpu),
+            "api": classify.names_categorical(ctx, api),
+            "kernel": classify.names_categorical(ctx, gpu),
             "kind": pd.Categorical.from_codes(
                 kind.astype(np.int64) - int(Kind.KERNEL), categories=["kernel", "memcpy", "memset"]
             ),
-            "cpu_op": classify.names_categorical(trace, op),
+            "cpu_op": classify.names_categorical(ctx, op),
             "api_start_ns": act.api_start[sel],
             "api_dur_ns": api_dur,
             "gpu_start_ns": act.start[sel],
@@ -268,10 +272,11 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
 
 
-def graph_replay_table(trace: Trace, options: Options, act: Activity) -> pd.DataFrame:
+def graph_replay_table(ctx: AnalysisContext, act: Activity) -> pd.DataFrame:
     """One row per graph replay (graph launch call): its GPU activities, span, launch delay, and the
     host gap since the previous graph launch call on the same thread."""
-    g = np.flatnonzero(launch_kinds(trace, options).graph)
+    trace = ctx.trace
+    g = np.flatnonzero(launch_kinds(ctx).graph)
     if g.size == 0:
         return _empty(REPLAY_COLUMNS)
     order = g[np.lexsort((act.end[g], act.start[g], act.api_row[g]))]
@@ -290,8 +295,8 @@ def graph_replay_table(trace: Trace, options: Options, act: Activity) -> pd.Data
             "rank": act.rank[first],
             "device": act.device[first],
             "step": step_column(act.step[first]),
-            "api": classify.names_categorical(trace, api),
-            "cpu_op": classify.names_categorical(trace, issuing_cpu_op(trace, api)),
+            "api": classify.names_categorical(ctx, api),
+            "cpu_op": classify.names_categorical(ctx, issuing_cpu_op(ctx, api)),
             "api_start_ns": api_start,
             "api_dur_ns": api_end - api_start,
             "kernels": kernels,
@@ -360,19 +365,21 @@ def _launch_scale_bounds(act: Activity, kinds: LaunchKinds) -> pd.Series:
     return (LAUNCH_SCALE_FACTOR * dur).round().clip(LAUNCH_SCALE_FLOOR_NS, LAUNCH_SCALE_CAP_NS).astype(np.int64)
 
 
-def launch_scale_gaps(trace: Trace, options: Options) -> np.ndarray:
+def launch_scale_gaps(ctx: AnalysisContext) -> np.ndarray:
     """Boolean per row of idle_gaps' ``gaps`` table: a launch-scale gap (see module docstring)."""
-    return cached(trace, "launch_overhead.launch_scale", options, lambda: _launch_scale_gaps(trace, options))
+    value = ctx.input("launch_overhead.launch_scale")
+    return value
 
 
-def _launch_scale_gaps(trace: Trace, options: Options) -> np.ndarray:
-    gaps = idle_gap_tables(trace, options)["gaps"]
+def _launch_scale_gaps(ctx: AnalysisContext) -> np.ndarray:
+    trace = ctx.trace
+    gaps = ctx.input("idle_gaps.tables")["gaps"]
     if gaps.empty:
         return np.zeros(0, dtype=bool)
-    bounds = _launch_scale_bounds(activity(trace, options), launch_kinds(trace, options))
+    bounds = _launch_scale_bounds(activity(ctx), launch_kinds(ctx))
     api = gaps["api_row"].to_numpy()
     safe = np.where(api >= 0, api, 0)
-    one_by_one = classify.name_matches(trace, KERNEL_LAUNCH_API) & ~classify.name_matches(trace, GRAPH_LAUNCH_API)
+    one_by_one = classify.name_matches(ctx, KERNEL_LAUNCH_API) & ~classify.name_matches(ctx, GRAPH_LAUNCH_API)
     kernel = trace.kind_codes()[gaps["next_row"].to_numpy()] == int(Kind.KERNEL)
     bound = gaps["rank"].map(bounds).fillna(-1).to_numpy(dtype=np.int64)  # -1: no kernel launched one by one
     return ((gaps["cause"] == HOST_BOUND).to_numpy() & (api >= 0) & one_by_one[safe] & kernel
@@ -403,16 +410,16 @@ def _by_step(parts: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]) 
     return pd.DataFrame(out)
 
 
-def _steps(trace: Trace, options: Options, act: Activity, gaps: pd.DataFrame) -> pd.DataFrame:
+def _steps(ctx: AnalysisContext, act: Activity, gaps: pd.DataFrame) -> pd.DataFrame:
     """Per rank and step (and whole trace, step None): the launch-bound verdict and its inputs."""
-    kinds = launch_kinds(trace, options)
+    kinds = launch_kinds(ctx)
     kernel = act.kind == int(Kind.KERNEL)
     counts = {
         "kernels": kinds.one_by_one.astype(np.int64), "graph_kernels": (kinds.graph & kernel).astype(np.int64),
         "short_kernels": (kinds.one_by_one & (act.end - act.start < act.api_end - act.api_start)).astype(np.int64),
     }
     dur = gaps["dur_ns"].to_numpy()
-    scale = launch_scale_gaps(trace, options)
+    scale = launch_scale_gaps(ctx)
     idle = {
         "idle_ns": dur, "host_bound_idle_ns": np.where(gaps["cause"] == HOST_BOUND, dur, 0),
         "launch_scale_gaps": scale.astype(np.int64), "launch_scale_idle_ns": np.where(scale, dur, 0),
@@ -432,52 +439,56 @@ def _steps(trace: Trace, options: Options, act: Activity, gaps: pd.DataFrame) ->
     return out[STEP_COLUMNS]
 
 
-def compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
-    return cached(trace, "launch_overhead.tables", options, lambda: _compute(trace, options))
+def compute(ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    value = ctx.input("launch_overhead.tables")
+    return value
 
 
-def _compute(trace: Trace, options: Options) -> dict[str, pd.DataFrame]:
-    act = activity(trace, options)
-    launches = launch_table(trace, options, act)
-    replays = graph_replay_table(trace, options, act)
-    gaps = idle_gap_tables(trace, options)["gaps"]
+def _compute(ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
+    options = ctx.options
+    act = activity(ctx)
+    launches = launch_table(ctx, act)
+    replays = graph_replay_table(ctx, act)
+    gaps = ctx.input("idle_gaps.tables")["gaps"]
     return {
         "launches": launches,
         "by_api": _by_api(launches),
         "graph_replays": replays,
-        "graph_summary": graph_summary(replays, act, launch_kinds(trace, options).graph),
+        "graph_summary": graph_summary(replays, act, launch_kinds(ctx).graph),
         "tiny_kernel_ops": _tiny_kernel_ops(launches, options),
-        "steps": _steps(trace, options, act, gaps),
+        "steps": _steps(ctx, act, gaps),
     }
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    act = activity(trace, options)
-    tables = compute(trace, options)
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    act = activity(ctx)
+    tables = compute(ctx)
     # shallow copies: a caller adding columns does not alter the cached tables other analyses read
     result = AnalysisResult(name=NAME, tables={k: v.copy(deep=False) for k, v in tables.items()})
-    if len(act) == 0:
-        result.warnings.append("no GPU activity in the trace: no launches to analyse")
-        return result
+    ranks = analysed_ranks(ctx)
+    idle = np.setdiff1d(ranks, act.rank)
+    result.warn("no GPU activity in the trace: no launches to analyse", idle)
+    result.warn("no launch links (correlation ids) between host calls and GPU activity",
+                np.setdiff1d(np.setdiff1d(ranks, tables["launches"]["rank"].to_numpy(np.int64)), idle))
     if tables["launches"].empty:
-        result.warnings.append("no launch links (correlation ids) between host calls and GPU activity")
         return result
-    result.warnings.extend(_graph_notes(tables["graph_summary"], tables["graph_replays"]))
-    gaps = idle_gap_tables(trace, options)["gaps"]
-    result.findings.extend(_findings(tables, act, gaps[launch_scale_gaps(trace, options)]))
+    for rank, note in _graph_notes(tables["graph_summary"], tables["graph_replays"]):
+        result.warn(note, [rank])
+    gaps = ctx.input("idle_gaps.tables")["gaps"]
+    result.findings.extend(_findings(tables, act, gaps[launch_scale_gaps(ctx)]))
     return result
 
 
-def _graph_notes(summary: pd.DataFrame, replays: pd.DataFrame) -> list[str]:
+def _graph_notes(summary: pd.DataFrame, replays: pd.DataFrame) -> list[tuple[int, str]]:
     """A note per rank with graph replays: how they are counted (so their figures read right)."""
     notes = []
     for row in summary.itertuples(index=False):
         apis = ", ".join(sorted({str(a) for a in replays.loc[replays["rank"] == row.rank, "api"]}))
-        notes.append(
+        notes.append((int(row.rank),
             f"rank {row.rank}: {row.replays:,} graph replays ({apis}) ran {row.kernels:,} kernels "
             f"({100 * row.graph_busy_share:.0f}% of GPU busy time): each replay has one launch delay (launch call "
             "end to its first kernel); graph-replayed kernels are neither short nor counted as launched one by one"
-        )
+        ))
     return notes
 
 
@@ -585,17 +596,21 @@ def _recommend(kernels: pd.DataFrame, tiny_ops: pd.DataFrame, rank: int) -> tupl
     return text, evidence
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "links.cpu_op", "classify.codes.name", "classify.categories.name.", "idle_gaps.tables",
-                 "launch_overhead.kinds", "launch_overhead.linked_ops", "launch_overhead.launch_scale",
-                 "launch_overhead.tables", "cpu_op_nesting")
+register_input("launch_overhead.kinds", lambda ctx: _launch_kinds(ctx, activity(ctx)),
+               requires=("activity", "classify.codes.name"))
+register_input("launch_overhead.linked_ops", _linked_ops, requires=("links.cpu_op",))
+register_input("launch_overhead.launch_scale", _launch_scale_gaps,
+               requires=("idle_gaps.tables", "activity", "launch_overhead.kinds", "classify.codes.name"))
+register_input("launch_overhead.tables", _compute,
+               requires=("activity", "launch_overhead.kinds", "launch_overhead.linked_ops", "cpu_op_nesting",
+                         "classify.codes.name", "classify.categories.name", "idle_gaps.tables",
+                         "launch_overhead.launch_scale"))
 
 SPEC = AnalysisSpec(
     name=NAME,
     title="Launch overhead",
     run=analyze,
+    requires=("activity", "launch_overhead.tables", "idle_gaps.tables", "launch_overhead.launch_scale"),
     order=30,
     tables=(
         TableSpec("launches", "Launches (host call -> GPU activity)", sort_by="launch_delay_ns",

@@ -63,12 +63,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceview import intervals as iv
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.context import AnalysisContext
+from traceview.findings import AnalysisResult, Finding
 from traceview.model import Trace, join_on_keys
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_bytes
 
-from .steps import NO_STEP, StepTable, cached, cpu_op_nesting, step_column, step_table
+from .steps import NO_STEP, StepTable, cpu_op_nesting, step_column, step_table
 
 NAME = "memory"
 
@@ -134,12 +135,14 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return col.to_numpy().astype(np.int64)
 
 
-def memory_events(trace: Trace, options: Options) -> MemoryEvents:
+def memory_events(ctx: AnalysisContext) -> MemoryEvents:
     """The sorted allocator events with their levels (cached per trace and options)."""
-    return cached(trace, "memory.events", options, lambda: _build_events(trace, options))
+    value = ctx.input("memory.events")
+    return value
 
 
-def _build_events(trace: Trace, options: Options) -> MemoryEvents:
+def _build_events(ctx: AnalysisContext) -> MemoryEvents:
+    trace, options = ctx.trace, ctx.options
     table = trace.memory
     if options.ranks is not None and table.num_rows:
         table = table.filter(pa.array(np.isin(table.column("rank").to_numpy(), list(options.ranks))))
@@ -214,7 +217,8 @@ def _sums(cand: _Candidates, values: np.ndarray, n_rows: int) -> np.ndarray:
     return iv.lookup(keys, sums, np.arange(n_rows, dtype=np.int64))
 
 
-def _rows(trace: Trace, ev: MemoryEvents, cand: _Candidates, group: np.ndarray, step: np.ndarray) -> pd.DataFrame:
+def _rows(ctx: AnalysisContext, ev: MemoryEvents, cand: _Candidates, group: np.ndarray,
+          step: np.ndarray) -> pd.DataFrame:
     """Table rows (``group``: each row's device group, ``step``: its step number or NO_STEP)."""
     n = int(group.size)
     nb = ev.nbytes[cand.pos]
@@ -227,8 +231,8 @@ def _rows(trace: Trace, ev: MemoryEvents, cand: _Candidates, group: np.ndarray, 
     order = np.lexsort((ev.reserved[cand.pos], cand.key))
     last = np.flatnonzero(np.concatenate([cand.key[order][1:] != cand.key[order][:-1], [True]]))
     res_keys, res_max = cand.key[order][last], ev.reserved[cand.pos][order][last]
-    op_row, op_name = cpu_op_at(trace, ev.rank[peak], ev.pid[peak], ev.tid[peak], ev.ts[peak])
-    origin = rank_origins(trace, ev)
+    op_row, op_name = cpu_op_at(ctx, ev.rank[peak], ev.pid[peak], ev.tid[peak], ev.ts[peak])
+    origin = rank_origins(ctx, ev)
     return pd.DataFrame({
         "rank": ev.group_rank[group], "device_type": [device_type_name(t) for t in ev.group_type[group].tolist()],
         "device": ev.group_device[group], "step": step_column(step),
@@ -256,19 +260,21 @@ def device_type_name(code: int) -> str:
     return DEVICE_TYPE_NAMES.get(int(code), f"type {int(code)}")
 
 
-def rank_origins(trace: Trace, ev: MemoryEvents) -> np.ndarray:
+def rank_origins(ctx: AnalysisContext, ev: MemoryEvents) -> np.ndarray:
     """Per device group, its rank's first time: the earliest event or allocator event of the rank."""
+    trace = ctx.trace
     first_ts = np.minimum.reduceat(ev.ts, np.flatnonzero(np.concatenate([[True], ev.group[1:] != ev.group[:-1]])))
     origin = pd.Series(first_ts).groupby(ev.group_rank).transform("min").to_numpy().astype(np.int64)
     if trace.num_events:
-        ranks, firsts = _event_origins(trace)
+        ranks, firsts = _event_origins(ctx)
         origin = np.minimum(origin, iv.lookup(ranks, firsts, ev.group_rank, default=np.iinfo(np.int64).max))
     return origin
 
 
-def _event_origins(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def _event_origins(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
     """(ranks sorted, each rank's earliest event start), once per trace."""
-    return cached(trace, "memory.event_origins", Options(), lambda: _first_starts(trace))
+    value = ctx.input("memory.event_origins")
+    return value
 
 
 def _first_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -281,15 +287,16 @@ def _first_starts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return ranks, firsts
 
 
-def cpu_op_at(trace: Trace, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+def cpu_op_at(ctx: AnalysisContext, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
               ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, name) of the innermost CPU op of the thread (rank, pid, tid) spanning each time
     (start <= ts <= end); row -1 and name None where there is none."""
+    trace = ctx.trace
     row = np.full(ts.size, -1, dtype=np.int64)
     names = np.full(ts.size, None, dtype=object)
     if ts.size == 0:
         return row, names
-    nest = cpu_op_nesting(trace)
+    nest = cpu_op_nesting(ctx)
     if nest.rows.size == 0:
         return row, names
     found = nest.index.covering(nest.thread_codes(rank, pid, tid), ts, ts)
@@ -301,26 +308,28 @@ def cpu_op_at(trace: Trace, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
     return row, names
 
 
-def memory_table(trace: Trace, options: Options) -> pd.DataFrame:
+def memory_table(ctx: AnalysisContext) -> pd.DataFrame:
     """The ``memory`` table: per rank and device the whole-trace row (step None), then its steps."""
-    return cached(trace, "memory.table", options, lambda: _build_table(trace, options))
+    value = ctx.input("memory.table")
+    return value
 
 
-def _build_table(trace: Trace, options: Options) -> pd.DataFrame:
-    ev = memory_events(trace, options)
+def _build_table(ctx: AnalysisContext) -> pd.DataFrame:
+    trace, options = ctx.trace, ctx.options
+    ev = memory_events(ctx)
     if len(ev) == 0:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()})
     n_groups = int(ev.group_rank.size)
     whole = _Candidates(ev.group, np.arange(len(ev), dtype=np.int64), np.ones(len(ev), dtype=bool),
                         np.full(len(ev), np.iinfo(np.int64).min, dtype=np.int64))
     groups = [np.arange(n_groups, dtype=np.int64)]
-    frames = [_rows(trace, ev, whole, groups[0], np.full(n_groups, NO_STEP, dtype=np.int64))]
+    frames = [_rows(ctx, ev, whole, groups[0], np.full(n_groups, NO_STEP, dtype=np.int64))]
     steps = step_table(trace, options)
     if len(steps):
         cand, row_group, row_step = _step_candidates(ev, steps)
         if row_group.size:
             groups.append(row_group)
-            frames.append(_rows(trace, ev, cand, row_group, steps.step[row_step]))
+            frames.append(_rows(ctx, ev, cand, row_group, steps.step[row_step]))
     table = pd.concat(frames, ignore_index=True)
     step_sort = table["step"].fillna(np.iinfo(np.int64).min).to_numpy(dtype=np.int64)
     order = np.lexsort((step_sort, np.concatenate(groups)))
@@ -378,7 +387,8 @@ def fragmentation_findings(trace: Trace, table: pd.DataFrame) -> list[Finding]:
     return findings
 
 
-def churn_findings(trace: Trace, options: Options, table: pd.DataFrame) -> list[Finding]:
+def churn_findings(ctx: AnalysisContext, table: pd.DataFrame) -> list[Finding]:
+    trace, options = ctx.trace, ctx.options
     steps = step_table(trace, options).counts()
     per_step = table[table["step"].notna() & (table["totals"] == ALLOCATOR_TOTALS)]
     findings = []
@@ -409,19 +419,19 @@ def churn_findings(trace: Trace, options: Options, table: pd.DataFrame) -> list[
     return findings
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    table = memory_table(trace, options)
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    trace = ctx.trace
+    table = memory_table(ctx)
     result = AnalysisResult(name=NAME, tables={"memory": table})
     if len(table):
         result.findings.extend(fragmentation_findings(trace, table))
-        result.findings.extend(churn_findings(trace, options, table))
+        result.findings.extend(churn_findings(ctx, table))
     return result
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("cpu_op_nesting", "memory.events", "memory.event_origins", "memory.table")
+register_input("memory.events", _build_events)
+register_input("memory.event_origins", lambda ctx: _first_starts(ctx.trace))
+register_input("memory.table", _build_table, requires=("memory.events", "memory.event_origins", "cpu_op_nesting"))
 
 SPEC = AnalysisSpec(
     name=NAME,
@@ -429,6 +439,7 @@ SPEC = AnalysisSpec(
     run=analyze,
     tables=(TableSpec("memory", "Allocator memory per rank, device and step (step None: whole trace)"),),
     finding_codes=("memory_fragmentation", "allocation_churn"),
+    requires=("memory.table",),
     order=80,
     page=None,
     headline_table="memory",

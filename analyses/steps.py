@@ -11,25 +11,24 @@ launch call's start), falling back to the step range containing the activity's s
 window = first start .. last end of that step's activity. Activity in no step has step ``-1``
 (``NO_STEP``) and counts only in the whole-trace figures.
 
-:func:`activity` computes, once per trace and options, the arrays the temporal, idle-gap and
-launch-overhead analyses all need (it is cached on the trace object, by identity).
+:func:`activity` is the derived input ``activity``: the arrays the temporal, idle-gap,
+launch-overhead and most other analyses need, built once per analysis context.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import weakref
-from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traceview.context import AnalysisContext
 from traceview.findings import Options
 from traceview.model import Kind, Trace, step_range_rows
+from traceview.registry import register_input
 
 from . import classify
 from traceview import intervals as iv
@@ -73,6 +72,14 @@ def step_table(trace: Trace, options: Options) -> StepTable:
     sel = np.flatnonzero(keep)
     sel = sel[np.lexsort((start[sel], rank[sel]))]
     return StepTable(rank[sel], step[sel], name[sel], start[sel], end[sel])
+
+
+def analysed_ranks(ctx: AnalysisContext) -> np.ndarray:
+    """The ranks of the context's trace the analyses cover (``Options.ranks`` of them), sorted."""
+    ranks = np.asarray(ctx.trace.rank_ids, dtype=np.int64)
+    if ctx.options.ranks is not None:
+        ranks = ranks[np.isin(ranks, list(ctx.options.ranks))]
+    return np.sort(ranks)
 
 
 def assign_to_steps(steps: StepTable, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -119,62 +126,19 @@ class Activity:
         return len(self.steps) > 0
 
 
-_CACHE: dict[tuple[int, str, Any], tuple[weakref.ref, Any]] = {}
-#: the names :func:`cached` was asked for since :func:`names_read` last answered
-_READ: set[str] = set()
+def launch_links(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
+    """``Trace.launch_links()`` (api_row, gpu_row), found once per context (read-only)."""
+    links: tuple[np.ndarray, np.ndarray] = ctx.input("links.launch")
+    return links
 
 
-def cached(trace: Trace, name: str, options: Options, fn: Callable[[], Any]) -> Any:
-    """Compute ``fn()`` once per (trace object, name, options)."""
-    _READ.add(name)
-    # the options' field values (str, int, float, tuples of str: what ``dataclasses.astuple`` gives,
-    # without its deep copy, which cost more than many of the lookups it keys)
-    key = (id(trace), name, tuple(vars(options).values()))
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
-    value = fn()
-    for k in [k for k, (ref, _) in _CACHE.items() if ref() is None]:
-        del _CACHE[k]
-    _CACHE[key] = (weakref.ref(trace), value)
-    return value
+def cpu_op_links(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
+    """``Trace.cpu_op_links()`` (cpu_op_row, runtime_row), found once per context (read-only)."""
+    links: tuple[np.ndarray, np.ndarray] = ctx.input("links.cpu_op")
+    return links
 
 
-def clear_cache() -> None:
-    """Forget every cached per-trace result (benchmarks call this between timed runs)."""
-    _CACHE.clear()
-
-
-def drop_inputs(trace: Trace, keep: Collection[str], among: Collection[str]) -> None:
-    """Forget the cached inputs of ``trace`` named in ``among`` but not in ``keep`` (the pipeline:
-    :func:`traceview.analyses.drop_unread_inputs`)."""
-    for key in [k for k, (ref, _) in _CACHE.items() if ref() is trace and k[1] in among and k[1] not in keep]:
-        del _CACHE[key]
-
-
-def held(trace: Trace) -> set[str]:
-    """The names of the inputs cached for ``trace`` now."""
-    return {key[1] for key, (ref, _) in _CACHE.items() if ref() is trace}
-
-
-def names_read() -> set[str]:
-    """The names of the cached inputs asked for (computed or found) since the last call."""
-    read = set(_READ)
-    _READ.clear()
-    return read
-
-
-def launch_links(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """``Trace.launch_links()`` (api_row, gpu_row), found once per trace for every analysis (read-only)."""
-    return cached(trace, "links.launch", Options(), lambda: _links_of(trace, "launch"))
-
-
-def cpu_op_links(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """``Trace.cpu_op_links()`` (cpu_op_row, runtime_row), found once per trace (read-only)."""
-    return cached(trace, "links.cpu_op", Options(), lambda: _links_of(trace, "cpu_op"))
-
-
-def _links_of(trace: Trace, link_type: str) -> tuple[np.ndarray, np.ndarray]:
+def links_of(trace: Trace, link_type: str) -> tuple[np.ndarray, np.ndarray]:
     """The links of one type, selected on the type column's dictionary codes (comparing the
     decoded strings of every link cost more than the rest of the lookup)."""
     links = trace.links
@@ -192,13 +156,16 @@ def _links_of(trace: Trace, link_type: str) -> tuple[np.ndarray, np.ndarray]:
     return src, dst
 
 
-def activity(trace: Trace, options: Options) -> Activity:
-    """The shared activity context (cached)."""
-    return cached(trace, "activity", options, lambda: _build_activity(trace, options))
+def activity(ctx: AnalysisContext) -> Activity:
+    """The GPU activity of the context's trace (the derived input ``activity``)."""
+    act: Activity = ctx.input("activity")
+    return act
 
 
-def _build_activity(trace: Trace, options: Options) -> Activity:
-    cls_all = classify.activity_class(trace, options.comm_patterns)
+def build_activity(ctx: AnalysisContext) -> Activity:
+    """:func:`activity`, built now."""
+    trace, options = ctx.trace, ctx.options
+    cls_all = classify.activity_class(ctx)
     rank_all = trace.column("rank").astype(np.int64)
     keep = cls_all != classify.NONE
     if options.ranks is not None:
@@ -211,7 +178,7 @@ def _build_activity(trace: Trace, options: Options) -> Activity:
 
     # launch call of each activity (a GPU row has at most one launch call; keep the first)
     api_of = np.full(trace.num_events, -1, dtype=np.int64)
-    api_rows, gpu_rows = launch_links(trace)
+    api_rows, gpu_rows = launch_links(ctx)
     if api_rows.size:
         rev = slice(None, None, -1)  # assign in reverse so the first link wins
         api_of[gpu_rows[rev]] = api_rows[rev]
@@ -246,7 +213,7 @@ def _build_activity(trace: Trace, options: Options) -> Activity:
     )
 
 
-#: columns of :func:`step_marker_candidates`
+#: columns of :func:`step_marker_candidates` (and ``rank``, last)
 CANDIDATE_COLUMNS = ["marker", "name", "kind", "count", "ranks", "median_dur_ns", "covered_ns", "coverage",
                      "typical_coverage", "sequential"]
 #: the "no steps found" warning suggests candidates whose typical coverage is at least this
@@ -272,7 +239,7 @@ def fold_step_name(name: str) -> tuple[str, str]:
     return shown, f"^{_escape(prefix)}\\d+$"
 
 
-def step_marker_candidates(trace: Trace, options: Options) -> pd.DataFrame:
+def step_marker_candidates(ctx: AnalysisContext) -> pd.DataFrame:
     """Repeated CPU ranges that could mark steps, best first (one row per folded name).
 
     Ranges: annotations (Kineto user annotations, NVTX ranges) and top-level CPU ops, names with a
@@ -286,7 +253,8 @@ def step_marker_candidates(trace: Trace, options: Options) -> pd.DataFrame:
     outliers), ``sequential`` (no two of them overlap on a rank, as steps do). Sorted by
     sequential, typical coverage, count; ``Options.top_n`` rows.
     """
-    return cached(trace, "steps.candidates", options, lambda: _candidates(trace, options))
+    candidates: pd.DataFrame = ctx.input("steps.candidates")
+    return candidates
 
 
 def _candidate_rows(trace: Trace, options: Options) -> np.ndarray:
@@ -309,7 +277,7 @@ def _candidate_rows(trace: Trace, options: Options) -> np.ndarray:
 def _candidates(trace: Trace, options: Options) -> pd.DataFrame:
     rows = _candidate_rows(trace, options)
     if rows.size == 0:
-        return pd.DataFrame({c: [] for c in CANDIDATE_COLUMNS})
+        return pd.DataFrame({c: [] for c in [*CANDIDATE_COLUMNS, "rank"]})
     names = trace.events.column("name").combine_chunks()
     dictionary = names.dictionary.to_pylist()
     folded = [fold_step_name(n or "") for n in dictionary]
@@ -326,29 +294,32 @@ def _candidates(trace: Trace, options: Options) -> pd.DataFrame:
     covered_keys, covered = iv.total_by(keys, start, start + dur)
     per_rank["covered"] = iv.lookup(covered_keys, covered, np.arange(len(per_rank)))
     per_rank["span"] = per_rank.index.get_level_values("rank").map(_rank_spans(trace)).to_numpy()
-    repeated = per_rank.groupby(level="group")["n"].transform("max") >= 2
-    per_rank = per_rank[repeated]
+    per_rank = per_rank[per_rank["n"] >= 2]
     if per_rank.empty:
-        return pd.DataFrame({c: [] for c in CANDIDATE_COLUMNS})
-    agg = per_rank.groupby(level="group").agg(count=("n", "sum"), ranks=("n", "size"), covered_ns=("covered", "sum"),
-                                              total=("total", "sum"), span=("span", "sum"))
-    kept = frame[frame["group"].isin(agg.index)].groupby("group").agg(median=("dur", "median"), op=("kind", "all"))
+        return pd.DataFrame({c: [] for c in [*CANDIDATE_COLUMNS, "rank"]})
+    kept = frame.groupby(["group", "rank"], sort=True).agg(median=("dur", "median"), op=("kind", "all"))
+    kept = kept.loc[per_rank.index]
+    groups = per_rank.index.get_level_values("group").to_numpy()
+    count = per_rank["n"].to_numpy(np.int64)
+    covered = per_rank["covered"].to_numpy(np.float64)
+    span = np.maximum(per_rank["span"].to_numpy(np.float64), 1.0)
+    median = kept["median"].to_numpy(np.float64)
     out = pd.DataFrame({
-        "marker": [marker_of[shown[g]] for g in agg.index],
-        "name": [shown[g] for g in agg.index],
-        "kind": np.where(kept.loc[agg.index, "op"], "cpu_op", "annotation"),
-        "count": agg["count"].to_numpy(np.int64),
-        "ranks": agg["ranks"].to_numpy(np.int64),
-        "median_dur_ns": kept.loc[agg.index, "median"].round().to_numpy(np.int64),
-        "covered_ns": agg["covered_ns"].to_numpy(np.int64),
-        "coverage": agg["covered_ns"].to_numpy(np.float64) / np.maximum(agg["span"].to_numpy(np.float64), 1.0),
-        "typical_coverage": np.minimum(agg["covered_ns"].to_numpy(np.float64),
-                                       agg["count"].to_numpy(np.float64) * kept.loc[agg.index, "median"].to_numpy())
-        / np.maximum(agg["span"].to_numpy(np.float64), 1.0),
-        "sequential": agg["total"].to_numpy() <= agg["covered_ns"].to_numpy(),
+        "rank": per_rank.index.get_level_values("rank").to_numpy(np.int64),
+        "marker": [marker_of[shown[g]] for g in groups],
+        "name": [shown[g] for g in groups],
+        "kind": np.where(kept["op"].to_numpy(bool), "cpu_op", "annotation"),
+        "count": count,
+        "ranks": np.ones(count.size, dtype=np.int64),
+        "median_dur_ns": np.round(median).astype(np.int64),
+        "covered_ns": per_rank["covered"].to_numpy(np.int64),
+        "coverage": covered / span,
+        "typical_coverage": np.minimum(covered, count * median) / span,
+        "sequential": per_rank["total"].to_numpy() <= per_rank["covered"].to_numpy(),
     })
-    out = out.sort_values(["sequential", "typical_coverage", "count", "name"], ascending=[False, False, False, True])
-    return out.head(options.top_n).reset_index(drop=True)[CANDIDATE_COLUMNS]
+    out = out.sort_values(["rank", "sequential", "typical_coverage", "count", "name"],
+                          ascending=[True, False, False, False, True])
+    return out.groupby("rank", sort=False).head(options.top_n).reset_index(drop=True)[[*CANDIDATE_COLUMNS, "rank"]]
 
 
 def _rank_spans(trace: Trace) -> dict[int, int]:
@@ -404,12 +375,14 @@ class CpuOpNesting:
         return known[codes[n:]]
 
 
-def cpu_op_nesting(trace: Trace) -> CpuOpNesting:
-    """The trace's :class:`CpuOpNesting` (cached per trace: it does not depend on the options)."""
-    return cached(trace, "cpu_op_nesting", Options(), lambda: _build_cpu_op_nesting(trace))
+def cpu_op_nesting(ctx: AnalysisContext) -> CpuOpNesting:
+    """The trace's :class:`CpuOpNesting` (the derived input ``cpu_op_nesting``)."""
+    nesting: CpuOpNesting = ctx.input("cpu_op_nesting")
+    return nesting
 
 
-def _build_cpu_op_nesting(trace: Trace) -> CpuOpNesting:
+def build_cpu_op_nesting(trace: Trace) -> CpuOpNesting:
+    """:func:`cpu_op_nesting`, built now."""
     rows = np.flatnonzero(trace.mask(Kind.CPU_OP))
     start = trace.column("start_ns")[rows]
     end = start + np.maximum(trace.column("dur_ns")[rows], 0)
@@ -423,6 +396,12 @@ def _build_cpu_op_nesting(trace: Trace) -> CpuOpNesting:
                         outer_index=iv.NestedIndex(codes[outer], start[outer], end[outer], depth[outer]), outer=outer)
 
 
+register_input("links.launch", lambda ctx: links_of(ctx.trace, "launch"))
+register_input("links.cpu_op", lambda ctx: links_of(ctx.trace, "cpu_op"))
+register_input("activity", build_activity, requires=("classify.comm_rule_of", "links.launch"))
+register_input("steps.candidates", lambda ctx: _candidates(ctx.trace, ctx.options))
+register_input("cpu_op_nesting", lambda ctx: build_cpu_op_nesting(ctx.trace))
+
 __all__ = [
     "NO_STEP",
     "Activity",
@@ -430,15 +409,11 @@ __all__ = [
     "cpu_op_nesting",
     "StepTable",
     "activity",
+    "analysed_ranks",
     "assign_to_steps",
-    "cached",
     "candidates_hint",
     "fold_step_name",
     "step_marker_candidates",
-    "clear_cache",
-    "drop_inputs",
-    "held",
-    "names_read",
     "cpu_op_links",
     "launch_links",
     "per_step",

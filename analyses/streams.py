@@ -38,14 +38,15 @@ import pandas as pd
 
 from traceview import intervals as iv
 from traceview.claims import Claims
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.context import AnalysisContext
+from traceview.findings import AnalysisResult, Finding
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec
 
 from . import classify
 from .comm_rules import rule_table
 from .steps import Activity, activity, per_step
-from .temporal import EXPOSED_COMM_SHARE, EXPOSED_COMM_SHARE_HIGH, breakdown, exposed_claims
+from .temporal import EXPOSED_COMM_SHARE, EXPOSED_COMM_SHARE_HIGH, exposed_claims
 
 NAME = "streams"
 
@@ -129,9 +130,10 @@ def active_streams(device_of_stream: np.ndarray, act: Activity, codes: np.ndarra
     return max_depth, iv.lookup(seg_keys, seg_ns, np.arange(devices, dtype=np.int64))
 
 
-def stream_tables(trace: Trace, options: Options) -> tuple[pd.DataFrame, pd.DataFrame]:
+def stream_tables(ctx: AnalysisContext) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ``streams`` (per rank, device, stream) and ``devices`` (per rank, device) tables."""
-    act = activity(trace, options)
+    trace = ctx.trace
+    act = activity(ctx)
     if len(act) == 0:
         return _empty(STREAM_COLUMNS), _empty(DEVICE_COLUMNS)
     codes, (rank, device, stream) = iv.combine_keys(act.rank, act.device, act.stream)
@@ -139,7 +141,7 @@ def stream_tables(trace: Trace, options: Options) -> tuple[pd.DataFrame, pd.Data
     device_of_stream, (dev_rank, dev_device) = iv.combine_keys(rank, device)
     devices = dev_rank.size
 
-    whole = breakdown(trace, options)
+    whole = ctx.input("temporal.breakdown")
     whole = whole[whole["step"].isna()]
     dev_key = pd.MultiIndex.from_arrays([whole["rank"].to_numpy(), whole["device"].to_numpy()])
     at = dev_key.get_indexer(pd.MultiIndex.from_arrays([dev_rank, dev_device]))
@@ -208,17 +210,18 @@ def exposed_claims_on_stream(act: Activity, codes: np.ndarray, group: int) -> Cl
     return exposed_claims(act, (act.cls == classify.COMMUNICATION) & (codes == group))
 
 
-def families_on_stream(trace: Trace, options: Options, act: Activity, codes: np.ndarray, group: int) -> list[str]:
+def families_on_stream(ctx: AnalysisContext, act: Activity, codes: np.ndarray, group: int) -> list[str]:
     """The families (``comm_rules``: nccl, deepep, ...) of the communication kernels of a stream group."""
+    options = ctx.options
     comm = (act.cls == classify.COMMUNICATION) & (codes == group)
     rules = rule_table(options.comm_patterns)
-    used = np.unique(classify.comm_rule_of(trace, options.comm_patterns)[act.row[comm]])
+    used = np.unique(classify.comm_rule_of(ctx)[act.row[comm]])
     return sorted({rules[int(i)].family for i in used if i >= 0})
 
 
-def shared_stream_findings(trace: Trace, options: Options, streams: pd.DataFrame,
+def shared_stream_findings(ctx: AnalysisContext, streams: pd.DataFrame,
                            per_device: pd.DataFrame) -> list[Finding]:
-    act = activity(trace, options)
+    act = activity(ctx)
     codes, _ = iv.combine_keys(act.rank, act.device, act.stream)
     device_of_stream, _ = iv.combine_keys(streams["rank"].to_numpy(), streams["device"].to_numpy())
     shared = np.flatnonzero((streams["compute_ns"].to_numpy() > 0) & (streams["communication_ns"].to_numpy() > 0))
@@ -233,7 +236,7 @@ def shared_stream_findings(trace: Trace, options: Options, streams: pd.DataFrame
             continue
         row = streams.iloc[g]
         finding = stream_finding(row, int(exposed_ns), int(window_ns), step_counts.get(int(row["rank"]), 0),
-                                 families_on_stream(trace, options, act, codes, g))
+                                 families_on_stream(ctx, act, codes, g))
         finding.claims = exposed_claims_on_stream(act, codes, g)
         findings.append(finding)
     return findings
@@ -265,18 +268,13 @@ def stream_finding(row: pd.Series, exposed_ns: int, window_ns: int, steps: int, 
     )
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    streams, per_device = stream_tables(trace, options)
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    streams, per_device = stream_tables(ctx)
     result = AnalysisResult(name=NAME, tables={"streams": streams, "devices": per_device})
     if len(streams):
-        result.findings.extend(shared_stream_findings(trace, options, streams, per_device))
+        result.findings.extend(shared_stream_findings(ctx, streams, per_device))
     return result
 
-
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "classify.comm_rule_of", "temporal.breakdown")
 
 SPEC = AnalysisSpec(
     name=NAME,
@@ -289,6 +287,7 @@ SPEC = AnalysisSpec(
     finding_codes=("communication_on_compute_stream",),
     finding_parents=(("communication_on_compute_stream", "exposed_communication"),),
     finding_precedence=(("communication_on_compute_stream", 20),),
+    requires=("activity", "classify.comm_rule_of", "temporal.breakdown"),
     order=70,
     page=None,
     headline_table="streams",

@@ -64,8 +64,9 @@ from .idle_gaps import BLOCKING_COPY
 from .steps import (NO_STEP, Activity, activity, assign_to_steps, cpu_op_links, cpu_op_nesting, launch_links, per_step,
                     step_column)
 from traceview.claims import Claims
-from traceview.findings import AnalysisResult, Finding, Options
-from traceview.model import Kind, Trace
+from traceview.context import AnalysisContext
+from traceview.findings import AnalysisResult, Finding
+from traceview.model import Kind
 from traceview.registry import AnalysisSpec, TableSpec
 from traceview.tables import masked_int64
 
@@ -103,8 +104,8 @@ class _PerName:
     asked for (``per_name[rows]``): an object array of every event's value held 8 bytes per event
     through the analysis's peak."""
 
-    def __init__(self, trace: Trace, fn: Callable[[str], object]) -> None:
-        self.codes, dictionary = classify.dictionary_codes(trace, "name")
+    def __init__(self, ctx: AnalysisContext, fn: Callable[[str], object]) -> None:
+        self.codes, dictionary = classify.dictionary_codes(ctx, "name")
         self.values = np.array([fn(v or "") for v in dictionary] + [fn("")], dtype=object)
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
@@ -115,21 +116,22 @@ class _PerName:
         return pd.notna(self.values)[self.codes]
 
 
-def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cpu_ops(ctx: AnalysisContext, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(cpu_op, top_cpu_op) names for runtime ``rows`` (see module docstring); None when absent."""
+    trace = ctx.trace
     n = rows.size
     inner = np.full(n, -1, dtype=np.int64)
     top = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return np.empty(0, dtype=object), np.empty(0, dtype=object)
-    names = classify.EventNames(trace)
+    names = classify.EventNames(ctx)
     start, dur = trace.column("start_ns"), trace.column("dur_ns")
 
     def end(at: np.ndarray) -> np.ndarray:  # at the rows asked for only: no array over every event
         return start[at] + np.maximum(dur[at], 0)
 
     # 1. the linked op (innermost = the latest-starting one when a call has several)
-    op_rows, rt_rows = cpu_op_links(trace)
+    op_rows, rt_rows = cpu_op_links(ctx)
     if op_rows.size:
         # trust a link only when the op contains the call on the same thread (some old traces
         # reuse the correlation id as the runtime call's "External id", linking unrelated ops)
@@ -142,7 +144,7 @@ def _cpu_ops(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if op_rows.size:
         inner = _latest_linked_op(op_rows, rt_rows, start[op_rows], rows)
     # 2. containing ops on the same thread
-    nest = cpu_op_nesting(trace)
+    nest = cpu_op_nesting(ctx)
     if nest.rows.size:
         qk = nest.thread_codes(trace.column("rank")[rows], trace.column("pid")[rows], trace.column("tid")[rows])
         hit = nest.index.covering(qk, start[rows], end(rows))
@@ -196,21 +198,22 @@ def _rank_gaps(act: Activity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return iv.hull_gaps_by(act.rank, act.start, act.end)
 
 
-def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
+def call_table(ctx: AnalysisContext, act: Activity) -> pd.DataFrame:
     """The ``calls`` table: synchronize calls and the launch calls of blocking/pageable copies."""
+    trace = ctx.trace
     rank_all = trace.column("rank")  # its own dtype (no int64 copy of every event's): cast where kept
     runtime = trace.kind_codes() == int(Kind.RUNTIME)
     # ranks of the activity context (Options.ranks); every rank when there is no GPU activity
     in_ranks = _in_ranks(rank_all, act) if len(act) else np.ones(rank_all.size, dtype=bool)
-    sync_type = _PerName(trace, _sync_type)
-    names = classify.EventNames(trace)
+    sync_type = _PerName(ctx, _sync_type)
+    names = classify.EventNames(ctx)
     # copies and their launch calls
-    api_rows, gpu_rows = launch_links(trace)
+    api_rows, gpu_rows = launch_links(ctx)
     memcpy = trace.mask(Kind.MEMCPY)
     sel = memcpy[gpu_rows] & runtime[api_rows] & in_ranks[api_rows] if api_rows.size else np.zeros(0, bool)
     is_call = runtime & in_ranks
-    next_call = _next_runtime_call(trace, is_call, rank_all, api_rows[sel])
-    copies = _copy_calls(trace, api_rows[sel], gpu_rows[sel], next_call, sync_type, names)
+    next_call = _next_runtime_call(ctx, is_call, rank_all, api_rows[sel])
+    copies = _copy_calls(ctx, api_rows[sel], gpu_rows[sel], next_call, sync_type, names)
     syncs = _sync_calls(np.flatnonzero(is_call & sync_type.present()), sync_type, copies)
     calls = pd.concat([copies, syncs], ignore_index=True) if len(copies) else syncs
     if calls.empty:
@@ -228,7 +231,7 @@ def call_table(trace: Trace, act: Activity) -> pd.DataFrame:
     calls["start_ns"] = start[rows]
     calls["dur_ns"] = np.maximum(trace.column("dur_ns")[rows], 0)
     calls["step"] = assign_to_steps(act.steps, rank_all[rows], start[rows]) if len(act.steps) else NO_STEP
-    cpu_op, top_op = _cpu_ops(trace, rows)
+    cpu_op, top_op = _cpu_ops(ctx, rows)
     calls["cpu_op"] = cpu_op
     calls["top_cpu_op"] = top_op
     calls["bytes"] = _nonnegative_or_missing(calls["bytes"])
@@ -245,9 +248,10 @@ def _in_ranks(rank_all: np.ndarray, act: Activity) -> np.ndarray:
     return rank_all == ranks[0] if ranks.size == 1 else np.isin(rank_all, ranks)
 
 
-def _next_runtime_call(trace: Trace, is_call: np.ndarray, rank_all: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _next_runtime_call(ctx: AnalysisContext, is_call: np.ndarray, rank_all: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """For each of ``rows``, the row of the next runtime call (``is_call``) on the same thread; -1
     for the last call of a thread and for a row that is no call."""
+    trace = ctx.trace
     start = trace.column("start_ns")
     rt = np.flatnonzero(is_call)
     # one code per thread, in (rank, pid, tid) order: the same order as sorting on the three
@@ -267,12 +271,13 @@ def _next_runtime_call(trace: Trace, is_call: np.ndarray, rank_all: np.ndarray, 
     return np.where(found, next_sorted[in_sorted[pos]] if rt.size else -1, -1).astype(np.int64)
 
 
-def _copy_calls(trace: Trace, copy_api: np.ndarray, copy_gpu: np.ndarray, nxt: np.ndarray,
+def _copy_calls(ctx: AnalysisContext, copy_api: np.ndarray, copy_gpu: np.ndarray, nxt: np.ndarray,
                 sync_type: _PerName, names: classify.EventNames) -> pd.DataFrame:
     """One row per (launch call, copy) that blocks the host: a blocking copy API
     (``blocking_copy``), an async copy followed by a synchronize call on its thread
     (``copy_then_sync``) or a copy from/to pageable memory (``pageable_copy``). ``nxt``: the next
     runtime call on the thread of each of ``copy_api`` (-1: none)."""
+    trace = ctx.trace
     if not copy_api.size:
         return pd.DataFrame(columns=["row", "call_type", "gpu_row", "pair_sync"])
     blocking_api = _per_value(names[copy_api], lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
@@ -581,7 +586,8 @@ def summaries(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {"sync_summary": _sync_summary(c), "by_cpu_op": _by_cpu_op(c), "copies": _copies(c), "by_step": _by_step(c)}
 
 
-def gpu_sync_events(trace: Trace, act: Activity) -> pd.DataFrame:
+def gpu_sync_events(ctx: AnalysisContext, act: Activity) -> pd.DataFrame:
+    trace = ctx.trace
     cols = ["rank", "device", "name", "count", "total_ns"]
     sel = trace.mask(Kind.SYNC)
     if len(act):
@@ -589,17 +595,18 @@ def gpu_sync_events(trace: Trace, act: Activity) -> pd.DataFrame:
     if not sel.any():
         return _empty(cols)
     f = pd.DataFrame({"rank": trace.column("rank")[sel].astype(np.int64), "device": trace.column("device")[sel].astype(
-        np.int64), "name": classify.EventNames(trace)[sel], "dur": trace.column("dur_ns")[sel]})
+        np.int64), "name": classify.EventNames(ctx)[sel], "dur": trace.column("dur_ns")[sel]})
     g = f.groupby(["rank", "device", "name"]).agg(count=("dur", "size"), total_ns=("dur", "sum")).reset_index()
     return g[cols]
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    act = activity(trace, options)
-    calls = call_table(trace, act)
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    options = ctx.options
+    act = activity(ctx)
+    calls = call_table(ctx, act)
     if options.ranks is not None and len(calls):
         calls = calls[calls["rank"].isin(list(options.ranks))].reset_index(drop=True)
-    tables = {"calls": calls, **summaries(calls), "gpu_sync_events": gpu_sync_events(trace, act)}
+    tables = {"calls": calls, **summaries(calls), "gpu_sync_events": gpu_sync_events(ctx, act)}
     result = AnalysisResult(name=NAME, tables=tables)
     if calls.empty:
         return result
@@ -686,7 +693,7 @@ def call_claims(calls: pd.DataFrame, act: Activity) -> Claims:
 
 
 def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
-    """One finding per kind of problem, over the ranks where it costs at least COST_LOW."""
+    """One finding per kind of problem and rank where it costs at least COST_LOW."""
     findings = []
     step_counts = act.steps.counts()
     groups = {
@@ -694,10 +701,8 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
         "sync_calls": calls["call_type"].isin(["device_sync", "stream_sync", "event_sync"]),
         "pageable_copy": calls["call_type"] == "pageable_copy",
     }
-    for code, sel in groups.items():
-        per_rank = []
-        counted = []
-        for rank in sorted(calls["rank"].unique().tolist()):
+    for code, sel in groups.items():  # a finding per kind and rank
+        for rank in sorted(calls.loc[sel, "rank"].unique().tolist()):
             n_steps = step_counts.get(int(rank), 0)
             mine = sel & (calls["rank"] == rank)
             if n_steps:
@@ -707,10 +712,7 @@ def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
                 continue
             evidence = _rank_evidence(code, c, int(rank), n_steps, _step_window(act, int(rank)))
             if evidence is not None:
-                per_rank.append(evidence)
-                counted.append(c)
-        if per_rank:
-            findings.append(_finding(code, per_rank, call_claims(pd.concat(counted), act)))
+                findings.append(_finding(code, [evidence], call_claims(c, act)))
     return findings
 
 
@@ -772,15 +774,11 @@ def _finding(code: str, per_rank: list[_SyncRank], claims: Claims) -> Finding:
     )
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "links.launch", "links.cpu_op", "classify.codes.name", "cpu_op_nesting")
-
 SPEC = AnalysisSpec(
     name=NAME,
     title="Synchronisation",
     run=analyze,
+    requires=("activity", "links.launch", "links.cpu_op", "classify.codes.name", "cpu_op_nesting"),
     order=60,
     tables=(
         TableSpec("calls", "Synchronising calls", sort_by="cost_ns", per_event=True),

@@ -24,15 +24,14 @@ import numpy as np
 import pandas as pd
 
 from traceview.claims import Claims, gpu_key
-from traceview.findings import AnalysisResult, Finding, Options
-from traceview.model import Trace
-from traceview.registry import AnalysisSpec, TableSpec
+from traceview.context import AnalysisContext
+from traceview.findings import AnalysisResult, Finding
+from traceview.registry import AnalysisSpec, TableSpec, register_input
 
 from . import classify
 from traceview import intervals as iv
-from .idle_gaps import compute as idle_gap_tables
-from .steps import (HINT_MIN_COVERAGE, NO_STEP, Activity, activity, cached, candidates_hint, per_step,
-                    step_column, step_marker_candidates)
+from .steps import (HINT_MIN_COVERAGE, NO_STEP, Activity, activity, candidates_hint, per_step,
+                    step_column, step_marker_candidates, analysed_ranks)
 
 NAME = "temporal"
 
@@ -150,9 +149,10 @@ def _frame(f: dict[str, np.ndarray], ranks: np.ndarray, devices: np.ndarray, ste
     return pd.DataFrame(data)
 
 
-def breakdown(trace: Trace, options: Options) -> pd.DataFrame:
-    """The temporal breakdown table (cached per trace and options)."""
-    return cached(trace, "temporal.breakdown", options, lambda: breakdown_table(activity(trace, options)))
+def breakdown(ctx: AnalysisContext) -> pd.DataFrame:
+    """The temporal breakdown table (the derived input ``temporal.breakdown``)."""
+    table: pd.DataFrame = ctx.input("temporal.breakdown")
+    return table
 
 
 def exposed_claims(act: Activity, comm: np.ndarray | None = None) -> Claims:
@@ -170,35 +170,34 @@ def idle_claims(gaps: pd.DataFrame) -> Claims:
                      gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64))
 
 
-def analyze(trace: Trace, options: Options) -> AnalysisResult:
-    act = activity(trace, options)
-    table = breakdown(trace, options)
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    act = activity(ctx)
+    table = breakdown(ctx)
     result = AnalysisResult(name=NAME, tables={"breakdown": table.copy(deep=False), "steps": act.steps.to_frame()})
-    if len(act) == 0:
-        result.warnings.append("no GPU activity (kernels, memcpy, memset) in the trace: nothing to break down")
-        return result
-    if not act.has_steps:
-        candidates = step_marker_candidates(trace, options)
-        result.warnings.append(
-            "no steps found (no ProfilerStep#N and no annotation matching the step marker): "
-            "figures are for the whole trace only and costs are not per step; "
-            + candidates_hint(candidates)
-        )
-        ranks = np.unique(act.rank) if len(act) else np.unique(trace.column("rank"))
-        # what the user could pass as --step-marker (a rank's trace: its own candidates)
+    ranks = analysed_ranks(ctx)
+    idle_ranks = np.setdiff1d(ranks, act.rank)
+    result.warn("no GPU activity (kernels, memcpy, memset) in the trace: nothing to break down", idle_ranks)
+    no_steps = np.setdiff1d(np.setdiff1d(ranks, act.steps.rank), idle_ranks)
+    if no_steps.size:
+        candidates = step_marker_candidates(ctx)
+        candidates = candidates[candidates["rank"].isin(no_steps)].reset_index(drop=True)
+        for rank in no_steps.tolist():  # one warning per rank without steps, naming its own candidates
+            result.warn("no steps found (no ProfilerStep#N and no annotation matching the step marker): "
+                        "figures are for the whole trace only and costs are not per step; "
+                        + candidates_hint(candidates[candidates["rank"] == rank]), [rank])
+        # what the user could pass as --step-marker (each rank's own candidates)
         result.tables["step_candidates"] = candidates.assign(
-            rank=int(ranks[0]) if ranks.size else 0,
             suggested=candidates["sequential"] & (candidates["typical_coverage"] >= HINT_MIN_COVERAGE))
     findings = _findings(table, act)
     if findings:
-        _claim(findings, trace, options, act)
+        _claim(findings, ctx, act)
     result.findings.extend(findings)
     return result
 
 
-def _claim(findings: list[Finding], trace: Trace, options: Options, act: Activity) -> None:
+def _claim(findings: list[Finding], ctx: AnalysisContext, act: Activity) -> None:
     """Each finding claims its GPU's idle gaps (low_utilization) or exposed communication."""
-    gaps = idle_gap_tables(trace, options)["gaps"]
+    gaps = ctx.input("idle_gaps.tables")["gaps"]
     idle = idle_claims(gaps)
     exposed = exposed_claims(act)
     for f in findings:
@@ -300,17 +299,13 @@ def _exposed_communication(whole: pd.Series, n_steps: int) -> Finding | None:
     )
 
 
-#: the per-trace cached inputs (``steps.cached`` names) this analysis reads, directly or through
-#: those it builds: the pipeline drops each input once no analysis left to run lists it
-#: (tests/test_pipeline_cache.py checks the list)
-CACHED_INPUTS = ("activity", "links.launch", "classify.codes.name", "classify.comm_rule_of",
-                 "classify.categories.name.", "steps.candidates", "temporal.breakdown", "idle_gaps.cpu_context",
-                 "idle_gaps.tables")
+register_input("temporal.breakdown", lambda ctx: breakdown_table(activity(ctx)), requires=("activity",))
 
 SPEC = AnalysisSpec(
     name=NAME,
     title="Temporal breakdown",
     run=analyze,
+    requires=("activity", "temporal.breakdown", "steps.candidates", "idle_gaps.tables"),
     order=10,
     tables=(
         TableSpec("breakdown", "GPU time per rank, device and step (step empty = whole trace)"),

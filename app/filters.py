@@ -149,8 +149,9 @@ def event_mask(trace: Trace, filters: Filters, info: StepInfo, step_marker: str 
     if filters.steps is not None:
         from traceview.analyses import steps as steps_mod
 
-        options = Options(step_marker=step_marker)
-        act = steps_mod.activity(trace, options)
+        from traceview.context import AnalysisContext
+
+        act = steps_mod.activity(AnalysisContext(trace, Options(step_marker=step_marker)))
         step_of = steps_mod.assign_to_steps(act.steps, rank.astype(np.int64), start)
         step_of[act.row] = act.step  # GPU activity: the step of its launch call
         lo, hi = filters.steps

@@ -245,10 +245,11 @@ def _factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _event_series(trace: Trace) -> np.ndarray:
     """Index into SERIES of each event (int8), -1 for events the timeline does not draw."""
     from traceview.analyses import classify
+    from traceview.context import AnalysisContext
 
     kinds = trace.kind_codes()
     series = np.full(trace.num_events, -1, dtype=np.int8)
-    cls_all = classify.activity_class(trace)
+    cls_all = classify.activity_class(AnalysisContext(trace))
     series[(kinds == int(Kind.KERNEL)) & (cls_all == classify.COMMUNICATION)] = _SERIES_INDEX["communication"]
     series[(kinds == int(Kind.KERNEL)) & (cls_all != classify.COMMUNICATION)] = _SERIES_INDEX["compute"]
     series[kinds == int(Kind.MEMCPY)] = _SERIES_INDEX["memcpy"]

@@ -7,6 +7,7 @@ HTML, JSON, web app) only format these; they never recompute a metric.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -104,8 +105,16 @@ class AnalysisResult:
     name: str
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
-    #: figures that cannot be trusted, and why (rendered next to the figures)
+    #: figures that cannot be trusted, and why (rendered next to the figures), for every rank the
+    #: analysis ran on
     warnings: list[str] = field(default_factory=list)
+    #: the same for some ranks only: (rank, message); the pipeline merges them across ranks
+    #: ("(ranks 0-3)") with ``warnings``
+    rank_warnings: list[tuple[int, str]] = field(default_factory=list)
+
+    def warn(self, message: str, ranks: Iterable[int]) -> None:
+        """Add ``message`` as a warning of each of ``ranks`` (nothing when there are none)."""
+        self.rank_warnings.extend((int(r), message) for r in ranks)
 
 
 def merge_findings(per_rank: list[tuple[int, Finding]], n_ranks: int) -> list[Finding]:

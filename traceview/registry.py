@@ -25,6 +25,7 @@ from traceview.model import Trace
 
 if TYPE_CHECKING:  # only for annotations: the report model imports this module, and findings
     # import numpy and the interval algebra (pandas), which loading a trace needs not
+    from traceview.context import AnalysisContext
     from traceview.findings import AnalysisResult, Options
     from traceview.report import Report
 
@@ -69,25 +70,63 @@ class RankInputs(Protocol):
 
 
 @dataclass(frozen=True)
+class DerivedInput:
+    """Something several analyses read, computed from the trace and the options once per
+    :class:`~traceview.context.AnalysisContext` (``build(ctx)``), declared by the module that
+    computes it (``register_input``). ``requires``: the other derived inputs ``build`` reads."""
+
+    name: str
+    build: Callable[["AnalysisContext"], Any]
+    requires: tuple[str, ...] = ()
+
+
+#: name -> derived input, filled when the modules that declare them are imported
+DERIVED_INPUTS: dict[str, DerivedInput] = {}
+
+
+def register_input(name: str, build: Callable[["AnalysisContext"], Any],
+                   requires: tuple[str, ...] = ()) -> DerivedInput:
+    """Declare a derived input (at import of the module that computes it)."""
+    declared = DerivedInput(name=name, build=build, requires=requires)
+    known = DERIVED_INPUTS.get(name)
+    if known is not None and known.build is not build:
+        raise ValueError(f"two derived inputs are named {name!r}")
+    DERIVED_INPUTS[name] = declared
+    return declared
+
+
+def derived_inputs() -> dict[str, DerivedInput]:
+    """Every declared derived input, by name (the analyses package is imported first)."""
+    load_analyses()
+    return dict(DERIVED_INPUTS)
+
+
+@dataclass(frozen=True)
 class AnalysisSpec:
     """An analysis, as its module declares it (``SPEC = AnalysisSpec(...)``).
 
-    ``run(trace, options)`` is the analysis itself: a pure function of one rank's (or several ranks')
-    trace. ``gather(trace, options)`` (optional) returns what the cross-rank step needs of one rank,
-    and ``reduce(parts, options)`` turns the gathered parts of every rank into the cross-rank tables,
-    findings and warnings (an :class:`AnalysisResult`). ``page``: (URL path, label) of the analysis's
-    page in the web app; analyses without a page of their own get a generic one listing their tables.
-    ``order``: where the analysis runs and is shown (ascending).
+    ``run(ctx)`` is the analysis itself: a pure function of an
+    :class:`~traceview.context.AnalysisContext` (the trace of one or several ranks, the options, the
+    derived inputs and the other analyses' results); one call handles every rank of the context.
+    ``requires``: the derived inputs (:class:`DerivedInput` names) and other analyses (their names)
+    it reads; the pipeline runs analyses after those they require and frees each input after its
+    last reader. ``gather(ctx)`` (optional) returns what the cross-rank step needs of the context's
+    ranks, and ``reduce(parts, options)`` turns the gathered parts of every batch of ranks into the
+    cross-rank tables, findings and warnings (an :class:`AnalysisResult`). ``page``: (URL path,
+    label) of the analysis's page in the web app; analyses without a page of their own get a generic
+    one listing their tables. ``order``: where the analysis is shown (ascending); the run order
+    follows ``requires``, ties in this order.
     """
 
     name: str
     title: str
-    run: Callable[[Trace, Options], AnalysisResult]
+    run: Callable[["AnalysisContext"], AnalysisResult]
     tables: tuple[TableSpec, ...] = ()
     finding_codes: tuple[str, ...] = ()
     order: int = 100
     page: tuple[str, str] | None = None
-    gather: Callable[[Trace, Options], Any] | None = None
+    requires: tuple[str, ...] = ()
+    gather: Callable[["AnalysisContext"], Any] | None = None
     reduce: Callable[[list[Any], Options], AnalysisResult] | None = None
     #: the table shown first for this analysis by renderers that show one table per analysis
     headline_table: str | None = None
@@ -129,9 +168,48 @@ def register_analysis(spec: AnalysisSpec) -> AnalysisSpec:
     return spec
 
 
+def load_analyses() -> None:
+    """Import the analyses package, whose modules register their specs and derived inputs. Found by
+    name, as a plugin: the core names no analysis."""
+    import importlib
+
+    importlib.import_module("traceview.analyses")
+
+
 def analysis_specs() -> list[AnalysisSpec]:
-    """Every registered analysis, in run and display order."""
+    """Every registered analysis, in display order."""
+    load_analyses()
     return sorted(ANALYSES.values(), key=lambda s: (s.order, s.name))
+
+
+def run_order(specs: list[AnalysisSpec]) -> list[AnalysisSpec]:
+    """``specs`` ordered so that each comes after the analyses it requires (ties in display order);
+    a requirement cycle, or a requirement on an analysis not in ``specs``, is an error."""
+    names = {s.name for s in specs} | set(ANALYSES)
+    done: list[AnalysisSpec] = []
+    placed: set[str] = set()
+    pending = sorted(specs, key=lambda s: (s.order, s.name))
+    while pending:
+        ready = [s for s in pending if all(r in placed for r in s.requires if r in names)]
+        if not ready:
+            left = ", ".join(s.name for s in pending)
+            raise ValueError(f"analyses require each other in a cycle, or an analysis that is not run: {left}")
+        done.append(ready[0])
+        placed.add(ready[0].name)
+        pending.remove(ready[0])
+    return done
+
+
+def with_requirements(specs: list[AnalysisSpec]) -> list[AnalysisSpec]:
+    """``specs`` and every registered analysis they require, transitively, in run order."""
+    chosen = {s.name: s for s in specs}
+    todo = list(specs)
+    while todo:
+        for name in todo.pop().requires:
+            if name in ANALYSES and name not in chosen:
+                chosen[name] = ANALYSES[name]
+                todo.append(ANALYSES[name])
+    return run_order(list(chosen.values()))
 
 
 # ------------------------------------------------------------------------------------ input formats

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from traceview.errors import TraceviewError
 from traceview.findings import Options
+from traceview.context import AnalysisContext
 from traceview.model import EVENT_SCHEMA, Kind, Trace
 from traceview.secrets import Scrubber
 
@@ -272,11 +273,11 @@ def _labels(codes: np.ndarray, names: list[str]) -> pa.DictionaryArray:
                                           pa.array(names, pa.string()))
 
 
-def kernel_facts(trace: Trace, options: Options) -> pa.Table:
+def kernel_facts(ctx: AnalysisContext) -> pa.Table:
     """For every kernel of the activity context: row, step, class, category, launch_row."""
     classify, _comm, _gaps, kernels, steps = _analysis_modules()
-    act = steps.activity(trace, options)
-    category, _codes, _names = kernels.categories_of(trace, act)
+    act = steps.activity(ctx)
+    category, _codes, _names = kernels.categories_of(ctx.trace, act)
     keep = act.kind == int(Kind.KERNEL)
     classes = [classify.CLASS_NAMES.get(c, "") for c in range(max(classify.CLASS_NAMES) + 1)]  # code -> name
     return pa.table({
@@ -293,16 +294,16 @@ def frame_table(frame: "pd.DataFrame") -> pa.Table:
     return pa.Table.from_pandas(frame, preserve_index=False)
 
 
-def gaps_table(trace: Trace, options: Options) -> pa.Table:
-    """The idle_gaps analysis's ``gaps`` table (cached by that analysis per trace and options)."""
+def gaps_table(ctx: AnalysisContext) -> pa.Table:
+    """The idle_gaps analysis's ``gaps`` table (built once in the session's context)."""
     idle_gaps = _analysis_modules()[2]
-    return frame_table(idle_gaps.compute(trace, options)["gaps"])
+    return frame_table(idle_gaps.compute(ctx)["gaps"])
 
 
-def collectives_table(trace: Trace, options: Options) -> pa.Table:
+def collectives_table(ctx: AnalysisContext) -> pa.Table:
     """The communication analysis's ``collectives`` table for this trace (every rank)."""
     communication = _analysis_modules()[1]
-    return frame_table(communication.cross_rank_inputs(trace, options).collectives)
+    return frame_table(communication.cross_rank_inputs(ctx).collectives)
 
 
 # ------------------------------------------------------------------------------------ the session
@@ -363,6 +364,8 @@ class SqlSession:
 
         self.trace = trace
         self.options = options or Options()
+        #: what the computed views derive from the trace (activity, gaps), built once per session
+        self.context = AnalysisContext(trace, self.options)
         self.computed: list[str] = []
         self.con: duckdb.DuckDBPyConnection = duckdb.connect()
         scrubber = Scrubber(False)
@@ -392,15 +395,15 @@ class SqlSession:
         return {"kernels": self._build_kernels, "gaps": self._build_gaps, "collectives": self._build_collectives}
 
     def _build_kernels(self) -> None:
-        self.con.register("tv_kernels", kernel_facts(self.trace, self.options))
+        self.con.register("tv_kernels", kernel_facts(self.context))
         self.con.execute(_KERNELS_SQL)
 
     def _build_gaps(self) -> None:
-        self.con.register("tv_gaps", scrub_table(gaps_table(self.trace, self.options), Scrubber(False), "gaps"))
+        self.con.register("tv_gaps", scrub_table(gaps_table(self.context), Scrubber(False), "gaps"))
         self.con.execute("CREATE VIEW gaps AS SELECT * FROM tv_gaps")
 
     def _build_collectives(self) -> None:
-        table = scrub_table(collectives_table(self.trace, self.options), Scrubber(False), "collectives")
+        table = scrub_table(collectives_table(self.context), Scrubber(False), "collectives")
         self.con.register("tv_collectives", table)
         self.con.execute("CREATE VIEW collectives AS SELECT * FROM tv_collectives")
 

@@ -49,7 +49,8 @@ def run_tasks(runner: TaskRunner, tasks: list[FileTask], progress: JobProgress |
         nonlocal failed
         results[result.index] = result
         failed += int(result.error is not None)
-        costs.append({**result.stats, "ranks": len(result.ranks), "failed": result.error is not None})
+        ranks = len(result.batch.ranks) if result.batch is not None else 0
+        costs.append({**result.stats, "ranks": ranks, "failed": result.error is not None})
         if progress is not None:
             progress(len(results), len(tasks), failed)
 
@@ -83,14 +84,15 @@ def run_job(runner: TaskRunner, files: list[Path], options: Options, *, use_cach
     if absent:
         overview.warnings.append(f"rank{'s' if len(absent) > 1 else ''} {compact_ranks(absent)} of the job "
                                  f"(world size {world_size(overview)}) in no file: the figures cover the other ranks")
-    ranks = [rr for r in ok for rr in r.ranks]
+    batches = [r.batch for r in ok if r.batch is not None]
+    n_ranks = sum(len(b.ranks) for b in batches)
     execution: dict[str, Any] = {
         "executor": runner.name, "workers": runner.workers, "files": len(files), "failed_files": len(failed),
-        "ranks": len(ranks), "seconds": seconds, "ranks_per_second": len(ranks) / seconds if seconds > 0 else None,
+        "ranks": n_ranks, "seconds": seconds, "ranks_per_second": n_ranks / seconds if seconds > 0 else None,
         "driver_peak_rss": memory_bytes("VmHWM"), **task_costs(costs),
         "missing": missing, "absent_ranks": absent, "world_size": world_size(overview),
     }
-    return Mapped(ranks=ranks, overview=overview, execution=execution)
+    return Mapped(batches=batches, overview=overview, execution=execution)
 
 
 def number_ranks(runner: TaskRunner, results: dict[int, FileResult], plan: RankPlan, options: Options,
@@ -109,8 +111,8 @@ def number_ranks(runner: TaskRunner, results: dict[int, FileResult], plan: RankP
         if index in again or result.error is not None:
             continue
         number_rank_infos(result.infos, mapping)
-        for rr in result.ranks:  # (the same metadata, also where a pickle made it a copy)
-            rr.info = result.infos[rr.rank]
+        if result.batch is not None:  # (the same metadata, also where a pickle made it a copy)
+            result.batch.infos = {r: result.infos[r] for r in result.batch.ranks}
 
 
 def place_rows(results: dict[int, FileResult]) -> None:
@@ -119,8 +121,8 @@ def place_rows(results: dict[int, FileResult]) -> None:
     offsets = row_offsets(results)
     for index, result in results.items():
         shift = offsets[index] - result.row_offset
-        if result.error is None and shift:
-            result.ranks = [rr.remap_rows(None, shift).pack() for rr in result.ranks]
+        if result.error is None and shift and result.batch is not None:
+            result.batch = result.batch.shift_rows(shift).pack()
             result.row_offset = offsets[index]
 
 
@@ -129,7 +131,7 @@ def job_overview(ok: list[FileResult], plan: RankPlan, skipped: list[Path]) -> T
     each analysed rank's summary, and the warnings in the loader's order (the files' own, then
     the numbering's, then the files a directory held that are not traces)."""
     infos = dict(sorted(((rank, info) for r in ok for rank, info in r.infos.items()), key=lambda kv: kv[0]))
-    summaries = {rr.rank: rr.summary for r in ok for rr in r.ranks}
+    summaries = {rank: s for r in ok if r.batch is not None for rank, s in r.batch.summaries.items()}
     warnings = list(dict.fromkeys([w for r in ok for w in r.warnings] + plan.warnings))
     warnings.extend(f"{p}: skipped, not a trace" for p in skipped)
     return TraceOverview(ranks=infos, summaries=summaries, warnings=warnings)

@@ -25,7 +25,7 @@ from traceview.errors import TraceviewError
 from traceview.findings import Options
 from traceview.loading import apply_rank_numbers, load_file
 from traceview.model import RankInfo
-from traceview.pipeline import RankResult, analyze_rank, select_rank
+from traceview.pipeline import BatchResult, analyze_batch
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ class FileResult:
 
     file: str
     index: int
-    #: the analysed ranks, packed (tables and cross-rank inputs as one compressed bytes object)
-    ranks: list[RankResult] = field(default_factory=list)
+    #: the file's analysed ranks as one batch, packed (tables and cross-rank inputs as one
+    #: compressed bytes object); None when the file failed
+    batch: BatchResult | None = None
     #: metadata of every rank of the file (also those ``Options.ranks`` leaves out), by rank
     infos: dict[int, RankInfo] = field(default_factory=dict)
     #: the file's own warnings (parser warnings), as ``Trace.warnings``
@@ -97,8 +98,6 @@ def analyze_file(task: FileTask) -> FileResult:
 
     Never raises for a bad file: the error (naming the file) is in the result, so the other files
     of the job complete."""
-    from traceview.analyses.steps import clear_cache
-
     started, cpu_started = time.perf_counter(), time.process_time()
     out = FileResult(file=task.path, index=task.index, row_offset=task.row_offset)
     out.stats.update(pid=os.getpid(), host=socket.gethostname(), rss_before=memory_bytes("VmRSS"))
@@ -112,10 +111,9 @@ def analyze_file(task: FileTask) -> FileResult:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         out.error = f"{task.path}: {type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
     finally:
-        clear_cache()
         pa.default_memory_pool().release_unused()  # the trace is gone: give its buffers back
     if out.error:
-        out = replace(out, ranks=[], infos={}, warnings=[], events=0)
+        out = replace(out, batch=None, infos={}, warnings=[], events=0)
     out.stats.update(seconds=time.perf_counter() - started, cpu_seconds=time.process_time() - cpu_started,
                      peak_rss=memory_bytes("VmHWM"), rss_after=memory_bytes("VmRSS"))
     out.stats["result_bytes"] = len(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
@@ -123,7 +121,7 @@ def analyze_file(task: FileTask) -> FileResult:
 
 
 def analyze_ranks(task: FileTask, out: FileResult) -> None:
-    """Fill ``out`` with the file's ranks, each analysed alone by the core's per-rank step."""
+    """Fill ``out`` with the file's ranks, analysed as one batch by the core's step."""
     options = task.options
     started = time.perf_counter()
     trace = load_file(task.path, use_cache=task.use_cache, step_marker=options.step_marker)
@@ -133,9 +131,4 @@ def analyze_ranks(task: FileTask, out: FileResult) -> None:
     out.events = trace.num_events
     out.infos = dict(sorted(trace.ranks.items()))
     out.warnings = list(trace.warnings)
-    for rank in trace.rank_ids:
-        if options.ranks is not None and rank not in options.ranks:
-            continue
-        sub, rows = select_rank(trace, rank)
-        result = analyze_rank(sub, rank, rows, options, bounded=True)
-        out.ranks.append(result.remap_rows(None, task.row_offset).pack())
+    out.batch = analyze_batch(trace, options, bounded=True).shift_rows(task.row_offset).pack()
