@@ -61,8 +61,7 @@ import pandas as pd
 from . import classify
 from traceview import intervals as iv
 from .idle_gaps import BLOCKING_COPY
-from .steps import (NO_STEP, Activity, activity, assign_to_steps, cpu_op_links, cpu_op_nesting, launch_links, per_step,
-                    step_column)
+from .steps import NO_STEP, Activity, activity, assign_to_steps, cpu_op_links, cpu_op_nesting, launch_links, step_column
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding
@@ -614,16 +613,6 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     return result
 
 
-def _step_window(act: Activity, rank: int) -> float | None:
-    sel = (act.rank == rank) & (act.step != NO_STEP)
-    if sel.any():
-        k, lo, hi = iv.window_by(act.step[sel], act.start[sel], act.end[sel])
-        return float(np.mean(hi - lo))
-    sel = act.rank == rank
-    if sel.any():
-        return float(act.end[sel].max() - act.start[sel].min())
-    return None
-
 
 #: umbrella findings whose cost already holds ours (docs/metrics.md: the costs overlap)
 _PART_OF = {"blocking_copy": "sync_bound_gaps", "sync_calls": "sync_bound_gaps", "pageable_copy": "sync_bound_gaps"}
@@ -664,10 +653,19 @@ def call_claims(calls: pd.DataFrame, act: Activity) -> Claims:
     """The GPU idle the ``calls`` cost, as claims: the idle of the rank's GPUs inside each call's
     cost window (``cost_from_ns`` .. ``cost_to_ns``), earliest first, capped at the call's
     ``cost_ns``; on every device of the rank (the rank's GPUs are all idle then)."""
-    c = calls[calls["cost_ns"] > 0]
+    _, rank, device, start, end = _claim_pieces(calls, act)
+    return Claims.of(rank, device, start, end)
+
+
+def _claim_pieces(calls: pd.DataFrame, act: Activity) -> tuple[np.ndarray, ...]:
+    """(position in ``calls`` of the call, rank, device, start, end) of each piece of
+    :func:`call_claims`."""
+    empty = np.zeros(0, dtype=np.int64)
+    positive = np.flatnonzero(calls["cost_ns"].to_numpy(np.int64) > 0)
+    c = calls.iloc[positive]
     gk, gs, ge = _rank_gaps(act)
     if c.empty or gs.size == 0:
-        return Claims.empty()
+        return empty, empty, empty, empty, empty
     rank = c["rank"].to_numpy(np.int64)
     lo, hi = c["cost_from_ns"].to_numpy(np.int64), c["cost_to_ns"].to_numpy(np.int64)
     # the gaps (sorted by rank, start; disjoint) overlapping each window: gaps j0 .. j1-1
@@ -685,67 +683,104 @@ def call_claims(calls: pd.DataFrame, act: Activity) -> Claims:
     before = pd.Series(length).groupby(owner).cumsum().to_numpy() - length
     room = np.maximum(c["cost_ns"].to_numpy(np.int64)[owner] - before, 0)
     pe = np.minimum(pe, ps + room)
-    k = rank[owner]
     devices = pd.DataFrame({"rank": act.rank, "device": act.device}).drop_duplicates()
-    pieces = pd.DataFrame({"rank": k, "start_ns": ps, "end_ns": pe}).merge(devices, on="rank")
-    return Claims.of(pieces["rank"].to_numpy(np.int64), pieces["device"].to_numpy(np.int64),
-                     pieces["start_ns"].to_numpy(np.int64), pieces["end_ns"].to_numpy(np.int64))
+    pieces = pd.DataFrame({"owner": owner, "rank": rank[owner], "start_ns": ps, "end_ns": pe}).merge(devices, on="rank")
+    return (positive[pieces["owner"].to_numpy(np.int64)], pieces["rank"].to_numpy(np.int64),
+            pieces["device"].to_numpy(np.int64), pieces["start_ns"].to_numpy(np.int64),
+            pieces["end_ns"].to_numpy(np.int64))
+
+
+#: the finding code of each call type, in the order findings are listed
+_CODE_OF = {"blocking_copy": "blocking_copy", "copy_then_sync": "blocking_copy", "device_sync": "sync_calls",
+            "stream_sync": "sync_calls", "event_sync": "sync_calls", "pageable_copy": "pageable_copy"}
+_CODES = ("blocking_copy", "sync_calls", "pageable_copy")
+
+
+def _step_windows(act: Activity) -> dict[int, float]:
+    """Per rank: its mean step window (first start .. last end of the step's activity, over the
+    rank's devices), or its activity's span when it has no steps."""
+    out: dict[int, float] = {}
+    if len(act) == 0:
+        return out
+    span = pd.DataFrame({"rank": act.rank, "start": act.start, "end": act.end}).groupby("rank").agg(
+        start=("start", "min"), end=("end", "max"))
+    out.update({int(r): float(e - s) for r, s, e in zip(span.index, span["start"], span["end"])})
+    in_step = act.step != NO_STEP
+    if in_step.any():
+        codes, (r, st) = iv.combine_keys(act.rank[in_step], act.step[in_step])
+        k, lo, hi = iv.window_by(codes, act.start[in_step], act.end[in_step])
+        means = pd.Series(hi - lo).groupby(r[k]).mean()
+        out.update({int(rank): float(w) for rank, w in means.items()})
+    return out
 
 
 def _findings(calls: pd.DataFrame, act: Activity) -> list[Finding]:
-    """One finding per kind of problem and rank where it costs at least COST_LOW."""
-    findings = []
+    """One finding per kind of problem and rank where it costs at least COST_LOW, judged on every
+    (kind, rank) at once."""
     step_counts = act.steps.counts()
-    groups = {
-        "blocking_copy": calls["call_type"].isin(["blocking_copy", "copy_then_sync"]),
-        "sync_calls": calls["call_type"].isin(["device_sync", "stream_sync", "event_sync"]),
-        "pageable_copy": calls["call_type"] == "pageable_copy",
-    }
-    for code, sel in groups.items():  # a finding per kind and rank
-        for rank in sorted(calls.loc[sel, "rank"].unique().tolist()):
-            n_steps = step_counts.get(int(rank), 0)
-            mine = sel & (calls["rank"] == rank)
-            if n_steps:
-                mine &= calls["step"].notna()  # calls outside steps (e.g. at profiler exit) do not count
-            c = calls[mine]
-            if c.empty:
-                continue
-            evidence = _rank_evidence(code, c, int(rank), n_steps, _step_window(act, int(rank)))
-            if evidence is not None:
-                findings.append(_finding(code, [evidence], call_claims(c, act)))
+    code = calls["call_type"].map(_CODE_OF)
+    steps = calls["rank"].map(step_counts).fillna(0).astype(np.int64)
+    # calls outside steps (e.g. at profiler exit) do not count on a rank with steps
+    counted = code.notna() & ((steps == 0) | calls["step"].notna())
+    c = calls[counted.to_numpy(bool)].assign(code=code[counted], n_steps=steps[counted])
+    if c.empty:
+        return []
+    per = c.groupby(["code", "rank"], sort=False).agg(cost_ns=("cost_ns", "sum"), steps=("n_steps", "first"))
+    windows = _step_windows(act)
+    window = np.array([windows.get(int(r), np.nan) for r in per.index.get_level_values("rank")], dtype=np.float64)
+    n = per["steps"].to_numpy(np.int64)
+    cost = per["cost_ns"].to_numpy(np.int64)
+    per["cost_ns_per_step"] = np.where(n > 0, np.round(cost / np.maximum(n, 1)), cost).astype(np.int64)
+    per["share"] = per["cost_ns_per_step"].to_numpy(np.float64) / np.where(window > 0, window, np.nan)
+    per = per[per["share"].to_numpy(np.float64) >= COST_LOW]
+    if per.empty:
+        return []
+    keys = pd.MultiIndex.from_arrays([c["code"], c["rank"]])
+    c = c[keys.isin(per.index)].reset_index(drop=True)
+    evidence = _evidence(c, per)
+    owner, rank, device, start, end = _claim_pieces(c, act)
+    piece_key = pd.MultiIndex.from_arrays([c["code"].to_numpy()[owner], rank]) if owner.size else None
+    findings = []
+    for key in sorted(evidence, key=lambda k: (_CODES.index(k[0]), k[1])):
+        sel = piece_key.get_locs([key[0], key[1]]) if piece_key is not None and key in piece_key else []
+        claims = Claims.of(rank[sel], device[sel], start[sel], end[sel]) if len(sel) else Claims.empty()
+        findings.append(_finding(key[0], [evidence[key]], claims))
     return findings
 
 
-def _rank_evidence(code: str, c: pd.DataFrame, rank: int, n_steps: int, window: float | None) -> _SyncRank | None:
-    """The evidence of one rank's calls ``c`` of one kind, or None when they cost less than COST_LOW."""
-    cost = per_step(int(c["cost_ns"].sum()), n_steps)
-    share = cost / window if window else None
-    if share is None or share < COST_LOW:
-        return None
+def _evidence(c: pd.DataFrame, per: pd.DataFrame) -> dict[tuple[str, int], _SyncRank]:
+    """The evidence of each qualifying (code, rank) of ``per``, from its calls in ``c``."""
+    gpu = c["gpu_row"].to_numpy(np.int64)
     # a copy is one event even when two calls (copy + sync) are listed for it
-    n_calls = int(c.loc[c["gpu_row"] >= 0, "gpu_row"].nunique()) if code != "sync_calls" else len(c)
+    one = np.where(gpu >= 0, gpu, -c["row"].to_numpy(np.int64) - 1)
     op = [_text(t) or _text(u) or "(no CPU op)" for t, u in zip(c["top_cpu_op"].tolist(), c["cpu_op"].tolist())]
-    ops = (
-        c.assign(op=op, one=np.where(c["gpu_row"] >= 0, c["gpu_row"], -c["row"] - 1))
-        .groupby("op").agg(calls=("one", "nunique"), cost_ns=("cost_ns", "sum"))
-        .sort_values("cost_ns", ascending=False)
-    )
-    return {
-        "rank": rank,
-        "steps": n_steps,
-        "calls": n_calls,
-        "calls_per_step": n_calls / n_steps if n_steps else float(n_calls),
-        "blocked_ns": int(c["dur_ns"].sum()),
-        "cost_ns": int(c["cost_ns"].sum()),
-        "cost_ns_per_step": cost,
-        "share": share,
-        "apis": sorted(set(c["api"].tolist())),
-        "copy_kinds": sorted({k for k in c["copy_kind"].tolist() if isinstance(k, str)}),
-        "top_cpu_ops": [
-            {"cpu_op": str(k), "calls": int(v["calls"]), "cost_ns": int(v["cost_ns"])}
-            for k, v in ops.head(5).iterrows()
-        ],
-    }
+    frame = c.assign(op=op, one=one)
+    groups = frame.groupby(["code", "rank"], sort=False)
+    totals = groups.agg(blocked_ns=("dur_ns", "sum"), calls=("one", "size"))
+    copies = frame[gpu >= 0].groupby(["code", "rank"], sort=False)["gpu_row"].nunique()
+    apis = groups["api"].agg(lambda v: sorted(set(v.tolist())))
+    kinds = groups["copy_kind"].agg(lambda v: sorted({k for k in v.tolist() if isinstance(k, str)}))
+    ops = (frame.groupby(["code", "rank", "op"], sort=True).agg(calls=("one", "nunique"), cost_ns=("cost_ns", "sum"))
+           .reset_index().sort_values("cost_ns", ascending=False, kind="stable"))
+    top = ops.groupby(["code", "rank"], sort=False).head(5)
+    top_of: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for code, rank, name, n_calls, cost in zip(top["code"], top["rank"], top["op"], top["calls"], top["cost_ns"]):
+        top_of.setdefault((code, int(rank)), []).append({"cpu_op": str(name), "calls": int(n_calls),
+                                                         "cost_ns": int(cost)})
+    out: dict[tuple[str, int], _SyncRank] = {}
+    for (code, rank), row in per.iterrows():
+        key = (str(code), int(rank))
+        n_steps = int(row["steps"])
+        n_calls = int(totals.loc[(code, rank), "calls"]) if code == "sync_calls" else int(copies.get((code, rank), 0))
+        out[key] = {
+            "rank": int(rank), "steps": n_steps, "calls": n_calls,
+            "calls_per_step": n_calls / n_steps if n_steps else float(n_calls),
+            "blocked_ns": int(totals.loc[(code, rank), "blocked_ns"]), "cost_ns": int(row["cost_ns"]),
+            "cost_ns_per_step": int(row["cost_ns_per_step"]), "share": float(row["share"]),
+            "apis": apis.loc[(code, rank)], "copy_kinds": kinds.loc[(code, rank)],
+            "top_cpu_ops": top_of.get(key, []),
+        }
+    return out
 
 
 def _finding(code: str, per_rank: list[_SyncRank], claims: Claims) -> Finding:
