@@ -91,6 +91,7 @@ from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
+from traceview.report import ReportInputs, is_missing
 
 NAME = "communication"
 
@@ -1227,7 +1228,7 @@ def _straggler_findings(
         return []
     n = len(strag)
     max_offset = int(strag["clock_offset_ns"].abs().max())
-    p = "corrected_" if max_offset > CLOCK_OFFSET_NS else ""
+    p = clock_basis(strag)
     waits = straggler_waits(arrivals, "corrected_rel" if p else "start_rel")
     findings = []
     for _, row in strag.iterrows():
@@ -1299,6 +1300,52 @@ def _imbalance_findings(
 register_input("communication.cross_rank_inputs", _build_inputs,
                requires=("activity", "classify.codes.name", "classify.comm_rule_of"))
 
+# ------------------------------------------------------------------------------------ report hooks
+
+#: collectives (columns) in the report's skew heatmap (the most skewed beyond)
+MAX_SKEW_COLUMNS = 200
+
+
+def clock_basis(stragglers: pd.DataFrame | None) -> str:
+    """The column prefix of the clock basis stragglers and skew are judged on: clock-corrected
+    times (``corrected_``) when some rank's clock is off by more than CLOCK_OFFSET_NS, raw start
+    times (``""``) otherwise. The one rule the straggler findings and the skew chart share."""
+    if stragglers is None or stragglers.empty:
+        return ""
+    return "corrected_" if int(stragglers["clock_offset_ns"].abs().max()) > CLOCK_OFFSET_NS else ""
+
+
+def skew_chart(inputs: ReportInputs) -> dict[str, Any] | None:
+    """The skew heatmap: each rank's lateness at each collective occurrence (the most skewed
+    ``MAX_SKEW_COLUMNS``), on the clock basis of :func:`clock_basis`."""
+    arrivals, skew = inputs.table(NAME, "arrivals"), inputs.table(NAME, "skew")
+    if arrivals is None or arrivals.empty or skew is None or skew.empty:
+        return None
+    prefix = clock_basis(inputs.table(NAME, "stragglers"))
+    sk = skew.copy()
+    sk["_step"] = sk["step"].astype("Float64").fillna(-1).astype(np.int64)
+    total = int(len(sk))
+    if total > MAX_SKEW_COLUMNS:
+        sk = sk.sort_values(f"{prefix}skew_ns", ascending=False, kind="stable").head(MAX_SKEW_COLUMNS)
+    sk = sk.sort_values("first_start_ns", kind="stable")
+    ar = arrivals.copy()
+    ar["_step"] = ar["step"].astype("Float64").fillna(-1).astype(np.int64)
+    ranks = sorted(int(r) for r in ar["rank"].unique())
+    lookup = {(str(c), str(pg), int(s), int(o), int(r)): v for c, pg, s, o, r, v in zip(
+        ar["collective"], ar["process_group"], ar["_step"], ar["occurrence"], ar["rank"], ar[f"{prefix}lateness_ns"])}
+    columns: list[dict[str, Any]] = []
+    matrix: list[list[int | None]] = [[] for _ in ranks]
+    for c, pg, s, o in zip(sk["collective"], sk["process_group"], sk["_step"], sk["occurrence"]):
+        label = f"{c}" + (f" (pg {pg})" if pg else "") + (f" · step {s}" if s >= 0 else "") + f" · #{int(o)}"
+        columns.append({"label": label, "collective": str(c), "process_group": str(pg),
+                        "step": None if s < 0 else int(s), "occurrence": int(o)})
+        for i, r in enumerate(ranks):
+            v = lookup.get((str(c), str(pg), int(s), int(o), r))
+            matrix[i].append(None if v is None or is_missing(v) else int(round(float(v))))
+    basis = {"": "raw", "corrected_": "corrected"}[prefix]
+    return {"basis": basis, "ranks": ranks, "columns": columns, "lateness_ns": matrix, "total": total}
+
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Communication",
@@ -1323,4 +1370,5 @@ SPEC = AnalysisSpec(
     gather=cross_rank_inputs,
     reduce=reduce_ranks,
     headline_table="summary",
+    charts=(("skew", skew_chart),),
 )

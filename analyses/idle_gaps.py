@@ -50,6 +50,8 @@ from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
+from traceview.report import ReportInputs, column_rows, plain
+from traceview.tables import top_order
 from traceview.tables import masked_int64
 
 from . import classify
@@ -597,6 +599,59 @@ register_input("idle_gaps.cpu_context", CpuContext, requires=("classify.codes.na
 register_input("idle_gaps.tables", build_tables,
                requires=("activity", "classify.codes.name", "classify.categories.name", "idle_gaps.cpu_context"))
 
+# ------------------------------------------------------------------------------------ report hooks
+
+#: gaps listed in the report's timeline window
+MAX_TIMELINE_GAPS = 500
+
+
+def gap_histogram(inputs: ReportInputs) -> dict[str, Any]:
+    """The gap-histogram chart: gaps and idle time per duration bucket and cause, over the job."""
+    by_cause = inputs.table(NAME, "histogram_by_cause")
+    hist: dict[str, Any] = {"buckets": list(BUCKET_LABELS), "causes": list(CAUSES),
+                            "gaps": {c: [0] * len(BUCKET_LABELS) for c in CAUSES},
+                            "idle_ns": {c: [0] * len(BUCKET_LABELS) for c in CAUSES}, "total_gaps": 0}
+    if by_cause is None or by_cause.empty:
+        return hist
+    sums = by_cause.groupby(["cause", "bucket"], sort=True)[["gaps", "idle_ns"]].sum()
+    for (cause, bucket), row in sums.iterrows():  # at most causes x buckets rows
+        if cause not in hist["gaps"]:
+            hist["causes"].append(cause)
+            hist["gaps"][cause] = [0] * len(BUCKET_LABELS)
+            hist["idle_ns"][cause] = [0] * len(BUCKET_LABELS)
+        hist["gaps"][cause][int(bucket)] = int(row["gaps"])
+        hist["idle_ns"][cause][int(bucket)] = int(row["idle_ns"])
+    hist["total_gaps"] = int(by_cause["gaps"].sum())
+    return hist
+
+
+def timeline_window(inputs: ReportInputs) -> dict[str, Any] | None:
+    """The timeline chart: the worst idle gap with the time around it (within its GPU's window,
+    from the report's timebase), and the largest gaps of its rank (at most ``MAX_TIMELINE_GAPS``)
+    that fall in that window."""
+    gaps = inputs.table(NAME, "gaps")
+    if gaps is None or gaps.empty:
+        return None
+    worst = gaps.iloc[int(top_order(gaps, "dur_ns")[0])]
+    rank, device = int(worst["rank"]), int(worst["device"])
+    start, end = int(worst["start_ns"]), int(worst["end_ns"])
+    pad = max(end - start, 100_000)
+    lo, hi = start - pad, end + pad
+    window = inputs.timebase()[0].get((rank, device))
+    if window is not None:
+        lo = max(lo, window[0] - pad // 10)
+        hi = min(hi, window[1] + pad // 10)
+    of_rank = gaps[gaps["rank"] == rank].reset_index(drop=True)
+    largest = of_rank.iloc[top_order(of_rank, "dur_ns")[:MAX_TIMELINE_GAPS]]
+    inside = largest[(largest["end_ns"] > lo) & (largest["start_ns"] < hi)]
+    cols = ["rank", "device", "step", "start_ns", "end_ns", "dur_ns", "cause", "cpu_context"]
+    return {
+        "rank": rank, "device": device, "start_ns": int(lo), "end_ns": int(hi),
+        "worst_gap": {c: plain(worst[c], c) for c in cols},
+        "gaps": column_rows(inside[cols], cols),
+    }
+
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Idle gaps",
@@ -620,4 +675,5 @@ SPEC = AnalysisSpec(
                         (f"{UNATTRIBUTED}_gaps", 90)),
     page=("/gaps", "Gaps"),
     headline_table="by_cause",
+    charts=(("gap_histogram", gap_histogram), ("timeline", timeline_window)),
 )

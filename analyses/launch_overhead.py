@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -40,6 +42,8 @@ from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
+from traceview.report import ReportInputs, column_rows
+from traceview.tables import sample_mask
 
 from . import classify
 from .idle_gaps import HOST_BOUND
@@ -606,6 +610,30 @@ register_input("launch_overhead.tables", _compute,
                          "classify.codes.name", "classify.categories.name", "idle_gaps.tables",
                          "launch_overhead.launch_scale"))
 
+# ------------------------------------------------------------------------------------ report hooks
+
+#: points in the report's launch-overhead scatter (sampled beyond, the count stated)
+MAX_LAUNCH_POINTS = 2000
+
+
+def launch_points(inputs: ReportInputs) -> dict[str, Any]:
+    """Up to ``MAX_LAUNCH_POINTS`` launches for the scatter chart: the whole table when it is
+    small, else the rows of the table's declared sample (the same rows in memory and in a job)."""
+    launches = inputs.table(NAME, "launches")
+    if launches is None or launches.empty:
+        return {"total": 0, "points": []}
+    total, limit = inputs.rows(NAME, "launches"), MAX_LAUNCH_POINTS
+    spec = SPEC.table("launches")
+    sampled = total > limit
+    if sampled and spec.sample_by:
+        launches = launches[sample_mask(launches, spec.sample_by, min(limit, spec.sample_rows))]
+    else:
+        launches = launches.head(limit)
+    cols = ["rank", "api", "kernel", "kind", "api_dur_ns", "gpu_dur_ns", "launch_delay_ns", "short"]
+    points = column_rows(launches[cols], cols)
+    return {"total": total, "points": points, "sampled": sampled}
+
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Launch overhead",
@@ -627,4 +655,5 @@ SPEC = AnalysisSpec(
     finding_precedence=(("launch_bound", 60),),
     page=("/launch", "Launch overhead"),
     headline_table="by_api",
+    charts=(("launches", launch_points),),
 )

@@ -20,6 +20,8 @@ trace (which also counts activity that belongs to no step).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -27,6 +29,7 @@ from traceview.claims import Claims, gpu_key
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding
 from traceview.registry import AnalysisSpec, TableSpec, register_input
+from traceview.report import ReportInputs, records
 
 from . import classify
 from traceview import intervals as iv
@@ -301,6 +304,124 @@ def _exposed_communication(whole: pd.Series, n_steps: int) -> Finding | None:
 
 register_input("temporal.breakdown", lambda ctx: breakdown_table(activity(ctx)), requires=("activity",))
 
+# ------------------------------------------------------------------------------------ report hooks
+# The report's summary figures, per-rank breakdowns, breakdown chart and its one denominator (the
+# GPU windows and steps every finding's cost is shared of) come from this analysis's tables.
+
+#: the breakdown columns a report lists per GPU
+_GPU_COLUMNS = ("device", "window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "memory_ns",
+                "overlap_ns", "exposed_comm_ns", "utilization", "overlap_pct")
+
+
+def whole_rows(inputs: ReportInputs) -> pd.DataFrame:
+    """The breakdown's whole-trace rows (one per rank and GPU), once per report."""
+    def make() -> pd.DataFrame:
+        table = inputs.table(NAME, "breakdown")
+        return pd.DataFrame() if table is None or table.empty else table[table["step"].isna()].reset_index(drop=True)
+    rows: pd.DataFrame = inputs.once("temporal.whole_rows", make)
+    return rows
+
+
+def step_counts(inputs: ReportInputs) -> dict[int, int]:
+    """Number of steps per rank (from the steps table), once per report."""
+    def make() -> dict[int, int]:
+        steps = inputs.table(NAME, "steps")
+        return {} if steps is None or steps.empty else {int(r): int(n) for r, n in steps.groupby("rank").size().items()}
+    counts: dict[int, int] = inputs.once("temporal.step_counts", make)
+    return counts
+
+
+def timebase(inputs: ReportInputs) -> tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]]:
+    """Each GPU's whole-trace window (GPUs whose window is not empty) and the steps per rank."""
+    whole = whole_rows(inputs)
+    if whole.empty:
+        return {}, step_counts(inputs)
+    windows = {(int(r), int(d)): (int(lo), int(hi)) for r, d, lo, hi in zip(
+        whole["rank"], whole["device"], whole["first_start_ns"], whole["last_end_ns"]) if hi > lo}
+    return windows, step_counts(inputs)
+
+
+def _candidates_text(candidates: pd.DataFrame | None, top: int = 3) -> str:
+    """The best few candidate step markers, as --step-marker options to try."""
+    if candidates is None or candidates.empty or "suggested" not in candidates:
+        return ""
+    good = candidates[candidates["suggested"].astype(bool)]
+    markers = list(dict.fromkeys(str(m) for m in good["marker"]))[:top]
+    return ("; repeated ranges that could be steps: " + ", ".join(f"--step-marker '{m}'" for m in markers)
+            if markers else "")
+
+
+def report_summary(inputs: ReportInputs) -> tuple[dict[str, Any], dict[str, str]]:
+    """The summary's step and GPU-time figures (docs/reports.md, "summary"), with their notes."""
+    whole, counts, steps = whole_rows(inputs), step_counts(inputs), inputs.table(NAME, "steps")
+    notes: dict[str, str] = {}
+    out: dict[str, Any] = {"gpus": int(len(whole)), "steps": max(counts.values()) if counts else 0,
+                           "median_step_time_ns": None, "p90_step_time_ns": None}
+    if steps is not None and not steps.empty:
+        durations = (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype=np.float64)
+        out["median_step_time_ns"] = int(round(float(np.median(durations))))
+        out["p90_step_time_ns"] = int(round(float(np.percentile(durations, 90))))
+    else:
+        notes["median_step_time_ns"] = ("no steps found (no ProfilerStep#N or annotation matching the step marker): "
+                                        "no step time, and every figure is for the whole trace"
+                                        + _candidates_text(inputs.table(NAME, "step_candidates")))
+    out.update(_gpu_figures(whole, counts))
+    if not len(whole):
+        notes["utilization"] = "no GPU activity (kernels, memcpy, memset) in the trace: no GPU figures"
+    elif out["communication_ns"] == 0:
+        notes["exposed_comm_ns"] = "no communication kernels in the trace"
+    return out, notes
+
+
+def _gpu_figures(whole: pd.DataFrame, counts: dict[int, int]) -> dict[str, Any]:
+    """The job's GPU time: sums over every GPU's whole-trace row, their shares of the GPU window."""
+    keys = ("window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "exposed_comm_ns")
+    if not len(whole):
+        return {**{k: None for k in keys}, "utilization": None, "idle_share": None, "exposed_comm_share": None,
+                "idle_ns_per_step": None, "exposed_comm_ns_per_step": None, "memory_only_ns": None,
+                "compute_share": None, "memory_only_share": None}
+    out: dict[str, Any] = {k: int(whole[k].sum()) for k in keys}
+    window = out["window_ns"]
+    out["utilization"] = out["busy_ns"] / window if window else None
+    out["idle_share"] = out["idle_ns"] / window if window else None
+    out["exposed_comm_share"] = out["exposed_comm_ns"] / window if window else None
+    # busy = |U(compute) u U(comm) u U(memory)| = compute + exposed communication + memory alone,
+    # so these four shares of the GPU window add up to 1
+    out["memory_only_ns"] = max(0, out["busy_ns"] - out["compute_ns"] - out["exposed_comm_ns"])
+    out["compute_share"] = out["compute_ns"] / window if window else None
+    out["memory_only_share"] = out["memory_only_ns"] / window if window else None
+    steps = np.array([counts.get(int(r), 0) for r in whole["rank"]], dtype=np.int64)
+    for column, key in (("idle_ns", "idle_ns_per_step"), ("exposed_comm_ns", "exposed_comm_ns_per_step")):
+        total = whole[column].to_numpy(np.int64)
+        per = [per_step(int(t), int(n)) for t, n in zip(total, steps)]
+        out[key] = int(round(float(np.mean(per))))
+    return out
+
+
+def rank_figures(inputs: ReportInputs) -> dict[int, dict[str, Any]]:
+    """Per rank: its steps and the breakdown of each of its GPUs (whole trace)."""
+    whole, counts = whole_rows(inputs), step_counts(inputs)
+    out: dict[int, dict[str, Any]] = {r: {"steps": counts.get(r, 0), "breakdown": []} for r in inputs.ranks}
+    if len(whole):
+        for rec in records(whole[["rank", *_GPU_COLUMNS]], ["rank", *_GPU_COLUMNS]):
+            rank = int(rec.pop("rank"))
+            out.setdefault(rank, {"steps": counts.get(rank, 0), "breakdown": []})["breakdown"].append(rec)
+    return out
+
+
+def breakdown_chart(inputs: ReportInputs) -> list[dict[str, Any]]:
+    """The breakdown chart: every GPU's whole-trace row, with its memory-only time."""
+    whole = whole_rows(inputs)
+    if not len(whole):
+        return []
+    columns = ["rank", *_GPU_COLUMNS]
+    rows = records(whole[columns], columns)
+    for rec in rows:
+        # |U(compute) u U(comm)| = compute + exposed; the rest of busy is memory activity alone
+        rec["memory_only_ns"] = max(0, rec["busy_ns"] - rec["compute_ns"] - rec["exposed_comm_ns"])
+    return rows
+
+
 SPEC = AnalysisSpec(
     name=NAME,
     title="Temporal breakdown",
@@ -317,4 +438,8 @@ SPEC = AnalysisSpec(
     finding_precedence=(("exposed_communication", 190), ("low_utilization", 200)),
     page=("/overview", "Overview"),
     headline_table="breakdown",
+    summary=report_summary,
+    rank_summary=rank_figures,
+    charts=(("breakdown", breakdown_chart),),
+    timebase=timebase,
 )

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # only for annotations: the report model imports this module,
     # import numpy and the interval algebra (pandas), which loading a trace needs not
     from traceview.context import AnalysisContext
     from traceview.findings import AnalysisResult, Options
-    from traceview.report import Report
+    from traceview.report import Report, ReportInputs
 
 # ------------------------------------------------------------------------------------ analyses
 
@@ -137,6 +137,17 @@ class AnalysisSpec:
     #: finding code -> its place on ``traceview.accounting.PRECEDENCE_SCALE`` (lower wins time two
     #: top-level findings claim)
     finding_precedence: tuple[tuple[str, int], ...] = ()
+    # The report asks the analyses for these (it names none); each reads the report's inputs
+    # (``traceview.report.ReportInputs``: every analysis's result, true row counts, a per-report memo).
+    #: the report summary's figures this analysis owns: ``summary(inputs) -> (figures, notes)``
+    summary: Callable[["ReportInputs"], tuple[dict[str, Any], dict[str, str]]] | None = None
+    #: per rank, the figures of the report's ``ranks`` entries this analysis owns: ``{rank: figures}``
+    rank_summary: Callable[["ReportInputs"], dict[int, dict[str, Any]]] | None = None
+    #: the charts' data this analysis owns: (chart name, ``build(inputs)``) each
+    charts: tuple[tuple[str, Callable[["ReportInputs"], Any]], ...] = ()
+    #: the report's one denominator of costs, when this analysis owns it: ``timebase(inputs)`` ->
+    #: (each GPU's whole-trace window by (rank, device), steps per rank)
+    timebase: Callable[["ReportInputs"], tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]]] | None = None
 
     def table(self, name: str) -> TableSpec:
         """The spec of table ``name`` (an undeclared table gets a default one: its name as title)."""

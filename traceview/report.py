@@ -1,8 +1,9 @@
 """The report model: one JSON-able dict that every renderer (terminal, Markdown, HTML, JSON) and the
 web app consume. Renderers never recompute a metric; they format what is here.
 
-:func:`build_report` takes a trace and the results of :func:`traceview.analyses.run_all` and returns
-the model; :func:`report_to_json` serialises it. The keys are stable and documented in
+:func:`build_report` takes the inputs' overview and the analyses' results (from the pipeline) and
+returns the model, asking each analysis for the summary figures, per-rank figures and charts its
+spec declares (it names no analysis); :func:`report_to_json` serialises it. The keys are stable and documented in
 ``docs/reports.md`` and ``docs/report.schema.json``; ``schema_version`` follows the rule stated
 there (a major bump removes or changes the meaning of a key, a minor bump adds keys).
 
@@ -29,9 +30,9 @@ from traceview.environment import device_properties, environment
 from traceview import accounting
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
-from traceview.registry import ANALYSES, finding_parents, finding_precedence
+from traceview.registry import ANALYSES, analysis_specs, finding_parents, finding_precedence
 from traceview.secrets import ColumnRows, scrub, scrub_metadata
-from traceview.tables import sample_mask, top_order
+from traceview.tables import top_order
 
 #: the report format version (see docs/reports.md for the rule)
 SCHEMA_VERSION = "1.3"
@@ -42,17 +43,11 @@ MAX_TABLE_ROWS = REPORT_TABLE_ROWS
 #: a table with at most this many rows is converted whole and its shown rows picked from the
 #: converted array (cheaper than selecting them in pandas first)
 SMALL_TABLE_ROWS = 4 * REPORT_TABLE_ROWS
-#: points in the launch-overhead scatter (sampled beyond, the count stated)
-MAX_LAUNCH_POINTS = 2000
-#: collectives (columns) in the skew heatmap (the most skewed beyond)
-MAX_SKEW_COLUMNS = 200
-#: gaps listed in the timeline window
-MAX_TIMELINE_GAPS = 500
 
 # ------------------------------------------------------------------------------------ conversion
 
 
-def _is_missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
     if value is None or value is pd.NA or value is pd.NaT:
         return True
     if isinstance(value, float) and math.isnan(value):
@@ -96,7 +91,7 @@ def _plain_other(value: Any, key: str) -> Any:
     if isinstance(value, (list, tuple, set, np.ndarray)):
         items = sorted(value) if isinstance(value, set) else list(value)
         return [plain(v, key) for v in items]
-    if _is_missing(value):
+    if is_missing(value):
         return None
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
@@ -176,111 +171,65 @@ def plain_cells(cells: list[Any], key: str) -> list[Any]:
 # ------------------------------------------------------------------------------------ sections
 
 
-def _table(results: Mapping[str, AnalysisResult], analysis: str, name: str) -> pd.DataFrame | None:
-    result = results.get(analysis)
-    if result is None:
-        return None
-    return result.tables.get(name)
+class ReportInputs:
+    """What the report's hooks on the analyses (``AnalysisSpec.summary``, ``rank_summary``,
+    ``charts``, ``timebase``) read: every analysis's result, each table's true row count (a job cut
+    the tables) and values derived once per report (:meth:`once`)."""
+
+    def __init__(self, results: Mapping[str, AnalysisResult], table_rows: Mapping[tuple[str, str], int],
+                 ranks: Iterable[int] = ()) -> None:
+        self.results = results
+        self.table_rows = table_rows
+        #: the ranks of the inputs (those a per-rank figure is for)
+        self.ranks = sorted(int(r) for r in ranks)
+        self.memo: dict[str, Any] = {}
+
+    def table(self, analysis: str, name: str) -> pd.DataFrame | None:
+        """A table of an analysis's result (None when the analysis or the table is absent)."""
+        result = self.results.get(analysis)
+        return None if result is None else result.tables.get(name)
+
+    def rows(self, analysis: str, name: str) -> int:
+        """A table's true row count: as counted before a job cut it, else its length."""
+        if (analysis, name) in self.table_rows:
+            return int(self.table_rows[(analysis, name)])
+        table = self.table(analysis, name)
+        return 0 if table is None else int(len(table))
+
+    def once(self, name: str, make: Any) -> Any:
+        """``make()``, computed once per report (the same object for every caller: read it, never change it)."""
+        if name not in self.memo:
+            self.memo[name] = make()
+        return self.memo[name]
+
+    def timebase(self) -> tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]]:
+        """(each GPU's whole-trace window by (rank, device), steps per rank): the report's one
+        denominator, from the first analysis (display order) that declares a timebase."""
+        def make() -> tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]]:
+            for spec in analysis_specs():
+                if spec.timebase is not None and spec.name in self.results:
+                    return spec.timebase(self)
+            return {}, {}
+        value: tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]] = self.once("timebase", make)
+        return value
 
 
-#: the last table each derived value was computed from, and the value: one report reads the
-#: whole-trace rows and the step counts in six places (summary, denominators, ranks, charts), a
-#: filter or groupby of 0.2-0.5 ms each time. Keyed by the table object itself (held, so its id
-#: cannot be reused), never by its contents: tables are not changed once an analysis returns them
-_LAST_DERIVED: dict[str, tuple[pd.DataFrame, Any]] = {}
-
-
-def _derived(name: str, table: pd.DataFrame, make: Any) -> Any:
-    last = _LAST_DERIVED.get(name)
-    if last is not None and last[0] is table:
-        return last[1]
-    value = make(table)
-    _LAST_DERIVED[name] = (table, value)
-    return value
-
-
-def _whole_rows(results: Mapping[str, AnalysisResult]) -> pd.DataFrame:
-    """The temporal breakdown's whole-trace rows (the same frame for every caller: read it, never change it)."""
-    bd = _table(results, "temporal", "breakdown")
-    if bd is None or bd.empty:
-        return pd.DataFrame()
-    return _derived("whole_rows", bd, lambda t: t[t["step"].isna()].reset_index(drop=True))
-
-
-def step_counts(results: Mapping[str, AnalysisResult]) -> dict[int, int]:
-    """Number of steps per rank (from the temporal analysis's steps table)."""
-    steps = _table(results, "temporal", "steps")
-    if steps is None or steps.empty:
-        return {}
-    counts = _derived("step_counts", steps, lambda t: {int(r): int(n) for r, n in t.groupby("rank").size().items()})
-    return dict(counts)  # the caller's own copy
-
-
-def _per_step(total: int, steps: int) -> int:
-    return int(round(total / steps)) if steps > 0 else int(total)
-
-
-def _candidates_text(candidates: pd.DataFrame | None, top: int = 3) -> str:
-    """The best few candidate step markers, as --step-marker options to try."""
-    if candidates is None or candidates.empty or "marker" not in candidates:
-        return ""
-    if "suggested" not in candidates:
-        return ""
-    good = candidates[candidates["suggested"].astype(bool)]
-    markers = list(dict.fromkeys(str(m) for m in good["marker"]))[:top]
-    return ("; repeated ranges that could be steps: " + ", ".join(f"--step-marker '{m}'" for m in markers)
-            if markers else "")
-
-
-def summary(trace: "TraceOverview", results: Mapping[str, AnalysisResult], env: Mapping[str, Any]) -> dict[str, Any]:
-    whole = _whole_rows(results)
-    counts = step_counts(results)
-    steps = _table(results, "temporal", "steps")
-    notes: dict[str, str] = {}
+def summary(trace: "TraceOverview", inputs: "ReportInputs", env: Mapping[str, Any]) -> dict[str, Any]:
+    """The report's summary: what the inputs are, then the figures each analysis declares it owns
+    (``AnalysisSpec.summary``, in display order), with their notes."""
     out: dict[str, Any] = {
         "gpu_models": sorted({g["model"] or "unknown GPU" for g in env["gpus"]}),
-        "gpus": int(len(whole)),
         "ranks": list(trace.rank_ids),
         "num_ranks": len(trace.rank_ids),
         "world_size": env.get("world_size"),
         "events": int(trace.num_events),
-        "steps": max(counts.values()) if counts else 0,
-        "median_step_time_ns": None,
     }
-    out["p90_step_time_ns"] = None
-    if steps is not None and not steps.empty:
-        durations = (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype=np.float64)
-        out["median_step_time_ns"] = int(round(float(np.median(durations))))
-        out["p90_step_time_ns"] = int(round(float(np.percentile(durations, 90))))
-    else:
-        notes["median_step_time_ns"] = ("no steps found (no ProfilerStep#N or annotation matching the step marker): "
-                                        "no step time, and every figure is for the whole trace"
-                                        + _candidates_text(_table(results, "temporal", "step_candidates")))
-    keys = ("window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "exposed_comm_ns")
-    if len(whole):
-        for k in keys:
-            out[k] = int(whole[k].sum())
-        window = out["window_ns"]
-        out["utilization"] = out["busy_ns"] / window if window else None
-        out["idle_share"] = out["idle_ns"] / window if window else None
-        out["exposed_comm_share"] = out["exposed_comm_ns"] / window if window else None
-        # busy = |U(compute) u U(comm) u U(memory)| = compute + exposed communication + memory alone,
-        # so these four shares of the GPU window add up to 1
-        out["memory_only_ns"] = max(0, out["busy_ns"] - out["compute_ns"] - out["exposed_comm_ns"])
-        out["compute_share"] = out["compute_ns"] / window if window else None
-        out["memory_only_share"] = out["memory_only_ns"] / window if window else None
-        idle_ps = [_per_step(int(r["idle_ns"]), counts.get(int(r["rank"]), 0)) for _, r in whole.iterrows()]
-        exp_ps = [_per_step(int(r["exposed_comm_ns"]), counts.get(int(r["rank"]), 0)) for _, r in whole.iterrows()]
-        out["idle_ns_per_step"] = int(round(float(np.mean(idle_ps))))
-        out["exposed_comm_ns_per_step"] = int(round(float(np.mean(exp_ps))))
-    else:
-        for k in keys:
-            out[k] = None
-        out.update(utilization=None, idle_share=None, exposed_comm_share=None, idle_ns_per_step=None,
-                   exposed_comm_ns_per_step=None, memory_only_ns=None, compute_share=None, memory_only_share=None)
-        notes["utilization"] = "no GPU activity (kernels, memcpy, memset) in the trace: no GPU figures"
-    if len(whole) and out["communication_ns"] == 0:
-        notes["exposed_comm_ns"] = "no communication kernels in the trace"
+    notes: dict[str, str] = {}
+    for spec in analysis_specs():
+        if spec.summary is not None and spec.name in inputs.results:
+            figures, spec_notes = spec.summary(inputs)
+            out.update(figures)
+            notes.update(spec_notes)
     dropped = dropped_activity_text(trace.ranks)
     if dropped:
         notes["dropped_activity"] = dropped
@@ -301,30 +250,27 @@ def dropped_activity_text(ranks: Mapping[int, RankInfo]) -> str:
             "say why): every figure of those ranks leaves them out and may be understated")
 
 
-def denominator(results: Mapping[str, AnalysisResult], ranks: Iterable[int] | None = None) -> accounting.Denominator:
-    """The one denominator of the report's costs: every GPU's whole-trace window (temporal
-    breakdown) and the steps of its rank (``ranks``: only those ranks)."""
-    whole = _whole_rows(results)
-    if ranks is not None and len(whole):
-        whole = whole[whole["rank"].isin(list(ranks))]
-    if whole.empty:
-        return accounting.Denominator({}, {})
-    windows = _gpu_windows(whole)
-    counts = step_counts(results)
-    return accounting.Denominator(windows, {r: n for r, n in counts.items() if ranks is None or r in set(ranks)})
+def denominator(inputs: "ReportInputs", ranks: Iterable[int] | None = None) -> accounting.Denominator:
+    """The one denominator of the report's costs: every GPU's whole-trace window and the steps of
+    its rank (``ranks``: only those ranks), from the analysis that declares the timebase."""
+    windows, counts = inputs.timebase()
+    if ranks is not None:
+        wanted = set(ranks)
+        windows = {k: w for k, w in windows.items() if k[0] in wanted}
+        counts = {r: n for r, n in counts.items() if r in wanted}
+    return accounting.Denominator(windows, counts)
 
 
-def job_findings(findings: list[Finding], n_ranks: int,
-                 results: Mapping[str, AnalysisResult] | None = None) -> list[Finding]:
+def job_findings(findings: list[Finding], n_ranks: int, inputs: "ReportInputs | None" = None) -> list[Finding]:
     """The findings of a job: a problem several ranks have is one finding listing its ranks and its
     worst rank (per-rank detail in its evidence, see :func:`traceview.findings.merge_findings`);
-    findings about the job as a whole (no rank) are kept as they are. With ``results``, each rank's
+    findings about the job as a whole (no rank) are kept as they are. With ``inputs``, each rank's
     findings are first accounted on that rank's own denominator (:mod:`traceview.accounting`), so
     the per-rank figures in the evidence are the ones that rank's own report shows."""
     if n_ranks <= 1:
         return list(findings)
-    if results is not None:
-        _account_per_rank(findings, results)
+    if inputs is not None:
+        _account_per_rank(findings, inputs)
     per_rank = [(int(f.rank), f) for f in findings if f.rank is not None and _own_rank(f)]
     kept = [f for f in findings if f.rank is None or not _own_rank(f)]
     return kept + merge_findings(per_rank, n_ranks)
@@ -335,34 +281,25 @@ def _own_rank(f: Finding) -> bool:
     return f.claims is None or not f.claims or f.claims.ranks() <= {int(f.rank or 0)}
 
 
-def _account_per_rank(findings: list[Finding], results: Mapping[str, AnalysisResult]) -> None:
+def _account_per_rank(findings: list[Finding], inputs: "ReportInputs") -> None:
     by_rank: dict[int, list[Finding]] = {}
     for f in findings:
         if f.rank is not None and _own_rank(f):
             by_rank.setdefault(int(f.rank), []).append(f)
-    denominators = rank_denominators(results)
+    denominators = rank_denominators(inputs)
     for rank, mine in by_rank.items():
         accounting.account(mine, denominators.get(rank, accounting.Denominator({}, {})), finding_parents(),
                            finding_precedence())
 
 
-def rank_denominators(results: Mapping[str, AnalysisResult]) -> dict[int, accounting.Denominator]:
-    """Each rank's own denominator, as ``denominator(results, [rank])`` gives it, built from one
-    pass over the whole-trace rows (a job of thousands of ranks: not one filter per rank)."""
-    whole = _whole_rows(results)
-    if whole.empty:
-        return {}
-    counts = step_counts(results)
-    windows: dict[int, dict[tuple[int, int], tuple[int, int]]] = {int(r): {} for r in whole["rank"].unique()}
-    for (r, d), window in _gpu_windows(whole).items():
-        windows[r][(r, d)] = window
-    return {r: accounting.Denominator(w, {r: counts[r]} if r in counts else {}) for r, w in windows.items()}
-
-
-def _gpu_windows(whole: pd.DataFrame) -> dict[tuple[int, int], tuple[int, int]]:
-    """(rank, device) -> the GPU's whole-trace window, for GPUs whose window is not empty."""
-    return {(int(r), int(d)): (int(lo), int(hi)) for r, d, lo, hi in zip(
-        whole["rank"], whole["device"], whole["first_start_ns"], whole["last_end_ns"]) if hi > lo}
+def rank_denominators(inputs: "ReportInputs") -> dict[int, accounting.Denominator]:
+    """Each rank's own denominator, as ``denominator(inputs, [rank])`` gives it, from one pass over
+    the timebase (a job of thousands of ranks: not one filter per rank)."""
+    windows, counts = inputs.timebase()
+    per_rank: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
+    for (r, d), window in windows.items():
+        per_rank.setdefault(r, {})[(r, d)] = window
+    return {r: accounting.Denominator(w, {r: counts[r]} if r in counts else {}) for r, w in per_rank.items()}
 
 
 def _finding_records(findings: list[Finding], denom: accounting.Denominator
@@ -433,17 +370,18 @@ def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> 
     return out
 
 
-def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], results: Mapping[str, AnalysisResult],
+def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], inputs: "ReportInputs",
            summ: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    whole = _whole_rows(results)
-    counts = step_counts(results)
+    """One entry per rank: its input file, GPUs and events, then the figures each analysis declares
+    for it (``AnalysisSpec.rank_summary``)."""
+    per_spec = [spec.rank_summary(inputs) for spec in analysis_specs()
+                if spec.rank_summary is not None and spec.name in inputs.results]
     out = []
     for rank in trace.rank_ids:
         info = safe[rank]
         s = summ.get(rank, {})
         listed = {int(d["id"]): d for d in info.get("devices") or []}
-        mine = whole[whole["rank"] == rank] if len(whole) else whole
-        out.append({
+        entry: dict[str, Any] = {
             "rank": int(rank),
             "file": Path(str(info.get("source_path") or "")).name,
             "format": info.get("source_format"),
@@ -455,138 +393,15 @@ def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], result
             "events": int(s.get("events", 0)),
             "events_by_kind": dict(s.get("by_kind", {})),
             "span_ns": int(s.get("span_ns", 0)),
-            "steps": counts.get(rank, 0),
             "event_counts": dict(info.get("event_counts") or {}),
             "activity_dropped": dict(info.get("activity_dropped") or {}),
             "unmapped": dict(info.get("unmapped") or {}),
             "warnings": list(info.get("warnings") or []),
-            "breakdown": [
-                {k: plain(r[k], k) for k in ("device", "window_ns", "busy_ns", "idle_ns", "compute_ns",
-                                             "communication_ns", "memory_ns", "overlap_ns", "exposed_comm_ns",
-                                             "utilization", "overlap_pct")}
-                for _, r in mine.iterrows()
-            ],
-        })
+        }
+        for figures in per_spec:
+            entry.update(figures.get(int(rank), {}))
+        out.append(entry)
     return out
-
-
-# ------------------------------------------------------------------------------------ charts
-
-
-def _breakdown_chart(results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:
-    rows = []
-    for _, r in _whole_rows(results).iterrows():
-        rec = {k: plain(r[k], k) for k in ("rank", "device", "window_ns", "busy_ns", "idle_ns", "compute_ns",
-                                           "communication_ns", "memory_ns", "overlap_ns", "exposed_comm_ns",
-                                           "utilization", "overlap_pct")}
-        # |U(compute) ∪ U(comm)| = compute + exposed; the rest of busy is memory activity alone
-        rec["memory_only_ns"] = max(0, rec["busy_ns"] - rec["compute_ns"] - rec["exposed_comm_ns"])
-        rows.append(rec)
-    return rows
-
-
-def _gap_histogram(results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
-    from traceview.analyses.idle_gaps import BUCKET_LABELS, CAUSES
-
-    by_cause = _table(results, "idle_gaps", "histogram_by_cause")
-    hist: dict[str, Any] = {"buckets": list(BUCKET_LABELS), "causes": list(CAUSES),
-                            "gaps": {c: [0] * len(BUCKET_LABELS) for c in CAUSES},
-                            "idle_ns": {c: [0] * len(BUCKET_LABELS) for c in CAUSES}, "total_gaps": 0}
-    if by_cause is None or by_cause.empty:
-        return hist
-    sums = by_cause.groupby(["cause", "bucket"], sort=True)[["gaps", "idle_ns"]].sum()
-    for (cause, bucket), row in sums.iterrows():  # at most causes x buckets rows
-        if cause not in hist["gaps"]:
-            hist["causes"].append(cause)
-            hist["gaps"][cause] = [0] * len(BUCKET_LABELS)
-            hist["idle_ns"][cause] = [0] * len(BUCKET_LABELS)
-        hist["gaps"][cause][int(bucket)] = int(row["gaps"])
-        hist["idle_ns"][cause][int(bucket)] = int(row["idle_ns"])
-    hist["total_gaps"] = int(by_cause["gaps"].sum())
-    return hist
-
-
-def _launch_points(results: Mapping[str, AnalysisResult], total: int, limit: int = MAX_LAUNCH_POINTS) -> dict[str, Any]:
-    """Up to ``limit`` launches for the scatter chart: the whole table when it is small, else the
-    rows of the table's declared sample (the same rows in memory and in a job)."""
-    launches = _table(results, "launch_overhead", "launches")
-    if launches is None or launches.empty:
-        return {"total": 0, "points": []}
-    spec = ANALYSES["launch_overhead"].table("launches") if "launch_overhead" in ANALYSES else None
-    sampled = total > limit
-    if sampled and spec is not None and spec.sample_by:
-        launches = launches[sample_mask(launches, spec.sample_by, min(limit, spec.sample_rows))]
-    else:
-        launches = launches.head(limit)
-    cols = ["rank", "api", "kernel", "kind", "api_dur_ns", "gpu_dur_ns", "launch_delay_ns", "short"]
-    points = column_rows(launches[cols], cols)
-    return {"total": total, "points": points, "sampled": sampled}
-
-
-def _skew_chart(results: Mapping[str, AnalysisResult], limit: int = MAX_SKEW_COLUMNS) -> dict[str, Any] | None:
-    arrivals = _table(results, "communication", "arrivals")
-    skew = _table(results, "communication", "skew")
-    strag = _table(results, "communication", "stragglers")
-    if arrivals is None or arrivals.empty or skew is None or skew.empty:
-        return None
-    from traceview.analyses.communication import CLOCK_OFFSET_NS
-
-    # the same clock basis as the straggler finding: corrected (or end-aligned) times when some rank's
-    # clock looks offset, raw start times otherwise
-    aligned = strag is not None and len(strag) and bool((strag["clock_offset_ns"].abs() > CLOCK_OFFSET_NS).any())
-    prefix = ""
-    if aligned:
-        prefix = "corrected_" if "corrected_lateness_ns" in arrivals.columns and "corrected_skew_ns" in skew.columns \
-            else "aligned_"
-    sk = skew.copy()
-    sk["_step"] = sk["step"].astype("Float64").fillna(-1).astype(np.int64)
-    total = int(len(sk))
-    if total > limit:
-        sk = sk.sort_values(f"{prefix}skew_ns", ascending=False, kind="stable").head(limit)
-    sk = sk.sort_values("first_start_ns", kind="stable")
-    ar = arrivals.copy()
-    ar["_step"] = ar["step"].astype("Float64").fillna(-1).astype(np.int64)
-    ranks = sorted(int(r) for r in ar["rank"].unique())
-    lookup = {(str(c), str(pg), int(s), int(o), int(r)): v for c, pg, s, o, r, v in zip(
-        ar["collective"], ar["process_group"], ar["_step"], ar["occurrence"], ar["rank"], ar[f"{prefix}lateness_ns"])}
-    columns: list[dict[str, Any]] = []
-    matrix: list[list[int | None]] = [[] for _ in ranks]
-    for c, pg, s, o in zip(sk["collective"], sk["process_group"], sk["_step"], sk["occurrence"]):
-        label = f"{c}" + (f" (pg {pg})" if pg else "") + (f" · step {s}" if s >= 0 else "") + f" · #{int(o)}"
-        columns.append({"label": label, "collective": str(c), "process_group": str(pg),
-                        "step": None if s < 0 else int(s), "occurrence": int(o)})
-        for i, r in enumerate(ranks):
-            v = lookup.get((str(c), str(pg), int(s), int(o), r))
-            matrix[i].append(None if v is None or _is_missing(v) else int(round(float(v))))
-    basis = {"": "raw", "aligned_": "aligned", "corrected_": "corrected"}[prefix]
-    return {"basis": basis, "ranks": ranks, "columns": columns, "lateness_ns": matrix, "total": total}
-
-
-def _timeline_window(results: Mapping[str, AnalysisResult]) -> dict[str, Any] | None:
-    """The worst idle gap with the time around it, and the largest gaps of its rank
-    (at most ``MAX_TIMELINE_GAPS`` of that rank's largest) that fall in that window."""
-    gaps = _table(results, "idle_gaps", "gaps")
-    if gaps is None or gaps.empty:
-        return None
-    worst = gaps.iloc[int(top_order(gaps, "dur_ns")[0])]
-    rank, device = int(worst["rank"]), int(worst["device"])
-    start, end = int(worst["start_ns"]), int(worst["end_ns"])
-    pad = max(end - start, 100_000)
-    lo, hi = start - pad, end + pad
-    whole = _whole_rows(results)
-    mine = whole[(whole["rank"] == rank) & (whole["device"] == device)] if len(whole) else whole
-    if len(mine):
-        lo = max(lo, int(mine["first_start_ns"].iloc[0]) - pad // 10)
-        hi = min(hi, int(mine["last_end_ns"].iloc[0]) + pad // 10)
-    of_rank = gaps[gaps["rank"] == rank].reset_index(drop=True)
-    largest = of_rank.iloc[top_order(of_rank, "dur_ns")[:MAX_TIMELINE_GAPS]]
-    inside = largest[(largest["end_ns"] > lo) & (largest["start_ns"] < hi)]
-    cols = ["rank", "device", "step", "start_ns", "end_ns", "dur_ns", "cause", "cpu_context"]
-    return {
-        "rank": rank, "device": device, "start_ns": int(lo), "end_ns": int(hi),
-        "worst_gap": {c: plain(worst[c], c) for c in cols},
-        "gaps": column_rows(inside[cols], cols),
-    }
 
 
 # ------------------------------------------------------------------------------------ the report
@@ -691,8 +506,9 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     safe_ranks = scrub_metadata(overview.ranks)
     used = {rank: s.get("devices", []) for rank, s in overview.summaries.items()}
     env = environment(safe_ranks, used)
-    findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks), results)
-    finding_records, finding_stats = _finding_records(findings, denominator(results))
+    inputs = ReportInputs(results, table_rows, overview.rank_ids)
+    findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks), inputs)
+    finding_records, finding_stats = _finding_records(findings, denominator(inputs))
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": {"name": "traceview", "version": traceview.__version__},
@@ -706,33 +522,20 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
                     "ranks": list(options.ranks) if options.ranks is not None else None,
                     "comm_patterns": list(options.comm_patterns)},
         "execution": dict(execution or {}),
-        "summary": summary(overview, results, env),
+        "summary": summary(overview, inputs, env),
         "environment": env,
         "findings": finding_records,
         "findings_summary": finding_stats,
         "warnings": _warnings(overview, results),
-        "ranks": _ranks(overview, safe_ranks, results, overview.summaries),
+        "ranks": _ranks(overview, safe_ranks, inputs, overview.summaries),
         "analyses": _analysis_sections(results, findings, table_rows, max_table_rows),
-        "charts": {
-            "breakdown": _breakdown_chart(results),
-            "gap_histogram": _gap_histogram(results),
-            "launches": _launch_points(results, _rows(results, table_rows, "launch_overhead", "launches")),
-            "skew": _skew_chart(results),
-            "timeline": _timeline_window(results),
-        },
+        # each chart from the analysis that declares it (``AnalysisSpec.charts``), in display order
+        "charts": {name: build(inputs) for spec in analysis_specs() if spec.name in results
+                   for name, build in spec.charts},
     }
     report["summary"]["findings"] = finding_stats
     # the analyses' table rows are plain already (table_records): walk only the rest again
     return Report(scrub({k: v if k == "analyses" else plain(v, k) for k, v in report.items()}), results, trace)
-
-
-def _rows(results: Mapping[str, AnalysisResult], table_rows: Mapping[tuple[str, str], int], analysis: str,
-          name: str) -> int:
-    """A table's true row count: as counted before a job cut it, else its length."""
-    if (analysis, name) in table_rows:
-        return int(table_rows[(analysis, name)])
-    table = _table(results, analysis, name)
-    return 0 if table is None else int(len(table))
 
 
 def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Finding],

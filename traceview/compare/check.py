@@ -22,7 +22,7 @@ import pandas as pd
 
 from traceview.compare.diff import DiffOptions, diff_reports, multi_device, require_whole_tables
 from traceview.compare.rules import RULES, Limit, RuleError, RuleSpec
-from traceview.report import Report, step_counts
+from traceview.report import Report
 from traceview.units import fmt_ns, fmt_share
 
 __all__ = ["CheckReport", "RuleResult", "evaluate"]
@@ -131,7 +131,7 @@ def _share_or_time_rule(name: str, limit: Limit, report: Report, column: str, wh
     table = report.table("temporal", "breakdown")
     if table.empty:
         return []
-    counts = step_counts(report.results)
+    counts = {int(r["rank"]): int(r.get("steps") or 0) for r in report["ranks"]}
     multi = multi_device(table)
     out = []
     for _, row in table[table["step"].isna()].iterrows():
