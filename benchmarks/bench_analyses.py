@@ -35,8 +35,10 @@ import numpy as np
 import pyarrow as pa
 
 import traceview
-from traceview.analyses import drop_unread_inputs, run_all, specs
-from traceview.analyses.steps import clear_cache
+from traceview.analyses import run_all, specs
+from traceview.context import AnalysisContext, run_analyses
+from traceview.findings import AnalysisResult
+from traceview.registry import AnalysisSpec, run_order
 from traceview.findings import Options
 from traceview.model import (
     Kind,
@@ -157,15 +159,13 @@ def time_run_all(trace: Trace, repeat: int) -> tuple[list[float], dict[str, list
     totals: list[float] = []
     per: dict[str, list[float]] = {spec.name: [] for spec in specs()}
     options = Options()
-    for _ in range(repeat):
-        clear_cache()
+    for _ in range(repeat):  # each run_all has a context of its own: nothing is reused between runs
         t0 = time.perf_counter()
         run_all(trace, options)
         totals.append(time.perf_counter() - t0)
-    # per analysis, each measured cold (caches cleared), in registry order
+    # per analysis (with the analyses it requires), each in a fresh context, in registry order
     for _ in range(repeat):
         for name in per:
-            clear_cache()
             t0 = time.perf_counter()
             run_all(trace, options, only=[name])
             per[name].append(time.perf_counter() - t0)
@@ -173,25 +173,29 @@ def time_run_all(trace: Trace, repeat: int) -> tuple[list[float], dict[str, list
 
 
 def cpu_per_analysis(trace: Trace, repeat: int) -> dict[str, list[float]]:
-    """CPU seconds of each analysis (run + gather, as ``pipeline.run_spec`` does), per run; the
-    cached inputs no later analysis reads dropped after each, as the pipeline drops them (so an
-    input dropped too early and made again counts)."""
+    """CPU seconds of each analysis (run + gather, as the pipeline runs them: in dependency order in
+    one context, each derived input released after its last reader, so an input released too early
+    and built again counts), per run."""
     options = Options()
-    todo = specs()
+    todo = run_order(specs())
     per: dict[str, list[float]] = {spec.name: [] for spec in todo}
     per["total"] = []
     for _ in range(repeat):
-        clear_cache()
-        first = time.process_time()
-        for i, spec in enumerate(todo):
-            t0 = time.process_time()
-            spec.run(trace, options)
+        ctx = AnalysisContext(trace, options)
+        first = last = time.process_time()
+
+        def done(spec: AnalysisSpec, result: AnalysisResult) -> None:
+            nonlocal last
+            del result  # only its time counts
             if spec.gather is not None:
-                spec.gather(trace, options)
-            drop_unread_inputs(trace, [later.name for later in todo[i + 1:]])
-            per[spec.name].append(time.process_time() - t0)
+                with ctx.limited_to(spec.requires):
+                    spec.gather(ctx)
+            now = time.process_time()
+            per[spec.name].append(now - last)
+            last = now
+
+        run_analyses(ctx, todo, done)
         per["total"].append(time.process_time() - first)
-    clear_cache()
     return per
 
 

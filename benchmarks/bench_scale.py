@@ -15,7 +15,7 @@ driver process per configuration:
 3. the driver's reduce alone at ``--reduce-ranks`` ranks (default 1,024 and 4,096): rank 0's
    result (with ``--reduce-tables``, default "whole": ``Options(whole_only=True)``) is replicated
    (each replica renumbered, with its own clock offset and arrival jitter), and the core's
-   ``reduce_ranks`` and ``build_report`` run on all of them in a fresh process: their time and peak
+   ``reduce_batches`` and ``build_report`` run on all of them in a fresh process: their time and peak
    RSS, and the RSS of the driver just holding the results, are what a job of that many ranks costs
    the driver.
 
@@ -75,11 +75,11 @@ from traceview.jobs import FileTask, analyze_file
 with _Timer() as t:
     res = analyze_file(FileTask({path!r}, 0, Options(whole_only={whole_only!r}), use_cache=False))
 open({out!r}, "wb").write(pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL))
-rr = res.ranks[0]
+rr = res.batch
 tables, gathered = rr.unpack()
 # uncompressed pickled sizes of the parts (the payload travels zlib-compressed)
-parts = {{"findings": len(pickle.dumps(rr.findings)), "info": len(pickle.dumps(rr.info)),
-          "warnings": len(pickle.dumps(rr.warnings)), "summary": len(pickle.dumps(rr.summary)),
+parts = {{"findings": len(pickle.dumps(rr.findings)), "info": len(pickle.dumps(rr.infos)),
+          "warnings": len(pickle.dumps(rr.warnings)), "summary": len(pickle.dumps(rr.summaries)),
           "packed_payload": len(rr.payload)}}
 for name, part in gathered.items():
     parts["cross_rank_inputs." + name] = len(pickle.dumps(part))
@@ -91,15 +91,19 @@ _report(t, result_bytes=res.stats["result_bytes"], parts=parts, kernels=len(gath
 REDUCE_CHILD = """
 import pickle, numpy as np
 from traceview.findings import Options
-from traceview.pipeline import reduce_ranks
+from traceview.pipeline import reduce_batches
 from traceview.report import TraceOverview, build_report
 blob = open({sample!r}, "rb").read()
 rng = np.random.default_rng(0)
 n = {ranks}
 ranks, infos, summaries = [], {{}}, {{}}
 for i in range(n):
-    rr = pickle.loads(blob).ranks[0]
-    rr.rank = rr.info.rank = i
+    rr = pickle.loads(blob).batch
+    (old_rank,) = rr.ranks
+    info, summary = rr.infos[old_rank], rr.summaries[old_rank]
+    info.rank = i
+    rr.ranks, rr.infos, rr.summaries = [i], {{i: info}}, {{i: summary}}
+    rr.warnings = {{a: [(i, w) for _, w in ws] for a, ws in rr.warnings.items()}}
     tables, gathered = rr.unpack()
     for ts in tables.values():
         for frame in ts.values():
@@ -108,7 +112,7 @@ for i in range(n):
     for found in rr.findings.values():
         for f in found:
             f.rank = i if f.rank is not None else None
-    c = gathered["communication"].renumber({{0: i}})
+    c = gathered["communication"].renumber({{old_rank: i}})
     k = c.kernels
     # each replica: its own clock offset, arrival jitter and end jitter
     off = int(rng.integers(-2_000_000, 2_000_000))
@@ -118,13 +122,13 @@ for i in range(n):
     rr.tables, rr.gathered, rr.payload = tables, gathered, b""
     rr.pack()  # as it arrives from a worker
     ranks.append(rr)
-    infos[i], summaries[i] = rr.info, rr.summary
+    infos[i], summaries[i] = info, summary
 del blob
 import gc; gc.collect()
 held = _status_bytes("VmRSS")
 options = Options(whole_only={whole_only!r})
 with _Timer() as t:
-    reduced = reduce_ranks(ranks, options)
+    reduced = reduce_batches(ranks, options)
     report = build_report(TraceOverview(infos, summaries), reduced.results, options=options,
                           table_rows=reduced.table_rows)
 _report(t, ranks=n, rss_holding_results=held, matched=int(len(report.table("communication", "skew"))),

@@ -26,7 +26,6 @@ import pandas as pd
 
 import traceview
 from traceview.analyses import run_all
-from traceview.analyses.steps import clear_cache
 from traceview.findings import AnalysisResult, Options
 
 
@@ -66,7 +65,6 @@ def _json_default(value: Any) -> Any:
 
 
 def _run(path: Path) -> dict[str, AnalysisResult]:
-    clear_cache()
     trace = traceview.load(path, use_cache=False)
     return run_all(trace, Options())
 
