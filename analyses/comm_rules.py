@@ -46,8 +46,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,17 +74,24 @@ class CommRule:
     kind: str | None = None
     op: str | None = None
     source: str = "built-in"
+    #: ``pattern`` and ``op`` compiled once, as the rule is made
+    regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    op_regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern) if self.pattern is not None else None)
+        object.__setattr__(self, "op_regex", re.compile(self.op) if self.op is not None else None)
 
     def matches_name(self, name: str) -> bool:
-        return self.pattern is not None and compiled(self.pattern).search(name) is not None
+        return self.regex is not None and self.regex.search(name) is not None
 
     def operation(self, name: str) -> str | None:
         """What the kernel does, from its name: ``kind``, the ``op`` group, else a collective word
         (``multimem_all_reduce_kernel`` -> ``all_reduce``); None when the name says nothing."""
         if self.kind is not None:
             return self.kind
-        if self.op is not None:
-            match = compiled(self.op).search(name)
+        if self.op_regex is not None:
+            match = self.op_regex.search(name)
             if match:
                 return match.group(1)
         match = _COLLECTIVE_WORD.search(name)
@@ -115,11 +121,6 @@ BUILTIN_RULES: tuple[CommRule, ...] = (
 )
 
 
-@lru_cache(maxsize=256)
-def compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
-
-
 def parse_pattern(spec: str, *, source: str = "--comm-pattern") -> CommRule:
     """``REGEX`` or ``FAMILY=REGEX`` -> a user rule (family ``user`` without one).
 
@@ -133,7 +134,7 @@ def parse_pattern(spec: str, *, source: str = "--comm-pattern") -> CommRule:
     if not regex:
         raise TraceviewError(f"{source} {spec!r}: the regex is empty")
     try:
-        pattern = compiled(regex)
+        pattern = re.compile(regex)
     except re.error as exc:
         raise TraceviewError(f"{source} {spec!r}: not a regular expression ({exc})") from None
     if pattern.search("") is not None:
@@ -142,7 +143,6 @@ def parse_pattern(spec: str, *, source: str = "--comm-pattern") -> CommRule:
     return CommRule(name=f"user:{regex}", family=family, pattern=regex, source=source)
 
 
-@lru_cache(maxsize=64)
 def rule_table(patterns: tuple[str, ...] = ()) -> tuple[CommRule, ...]:
     """The rules in the order they are tried: the user's (``Options.comm_patterns``), then the
     built-in ones."""
@@ -196,4 +196,4 @@ def _rule_tables(value: Any, where: str) -> list[str]:
     return out
 
 
-__all__ = ["BUILTIN_RULES", "USER_FAMILY", "CommRule", "compiled", "load_config", "parse_pattern", "rule_table"]
+__all__ = ["BUILTIN_RULES", "USER_FAMILY", "CommRule", "load_config", "parse_pattern", "rule_table"]
