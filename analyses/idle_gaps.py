@@ -545,6 +545,9 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
     k, lo, hi = iv.window_by(uniq_codes, act.start, act.end)
     for i in range(k.size):
         windows[(int(r[k[i]]), int(d[k[i]]))] = int(hi[i] - lo[i])
+    # the gaps of each (rank, device, cause), found once (not a filter of every gap per finding)
+    gap_groups = gaps.groupby(["rank", "device", gaps["cause"].astype(str)], sort=False).indices if len(gaps) else {}
+    no_gaps = np.zeros(0, dtype=np.int64)
     for (rank, device), rows in whole.groupby(["rank", "device"], sort=True):
         window = windows.get((int(rank), int(device)), 0)
         if window <= 0:
@@ -557,7 +560,7 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
             share = cause_idle / window
             if share < REPORT_SHARE:
                 continue
-            mine = gaps[(gaps["rank"] == rank) & (gaps["device"] == device) & (gaps["cause"] == cause)]
+            mine = gaps.iloc[gap_groups.get((rank, device, cause), no_gaps)]
             top = _context_totals(mine).sort_values("sum", ascending=False).head(5)
             contexts = [{"cpu_context": c, "gaps": int(v["size"]), "idle_ns": int(v["sum"])} for c, v in top.iterrows()]
             severity = "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"

@@ -514,6 +514,13 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity, scale_gaps: pd.Dat
     findings: list[Finding] = []
     steps = tables["steps"]
     windows = _windows(act)
+    # each rank's rows, found once (not a filter of every row per rank)
+    gaps_of = scale_gaps.groupby("rank", sort=False).indices if len(scale_gaps) else {}
+    launches = tables["launches"]
+    kernels = launches[(launches["kind"] == "kernel").to_numpy(bool)]
+    kernels = kernels[["rank", "api_dur_ns", "gpu_dur_ns", "short", "graph_replay"]]
+    kernels_of = kernels.groupby("rank", sort=False).indices if len(kernels) else {}
+    none = np.zeros(0, dtype=np.int64)
     for rank, rows in steps.groupby("rank", sort=True):
         rank = int(rank)
         per_step_rows = rows[rows["step"].notna()]
@@ -521,7 +528,7 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity, scale_gaps: pd.Dat
         bound = judged[judged["launch_bound"]]
         if bound.empty:
             continue
-        mine = scale_gaps[scale_gaps["rank"] == rank]
+        mine = scale_gaps.iloc[gaps_of.get(rank, none)]
         if len(per_step_rows):  # only the gaps of the launch-bound steps
             mine = mine[mine["step"].isin(bound["step"].astype("int64").tolist())]
         claims = Claims.of(mine["rank"].to_numpy(), mine["device"].to_numpy(), mine["start_ns"].to_numpy(),
@@ -530,16 +537,16 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity, scale_gaps: pd.Dat
         share = claims.total_ns() / window if window else 0.0
         if share < REPORT_SHARE:
             continue
-        findings.append(_launch_bound(tables, rank, judged, bound, claims, share, window, bool(len(per_step_rows))))
+        mine_kernels = kernels.iloc[kernels_of.get(rank, none)]
+        findings.append(_launch_bound(tables, mine_kernels, rank, judged, bound, claims, share, window,
+                                      bool(len(per_step_rows))))
     return findings
 
 
-def _launch_bound(tables: dict[str, pd.DataFrame], rank: int, judged: pd.DataFrame, bound: pd.DataFrame,
-                  claims: Claims, share: float, window: int, has_steps: bool) -> Finding:
-    launches = tables["launches"]
-    mine = launches.loc[(launches["rank"] == rank) & (launches["kind"] == "kernel"),
-                        ["api_dur_ns", "gpu_dur_ns", "short", "graph_replay"]]
-    recommendation, evidence = _recommend(mine, tables["tiny_kernel_ops"], rank)
+def _launch_bound(tables: dict[str, pd.DataFrame], kernels: pd.DataFrame, rank: int, judged: pd.DataFrame,
+                  bound: pd.DataFrame, claims: Claims, share: float, window: int, has_steps: bool) -> Finding:
+    """The finding of one launch-bound rank (``kernels``: its kernel launches)."""
+    recommendation, evidence = _recommend(kernels, tables["tiny_kernel_ops"], rank)
     short_pct = 100 * bound["short_kernels"].sum() / max(int(bound["kernels"].sum()), 1)
     idle = claims.total_ns()
     return Finding(

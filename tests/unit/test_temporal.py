@@ -36,7 +36,7 @@ from traceview.model import (
     steps_from_annotations,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 #: TRACEVIEW_SAMPLE_TRACES points the 4-rank tests at another copy (e.g. freshly generated)
 SAMPLES_4RANK = Path(os.environ.get("TRACEVIEW_SAMPLE_TRACES", SAMPLES)) / "synthetic_4rank"

@@ -19,7 +19,7 @@ import pytest
 
 from browser import open_page, require_chromium, screenshot, serve_app
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_app  # noqa: E402  (the benchmark's in-browser timing helpers)
 import gen_job  # noqa: E402
 

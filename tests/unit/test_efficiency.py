@@ -467,7 +467,7 @@ def test_shared_gemm_flops_are_2mnk():
 
 # ----------------------------------------------------------------------------- the sample trace
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces"
 
 
 def _make_efficiency():

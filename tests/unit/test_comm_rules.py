@@ -27,7 +27,7 @@ from traceview.model import Kind
 
 from test_communication import Builder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 METRICS_DOC = REPO / "docs" / "metrics.md"
 
 

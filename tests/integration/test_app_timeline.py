@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("dash")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import gen_job  # noqa: E402  (the benchmark's 8-rank job generator)
 
 from traceview.app.server import create_app  # noqa: E402

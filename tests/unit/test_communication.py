@@ -36,9 +36,9 @@ from traceview.model import (
     steps_from_annotations,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLES_4RANK = Path(os.environ.get("TRACEVIEW_SAMPLE_TRACES", REPO / "sample_traces")) / "synthetic_4rank"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 DLRM = SHARED / "kineto" / "param_dlrm_8ranks_v100"
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
