@@ -520,13 +520,17 @@ def step_table(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         total = np.zeros(n_groups, dtype=np.int64)
         np.add.at(total, op_group, ops[source].to_numpy(np.int64)[take])
         out[column] = total[w_group]
-    # float sums through pandas' own group sum (compensated), over the same rows in the same order:
-    # the same figures to the last bit as the groupby on the three keys gave
-    roofed = ops["roofline_ns"].notna().to_numpy()[take]
+    # float sums by np.add.reduceat over each group's rows in their order: a group's sum depends on
+    # its own rows only, so a rank's figures do not change with the other ranks of its batch (pandas'
+    # group sum takes reduceat when the ids of all rows are sorted and a compensated loop otherwise)
+    roofed = np.flatnonzero(ops["roofline_ns"].notna().to_numpy()[take])
+    order = roofed[np.argsort(op_group[roofed], kind="stable")]
+    sorted_group = op_group[order]
+    first = np.flatnonzero(np.concatenate([[True], sorted_group[1:] != sorted_group[:-1]])) if order.size else order
     for column in ("compute_roof_ns", "roofline_ns"):
-        summed = pd.Series(ops[column].to_numpy(np.float64)[take][roofed]).groupby(op_group[roofed]).sum()
         value = np.full(n_groups, np.nan)
-        value[summed.index.to_numpy()] = summed.to_numpy()
+        if order.size:
+            value[sorted_group[first]] = np.add.reduceat(ops[column].to_numpy(np.float64)[take][order], first)
         # (an ops table without roofs holds the column as objects: the table keeps that dtype)
         out[column] = value[w_group].astype(ops[column].dtype, copy=False)
     out["achieved_tflops"] = _ratio(out["flops"], out["window_ns"]) / 1e3

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from traceview.context import AnalysisContext
+from traceview.findings import AnalysisResult, Options
+from traceview.model import Trace
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 SAMPLE_TRACES = REPO / "sample_traces"
@@ -18,6 +22,18 @@ def require_shared() -> Path:
     if not SHARED_TRACES.exists():
         pytest.skip(f"real traces not available: {SHARED_TRACES} is absent (it sits beside the repo in CI)")
     return SHARED_TRACES
+
+
+def context(trace: Trace, options: Options | None = None) -> AnalysisContext:
+    """A fresh analysis context of ``trace`` (what the pipeline gives each analysis), for calling an
+    analysis or one of its helpers directly."""
+    return AnalysisContext(trace, options)
+
+
+def warning_messages(result: AnalysisResult) -> list[str]:
+    """Every warning of an analysis result: those of all its ranks, then the per-rank ones (each
+    message once, in order)."""
+    return list(dict.fromkeys([*result.warnings, *(message for _, message in result.rank_warnings)]))
 
 
 @pytest.fixture(autouse=True)

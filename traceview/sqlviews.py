@@ -364,8 +364,9 @@ class SqlSession:
 
         self.trace = trace
         self.options = options or Options()
-        #: what the computed views derive from the trace (activity, gaps), built once per session
-        self.context = AnalysisContext(trace, self.options)
+        #: what the computed views derive from the trace (activity, gaps), built once per session,
+        #: on the first query that names one (a context imports the analyses; plain queries do not)
+        self.context: AnalysisContext | None = None
         self.computed: list[str] = []
         self.con: duckdb.DuckDBPyConnection = duckdb.connect()
         scrubber = Scrubber(False)
@@ -394,16 +395,22 @@ class SqlSession:
     def _builders(self) -> dict[str, Callable[[], None]]:
         return {"kernels": self._build_kernels, "gaps": self._build_gaps, "collectives": self._build_collectives}
 
+    def analysis_context(self) -> AnalysisContext:
+        """The session's analysis context (made now if no computed view was built yet)."""
+        if self.context is None:
+            self.context = AnalysisContext(self.trace, self.options)
+        return self.context
+
     def _build_kernels(self) -> None:
-        self.con.register("tv_kernels", kernel_facts(self.context))
+        self.con.register("tv_kernels", kernel_facts(self.analysis_context()))
         self.con.execute(_KERNELS_SQL)
 
     def _build_gaps(self) -> None:
-        self.con.register("tv_gaps", scrub_table(gaps_table(self.context), Scrubber(False), "gaps"))
+        self.con.register("tv_gaps", scrub_table(gaps_table(self.analysis_context()), Scrubber(False), "gaps"))
         self.con.execute("CREATE VIEW gaps AS SELECT * FROM tv_gaps")
 
     def _build_collectives(self) -> None:
-        table = scrub_table(collectives_table(self.context), Scrubber(False), "collectives")
+        table = scrub_table(collectives_table(self.analysis_context()), Scrubber(False), "collectives")
         self.con.register("tv_collectives", table)
         self.con.execute("CREATE VIEW collectives AS SELECT * FROM tv_collectives")
 

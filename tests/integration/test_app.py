@@ -574,7 +574,7 @@ def test_overview_draws_before_the_slow_analyses_finish(monkeypatch: pytest.Monk
 
     release = threading.Event()
 
-    def slow(trace: Any, options: Any) -> AnalysisResult:
+    def slow(ctx: Any) -> AnalysisResult:
         release.wait(30)
         return AnalysisResult("zz_slow")
 
@@ -697,18 +697,21 @@ def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> N
     from traceview.findings import AnalysisResult, Finding
     from traceview.registry import ANALYSES, AnalysisSpec, TableSpec
 
-    def per_stream(trace: Any, options: Any) -> AnalysisResult:
-        kernels = trace.events.to_pandas()[["rank", "stream", "dur_ns"]]
+    def per_stream(ctx: Any) -> AnalysisResult:
+        events = ctx.trace.events.to_pandas()
+        kernels = events[["rank", "stream", "dur_ns"]]
         table = kernels[kernels["stream"] >= 0].groupby(["rank", "stream"], as_index=False)["dur_ns"].sum()
-        rank = int(table["rank"].iloc[0])  # the pipeline runs analyses one rank at a time
-        gpu = trace.events.to_pandas()
-        gpu = gpu[(gpu["stream"] >= 0) & (gpu["device"] >= 0)]
-        # the GPU time it costs: every interval of GPU activity (the findings engine needs claims)
-        finding = Finding(code="zz_busy_stream", severity="low", title=f"Rank {rank} has busy streams",
-                          analysis="zz_streams", recommendation="none", rank=rank,
-                          claims=Claims.of(gpu["rank"].to_numpy(), gpu["device"].to_numpy(), gpu["start_ns"].to_numpy(),
-                                           (gpu["start_ns"] + gpu["dur_ns"]).to_numpy()))
-        return AnalysisResult("zz_streams", tables={"busy": table}, findings=[finding])
+        gpu = events[(events["stream"] >= 0) & (events["device"] >= 0)]
+        findings = []
+        for rank in sorted(table["rank"].unique().tolist()):  # the batch's ranks: one finding each
+            mine = gpu[gpu["rank"] == rank]
+            # the GPU time it costs: every interval of the rank's GPU activity (the findings engine needs claims)
+            findings.append(Finding(code="zz_busy_stream", severity="low", title=f"Rank {rank} has busy streams",
+                                    analysis="zz_streams", recommendation="none", rank=int(rank),
+                                    claims=Claims.of(mine["rank"].to_numpy(), mine["device"].to_numpy(),
+                                                     mine["start_ns"].to_numpy(),
+                                                     (mine["start_ns"] + mine["dur_ns"]).to_numpy())))
+        return AnalysisResult("zz_streams", tables={"busy": table}, findings=findings)
 
     spec = AnalysisSpec(name="zz_streams", title="Busy streams", run=per_stream, order=999,
                         tables=(TableSpec("busy", "Busy time per stream", sort_by="dur_ns"),))

@@ -40,6 +40,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import context
 
 import traceview
 from traceview.findings import Options
@@ -189,7 +190,7 @@ def test_kernel_breakdown_matches_hta_full_csv(name: str) -> None:
     from traceview.analyses import kernels
 
     trace, view = views(name)
-    table = kernels.analyze(view, Options()).tables["kernels"]
+    table = kernels.analyze(context(view, Options())).tables["kernels"]
     assert table.groupby(["rank", "name"]).size().max() == 1, "one device per rank expected in these traces"
     expected = {}
     for r in table.itertuples(index=False):
@@ -232,7 +233,7 @@ def test_population_std_converts_to_hta_sample_std() -> None:
     from traceview.analyses import kernels
 
     _, view = views("hta_df_index_resolver_v100_rank1")
-    table = kernels.analyze(view, Options()).tables["kernels"].set_index("name")
+    table = kernels.analyze(context(view, Options())).tables["kernels"].set_index("name")
     hta = {r["name"]: r for r in read_csv("hta_df_index_resolver_v100_rank1", "gpu_kernel_breakdown_kernels_full.csv")}
     checked = 0
     for name, row in table.iterrows():
@@ -268,9 +269,9 @@ def test_comm_comp_overlap_matches_hta(name: str) -> None:
     hta_comm = view.mask(*GPU_KINDS) & ~view.mask(Kind.GPU_ANNOTATION) & np.array(
         [bool(HTA_COMM.match(x or "")) for x in view.names()]
     )
-    assert np.array_equal(classify.is_communication(view), hta_comm)
+    assert np.array_equal(classify.is_communication(context(view)), hta_comm)
 
-    summary = communication.analyze(view, Options()).tables["summary"]
+    summary = communication.analyze(context(view, Options())).tables["summary"]
     whole = summary[summary["step"].isna()].set_index("rank")
     for row in read_csv(name, "comm_comp_overlap.csv"):
         rank = int(row["rank"])

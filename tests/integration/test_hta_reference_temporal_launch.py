@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import context
 from traceview import intervals as iv
 from traceview.analyses import launch_overhead
 
@@ -159,7 +160,7 @@ def test_launch_delays_match_hta(name: str) -> None:
     trace = load(name)
     view = HtaView(trace)
     expected = pd.read_csv(REFERENCE / name / "cuda_kernel_launch_stats.csv")
-    launches = launch_overhead.compute(trace, Options())["launches"]
+    launches = launch_overhead.compute(context(trace, Options()))["launches"]
     ours = launches[launches["api"].isin(HTA_LAUNCH_APIS)]
     api, gpu = ours["api_row"].to_numpy(), ours["gpu_row"].to_numpy()
     kept = view.keep[api] & view.keep[gpu]  # HTA's last-step filter

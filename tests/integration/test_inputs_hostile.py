@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import context
 
 import traceview
 from traceview.analyses import classify
@@ -127,9 +128,10 @@ def test_names_categorical_memory_does_not_scale_with_longest_name(tmp_path):
     names = ["k" * (1 << 20)] + [f"short_{i}" for i in range(30)]
     trace = traceview.load(kineto_trace(tmp_path / "big.json", names), use_cache=False)
     rows = np.arange(trace.num_events)
+    ctx = context(trace)
     tracemalloc.start()
     try:
-        cat = classify.names_categorical(trace, rows)
+        cat = classify.names_categorical(ctx, rows)
         peak_bytes = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

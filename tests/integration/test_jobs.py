@@ -310,12 +310,12 @@ def test_cli_workers_gives_the_in_memory_json(job_dir) -> None:
 
 def test_map_task_result_is_small_and_bounded(job_dir) -> None:
     res = analyze_file(FileTask(str(job_dir / "rank0.json.gz"), 0, Options(top_n=20), use_cache=False))
-    assert res.error is None and len(res.ranks) == 1 and list(res.infos) == [0]
-    rr = res.ranks[0]
-    assert rr.payload and not rr.tables  # packed for the trip and the wait
-    tables, gathered = rr.unpack()
+    assert res.error is None and res.batch is not None and res.batch.ranks == [0] and list(res.infos) == [0]
+    batch = res.batch
+    assert batch.payload and not batch.tables  # packed for the trip and the wait
+    tables, gathered = batch.unpack()
     # per-event tables cut to the rows a report can need (at least the 50 it shows), the true count kept
-    cut = {(a, t): n for (a, t), n in rr.table_rows.items() if len(tables[a][t]) < n}
+    cut = {(a, t): n for (a, t), n in batch.table_rows.items() if len(tables[a][t]) < n}
     assert ("kernels", "kernels_by_step") in cut and all(len(tables[a][t]) >= 50 for a, t in cut)
     assert 0 < res.stats["result_bytes"] < 100_000
     assert res.stats["peak_rss"] > 0 and res.stats["pid"] > 0 and res.stats["cpu_seconds"] > 0

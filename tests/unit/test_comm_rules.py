@@ -23,8 +23,10 @@ import pytest
 
 from traceview.analyses import classify, comm_rules
 from traceview.errors import TraceviewError
+from traceview.findings import Options
 from traceview.model import Kind
 
+from conftest import context
 from test_communication import Builder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,12 +169,12 @@ def test_classification_uses_the_table_on_events() -> None:
     b.kernel(50, 10, name="my_fancy_exchange_kernel")
     trace = b.build()
     rules = comm_rules.rule_table()
-    got = [rules[i].name if i >= 0 else None for i in classify.comm_rule_of(trace).tolist()]
+    got = [rules[i].name if i >= 0 else None for i in classify.comm_rule_of(context(trace)).tolist()]
     assert got == ["deepep", None, "collective_args", "nccl", None, None]
-    cls = classify.activity_class(trace, ("x=fancy_exchange",))
+    cls = classify.activity_class(context(trace, Options(comm_patterns=("x=fancy_exchange",))))
     assert cls.tolist() == [classify.COMMUNICATION, classify.COMPUTE, classify.COMMUNICATION,
                             classify.COMMUNICATION, classify.MEMORY, classify.COMMUNICATION]
-    assert classify.is_communication(trace).tolist() == [True, False, True, True, False, False]
+    assert classify.is_communication(context(trace)).tolist() == [True, False, True, True, False, False]
     assert int(trace.kind_codes()[4]) == int(Kind.MEMCPY)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from conftest import context
 
 import traceview
 from traceview.analyses import communication as comm
@@ -135,7 +136,7 @@ class Builder:
 
 
 def run(trace: Trace, **options):
-    return comm.analyze(trace, Options(**options))
+    return comm.analyze(context(trace, Options(**options)))
 
 
 def whole(table: pd.DataFrame) -> pd.DataFrame:
@@ -614,7 +615,7 @@ def test_claims_travel_in_the_cross_rank_inputs() -> None:
     parts = []
     for rank in trace.rank_ids:
         sub, rows = select_rank(trace, rank)
-        part = comm.cross_rank_inputs(sub, options).remap_rows(rows, 0).compact()
+        part = comm.cross_rank_inputs(context(sub, options)).remap_rows(rows, 0).compact()
         parts.append(pickle.loads(pickle.dumps(part)))
     by_rank = {f.code: f.claims for f in comm.reduce_ranks(parts, options).findings}
     assert set(by_rank) == set(whole_trace) and "straggler_rank" in by_rank and "exposed_collective" in by_rank

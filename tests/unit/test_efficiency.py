@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import require_shared
+from conftest import context, require_shared, warning_messages
 from test_temporal import METRICS_DOC, TraceBuilder
 
 import traceview
@@ -185,7 +185,7 @@ def test_faster_than_the_roofline_is_not_a_result(options: Options):
     result = run_all(trace, options, only=["efficiency"])["efficiency"]
     row = result.tables["op_types"].iloc[0]
     assert bool(row["over_roofline"]) and np.isnan(row["efficiency"]) and np.isnan(row["above_roofline_ns"])
-    assert any("faster than its roofline" in w for w in result.warnings)
+    assert any("faster than its roofline" in w for w in warning_messages(result))
     assert not result.findings
 
 
@@ -193,7 +193,7 @@ def test_unknown_gpu_says_what_could_not_be_computed(options: Options):
     trace, _ = planted(device_name="Mystery Accelerator 9000")
     result = run_all(trace, options, only=["efficiency"])["efficiency"]
     assert not [f for f in result.findings if f.code in ("below_roofline", "tiny_gemms")]
-    assert any("unknown GPU 'Mystery Accelerator 9000'" in w for w in result.warnings)
+    assert any("unknown GPU 'Mystery Accelerator 9000'" in w for w in warning_messages(result))
     types = result.tables["op_types"]
     assert types["roofline_ns"].isna().all() and types["efficiency"].isna().all()
     assert result.tables["op_types"].set_index("name").loc["aten::mm", "flops"] == 2 * MM_FLOPS  # still counted
@@ -206,7 +206,7 @@ def test_no_shapes_means_nothing_modelled_and_a_warning(options: Options):
     assert result.tables["coverage"].iloc[0]["modelled_ns"] == 0
     reasons = result.tables["unmodelled"].set_index("name")["reason"]
     assert reasons["aten::mm"] == reasons["aten::add"] == "missing_shapes"
-    assert any("record_shapes=True" in w for w in result.warnings)
+    assert any("record_shapes=True" in w for w in warning_messages(result))
 
 
 def test_unverified_peak_is_not_used(options: Options, monkeypatch: pytest.MonkeyPatch):
@@ -216,7 +216,7 @@ def test_unverified_peak_is_not_used(options: Options, monkeypatch: pytest.Monke
     trace, _ = planted()
     result = run_all(trace, options, only=["efficiency"])["efficiency"]
     assert result.tables["op_types"]["efficiency"].isna().all()
-    assert any("not verified" in w for w in result.warnings)
+    assert any("not verified" in w for w in warning_messages(result))
     assert hw.peak_flops(unverified["testium"], "bf16") is None  # what the analysis relies on
 
 
@@ -424,7 +424,7 @@ def test_forward_convolutions_without_stride_take_the_output_from_fwdbwd_links()
     trace = traceview.load(path)
 
     def conv_costs(t: Trace) -> dict[int, int]:
-        ops = efficiency.attribute(t, Options()).ops
+        ops = efficiency.attribute(context(t, Options())).ops
         conv = ops[(ops["name"] == "aten::miopen_convolution") & ops["modelled"]]
         return dict(zip(conv["row"].tolist(), conv["flops"].tolist()))
 
@@ -543,19 +543,19 @@ def test_mfu_known_answer_and_a_broken_input_is_no_result():
     no figure, a warning naming it."""
     trace = traceview.load(SAMPLE / "efficiency_roofline.json.gz")
     specs = str(SAMPLE / "efficiency_roofline.gpus.toml")
-    steps = efficiency.analyze(trace, Options(gpu_specs=specs)).tables["steps"]
+    steps = efficiency.analyze(context(trace, Options(gpu_specs=specs))).tables["steps"]
     assert steps["mfu"].isna().all()  # no model FLOPs given: no MFU
     windows = steps.dropna(subset=["step"])["window_ns"].to_numpy()
     flops = 0.5 * 1000e12 * windows[0] / 1e9
     assert (windows == windows[0]).all()
-    result = efficiency.analyze(trace, Options(gpu_specs=specs, model_flops_per_step=flops))
+    result = efficiency.analyze(context(trace, Options(gpu_specs=specs, model_flops_per_step=flops)))
     assert result.tables["steps"]["mfu"].tolist() == pytest.approx([0.5] * len(steps))
-    broken = efficiency.analyze(trace, Options(gpu_specs=specs, model_flops_per_step=3 * flops))
+    broken = efficiency.analyze(context(trace, Options(gpu_specs=specs, model_flops_per_step=3 * flops)))
     assert broken.tables["steps"]["mfu"].isna().all()
-    assert any("above 100%" in w and "model FLOPs" in w for w in broken.warnings)
-    unknown = efficiency.analyze(trace, Options(gpu_specs=specs, model_flops_per_step=flops, mfu_dtype="fp64"))
+    assert any("above 100%" in w and "model FLOPs" in w for w in warning_messages(broken))
+    unknown = efficiency.analyze(context(trace, Options(gpu_specs=specs, model_flops_per_step=flops, mfu_dtype="fp64")))
     assert unknown.tables["steps"]["mfu"].isna().all()
-    assert any("no MFU" in w for w in unknown.warnings)
+    assert any("no MFU" in w for w in warning_messages(unknown))
 
 
 @pytest.mark.parametrize("value, ok", [("6*1e9*4096", True), ("2.5e13", True), ("6*x", False), ("-1", False),

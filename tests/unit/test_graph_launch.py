@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import require_shared
+from conftest import context, require_shared, warning_messages
 from test_temporal import TraceBuilder
 from traceview.analyses import idle_gaps, kernels, launch_overhead
 
@@ -29,7 +29,7 @@ US = 1_000
 
 
 def analyze(trace):
-    return launch_overhead.analyze(trace, Options())
+    return launch_overhead.analyze(context(trace, Options()))
 
 
 def codes(result) -> set[str]:
@@ -120,7 +120,7 @@ def test_graph_replays_table_and_summary():
     assert (row.replays, row.kernels, row.median_kernels_per_replay) == (3, 150, 50.0)
     assert row.graph_busy_ns == row.gpu_busy_ns == 3 * 150 * US and row.graph_busy_share == 1.0
     assert row.median_host_gap_ns == int(np.median(gaps))
-    assert any("3 graph replays (hipGraphLaunch)" in w for w in result.warnings)
+    assert any("3 graph replays (hipGraphLaunch)" in w for w in warning_messages(result))
 
 
 def test_no_graph_no_graph_tables_rows():
@@ -128,14 +128,14 @@ def test_no_graph_no_graph_tables_rows():
     b.launched("cudaLaunchKernel", 0, 5 * US, 10 * US, 50 * US)
     result = analyze(b.build())
     assert result.tables["graph_replays"].empty and result.tables["graph_summary"].empty
-    assert not any("graph replays" in w for w in result.warnings)
+    assert not any("graph replays" in w for w in warning_messages(result))
 
 
 def test_graph_kernels_are_never_tiny_kernel_graph_advice():
     # 150 tiny graph-replayed kernels per step, the host in the scheduler between replays
     b, exp = graph_trace("cudaGraphLaunch", replays=4, per_replay=150)
     trace = b.build()
-    result = kernels.analyze(trace, Options())
+    result = kernels.analyze(context(trace, Options()))
     [f] = [f for f in result.findings if f.code == "many_tiny_kernels"]
     assert "CUDA graph (torch.compile" not in f.recommendation and "capture" not in f.recommendation
     assert "already replayed" in f.recommendation and "Scheduler.schedule_batch" in f.recommendation
@@ -158,8 +158,8 @@ def test_tiny_kernel_claims_are_idle_time():
                    name="vectorized_elementwise_kernel")
         t += 4 * US + (30 * US if i % 3 == 0 else 0)
     trace = b.build()
-    [f] = [f for f in kernels.analyze(trace, Options()).findings if f.code == "many_tiny_kernels"]
-    gaps = idle_gaps.compute(trace, Options())["gaps"]
+    [f] = [f for f in kernels.analyze(context(trace, Options())).findings if f.code == "many_tiny_kernels"]
+    gaps = idle_gaps.compute(context(trace, Options()))["gaps"]
     s, e = f.claims.start_ns, f.claims.end_ns
     assert len(f.claims) and ((e - s) <= kernels.TINY_GAP_CAP_NS).all()
     pos = np.searchsorted(gaps["start_ns"].to_numpy(), s, side="right") - 1
@@ -241,7 +241,7 @@ def test_sync_memcpy_trace_is_not_launch_bound():
     assert "launch_bound" not in codes(result)
     whole = result.tables["steps"].iloc[0]
     assert whole["kernels"] == 12 and not whole["launch_bound"]
-    gaps = idle_gaps.compute(b.build(), Options())["gaps"]
+    gaps = idle_gaps.compute(context(b.build(), Options()))["gaps"]
     # the GPU does wait on the host (a blocking copy drained the queue, or the host worked), but not on launches
     assert gaps["cause"].isin(["host_bound", "sync_bound"]).sum() > 100
     assert (gaps["cause"] == "sync_bound").sum() > 100  # each copy blocks the host as the GPU goes idle

@@ -15,6 +15,7 @@ import json
 import pandas as pd
 import pytest
 from hypothesis import given, settings
+from conftest import context
 from hypothesis import strategies as st
 from test_temporal import SAMPLES, TraceBuilder, synthetic_4rank, truth_scopes
 from traceview.analyses import idle_gaps, temporal
@@ -25,7 +26,7 @@ from traceview.model import Kind
 
 
 def tables(trace, options=None):
-    return idle_gaps.compute(trace, options or Options())
+    return idle_gaps.compute(context(trace, options or Options()))
 
 
 def test_gaps_are_device_wide_not_per_stream():
@@ -117,7 +118,7 @@ def test_causes_sum_to_idle_per_scope_and_match_temporal():
     b.kernel(6400, 10)
     trace = b.build()
     by_cause = tables(trace)["by_cause"]
-    bd = temporal.analyze(trace, Options()).tables["breakdown"]
+    bd = temporal.analyze(context(trace, Options())).tables["breakdown"]
     assert len(bd) == 3  # whole trace and two steps
     for i in range(len(bd)):
         rank, device, step = int(bd["rank"].iloc[i]), int(bd["device"].iloc[i]), bd["step"].iloc[i]
@@ -148,7 +149,7 @@ def test_findings_host_bound_with_contexts_and_costs():
         b.launched("cudaLaunchKernel", base + 10, 10, base + 100, 10_000)
         b.op("DataLoader.__next__", base + 50, 60_000)
         b.launched("cudaLaunchKernel", base + 60_010, 10, base + 60_100, 10_000)
-    result = idle_gaps.analyze(b.build(), Options())
+    result = idle_gaps.analyze(context(b.build(), Options()))
     codes = [f.code for f in result.findings]
     assert codes == ["host_bound_gaps"]
     f = result.findings[0]
@@ -163,7 +164,7 @@ def test_healthy_trace_has_no_alarming_findings():
     for i in range(100):
         b.launched("cudaLaunchKernel", t - 500 if t >= 500 else 0, 10, t, 1000)
         t += 1010
-    result = idle_gaps.analyze(b.build(), Options())
+    result = idle_gaps.analyze(context(b.build(), Options()))
     assert all(f.severity in ("low", "info") for f in result.findings)
 
 
@@ -200,7 +201,7 @@ def test_gap_causes_sum_exactly_to_idle(evs, syncs, with_steps):
         b.runtime("cudaDeviceSynchronize", s, d)
     trace = b.build()
     tb = tables(trace)
-    bd = temporal.analyze(trace, Options()).tables["breakdown"]
+    bd = temporal.analyze(context(trace, Options())).tables["breakdown"]
     gaps = tb["gaps"]
     by_cause = tb["by_cause"]
     whole = bd[bd["step"].isna()]

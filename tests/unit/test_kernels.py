@@ -16,11 +16,12 @@ import pytest
 from traceview.analyses import kernels
 from traceview.findings import Options
 
+from conftest import context, warning_messages
 from test_communication import NCCL, Builder, synthetic
 
 
 def run(trace, **options):
-    return kernels.analyze(trace, Options(**options))
+    return kernels.analyze(context(trace, Options(**options)))
 
 
 # ------------------------------------------------------------------------------ categories
@@ -191,7 +192,7 @@ def test_empty_trace_gives_empty_tables() -> None:
     b.op("aten::add", 0, 100)
     result = run(b.build())
     assert all(t.empty for t in result.tables.values())
-    assert result.findings == [] and result.warnings
+    assert result.findings == [] and warning_messages(result)
 
 
 # ------------------------------------------------------------------------------ synthetic sample
@@ -288,7 +289,7 @@ def test_weighted_percentiles_equal_numpy() -> None:
 
 def test_kernel_summary_on_real_ranks_equals_all_calls() -> None:
     """On the 8-rank DLRM job: every figure of ``kernel_summary`` from the events of all ranks, by
-    the normalised name of each event (the pipeline runs rank by rank)."""
+    the normalised name of each event (the pipeline runs the ranks as one batch)."""
     from conftest import require_shared
     from traceview import load
     from traceview.compare import normalize_kernel_name
@@ -297,7 +298,7 @@ def test_kernel_summary_on_real_ranks_equals_all_calls() -> None:
     path = require_shared() / "kineto" / "param_dlrm_8ranks_v100"
     trace = load(path)
     summary, per_rank = _pipeline_tables(trace)
-    act = activity(trace, Options())
+    act = activity(context(trace, Options()))
     names = np.array([normalize_kernel_name(n) for n in trace.events.column("name").take(act.row).to_pylist()])
     dur = act.end - act.start
     assert summary["count"].sum() == len(act) and per_rank["count"].sum() == len(act)

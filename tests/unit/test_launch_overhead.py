@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from conftest import context
 from test_temporal import METRICS_DOC, SAMPLES, TraceBuilder, synthetic_4rank
 from traceview.analyses import launch_overhead
 
@@ -24,7 +25,7 @@ from traceview.model import Kind
 
 
 def launches(trace, options=None):
-    return launch_overhead.compute(trace, options or Options())["launches"]
+    return launch_overhead.compute(context(trace, options or Options()))["launches"]
 
 
 def test_definition_is_in_the_docs():
@@ -90,7 +91,7 @@ def test_short_kernels_and_tiny_kernel_ops():
         t += 200
     op = b.op("aten::mm", t, 100)
     b.launched("cudaLaunchKernel", t + 10, 30, t + 50, 5000, op=op)       # long kernel
-    result = launch_overhead.compute(b.build(), Options())
+    result = launch_overhead.compute(context(b.build(), Options()))
     assert result["launches"]["short"].sum() == 10
     tiny = result["tiny_kernel_ops"]
     assert tiny["cpu_op"].tolist() == ["aten::add_"] and tiny["short_kernels"].tolist() == [10]
@@ -114,7 +115,7 @@ def _many_tiny_kernels(steps: int = 2, per_step: int = 200, host_gap: int = 10_0
 
 
 def test_launch_bound_verdict_and_recommendation():
-    result = launch_overhead.analyze(_many_tiny_kernels().build(), Options())
+    result = launch_overhead.analyze(context(_many_tiny_kernels().build(), Options()))
     steps = result.tables["steps"]
     per_step = steps[steps["step"].notna()]
     assert per_step["launch_bound"].all()
@@ -134,7 +135,7 @@ def test_long_kernels_are_not_launch_bound():
     for i in range(100):
         b.launched("cudaLaunchKernel", t, 6_000, t + 8_000, 50_000)
         t += 58_000
-    result = launch_overhead.analyze(b.build(), Options())
+    result = launch_overhead.analyze(context(b.build(), Options()))
     assert result.findings == []
     assert not result.tables["steps"]["launch_bound"].any()
 

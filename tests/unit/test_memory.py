@@ -37,7 +37,7 @@ from traceview.loading import cache_dir
 from traceview.parsers import jsonstream, kineto as kp
 from traceview.pipeline import analyze, select_rank
 
-from conftest import SHARED_TRACES, require_shared
+from conftest import SHARED_TRACES, context, require_shared
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -95,7 +95,7 @@ class MemoryTrace:
 
 def analyse(path: Path) -> tuple[pd.DataFrame, list]:
     trace = traceview.load(path, use_cache=False)
-    result = memory.analyze(trace, Options())
+    result = memory.analyze(context(trace, Options()))
     return result.tables["memory"], result.findings
 
 
@@ -198,7 +198,7 @@ def test_old_format_without_totals_gives_nulls(tmp_path):
     tr = traceview.load(_write(tmp_path, events), use_cache=False)
     mem = tr.memory
     assert mem.column("total_allocated_bytes").null_count == 3 and mem.column("addr").null_count == 3
-    table = memory.analyze(tr, Options()).tables["memory"]
+    table = memory.analyze(context(tr, Options())).tables["memory"]
     row = whole(table)
     # net since the trace started: 100, 150, 50 -> the peak is 150 at the second event
     assert row["peak_allocated_bytes"] == 150 and row["totals"] == memory.NET_TOTALS
@@ -362,7 +362,7 @@ def test_real_traces_against_the_json(name):
     figures, ops, doc = _independent(path)
     trace = traceview.load(path, use_cache=False)
     assert trace.memory.num_rows == sum(1 for e in doc["traceEvents"] if e.get("name") == "[memory]")
-    table = memory.analyze(trace, Options()).tables["memory"]
+    table = memory.analyze(context(trace, Options())).tables["memory"]
     rows = table[table["step"].isna()]
     assert len(rows) == len(figures)
     for row in rows.to_dict("records"):
@@ -391,7 +391,7 @@ def test_shared_traces_raise_no_memory_finding():
     require_shared()
     for name in WITH_MEMORY:
         trace = traceview.load(KINETO / name, use_cache=False)
-        assert memory.analyze(trace, Options()).findings == [], name
+        assert memory.analyze(context(trace, Options())).findings == [], name
 
 
 # ------------------------------------------------------------------------------ jobs

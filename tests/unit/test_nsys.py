@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import context
 
 import traceview
 from traceview.errors import TraceFormatError
@@ -564,7 +565,7 @@ def _stall_gap(tr) -> tuple[int, int, int]:
     from traceview.analyses import idle_gaps
     from traceview.findings import Options
 
-    gaps = idle_gaps.analyze(tr, Options()).tables["gaps"]
+    gaps = idle_gaps.analyze(context(tr, Options())).tables["gaps"]
     stall = gaps[(gaps["cause"] == "host_bound") & (gaps["rank"] == 0)].sort_values("dur_ns").iloc[-1]
     return int(tr.column("pid")[int(stall["api_row"])]), int(stall["start_ns"]), int(stall["end_ns"])
 
@@ -573,7 +574,7 @@ def _host_contexts(tr) -> dict[tuple[int, int], str]:
     from traceview.analyses import idle_gaps
     from traceview.findings import Options
 
-    gaps = idle_gaps.analyze(tr, Options()).tables["gaps"]
+    gaps = idle_gaps.analyze(context(tr, Options())).tables["gaps"]
     host = gaps[gaps["cause"] == "host_bound"]
     return {(int(s), int(e)): str(c) for s, e, c in zip(host["start_ns"], host["end_ns"], host["cpu_context"])}
 
@@ -624,7 +625,7 @@ def test_torchrun_host_bound_gaps_name_an_nvtx_range():
     from traceview.findings import Options
 
     tr = parse_nsys(TORCHRUN)
-    gaps = idle_gaps.analyze(tr, Options()).tables["gaps"]
+    gaps = idle_gaps.analyze(context(tr, Options())).tables["gaps"]
     host = gaps[gaps["cause"] == "host_bound"]
     assert len(host) > 100
     contexts = host["cpu_context"].astype(str)

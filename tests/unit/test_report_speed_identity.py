@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SAMPLE_TRACES
+from conftest import SAMPLE_TRACES, context
 
 import traceview
 from traceview import intervals as iv
@@ -145,9 +145,9 @@ def _histogram_by_cause_reference(gaps: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_idle_gap_summaries_equal_grouped_definitions(trace):
-    options = Options()
-    tables = idle_gaps.compute(trace, options)
-    act = activity(trace, options)
+    ctx = context(trace, Options())
+    tables = idle_gaps.compute(ctx)
+    act = activity(ctx)
     pd.testing.assert_frame_equal(tables["by_cause"], _by_cause_reference(act, tables["gaps"], tables["step_gaps"]))
     pd.testing.assert_frame_equal(tables["histogram"], _histogram_reference(tables["gaps"]))
     pd.testing.assert_frame_equal(tables["histogram_by_cause"], _histogram_by_cause_reference(tables["gaps"]))
@@ -157,7 +157,7 @@ def test_idle_gap_summaries_equal_grouped_definitions(trace):
 
 
 def test_kernel_categories_equal_grouped_definition(trace):
-    act = activity(trace, Options())
+    act = activity(context(trace, Options()))
     if len(act) == 0:
         pytest.skip("no GPU activity in this sample")
     got = kernel_tables(trace, act, 20)["categories"]
@@ -202,8 +202,8 @@ def _by_step_reference(calls: pd.DataFrame) -> pd.DataFrame:
 
 def test_sync_by_step_equals_grouped_definition():
     trace = traceview.load(SAMPLE_TRACES / "synthetic_4rank", use_cache=False)
-    options = Options()
-    calls = synchronization.call_table(trace, activity(trace, options))
+    ctx = context(trace, Options())
+    calls = synchronization.call_table(ctx, activity(ctx))
     if calls.empty:
         pytest.skip("no blocking calls in the sample")
     got = synchronization.summaries(calls)["by_step"]
@@ -229,9 +229,9 @@ def test_union_by_check_and_skip_give_union_by():
 
 
 def test_shared_cpu_op_nesting_answers_as_a_fresh_index(trace):
-    """The cached per-trace CPU-op index (synchronization, memory) finds the same innermost and
+    """The shared CPU-op index (the derived input ``cpu_op_nesting``: synchronization, memory) finds the same innermost and
     outermost ops as an index built over the ops and the queries' threads together."""
-    nest = cpu_op_nesting(trace)
+    nest = cpu_op_nesting(context(trace))
     if nest.rows.size == 0:
         pytest.skip("no CPU ops in this sample")
     rng = np.random.default_rng(3)

@@ -19,7 +19,7 @@ from traceview.analyses.steps import candidates_hint, fold_step_name, step_marke
 from traceview.cli import app, main
 from traceview.findings import Options
 
-from conftest import SAMPLE_TRACES, require_shared
+from conftest import SAMPLE_TRACES, context, require_shared
 
 ITERATIONS = 4
 ITERATION_US = 1000
@@ -69,7 +69,7 @@ def test_step_marker_selects_kineto_user_annotations(kineto):
 
 def test_no_steps_lists_candidates_with_the_marker_to_pass(kineto):
     trace = traceview.load(kineto, use_cache=False)
-    candidates = step_marker_candidates(trace, Options())
+    candidates = step_marker_candidates(context(trace, Options()))
     best = candidates.iloc[0]
     assert (best["name"], best["marker"], best["kind"]) == ("train_iter_#", r"^train_iter_\d+$", "annotation")
     assert (best["count"], best["ranks"], best["median_dur_ns"]) == (ITERATIONS, 1, 800_000)
@@ -113,10 +113,10 @@ def test_nsys_candidates_when_steps_are_named_otherwise(tmp_path):
     original = traceview.load(NSYS_SAMPLE, use_cache=False).steps
     trace = traceview.load(work, use_cache=False)
     assert trace.steps.num_rows == 0
-    best = step_marker_candidates(trace, Options()).iloc[0]
+    best = step_marker_candidates(context(trace, Options())).iloc[0]
     assert (best["name"], best["marker"], best["count"], best["ranks"]) == (
         "batch_#", r"^batch_\d+$", original.num_rows, 2)
-    assert "--step-marker '^batch_\\d+$' (batch_#)" in candidates_hint(step_marker_candidates(trace, Options()))
+    assert "--step-marker '^batch_\\d+$' (batch_#)" in candidates_hint(step_marker_candidates(context(trace, Options())))
     found = trace.find_steps(best["marker"])
     assert found.column("step").to_pylist() == original.column("step").to_pylist()
     assert found.column("start_ns").to_pylist() == original.column("start_ns").to_pylist()
@@ -142,6 +142,6 @@ def test_shared_trace_without_steps_gets_an_honest_hint():
         pytest.skip(f"{path.name} is absent")
     trace = traceview.load(path, use_cache=False)
     assert trace.steps.num_rows == 0
-    candidates = step_marker_candidates(trace, Options())
+    candidates = step_marker_candidates(context(trace, Options()))
     assert len(candidates) and (candidates["typical_coverage"] < 0.25).all()
     assert candidates_hint(candidates).startswith("no repeated range covers 25% of the trace")

@@ -24,14 +24,14 @@ from traceview.findings import Options
 from traceview.model import Kind, Trace
 from traceview.pipeline import analyze as pipeline_analyze
 
-from conftest import SAMPLE_TRACES, require_shared
+from conftest import SAMPLE_TRACES, context, require_shared
 from test_temporal import METRICS_DOC, TraceBuilder
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
 
 
 def tables(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame]:
-    result = streams.analyze(trace, Options())
+    result = streams.analyze(context(trace, Options()))
     return result.tables["streams"], result.tables["devices"]
 
 
@@ -107,7 +107,7 @@ def test_touching_streams_do_not_overlap():
 
 
 def test_communication_on_compute_stream_finding():
-    result = streams.analyze(three_streams(), Options())
+    result = streams.analyze(context(three_streams(), Options()))
     assert [f.code for f in result.findings] == ["communication_on_compute_stream"]
     f = result.findings[0]
     # stream 7's all-reduce [50,70) minus compute anywhere on device 0 ([65,68) on stream 11)
@@ -121,7 +121,7 @@ def test_communication_on_compute_stream_finding():
 def test_communication_on_compute_stream_claims():
     """The claims are U(comm on the stream) - U(compute on the device): stream 7's all-reduce
     [50, 70) minus [65, 68) of stream 11."""
-    (f,) = streams.analyze(three_streams(), Options()).findings
+    (f,) = streams.analyze(context(three_streams(), Options())).findings
     assert f.claims is not None and f.claims.total_ns() == f.evidence["exposed_comm_ns"] == 17
     assert sorted(f.claims.largest(5)) == [(0, 0, 50, 65), (0, 0, 68, 70)]
     assert f.evidence["families"] == ["nccl"]
@@ -139,11 +139,11 @@ def test_deepep_on_the_compute_stream_is_recognised():
     b.kernel(150, 20, name="attn", stream=9)  # compute elsewhere on the device hides [150, 170)
     b.kernel(200, 100, name="my_exchange_kernel", stream=7)
     trace = b.build()
-    (f,) = streams.analyze(trace, Options()).findings
+    (f,) = streams.analyze(context(trace, Options())).findings
     assert f.evidence["families"] == ["deepep"] and "(deepep)" in f.title
     assert f.claims is not None and f.claims.by_gpu() == {(0, 0): 80} and f.evidence["exposed_comm_ns"] == 80
     assert f.part_of == "exposed_communication"
-    (g,) = streams.analyze(trace, Options(comm_patterns=("mylib=my_exchange",))).findings
+    (g,) = streams.analyze(context(trace, Options(comm_patterns=("mylib=my_exchange",)))).findings
     assert g.evidence["families"] == ["deepep", "mylib"] and g.claims is not None
     assert g.claims.by_gpu() == {(0, 0): 180}
 
@@ -152,13 +152,13 @@ def test_no_finding_when_communication_has_its_own_stream_or_is_small():
     b = TraceBuilder()
     b.kernel(0, 100, name="gemm", stream=7)
     b.kernel(100, 50, name=NCCL, stream=9)              # exposed, but on a stream of its own
-    assert streams.analyze(b.build(), Options()).findings == []
+    assert streams.analyze(context(b.build(), Options())).findings == []
     b = TraceBuilder()
     b.kernel(0, 1000, name="gemm", stream=7)
     b.kernel(1000, 49, name=NCCL, stream=7)             # 49 / 1049 < 5% of the window
-    assert streams.analyze(b.build(), Options()).findings == []
+    assert streams.analyze(context(b.build(), Options())).findings == []
     b.kernel(1049, 20, name=NCCL, stream=7)             # 69 / 1069 >= 5%: medium
-    (f,) = streams.analyze(b.build(), Options()).findings
+    (f,) = streams.analyze(context(b.build(), Options())).findings
     assert (f.severity, f.evidence["exposed_comm_ns"]) == ("medium", 69)
 
 
@@ -169,7 +169,7 @@ def test_cost_is_per_step():
         b.step(step, t0, t0 + 1000)
         b.launched("cudaLaunchKernel", t0, 5, t0 + 10, 500, name="gemm")
         b.launched("cudaLaunchKernel", t0 + 6, 5, t0 + 510, 100, name=NCCL)
-    (f,) = streams.analyze(b.build(), Options()).findings
+    (f,) = streams.analyze(context(b.build(), Options())).findings
     assert f.evidence["exposed_comm_ns"] == 200 and f.cost_ns_per_step == 100
 
 
@@ -220,8 +220,8 @@ REAL = [
 def real(request) -> tuple[Trace, pd.DataFrame, pd.DataFrame, pd.DataFrame, list]:
     shared = require_shared()
     trace = traceview.load([shared / request.param])
-    result = streams.analyze(trace, Options())
-    breakdown = temporal.breakdown(trace, Options())
+    result = streams.analyze(context(trace, Options()))
+    breakdown = temporal.breakdown(context(trace, Options()))
     whole = breakdown[breakdown["step"].isna()]
     return trace, result.tables["streams"], result.tables["devices"], whole, result.findings
 
@@ -245,7 +245,8 @@ def test_real_stream_busy_against_the_temporal_breakdown(real):
 def test_real_stream_figures_by_a_loop(real):
     """Each stream recomputed on its own with the flat interval functions."""
     trace, per_stream, _, _, _ = real
-    act = activity(trace, Options())
+    ctx = context(trace, Options())
+    act = activity(ctx)
     kernel = act.kind == int(Kind.KERNEL)
     for row in per_stream.itertuples(index=False):
         on = (act.rank == row.rank) & (act.device == row.device) & (act.stream == row.stream)
@@ -254,7 +255,7 @@ def test_real_stream_figures_by_a_loop(real):
         assert row.communication_ns == iv.total(act.start[comm], act.end[comm])
         assert row.kernels == int((on & kernel).sum())
         if row.kernels:
-            names = classify.names_categorical(trace, act.row[on & kernel]).astype(str)
+            names = classify.names_categorical(ctx, act.row[on & kernel]).astype(str)
             totals = pd.Series((act.end - act.start)[on & kernel]).groupby(np.asarray(names)).sum()
             assert row.top_kernel_ns == totals.max() and totals[row.top_kernel] == totals.max()
 
@@ -263,7 +264,7 @@ def test_real_findings_match_their_definition(real):
     trace, per_stream, _, whole, findings = real
     by_device = whole.set_index(["rank", "device"])
     flagged = {(f.rank, f.evidence["device"], f.evidence["stream"]) for f in findings}
-    act = activity(trace, Options())
+    act = activity(context(trace, Options()))
     for row in per_stream[(per_stream["compute_ns"] > 0) & (per_stream["communication_ns"] > 0)].itertuples():
         dev = (act.rank == row.rank) & (act.device == row.device)
         comm = dev & (act.stream == row.stream) & (act.cls == classify.COMMUNICATION)
@@ -283,11 +284,11 @@ def test_real_nccl_on_the_compute_stream_is_found():
     (README of the shared traces): every device has such a stream, and where its exposure passes the
     threshold (judged with the temporal breakdown's figures) it is reported."""
     trace = traceview.load([require_shared() / "nsys/torchrun_2xh100_nccl_2026.2.sqlite"])
-    result = streams.analyze(trace, Options())
+    result = streams.analyze(context(trace, Options()))
     per_stream = result.tables["streams"]
     shared = per_stream[(per_stream["compute_ns"] > 0) & (per_stream["communication_ns"] > 0)]
     assert sorted(shared["rank"]) == sorted(trace.rank_ids)
-    breakdown = temporal.breakdown(trace, Options())
+    breakdown = temporal.breakdown(context(trace, Options()))
     whole = breakdown[breakdown["step"].isna()]
     expected = sorted(int(r) for r, e, w in zip(whole["rank"], whole["exposed_comm_ns"], whole["window_ns"])
                       if e >= temporal.EXPOSED_COMM_SHARE * w)

@@ -21,13 +21,14 @@ import traceview
 from traceview.analyses import synchronization as sync
 from traceview.findings import Options
 
+from conftest import context
 from test_communication import Builder, synthetic
 
 ALEXNET = Path(__file__).resolve().parents[3] / "shared" / "traces" / "kineto" / "hta_alexnet_a100.json.gz"
 
 
 def run(trace, **options):
-    return sync.analyze(trace, Options(**options))
+    return sync.analyze(context(trace, Options(**options)))
 
 
 def item_trace():
@@ -157,14 +158,22 @@ def test_calls_outside_steps_raise_nothing_and_quiet_traces_stay_quiet() -> None
 
 
 def test_several_ranks_give_one_finding() -> None:
+    """The analysis raises the finding on each rank it costs (one per rank, as the findings stay per
+    rank in a batch); the report merges them into one finding of the job."""
+    from traceview.pipeline import analyze
+
     b = Builder()
     for r in (0, 1):
         b.launch(b.runtime("cudaLaunchKernel", 0, 100, rank=r), b.kernel(0, 100_000, rank=r))
         b.runtime("cudaDeviceSynchronize", 10_000, 90_500, rank=r)
         b.launch(b.runtime("cudaLaunchKernel", 120_000, 100, rank=r), b.kernel(125_000, 75_000, rank=r))
-    [f] = run(b.build()).findings
-    assert f.code == "sync_calls" and f.rank is None and len(f.evidence["per_rank"]) == 2
-    assert f.cost_ns_per_step == 25_000
+    trace = b.build()
+    per_rank = run(trace).findings
+    assert [(f.code, f.rank, f.cost_ns_per_step) for f in per_rank] == [("sync_calls", 0, 25_000),
+                                                                         ("sync_calls", 1, 25_000)]
+    [f] = [f for f in analyze(trace, Options())["findings"] if f["code"] == "sync_calls"]
+    assert f["rank"] is None and len(f["evidence"]["per_rank"]) == 2
+    assert f["cost_ns_per_step"] == 25_000
 
 
 # ------------------------------------------------------------------------------ synthetic sample
@@ -172,7 +181,7 @@ def test_several_ranks_give_one_finding() -> None:
 
 def test_synthetic_sync_bound_gaps_lie_in_item_syncs() -> None:
     trace, truth = synthetic()
-    calls = sync.analyze(trace, Options()).tables["calls"]
+    calls = sync.analyze(context(trace, Options())).tables["calls"]
     checked = 0
     for rank, t in truth["ranks"].items():
         for gap in t["overall"]["gap_details"]:
@@ -206,7 +215,7 @@ def test_unreliable_cpu_op_links_are_not_trusted() -> None:
     it). Only containing ops on the same thread count."""
     if not ALEXNET.exists():
         pytest.skip(f"real traces not available: {ALEXNET} is absent")
-    calls = sync.analyze(traceview.load(ALEXNET), Options()).tables["calls"]
+    calls = sync.analyze(context(traceview.load(ALEXNET), Options())).tables["calls"]
     copies = calls[calls["call_type"] == "copy_then_sync"]
     assert len(copies) == 32
     assert set(copies["cpu_op"]) == {"aten::copy_"} and set(copies["top_cpu_op"]) == {"aten::to"}

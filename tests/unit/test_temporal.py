@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
+from conftest import context, warning_messages
 from hypothesis import strategies as st
 from traceview.analyses import run_all, temporal
 
@@ -143,7 +144,7 @@ class TraceBuilder:
 
 
 def breakdown(trace: Trace, options: Options | None = None) -> pd.DataFrame:
-    return temporal.analyze(trace, options or Options()).tables["breakdown"]
+    return temporal.analyze(context(trace, options or Options())).tables["breakdown"]
 
 
 def whole(table: pd.DataFrame, rank: int = 0, device: int = 0) -> pd.Series:
@@ -254,7 +255,7 @@ def test_step_marker_option_selects_nvtx_like_ranges():
 def test_communication_alone_is_not_reported_as_exposed():
     b = TraceBuilder()
     b.kernel(0, 100, name="ncclDevKernel_AllReduce", stream=13)
-    result = temporal.analyze(b.build(), Options())
+    result = temporal.analyze(context(b.build(), Options()))
     assert whole(result.tables["breakdown"])["exposed_comm_ns"] == 100
     assert result.findings == []
 
@@ -277,7 +278,7 @@ def test_healthy_trace_has_no_findings():
         b.kernel(t, 1000)
         t += 1000 + 20  # 98% busy
     b.kernel(100, 500, name="ncclDevKernel_AllReduce", stream=13)  # fully overlapped with compute
-    result = temporal.analyze(b.build(), Options())
+    result = temporal.analyze(context(b.build(), Options()))
     assert result.findings == []
 
 
@@ -288,7 +289,7 @@ def test_low_utilization_and_exposed_communication_findings():
     for base in (0, 10_000):
         b.launched("cudaLaunchKernel", base, 10, base + 100, 1000)
         b.launched("cudaLaunchKernel", base + 50, 10, base + 5000, 2000, name="ncclDevKernel_AllReduce", stream=13)
-    result = temporal.analyze(b.build(), Options())
+    result = temporal.analyze(context(b.build(), Options()))
     codes = {f.code: f for f in result.findings}
     assert set(codes) == {"low_utilization", "exposed_communication"}
     w = whole(result.tables["breakdown"])
@@ -300,8 +301,8 @@ def test_low_utilization_and_exposed_communication_findings():
 def test_empty_trace_is_quiet():
     b = TraceBuilder()
     b.runtime("cudaMalloc", 0, 10)
-    result = temporal.analyze(b.build(), Options())
-    assert result.findings == [] and result.tables["breakdown"].empty and result.warnings
+    result = temporal.analyze(context(b.build(), Options()))
+    assert result.findings == [] and result.tables["breakdown"].empty and warning_messages(result)
 
 
 # ----------------------------------------------------------------------------- properties
