@@ -10,6 +10,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 SAMPLE_TRACES = REPO / "sample_traces"
+METRICS_DOC = REPO / "docs" / "metrics.md"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

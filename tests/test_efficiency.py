@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import require_shared
-from test_temporal import METRICS_DOC, TraceBuilder
+from builders import TraceBuilder
+from conftest import METRICS_DOC
 
 import traceview
 from traceview import hardware as hw
@@ -82,8 +83,8 @@ def planted(inputs: bool = True, device_name: str | None = GPU) -> tuple[Trace, 
         t = 10_000 + i * 50_000
         linear = b.op("aten::linear", t, 20_000)
         mm = b.op("aten::mm", t + 1_000, 15_000)
-        _, g = b.launched("cudaLaunchKernel", t + 2_000, 3_000, 100_000 + i * 20_000, 10_000, op=linear)
-        b.cpu_op.append((mm, b.launch[-1][0]))  # the launch is linked to both: the innermost (mm) wins
+        api, g = b.launched("cudaLaunchKernel", t + 2_000, 3_000, 100_000 + i * 20_000, 10_000, op=linear)
+        b.issued_by(mm, api)  # the launch is linked to both: the innermost (mm) wins
         kernels["mm"].append(g)
         ops[mm] = mm_inputs(*MM)
         ops[linear] = ([[256, 512], [1024, 512], []], ["c10::BFloat16", "c10::BFloat16", ""], None, None)

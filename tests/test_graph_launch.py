@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import require_shared
-from test_temporal import TraceBuilder
+from builders import TraceBuilder
 from traceview.analyses import idle_gaps, kernels, launch_overhead
 
 import traceview

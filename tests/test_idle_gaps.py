@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_temporal import SAMPLES, TraceBuilder, synthetic_4rank, truth_scopes
+from builders import TraceBuilder, synthetic_4rank, truth_scopes
+from conftest import SAMPLE_TRACES as SAMPLES
 from traceview.analyses import idle_gaps, temporal
 
 import traceview

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_temporal import METRICS_DOC, SAMPLES, TraceBuilder, synthetic_4rank
+from builders import TraceBuilder, synthetic_4rank
+from conftest import METRICS_DOC, SAMPLE_TRACES as SAMPLES
 from traceview.analyses import launch_overhead
 
 import traceview

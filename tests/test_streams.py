@@ -25,7 +25,8 @@ from traceview.model import Kind, Trace
 from traceview.pipeline import analyze as pipeline_analyze
 
 from conftest import SAMPLE_TRACES, require_shared
-from test_temporal import METRICS_DOC, TraceBuilder
+from builders import TraceBuilder
+from conftest import METRICS_DOC
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
 
