@@ -19,8 +19,8 @@ from traceview.errors import TraceFormatError
 from traceview.model import Kind
 from traceview.parsers.nsys import export_nsys_rep, looks_like_nsys, parse_nsys
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+REPO = Path(__file__).resolve().parents[2]
+SHARED_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 NSYS_DIR = SHARED_TRACES / "nsys"
 NSYS_FILES = sorted(NSYS_DIR.glob("*.sqlite")) if NSYS_DIR.is_dir() else []
 TORCHRUN = NSYS_DIR / "torchrun_2xh100_nccl_2026.2.sqlite"

@@ -27,7 +27,7 @@ from traceview.model import (
     Trace,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 DLRM = SHARED / "kineto" / "param_dlrm_8ranks_v100"
 
 

@@ -17,7 +17,7 @@ import traceview
 from traceview.analyses import classify
 from traceview.errors import TraceFormatError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "synthetic_nsys.sqlite"
 
 

@@ -27,7 +27,7 @@ from traceview.model import Kind
 
 from builders import TraceBuilder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 METRICS_DOC = REPO / "docs" / "metrics.md"
 
 

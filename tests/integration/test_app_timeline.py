@@ -1,7 +1,7 @@
 """The timeline's interactions through the controller (no browser): name search and next/previous
 match, the details panel of a clicked event (its columns, times, links, op stack), flow arrows from
 the launch call, collapsed ranks and empty lanes, a gap click that opens only the gap's rank, and
-hostile values for every new input. The browser side: tests/test_app_timeline_browser.py."""
+hostile values for every new input. The browser side: tests/browser/test_app_timeline_browser.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("dash")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import gen_job  # noqa: E402  (the benchmark's 8-rank job generator)
 
 from traceview.app.server import create_app  # noqa: E402

@@ -44,7 +44,7 @@ from traceview.jobs import (
 from traceview.model import RankInfo
 from traceview.pipeline import analyze, select_rank
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gen_job  # noqa: E402  (the benchmark's generator, also the known-answer source here)
 

@@ -18,8 +18,8 @@ from traceview.render import get_renderer
 
 from browser import ARTIFACTS, open_page, require_chromium, screenshot
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 #: per chart: how many drawn data elements (bars, points, heatmap image) it has, and its legend size
 _PLOT_STATS = """

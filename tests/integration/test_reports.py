@@ -32,9 +32,9 @@ from traceview.render.common import findings_count_text
 from traceview.render.markdown import MD_TABLE_ROWS, md_escape
 from traceview.report import Report, findings_tree, report_to_json
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 SCHEMA = json.loads((REPO / "docs" / "report.schema.json").read_text())
 
 SAMPLE_INPUTS = {

@@ -22,7 +22,7 @@ from traceview.loading import find_trace_files
 
 from conftest import require_shared
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sample_traces"))
 
 import make_history  # noqa: E402

@@ -388,7 +388,7 @@ def test_integers_are_what_msgspec_decodes(texts: list[str]) -> None:
 def test_msgspec_reference_decodes_the_keys_the_decoder_reads() -> None:
     """benchmarks/_msgspec_ref.py (issue 12's msgspec reference) types exactly the keys the native
     decoder reads: the two benchmarks' ratio compares the same work."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import _msgspec_ref
 
     event_keys, args_keys = columns.decoded_keys()

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: where screenshots go (git-ignored)
 ARTIFACTS = REPO / "test-artifacts"
 #: where Chromium is looked for, in order (``TRACEVIEW_CHROMIUM`` overrides)

@@ -13,7 +13,7 @@ from traceview.history import add_runs, open_history
 from traceview.history.summary import files_identity, summarize
 from traceview.loading import find_trace_files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sample_traces"))
 
 import make_history  # noqa: E402

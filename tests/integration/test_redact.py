@@ -34,7 +34,7 @@ from traceview.secrets import (
     scrub_with_report,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 _rng = random.Random(20240601)
 _ALNUM = string.ascii_letters + string.digits

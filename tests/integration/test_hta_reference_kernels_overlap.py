@@ -45,7 +45,7 @@ import traceview
 from traceview.findings import Options
 from traceview.model import GPU_KINDS, Kind, Trace, steps_from_annotations
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 HTA = SHARED / "reference" / "hta-0.5.0"
 
 TRACES = sorted(p.name for p in HTA.iterdir()) if HTA.exists() else []

@@ -14,7 +14,7 @@ import pytest
 
 import traceview
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sample_traces"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_traces"))
 
 import make_planted  # noqa: E402
 

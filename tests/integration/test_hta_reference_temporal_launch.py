@@ -35,7 +35,7 @@ import traceview
 from traceview.findings import Options
 from traceview.model import Kind, Trace
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 REFERENCE = SHARED / "reference" / "hta-0.5.0"
 
 TRACES = {

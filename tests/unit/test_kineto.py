@@ -430,7 +430,7 @@ def test_kind_codes_are_stable():
 
 
 def test_several_nsys_exports_get_distinct_ranks(tmp_path):
-    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_nsys.sqlite"
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "synthetic_nsys.sqlite"
     a = tmp_path / "node0.sqlite"
     b = tmp_path / "node1.sqlite"
     a.write_bytes(sample.read_bytes())

@@ -23,7 +23,7 @@ from traceview.findings import Options
 
 from builders import TraceBuilder, synthetic_4rank
 
-ALEXNET = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto" / "hta_alexnet_a100.json.gz"
+ALEXNET = Path(__file__).resolve().parents[3] / "shared" / "traces" / "kineto" / "hta_alexnet_a100.json.gz"
 
 
 def run(trace, **options):

@@ -23,9 +23,9 @@ from traceview.errors import TraceFormatError
 from traceview.parsers.nsys import parse_nsys
 from traceview.render.json import render_json
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "synthetic_nsys.sqlite"
-NSYS_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces" / "nsys"
+NSYS_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces" / "nsys"
 SHARED = sorted(NSYS_DIR.glob("*.sqlite")) if NSYS_DIR.is_dir() else []
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
