@@ -5,7 +5,7 @@ after the timer, so both ratios mean the same thing. The structs decode every fi
 Kineto parser reads from an event, typed as the parser types them (``parsers/kineto.py``: ``_Event``
 and ``_MemoryArgs``): the event keys ``EVENT_KEYS`` and the args keys ``ARGS_KEYS``; every other key
 is skipped, as the parser skips it. The native decoder reads exactly these keys
-(``_kineto_columns.decoded_keys()``; tests/test_kineto_native.py checks the two agree), so the
+(``_kineto_columns.decoded_keys()``; tests/unit/test_kineto_native.py checks the two agree), so the
 reference does the parser's job, no less (an easier task than the parser's) and no more (a slower
 reference that would flatter traceview).
 

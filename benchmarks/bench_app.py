@@ -7,7 +7,7 @@
     python benchmarks/bench_app.py --browser JOB_DIR --screenshots /tmp/tl   # timeline latencies in Chromium
 
 With ``--browser PATH...`` it instead starts ``traceview app PATH...`` and drives the timeline in
-headless Chromium (tests/browser.py), timing each interaction from the user's action until the
+headless Chromium (tests/browser/browser.py), timing each interaction from the user's action until the
 server's new figure is drawn (two animation frames after plotly got it): opening the page, wheel
 zoom (the page asks the server ``WHEEL_DEBOUNCE_MS`` after the last wheel event: included; also timed
 from the last wheel event), drag pan, the buttons,
@@ -539,7 +539,7 @@ def gap_click_focus(page: Any, base: str) -> float:
 
 def browser_bench(paths: list[str], repeat: int, query: str, shots: str | None) -> dict[str, Any]:
     """Start ``traceview app PATHS``, drive its timeline in headless Chromium, print the latencies."""
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "browser"))
     from browser import open_page
 
     port = free_port()

@@ -1,4 +1,4 @@
-"""The long fuzz job: many more generated cases than ``tests/test_fuzz.py``, with a fresh seed.
+"""The long fuzz job: many more generated cases than ``tests/integration/test_fuzz.py``, with a fresh seed.
 
     python benchmarks/fuzz_long.py                      # 2,000 Kineto + 300 Nsight cases
     python benchmarks/fuzz_long.py --kineto 500 --nsys 50 --seed 7

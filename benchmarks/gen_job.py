@@ -58,7 +58,6 @@ common end on the true clock), ``files`` and their sizes.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import multiprocessing
@@ -69,6 +68,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Generator, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_traces"))
+
+import kineto_writer as kw  # noqa: E402  (the Kineto JSON every generator writes)
 
 # ----------------------------------------------------------------------------- constants
 
@@ -173,9 +176,7 @@ FWD_NS = sum(k[3] for k in FORWARD)
 BWD_NS = sum(k[3] for k in BACKWARD)
 
 
-def us(ns: int) -> str:
-    """Kineto's time format: microseconds with exactly three decimals (exact ns)."""
-    return f"{ns // 1000}.{ns % 1000:03d}"
+us = kw.us  # Kineto's time format: microseconds with exactly three decimals
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -283,17 +284,12 @@ class Rank:
     # ---- text helpers (pass 2 only)
     def _x(self, cat: str, name: str, pid: int, tid: int, start: int, dur: int, args: str) -> None:
         out = self.out
-        out.parts.append(
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {pid}, "tid": {tid},\n'
-            f'    "ts": {us(start + out.shift)}, "dur": {us(dur)},\n    "args": {{\n      {args}\n    }}\n  }},\n')
+        out.parts.append(kw.x_event_text(cat, name, pid, tid, start + out.shift, dur, args) + ",\n")
         out.events += 1
 
     def _flow(self, ph: str, corr: int, pid: int, tid: int, t: int) -> None:
         out = self.out
-        bp = ', "bp": "e"' if ph == "f" else ""
-        out.parts.append(f'  {{\n    "ph": "{ph}", "id": {corr}, "pid": {pid}, "tid": {tid}, '
-                         f'"ts": {us(t + out.shift)},\n'
-                         f'    "cat": "ac2g", "name": "ac2g"{bp}\n  }},\n')
+        out.parts.append(kw.flow_event_text(ph, corr, pid, tid, t + out.shift) + ",\n")
         out.events += 1
 
     # ---- CPU side
@@ -403,10 +399,9 @@ class Rank:
         self.advance(tid, 1_000, 2_500)
         self.op(tid, "record_param_comms", rpc_start, args=coll_args)
         if self.out is not None:
-            self.out.parts.append(
-                f'  {{\n    "ph": "X", "cat": "gpu_user_annotation", "name": "nccl:{name}", "pid": {self.device}, '
-                f'"tid": {NCCL_STREAM},\n    "ts": {us(arrival - 800 + self.out.shift)}, "dur": '
-                f'{us(end - arrival + 1_300)},\n    "args": {{\n      "External id": {self.ext}\n    }}\n  }},\n')
+            self.out.parts.append(kw.x_event_text("gpu_user_annotation", f"nccl:{name}", self.device, NCCL_STREAM,
+                                                  arrival - 800 + self.out.shift, end - arrival + 1_300,
+                                                  f'"External id": {self.ext}') + ",\n")
             self.out.events += 1
 
     # ---- one training step
@@ -545,45 +540,36 @@ def plan(job: Job) -> dict:
 # ----------------------------------------------------------------------------- pass 2: the files
 
 
+#: the GPUs of a node: H100s, as the single-trace generator (gen_kineto.py) describes them
+DEVICES = kw.device_properties(range(GPUS_PER_NODE), {**kw.H100, "totalGlobalMem": 85021163520})
+
+
 def _header(job: Job, rank: int) -> str:
-    devices = ",\n".join(
-        f'    {{\n      "id": {i}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85021163520,\n'
-        f'      "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,\n'
-        f'      "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,\n'
-        f'      "sharedMemPerBlock": 49152, "numSms": 132\n    }}' for i in range(GPUS_PER_NODE))
-    dist = {"backend": "nccl", "rank": rank, "world_size": job.ranks, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                           "pg_size": job.ranks, "ranks": "[0 .. %d]" % (job.ranks - 1)}],
-            "nccl_version": "2.21.5"}
-    return ('{\n  "schemaVersion": 1,\n  "deviceProperties": [\n' + devices + "\n  ],\n"
-            '  "cupti_version": 24,\n  "cuda_runtime_version": 12040,\n'
-            f'  "distributedInfo": {json.dumps(dist)},\n  "record_shapes": 1,\n  "profile_memory": 0,\n'
-            f'  "trace_id": "{random.Random(f"{job.seed}:trace:{rank}").getrandbits(128):032X}",\n'
-            '  "traceEvents": [\n')
+    header = {
+        "deviceProperties": kw.device_properties_text(DEVICES), "cupti_version": 24, "cuda_runtime_version": 12040,
+        # a long list of ranks is written as text, as Kineto does
+        "distributedInfo": kw.distributed_info(rank, job.ranks, nccl_version="2.21.5",
+                                               ranks="[0 .. %d]" % (job.ranks - 1)),
+        "record_shapes": 1, "profile_memory": 0,
+        "trace_id": f"{random.Random(f'{job.seed}:trace:{rank}').getrandbits(128):032X}",
+    }
+    return kw.document_head(header)
 
 
 def _metadata(rank: Rank, t_end: int) -> str:
-    out = rank.out
-    ts = us(out.shift)
-
-    def meta(name: str, pid: int, tid: int, key: str, value) -> str:
-        return (f'  {{\n    "name": "{name}", "ph": "M", "ts": {ts}, "pid": {pid}, "tid": {tid},\n'
-                f'    "args": {{\n      "{key}": {json.dumps(value)}\n    }}\n  }},\n')
-
-    parts = [meta("process_name", rank.pid, 0, "name", "python3"),
-             meta("process_labels", rank.pid, 0, "labels", "CPU"),
-             meta("process_name", rank.device, 0, "name", "python3"),
-             meta("process_labels", rank.device, 0, "labels", f"GPU {rank.device}"),
-             meta("thread_name", rank.pid, rank.main_tid, "name", f"thread {rank.main_tid} (python3)"),
-             meta("thread_name", rank.pid, rank.bwd_tid, "name", f"thread {rank.bwd_tid} (pt_autograd_0)")]
-    for stream in (COMPUTE_STREAM, NCCL_STREAM):
-        parts.append(meta("thread_name", rank.device, stream, "name", f"stream {stream} "))
-    parts.append(f'  {{\n    "ph": "X", "cat": "Trace", "ts": {ts}, "dur": {us(t_end)},\n'
-                 f'    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
-                 f'    "args": {{\n      "Op count": 0\n    }}\n  }},\n'
-                 f'  {{\n    "name": "Record Window End", "ph": "i", "s": "g",\n'
-                 f'    "pid": "", "tid": "", "ts": {us(t_end + out.shift + 1_000_000)}\n  }}\n')
-    return "".join(parts)
+    """The metadata events, the profiler's span and its window marker (the last event)."""
+    shift = rank.out.shift
+    meta = [("process_name", rank.pid, 0, {"name": "python3"}), ("process_labels", rank.pid, 0, {"labels": "CPU"}),
+            ("process_name", rank.device, 0, {"name": "python3"}),
+            ("process_labels", rank.device, 0, {"labels": f"GPU {rank.device}"}),
+            ("thread_name", rank.pid, rank.main_tid, {"name": f"thread {rank.main_tid} (python3)"}),
+            ("thread_name", rank.pid, rank.bwd_tid, {"name": f"thread {rank.bwd_tid} (pt_autograd_0)"})]
+    meta += [("thread_name", rank.device, stream, {"name": f"stream {stream} "})
+             for stream in (COMPUTE_STREAM, NCCL_STREAM)]
+    events = [kw.metadata_event_text(name, pid, tid, shift, args) for name, pid, tid, args in meta]
+    events += [kw.profiler_span_text(shift, t_end),
+               kw.instant_event_text("Record Window End", "", "", t_end + shift + 1_000_000)]
+    return ",\n".join(events)
 
 
 def file_name(rank: int, gz: bool) -> str:
@@ -595,9 +581,7 @@ def write_rank(job: Job, rank: int, ends: list[int], out_dir: str, gz: bool, gz_
     path = Path(out_dir) / file_name(rank, gz)
     tmp = path.with_name(path.name + ".tmp")
     shift = TS0_NS + job.offsets_ns[rank] - (job.base_times_ns[rank] - BASE_TIME_NS)
-    raw = open(tmp, "wb")
-    handle: IO[bytes] = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gz_level, mtime=0)
-                         if gz else raw)
+    handle = kw.open_output(tmp, gz, gz_level)
     try:
         out = Out(handle, shift)
         header = _header(job, rank).encode()
@@ -614,14 +598,11 @@ def write_rank(job: Job, rank: int, ends: list[int], out_dir: str, gz: bool, gz_
             pass
         out.flush()
         t_end = max(max(r.cpu.values()), max(r.free.values()))
-        tail = (_metadata(r, t_end) + '  ],\n  "traceName": "' + path.name + '",\n  "displayTimeUnit": "ms",\n'
-                f'  "baseTimeNanoseconds": {job.base_times_ns[rank]}\n}}\n').encode()
+        tail = (_metadata(r, t_end) + kw.document_tail(path.name, job.base_times_ns[rank])).encode()
         handle.write(tail)
         out.bytes += len(tail)
     finally:
         handle.close()
-        if gz:
-            raw.close()
     os.replace(tmp, path)
     return {"rank": rank, "path": str(path), "bytes": out.bytes, "file_bytes": path.stat().st_size,
             "events": out.events + 9}

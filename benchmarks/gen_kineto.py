@@ -27,13 +27,13 @@ Kineto writes it (pretty-printed, one key group per line, float microseconds wit
 
 The output is streamed: each training step is generated, written and dropped, and the sections that
 Kineto writes after the CPU ops are spilled to temporary files next to OUT and appended at the end,
-so memory stays bounded whatever the size. Same arguments, same bytes (fixed seed).
+so memory stays bounded whatever the size. Same arguments, same bytes (fixed seed; gzip with mtime 0
+and no file name). The document's structure and events are written by ``sample_traces/kineto_writer.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import random
@@ -43,6 +43,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_traces"))
+
+import kineto_writer as kw  # noqa: E402  (the Kineto JSON every generator writes)
 
 # ----------------------------------------------------------------------------- constants
 
@@ -164,9 +168,9 @@ TFLOPS_BF16 = 750e12  # achievable dense bf16 on H100 SXM
 HBM_BYTES_PER_S = 3.0e12
 
 
-def us(ns: int) -> str:
-    """Kineto's time format: microseconds with exactly three decimals (nanosecond precision)."""
-    return f"{ns // 1000}.{ns % 1000:03d}"
+us = kw.us  # Kineto's time format: microseconds with exactly three decimals
+#: the GPUs of this node: H100s as this generator always described them (a little more memory)
+DEVICES = kw.device_properties(range(8), {**kw.H100, "totalGlobalMem": 85021163520})
 
 
 def _jl(value) -> str:
@@ -308,11 +312,8 @@ class Generator:
         frame = th.stack.pop()
         self.gap(th, lo, hi)
         name, cat, args, ev = frame.text
-        th.out[frame.slot] = (
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {PID}, "tid": {th.tid},\n'
-            f'    "ts": {us(frame.start)}, "dur": {us(th.t - frame.start)},\n'
-            f'    "args": {{\n      {args}, "Ev Idx": {ev}\n    }}\n  }},\n'
-        )
+        th.out[frame.slot] = kw.x_event_text(cat, name, PID, th.tid, frame.start, th.t - frame.start,
+                                             f'{args}, "Ev Idx": {ev}') + ",\n"
         return frame
 
     def leaf(self, th: Thread, name: str, shape_args: str = NO_SHAPES, lo: int = 500, hi: int = 3000) -> None:
@@ -320,15 +321,11 @@ class Generator:
         self.op_end(th, lo, hi)
 
     def flow_start(self, th: Thread, flow_id: int, ts: int) -> None:
-        th.out.append(
-            f'  {{\n    "ph": "s", "id": {flow_id}, "pid": {PID}, "tid": {th.tid}, "ts": {us(ts)},\n'
-            f'    "cat": "fwdbwd", "name": "fwdbwd"\n  }},\n')
+        th.out.append(kw.flow_event_text("s", flow_id, PID, th.tid, ts, "fwdbwd") + ",\n")
         self.events += 1
 
     def flow_end(self, th: Thread, flow_id: int, ts: int) -> None:
-        th.out.append(
-            f'  {{\n    "ph": "f", "id": {flow_id}, "pid": {PID}, "tid": {th.tid}, "ts": {us(ts)},\n'
-            f'    "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"\n  }},\n')
+        th.out.append(kw.flow_event_text("f", flow_id, PID, th.tid, ts, "fwdbwd") + ",\n")
         self.events += 1
 
     # ---- python frames (main thread) ----------------------------------------------------
@@ -347,11 +344,9 @@ class Generator:
         slot, pid_, parent, name, start, mod, ev = self.py_stack.pop()
         self.gap(th, 200, 900)
         module = f'"Python module id": {mod}, ' if mod is not None else ""
-        self.py[slot] = (
-            f'  {{\n    "ph": "X", "cat": "python_function", "name": "{name}", "pid": {PID}, "tid": {th.tid},\n'
-            f'    "ts": {us(start)}, "dur": {us(th.t - start)},\n'
-            f'    "args": {{\n      "Python parent id": {parent}, "Python id": {pid_}, {module}"Ev Idx": {ev}\n'
-            f'    }}\n  }},\n')
+        self.py[slot] = kw.x_event_text("python_function", name, PID, th.tid, start, th.t - start,
+                                        f'"Python parent id": {parent}, "Python id": {pid_}, {module}"Ev Idx": {ev}'
+                                        ) + ",\n"
 
     def py_leaf(self, th: Thread, name: str) -> None:
         self.py_begin(th, name)
@@ -376,11 +371,11 @@ class Generator:
         self._mem_event(th, addr, -nbytes)
 
     def _mem_event(self, th: Thread, addr: int, nbytes: int) -> None:
-        self.mem.append(
-            f'  {{\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",\n'
-            f'    "pid": {PID}, "tid": {th.tid},\n    "ts": {us(th.t)},\n    "args": {{\n'
-            f'      "Total Reserved": {self.reserved}, "Total Allocated": {self.allocated}, "Bytes": {nbytes}, '
-            f'"Addr": {addr}, "Device Id": {GPU}, "Device Type": 1, "Ev Idx": {self.next_ev()}\n    }}\n  }},\n')
+        self.mem.append(kw.event_text(
+            '"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]"', f'"pid": {PID}, "tid": {th.tid}',
+            f'"ts": {us(th.t)}',
+            args=(f'"Total Reserved": {self.reserved}, "Total Allocated": {self.allocated}, "Bytes": {nbytes}, '
+                  f'"Addr": {addr}, "Device Id": {GPU}, "Device Type": 1, "Ev Idx": {self.next_ev()}')) + ",\n")
         self.events += 1
 
     # ---- GPU activity ------------------------------------------------------------------
@@ -395,13 +390,11 @@ class Generator:
     def _runtime_text(self, th: Thread, api: str, start: int, dur: int, corr: int, ext: Optional[int],
                       flow: bool) -> None:
         ext_arg = f'"External id": {ext},      ' if ext is not None else ""
-        text = (f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "{api}", "pid": {PID}, "tid": {th.tid},\n'
-                f'    "ts": {us(start)}, "dur": {us(dur)},\n    "args": {{\n'
-                f'      {ext_arg}"cbid": {CBID[api]}, "correlation": {corr}\n    }}\n  }},\n')
+        text = kw.x_event_text("cuda_runtime", api, PID, th.tid, start, dur,
+                               f'{ext_arg}"cbid": {CBID[api]}, "correlation": {corr}') + ",\n"
         self.events += 1
         if flow:
-            text += (f'  {{\n    "ph": "s", "id": {corr}, "pid": {PID}, "tid": {th.tid}, "ts": {us(start)},\n'
-                     f'    "cat": "ac2g", "name": "ac2g"\n  }},\n')
+            text += kw.flow_event_text("s", corr, PID, th.tid, start) + ",\n"
             self.events += 1
         self.gpu.append(text)
 
@@ -421,16 +414,13 @@ class Generator:
         warps = per_sm * block / 32
         occ = min(100, int(warps / 64 * 100)) if regs < 200 else min(100, int(warps / 64 * 50))
         ext_arg = f'"External id": {ext},      ' if ext is not None else ""
-        self.gpu.append(
-            f'  {{\n    "ph": "X", "cat": "kernel", "name": "{kernel}", "pid": {GPU}, "tid": {stream},\n'
-            f'    "ts": {us(k_start)}, "dur": {us(dur_ns)},\n    "args": {{\n'
-            f'      {ext_arg}"queued": 0, "device": {GPU}, "context": 1,      "stream": {stream}, '
-            f'"correlation": {corr},      "registers per thread": {regs},      "shared memory": {smem},      '
-            f'"blocks per SM": {per_sm:.6f},      "warps per SM": {warps:.6f},      '
-            f'"grid": [{grid[0]}, {grid[1]}, {grid[2]}],      "block": [{block}, 1, 1],      '
-            f'"est. achieved occupancy %": {occ}{extra}\n    }}\n  }},\n'
-            f'  {{\n    "ph": "f", "id": {corr}, "pid": {GPU}, "tid": {stream}, "ts": {us(k_start)},\n'
-            f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }},\n')
+        args = (f'{ext_arg}"queued": 0, "device": {GPU}, "context": 1,      "stream": {stream}, '
+                f'"correlation": {corr},      "registers per thread": {regs},      "shared memory": {smem},      '
+                f'"blocks per SM": {per_sm:.6f},      "warps per SM": {warps:.6f},      '
+                f'"grid": [{grid[0]}, {grid[1]}, {grid[2]}],      "block": [{block}, 1, 1],      '
+                f'"est. achieved occupancy %": {occ}{extra}')
+        self.gpu.append(kw.x_event_text("kernel", kernel, GPU, stream, k_start, dur_ns, args) + ",\n"
+                        + kw.flow_event_text("f", corr, GPU, stream, k_start) + ",\n")
         self.events += 2
         self._runtime_text(th, api, start, rt_dur, corr, ext, True)
         return k_start, k_start + dur_ns
@@ -441,13 +431,10 @@ class Generator:
         dur = max(700, int(nbytes / gbps) + self.rng.randint(300, 1500))  # bytes / (GB/s) = ns
         k_start = self._gpu_slot(COMPUTE_STREAM, start + self.rng.randint(2000, 5000), dur)
         ext_arg = f'"External id": {ext},      ' if ext is not None else ""
-        self.gpu.append(
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {GPU}, "tid": {COMPUTE_STREAM},\n'
-            f'    "ts": {us(k_start)}, "dur": {us(dur)},\n    "args": {{\n'
-            f'      {ext_arg}"device": {GPU}, "context": 1,      "stream": {COMPUTE_STREAM}, "correlation": {corr},'
-            f'      "bytes": {nbytes}, "memory bandwidth (GB/s)": {nbytes / dur!r}\n    }}\n  }},\n'
-            f'  {{\n    "ph": "f", "id": {corr}, "pid": {GPU}, "tid": {COMPUTE_STREAM}, "ts": {us(k_start)},\n'
-            f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }},\n')
+        args = (f'{ext_arg}"device": {GPU}, "context": 1,      "stream": {COMPUTE_STREAM}, "correlation": {corr},'
+                f'      "bytes": {nbytes}, "memory bandwidth (GB/s)": {nbytes / dur!r}')
+        self.gpu.append(kw.x_event_text(cat, name, GPU, COMPUTE_STREAM, k_start, dur, args) + ",\n"
+                        + kw.flow_event_text("f", corr, GPU, COMPUTE_STREAM, k_start) + ",\n")
         self.events += 2
         self._runtime_text(th, api, start, rt_dur, corr, ext, True)
 
@@ -466,10 +453,8 @@ class Generator:
         self._runtime_text(th, "cudaStreamSynchronize", start, th.t - start, self.corr, ext, False)
 
     def gpu_annotation(self, name: str, stream: int, start: int, end: int, ext: int) -> None:
-        self.gpu_ann.append(
-            f'  {{\n    "ph": "X", "cat": "gpu_user_annotation", "name": "{name}", "pid": {GPU}, "tid": {stream},\n'
-            f'    "ts": {us(start)}, "dur": {us(end - start)},\n    "args": {{\n'
-            f'      "External id": {ext}\n    }}\n  }},\n')
+        self.gpu_ann.append(kw.x_event_text("gpu_user_annotation", name, GPU, stream, start, end - start,
+                                            f'"External id": {ext}') + ",\n")
         self.events += 1
 
     # ---- cost models -------------------------------------------------------------------
@@ -977,81 +962,38 @@ class Generator:
 
 
 def _header(gen: Generator) -> str:
-    dev = []
-    for i in range(8):
-        dev.append(
-            f'    {{\n      "id": {i}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85021163520,\n'
-            f'      "computeMajor": 9, "computeMinor": 0,\n'
-            f'      "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,\n'
-            f'      "regsPerBlock": 65536, "warpSize": 32,\n'
-            f'      "sharedMemPerBlock": 49152, "numSms": {NUM_SMS}\n'
-            f'    , "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448, '
-            f'"sharedMemPerMultiprocessor": 233472\n    }}')
-    ranks = list(range(WORLD))
-    dist = {"backend": "nccl", "rank": RANK, "world_size": WORLD, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                           "pg_size": WORLD, "ranks": ranks}], "nccl_version": "2.21.5"}
-    trace_id = random.Random(gen.seed).getrandbits(128)
-    return (
-        "{\n"
-        '  "schemaVersion": 1,\n'
-        '  "deviceProperties": [\n' + ",\n".join(dev) + "\n  ],\n"
-        '  "cupti_version": 24,\n'
-        '  "cuda_runtime_version": 12040,\n'
-        f'  "distributedInfo": {json.dumps(dist)},\n'
-        '  "record_shapes": 1,\n'
-        '  "profile_memory": 1,\n'
-        '  "with_stack": 1,\n'
-        '  "with_modules": 1,\n'
-        '  "cuda_driver_version": 12080,\n'
-        f'  "trace_id": "{trace_id:032X}",\n'
-        '  "traceEvents": [\n'
-    )
+    header = {
+        "deviceProperties": kw.device_properties_text(DEVICES), "cupti_version": 24, "cuda_runtime_version": 12040,
+        "distributedInfo": kw.distributed_info(RANK, WORLD, nccl_version="2.21.5"),
+        "record_shapes": 1, "profile_memory": 1, "with_stack": 1, "with_modules": 1, "cuda_driver_version": 12080,
+        "trace_id": f"{random.Random(gen.seed).getrandbits(128):032X}",
+    }
+    return kw.document_head(header)
 
 
 def _metadata_events(t0: int, t_end: int) -> tuple[str, int]:
-    parts = []
-
-    def meta(name: str, pid, tid, key: str, value) -> None:
-        parts.append(f'  {{\n    "name": "{name}", "ph": "M", "ts": {us(t0)}, "pid": {pid}, "tid": {tid},\n'
-                     f'    "args": {{\n      "{key}": {json.dumps(value)}\n    }}\n  }},\n')
-
-    meta("process_name", PID, 0, "name", "python3")
-    meta("process_labels", PID, 0, "labels", "CPU")
-    meta("process_sort_index", PID, 0, "sort_index", PID)
+    """The metadata events, the profiler's span and markers (the last event: no comma after it)."""
+    meta = [("process_name", PID, 0, {"name": "python3"}), ("process_labels", PID, 0, {"labels": "CPU"}),
+            ("process_sort_index", PID, 0, {"sort_index": PID})]
     for dev in range(8):
-        meta("process_name", dev, 0, "name", "python3")
-        meta("process_labels", dev, 0, "labels", f"GPU {dev}")
-        meta("process_sort_index", dev, 0, "sort_index", 16777216 + dev)
+        meta += [("process_name", dev, 0, {"name": "python3"}), ("process_labels", dev, 0, {"labels": f"GPU {dev}"}),
+                 ("process_sort_index", dev, 0, {"sort_index": 16777216 + dev})]
     for stream in (COMPUTE_STREAM, NCCL_STREAM):
-        meta("thread_name", GPU, stream, "name", f"stream {stream} ")
-        meta("thread_sort_index", GPU, stream, "sort_index", stream + 268435456)
-    meta("thread_name", PID, MAIN_TID, "name", f"thread {MAIN_TID} (python3)")
-    meta("thread_sort_index", PID, MAIN_TID, "sort_index", MAIN_TID)
-    meta("thread_name", PID, BWD_TID, "name", f"thread {BWD_TID} (pt_autograd_0)")
-    meta("thread_sort_index", PID, BWD_TID, "sort_index", BWD_TID)
-    n = len(parts)
-    parts.append(
-        f'  {{\n    "ph": "X", "cat": "Trace", "ts": {us(t0)}, "dur": {us(t_end - t0)},\n'
-        f'    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
-        f'    "args": {{\n      "Op count": 0\n    }}\n  }},\n'
-        f'  {{\n    "name": "process_sort_index", "ph": "M", "ts": {us(t0)},\n    "pid": "Spans", "tid": 0,\n'
-        f'    "args": {{\n      "sort_index": 536870912\n    }}\n  }},\n'
-        f'  {{\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
-        f'    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {us(t0)}\n  }},\n'
-        f'  {{\n    "name": "Record Window End", "ph": "i", "s": "g",\n'
-        f'    "pid": "", "tid": "", "ts": {us(t_end + 1_234_567)}\n  }}\n')
-    return "".join(parts), n + 4
-
-
-def _tail(path: Path) -> str:
-    return (
-        "  ],\n"
-        f'  "traceName": "{path.name}",\n'
-        '  "displayTimeUnit": "ms",\n'
-        f'  "baseTimeNanoseconds": {BASE_TIME_NS}\n'
-        "}"
-    )
+        meta += [("thread_name", GPU, stream, {"name": f"stream {stream} "}),
+                 ("thread_sort_index", GPU, stream, {"sort_index": stream + 268435456})]
+    meta += [("thread_name", PID, MAIN_TID, {"name": f"thread {MAIN_TID} (python3)"}),
+             ("thread_sort_index", PID, MAIN_TID, {"sort_index": MAIN_TID}),
+             ("thread_name", PID, BWD_TID, {"name": f"thread {BWD_TID} (pt_autograd_0)"}),
+             ("thread_sort_index", PID, BWD_TID, {"sort_index": BWD_TID})]
+    events = [kw.metadata_event_text(name, pid, tid, t0, args) for name, pid, tid, args in meta]
+    events += [
+        kw.profiler_span_text(t0, t_end - t0),
+        kw.event_text(f'"name": "process_sort_index", "ph": "M", "ts": {us(t0)}', '"pid": "Spans", "tid": 0',
+                      args='"sort_index": 536870912'),
+        kw.instant_event_text("Iteration Start: PyTorch Profiler", "Traces", "Trace PyTorch Profiler", t0),
+        kw.instant_event_text("Record Window End", "", "", t_end + 1_234_567),
+    ]
+    return ",\n".join(events), len(events)
 
 
 def generate(out: str | os.PathLike, *, size_mb: Optional[float] = None, events: Optional[int] = None,
@@ -1068,7 +1010,7 @@ def generate(out: str | os.PathLike, *, size_mb: Optional[float] = None, events:
     names = ("mem", "py", "gpu", "gpu_ann")
     spill_paths = {k: spill_dir / f".{out.name}.{k}.part" for k in names}
     started = time.perf_counter()
-    handle: IO[bytes] = gzip.open(out, "wb", compresslevel=gz_level) if gz else open(out, "wb")
+    handle: IO[bytes] = kw.open_output(out, gz, gz_level)
     try:
         with handle:
             header = _header(gen)
@@ -1101,14 +1043,12 @@ def generate(out: str | os.PathLike, *, size_mb: Optional[float] = None, events:
                 # the <module> and main() frames span the whole run
                 t_end = gen.clock
                 py_tail = (
-                    f'  {{\n    "ph": "X", "cat": "python_function", "name": "train.py(412): <module>", '
-                    f'"pid": {PID}, "tid": {MAIN_TID},\n    "ts": {us(t0 - 80_000)}, "dur": {us(t_end - t0 + 90_000)},'
-                    f'\n    "args": {{\n      "Python parent id": null, "Python id": 1, "Ev Idx": {gen.next_ev()}\n'
-                    f'    }}\n  }},\n'
-                    f'  {{\n    "ph": "X", "cat": "python_function", "name": "train.py(388): main", '
-                    f'"pid": {PID}, "tid": {MAIN_TID},\n    "ts": {us(t0 - 70_000)}, "dur": {us(t_end - t0 + 75_000)},'
-                    f'\n    "args": {{\n      "Python parent id": 1, "Python id": 2, "Ev Idx": {gen.next_ev()}\n'
-                    f'    }}\n  }},\n')
+                    kw.x_event_text("python_function", "train.py(412): <module>", PID, MAIN_TID, t0 - 80_000,
+                                    t_end - t0 + 90_000,
+                                    f'"Python parent id": null, "Python id": 1, "Ev Idx": {gen.next_ev()}') + ",\n"
+                    + kw.x_event_text("python_function", "train.py(388): main", PID, MAIN_TID, t0 - 70_000,
+                                      t_end - t0 + 75_000,
+                                      f'"Python parent id": 1, "Python id": 2, "Ev Idx": {gen.next_ev()}') + ",\n")
                 spills["py"].parts.append(py_tail)
                 gen.events += 2
                 for s in spills.values():
@@ -1120,7 +1060,7 @@ def generate(out: str | os.PathLike, *, size_mb: Optional[float] = None, events:
                     written += spills[key].bytes
                 meta_text, n_meta = _metadata_events(t0 - 100_000, max(t_end, max(gen.stream_t.values())))
                 gen.events += n_meta
-                tail = meta_text + _tail(out)
+                tail = meta_text + kw.document_tail(out.name, BASE_TIME_NS)
                 handle.write(tail.encode())
                 written += len(tail)
             finally:

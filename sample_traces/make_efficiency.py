@@ -22,7 +22,6 @@ The file is byte-identical on every run (integer times, fixed order, gzip mtime 
 
 from __future__ import annotations
 
-import gzip
 import json
 import pathlib
 import sys
@@ -31,7 +30,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from make_kineto import DEVICE_PROPERTIES  # noqa: E402  (the same H100 as the synthetic job)
+import kineto_writer as kw  # noqa: E402  (the Kineto JSON every generator writes)
 
 NAME = "efficiency_roofline"
 STEPS = 3
@@ -58,9 +57,8 @@ class Writer:
         self.correlation = 5000
 
     def x(self, cat: str, name: str, start_ns: int, dur_ns: int, args: dict, pid: int = 1000, tid: int = 1000) -> None:
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-                            "ts": f"{BASE_US + start_ns // 1000}.{start_ns % 1000:03d}",
-                            "dur": f"{dur_ns // 1000}.{dur_ns % 1000:03d}", "args": args})
+        self.events.append(kw.x_event(cat, name, pid, tid, kw.micros(BASE_US * 1000 + start_ns), kw.micros(dur_ns),
+                                      args))
 
     def op(self, name: str, start_ns: int, dur_ns: int, inputs: tuple | None) -> int:
         self.ids += 1
@@ -104,9 +102,9 @@ def build() -> tuple[dict, dict]:
         cat = w.op("aten::cat", t + 150_000, 20_000, cat_inputs)
         w.launch(cat, t + 155_000, "void at::native::CatArrayBatchedCopy<float>", gpu + ADDMM_NS + MUL_NS, CAT_NS)
         gpu += 1_000_000
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, **DEVICE_PROPERTIES}], "record_shapes": 1,
-           "traceEvents": w.events, "traceName": f"{NAME}.pt.trace.json", "displayTimeUnit": "ms",
-           "baseTimeNanoseconds": 0}
+    # the same H100 as the synthetic job
+    doc = kw.document({"deviceProperties": kw.device_properties([0]), "record_shapes": 1}, w.events,
+                      trace_name=f"{NAME}.pt.trace.json", base_time_ns=0)
     return doc, truth()
 
 
@@ -139,27 +137,12 @@ def truth() -> dict:
 def main(out: pathlib.Path = HERE) -> pathlib.Path:
     doc, expected = build()
     out.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, indent=1).replace('"ts": "', '"ts": ').replace('"dur": "', '"dur": ')
-    text = _unquote_times(text)
     path = out / f"{NAME}.json.gz"
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-        gz.write(text.encode())
+    with kw.open_output(path, gz=True) as gz:
+        gz.write(kw.dumps(doc, indent=1).encode())
     (out / f"{NAME}.truth.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
     (out / f"{NAME}.gpus.toml").write_text(SPEC_TOML)
     return path
-
-
-def _unquote_times(text: str) -> str:
-    """``"ts": 2000001.000"`` -> ``"ts": 2000001.000``: times are numbers with exactly three decimals,
-    as Kineto writes them (json.dumps of a float would drop trailing zeros)."""
-    lines = []
-    for line in text.split("\n"):
-        stripped = line.lstrip()
-        if stripped.startswith(('"ts": ', '"dur": ')) and line.rstrip(",").endswith('"'):
-            trailing = "," if line.endswith(",") else ""
-            line = line.rstrip(",")[:-1] + trailing
-        lines.append(line)
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Generated run histories with known answers, for tests/test_history.py and
+"""Generated run histories with known answers, for tests/integration/test_history.py and
 benchmarks/bench_history.py: per-kernel aggregates (what ``history add`` stores), not traces.
 
 ``planted_history`` gives 50 runs (oldest first) of one model on one GPU with noise of 2-3% (each

@@ -28,16 +28,21 @@ written events; an independent interval union is only used as an internal assert
 
 from __future__ import annotations
 
-import dataclasses
-
 import argparse
-import gzip
+import dataclasses
 import json
 import pathlib
 import random
+import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import kineto_writer as kw  # noqa: E402  (the Kineto JSON every generator writes)
 
 SEED = 20251122
 WORLD_SIZE = 4
@@ -196,14 +201,8 @@ MEMCPY_HTOD = "Memcpy HtoD (Pinned -> Device)"
 MEMCPY_DTOH = "Memcpy DtoH (Device -> Pinned)"
 MEMSET = "Memset (Device)"
 
-DEVICE_PROPERTIES = {
-    "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85018279936,
-    "computeMajor": 9, "computeMinor": 0,
-    "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-    "regsPerBlock": 65536, "warpSize": 32,
-    "sharedMemPerBlock": 49152, "numSms": NUM_SMS,
-    "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448, "sharedMemPerMultiprocessor": 233472,
-}
+DEVICE_PROPERTIES = kw.H100
+assert DEVICE_PROPERTIES["numSms"] == NUM_SMS
 
 
 def _crc(*parts: Any) -> int:
@@ -220,21 +219,7 @@ def copy_dur(nbytes: int, gbps: int = 49) -> int:
     return 1_400 + nbytes // gbps
 
 
-def fmt_us(ns: int) -> str:
-    """Kineto's timestamp text: microseconds with exactly three decimals (ns precision)."""
-    if ns < 0:
-        raise ValueError(f"negative time {ns}")
-    return f"{ns // 1000}.{ns % 1000:03d}"
-
-
-class Raw(str):
-    """A pre-rendered JSON value."""
-
-
-def _val(v: Any) -> str:
-    if isinstance(v, Raw):
-        return str(v)
-    return json.dumps(v, ensure_ascii=False)
+fmt_us = kw.us  # Kineto's timestamp text: microseconds with exactly three decimals
 
 
 # ----------------------------------------------------------------------------------------------
@@ -446,7 +431,7 @@ class RankBuilder:
         return [
             ("External id", "EXT"), ("queued", 0), ("device", self.device), ("context", 1),
             ("stream", stream), ("correlation", "CORR"), ("registers per thread", regs),
-            ("shared memory", smem), ("blocks per SM", Raw(f"{bps:.6f}")), ("warps per SM", Raw(f"{wps:.6f}")),
+            ("shared memory", smem), ("blocks per SM", kw.Raw(f"{bps:.6f}")), ("warps per SM", kw.Raw(f"{wps:.6f}")),
             ("grid", list(grid)), ("block", list(block)), ("est. achieved occupancy %", occ),
         ]
 
@@ -459,7 +444,7 @@ class RankBuilder:
 
     def copy_args(self, nbytes: int, dur: int) -> list[tuple[str, Any]]:
         return [("External id", "EXT"), ("device", self.device), ("context", 1), ("stream", COMPUTE_STREAM),
-                ("correlation", "CORR"), ("bytes", nbytes), ("memory bandwidth (GB/s)", Raw(repr(nbytes / dur)))]
+                ("correlation", "CORR"), ("bytes", nbytes), ("memory bandwidth (GB/s)", kw.Raw(repr(nbytes / dur)))]
 
     def launch_copy(self, tid: int, name: str, nbytes: int, mode: str = "queue", gap: int = 0,
                     context: str | None = None, api: Api | None = None) -> Gpu:
@@ -630,7 +615,7 @@ def build_step(b: RankBuilder, step: int, g0: int, e1: int | None = None, e2: in
         m = b._place7("gpu_memset", MEMSET, 2_400, None, "memory",
                       [("External id", 0), ("device", b.device), ("context", 1), ("stream", COMPUTE_STREAM),
                        ("correlation", "CORR"), ("bytes", 131072),
-                       ("memory bandwidth (GB/s)", Raw(repr(131072 / 2_400)))], "queue", gap=7_000)
+                       ("memory bandwidth (GB/s)", kw.Raw(repr(131072 / 2_400)))], "queue", gap=7_000)
         m.phantom_corr = phantom
 
     # ---- train_step -----------------------------------------------------------------------------
@@ -708,7 +693,7 @@ def build_step(b: RankBuilder, step: int, g0: int, e1: int | None = None, e2: in
     memset = b._place7("gpu_memset", MEMSET, 1_900,
                        ams, "memory", [("External id", "EXT"), ("device", b.device), ("context", 1),
                                        ("stream", COMPUTE_STREAM), ("correlation", "CORR"), ("bytes", 262144),
-                                       ("memory bandwidth (GB/s)", Raw(repr(262144 / 1_900)))], "queue")
+                                       ("memory bandwidth (GB/s)", kw.Raw(repr(262144 / 1_900)))], "queue")
     b.close(bt)
     b.launch_kernel(bt, "nll_bwd", "bwd")
     b.close(bt)
@@ -908,28 +893,6 @@ def _fill(args: list[tuple[str, Any]], ext: int, corr: int) -> list[tuple[str, A
     return out
 
 
-def _event_text(head: list[tuple[str, Any]], ts_ns: int | None, dur_ns: int | None, base: int,
-                args: list[tuple[str, Any]] | None, tail: list[tuple[str, Any]] | None = None) -> str:
-    line1 = ", ".join(f'"{k}": {_val(v)}' for k, v in head)
-    parts = ["  {\n    " + line1]
-    times = []
-    if ts_ns is not None:
-        times.append(f'"ts": {fmt_us(ts_ns - base)}')
-    if dur_ns is not None:
-        times.append(f'"dur": {fmt_us(dur_ns)}')
-    if times and tail is None:
-        parts.append(",\n    " + ", ".join(times))
-    if tail is not None:
-        if times:
-            parts[-1] += ", " + ", ".join(times)
-        parts.append(",\n    " + ", ".join(f'"{k}": {_val(v)}' for k, v in tail))
-    if args is not None:
-        body = ", ".join(f'"{k}": {_val(v)}' for k, v in args)
-        parts.append(',\n    "args": {\n      ' + body + "\n    }")
-    parts.append("\n  }")
-    return "".join(parts)
-
-
 #: one rendered trace event: (JSON text, category or None, ph)
 _Rendered = tuple[str, str | None, str]
 
@@ -947,6 +910,11 @@ def render_rank(b: RankBuilder) -> tuple[str, dict[str, dict[str, int]]]:
     return _document(b, events), counts
 
 
+def _x(b: RankBuilder, cat: str, name: str, pid: int, tid: int, start: int, dur: int,
+       args: list[tuple[str, Any]]) -> _Rendered:
+    return kw.x_event_text(cat, name, pid, tid, start - b.base, dur, kw.fields(*args)), cat, "X"
+
+
 def _cpu_op_events(b: RankBuilder, ev_idx: int) -> tuple[list[_Rendered], int]:
     """The CPU ops (not Python frames), in time order; returns them and the next ``Ev Idx``."""
     events: list[_Rendered] = []
@@ -954,8 +922,7 @@ def _cpu_op_events(b: RankBuilder, ev_idx: int) -> tuple[list[_Rendered], int]:
         assert o.end is not None and o.end >= o.start, o
         args = [("External id", o.ext)] + o.args + [("Ev Idx", ev_idx)]
         ev_idx += 1
-        events.append((_event_text([("ph", "X"), ("cat", o.cat), ("name", o.name), ("pid", b.pid), ("tid", o.tid)],
-                                   o.start, o.end - o.start, b.base, args), o.cat, "X"))
+        events.append(_x(b, o.cat, o.name, b.pid, o.tid, o.start, o.end - o.start, args))
     return events, ev_idx
 
 
@@ -976,8 +943,7 @@ def _python_events(b: RankBuilder, ev_idx: int) -> tuple[list[_Rendered], int]:
     for o in sorted(py, key=lambda o: (o.start, -o.end, o.name)):
         args = [("Python parent id", parent[id(o)]), ("Python id", py_id[id(o)]), ("Ev Idx", ev_idx)]
         ev_idx += 1
-        head = [("ph", "X"), ("cat", "python_function"), ("name", o.name), ("pid", b.pid), ("tid", o.tid)]
-        events.append((_event_text(head, o.start, o.end - o.start, b.base, args), "python_function", "X"))
+        events.append(_x(b, "python_function", o.name, b.pid, o.tid, o.start, o.end - o.start, args))
     return events, ev_idx
 
 
@@ -997,34 +963,24 @@ def _activity_events(b: RankBuilder) -> list[_Rendered]:
 def _runtime_events(b: RankBuilder, a: Api) -> list[_Rendered]:
     args = (([("External id", a.owner.ext)] if a.owner is not None else [])
             + [("cbid", CBID[a.name]), ("correlation", a.corr)])
-    events: list[_Rendered] = [(
-        _event_text([("ph", "X"), ("cat", "cuda_runtime"), ("name", a.name), ("pid", b.pid), ("tid", a.tid)],
-                    a.start, a.end - a.start, b.base, args), "cuda_runtime", "X")]
+    events = [_x(b, "cuda_runtime", a.name, b.pid, a.tid, a.start, a.end - a.start, args)]
     if a.gpu:
-        events.append((_event_text([("ph", "s"), ("id", a.corr), ("pid", b.pid), ("tid", a.tid)], a.start, None,
-                                   b.base, None, tail=[("cat", "ac2g"), ("name", "ac2g")]), "ac2g", "s"))
+        events.append((kw.flow_event_text("s", a.corr, b.pid, a.tid, a.start - b.base), "ac2g", "s"))
     return events
 
 
 def _gpu_events(b: RankBuilder, g: Gpu) -> list[_Rendered]:
     corr = g.api.corr if g.api is not None else g.phantom_corr.corr
     ext = g.api.owner.ext if (g.api is not None and g.api.owner is not None) else 0
-    events: list[_Rendered] = [(
-        _event_text([("ph", "X"), ("cat", g.cat), ("name", g.name), ("pid", b.device), ("tid", g.stream)],
-                    g.start, g.dur, b.base, _fill(g.args, ext, corr)), g.cat, "X")]
+    events = [_x(b, g.cat, g.name, b.device, g.stream, g.start, g.dur, _fill(g.args, ext, corr))]
     if g.api is not None:
-        events.append((_event_text([("ph", "f"), ("id", corr), ("pid", b.device), ("tid", g.stream)], g.start, None,
-                                   b.base, None, tail=[("cat", "ac2g"), ("name", "ac2g"), ("bp", "e")]), "ac2g", "f"))
+        events.append((kw.flow_event_text("f", corr, b.device, g.stream, g.start - b.base), "ac2g", "f"))
     return events
 
 
 def _gpu_annotation_events(b: RankBuilder) -> list[_Rendered]:
-    return [
-        (_event_text([("ph", "X"), ("cat", "gpu_user_annotation"), ("name", name), ("pid", b.device),
-                      ("tid", COMPUTE_STREAM)], s, e - s, b.base, [("External id", ps.ext)]),
-         "gpu_user_annotation", "X")
-        for name, s, e, ps in b.gpu_annotations
-    ]
+    return [_x(b, "gpu_user_annotation", name, b.device, COMPUTE_STREAM, s, e - s, [("External id", ps.ext)])
+            for name, s, e, ps in b.gpu_annotations]
 
 
 def _metadata_events(b: RankBuilder) -> list[_Rendered]:
@@ -1043,59 +999,36 @@ def _metadata_events(b: RankBuilder) -> list[_Rendered]:
              (b.pid, b.main, "thread_sort_index", {"sort_index": b.main}),
              (b.pid, b.bwd, "thread_name", {"name": f"thread {b.bwd} (pt_autograd_0)"}),
              (b.pid, b.bwd, "thread_sort_index", {"sort_index": b.bwd})]
-    events: list[_Rendered] = [
-        (_event_text([("name", name), ("ph", "M"), ("ts", Raw(fmt_us(t0 - base))), ("pid", pid), ("tid", tid)],
-                     None, None, base, list(a.items())), None, "M")
-        for pid, tid, name, a in meta
-    ]
-    start_ts, end_ts = Raw(fmt_us(b.trace_start - base)), Raw(fmt_us(b.trace_end + 1_000 - base))
-    span = Raw(fmt_us(b.trace_end - b.trace_start))
+    events: list[_Rendered] = [(kw.metadata_event_text(name, pid, tid, t0 - base, a), None, "M")
+                               for pid, tid, name, a in meta]
+    start_ts = kw.us(b.trace_start - base)
+    span = kw.us(b.trace_end - b.trace_start)
     events += [
-        (_event_text([("ph", "X"), ("cat", "Trace"), ("ts", start_ts), ("dur", span)],
-                     None, None, base, [("Op count", 0)],
-                     tail=[("pid", "Spans"), ("tid", "PyTorch Profiler"), ("name", "PyTorch Profiler (0)")]),
-         "Trace", "X"),
-        (_event_text([("name", "process_sort_index"), ("ph", "M"), ("ts", start_ts)], None, None,
-                     base, [("sort_index", 536870912)], tail=[("pid", "Spans"), ("tid", 0)]), None, "M"),
-        (_event_text([("name", "Iteration Start: PyTorch Profiler"), ("ph", "i"), ("s", "g")], None, None, base, None,
-                     tail=[("pid", "Traces"), ("tid", "Trace PyTorch Profiler"), ("ts", start_ts)]), None, "i"),
-        (_event_text([("name", "Record Window End"), ("ph", "i"), ("s", "g")], None, None, base, None,
-                     tail=[("pid", ""), ("tid", ""), ("ts", end_ts)]), None, "i"),
+        # this sample keeps the span's pid, tid and name on one line
+        (kw.event_text(f'"ph": "X", "cat": "Trace", "ts": {start_ts}, "dur": {span}',
+                       kw.fields(("pid", "Spans"), ("tid", "PyTorch Profiler"), ("name", "PyTorch Profiler (0)")),
+                       args=kw.fields(("Op count", 0))), "Trace", "X"),
+        (kw.event_text(f'"name": "process_sort_index", "ph": "M", "ts": {start_ts}',
+                       kw.fields(("pid", "Spans"), ("tid", 0)), args=kw.fields(("sort_index", 536870912))), None, "M"),
+        (kw.instant_event_text("Iteration Start: PyTorch Profiler", "Traces", "Trace PyTorch Profiler",
+                               b.trace_start - base), None, "i"),
+        (kw.instant_event_text("Record Window End", "", "", b.trace_end + 1_000 - base), None, "i"),
     ]
     return events
 
 
 def _document(b: RankBuilder, events: list[_Rendered]) -> str:
     """The whole JSON document of one rank, formatted as Kineto writes it."""
-    dev = []
-    for d in range(WORLD_SIZE):
-        p = {"id": d, **DEVICE_PROPERTIES}
-        items = [f'"{k}": {_val(v)}' for k, v in p.items()]
-        dev.append("    {\n      " + ", ".join(items[:3]) + ",\n      " + ", ".join(items[3:5]) + ",\n      "
-                   + ", ".join(items[5:7]) + ",\n      " + ", ".join(items[7:9]) + ",\n      " + ", ".join(items[9:11])
-                   + "\n    , " + ", ".join(items[11:]) + "\n    }")
-    dist = {"backend": "nccl", "rank": b.rank, "world_size": WORLD_SIZE, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                           "pg_size": WORLD_SIZE, "ranks": list(range(WORLD_SIZE))}], "nccl_version": "2.26.2"}
     trace_id = (f"{_crc(SEED, 'trace', b.rank):08X}{_crc(SEED, 'id', b.rank):08X}"
                 f"{_crc(b.rank, SEED):08X}{_crc('x', b.rank):08X}")
-    return (
-        "{\n"
-        '  "schemaVersion": 1,\n'
-        '  "deviceProperties": [\n' + ",\n".join(dev) + "\n  ],\n"
-        '  "cupti_version": 24,\n'
-        '  "cuda_runtime_version": 12080,\n'
-        f'  "distributedInfo": {json.dumps(dist)},\n'
-        '  "record_shapes": 1,\n'
-        '  "cuda_driver_version": 12080,\n'
-        '  "with_stack": 1,\n'
-        f'  "trace_id": "{trace_id}",\n'
-        '  "traceEvents": [\n' + ",\n".join(e[0] for e in events) + "\n  ],\n"
-        f'  "traceName": "./traces/rank{b.rank}.pt.trace.json",\n'
-        '  "displayTimeUnit": "ms",\n'
-        f'  "baseTimeNanoseconds": {b.base}\n'
-        "}\n"
-    )
+    header = {
+        "deviceProperties": kw.device_properties_text(kw.device_properties(range(WORLD_SIZE))),
+        "cupti_version": 24, "cuda_runtime_version": 12080,
+        "distributedInfo": kw.distributed_info(b.rank, WORLD_SIZE),
+        "record_shapes": 1, "cuda_driver_version": 12080, "with_stack": 1, "trace_id": trace_id,
+    }
+    return (kw.document_head(header) + ",\n".join(e[0] for e in events)
+            + kw.document_tail(f"./traces/rank{b.rank}.pt.trace.json", b.base))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1304,7 +1237,7 @@ def main(out_dir: pathlib.Path) -> None:
     counts = {}
     for b in ranks:
         text, counts[b.rank] = render_rank(b)
-        data = gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+        data = kw.gzip_bytes(text.encode("utf-8"))
         (out / f"rank{b.rank}.json.gz").write_bytes(data)
     truth = build_truth(ranks, job, counts)
     (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")

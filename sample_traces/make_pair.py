@@ -38,10 +38,16 @@ plan key, with ``kernel_names`` mapping the keys to names), all accounted from t
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import pathlib
 import random
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import kineto_writer as kw  # noqa: E402  (the Kineto JSON every generator writes)
 
 SEED = 20260214
 RANKS = (0, 1)
@@ -145,10 +151,8 @@ class _Rank:
         self.steps: list[dict] = []
 
     def _x(self, cat: str, name: str, start: int, dur: int, pid: int, tid: int, args: dict | None = None) -> None:
-        event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": start, "dur": dur}
-        if args:
-            event["args"] = args
-        self.events.append(event)
+        """A complete event; ``ts``/``dur`` in absolute ns until :func:`render`."""
+        self.events.append(kw.x_event(cat, name, pid, tid, start, dur, args or None))
 
     def launch(self, api: str, op: str, call_start: int, gpu: dict) -> None:
         """A CPU op around one launch call, and the GPU activity it launched."""
@@ -281,35 +285,28 @@ def _figures(items: list[dict], comm: dict) -> dict:
 
 
 def render(rank: _Rank) -> str:
-    """One rank's Kineto JSON (ts/dur in us with 3 decimals, relative to baseTimeNanoseconds)."""
-    def us(ns: int) -> str:
-        whole, frac = divmod(ns, 1000)
-        return f"{whole}.{frac:03d}"
-
+    """One rank's Kineto JSON, one event per line (ts/dur in us with 3 decimals, relative to
+    baseTimeNanoseconds; args with sorted keys)."""
     lines = []
     for e in sorted(rank.events, key=lambda e: (e["ts"], e["pid"], e["tid"], e["name"])):
-        fields = ['"ph": "X"', f'"cat": {json.dumps(e["cat"])}', f'"name": {json.dumps(e["name"])}',
-                  f'"pid": {e["pid"]}', f'"tid": {e["tid"]}', f'"ts": {us(e["ts"] - BASE_TIME_NS)}',
-                  f'"dur": {us(e["dur"])}']
+        event = {**e, "ts": kw.micros(e["ts"] - BASE_TIME_NS), "dur": kw.micros(e["dur"])}
         if "args" in e:
-            fields.append(f'"args": {json.dumps(e["args"], sort_keys=True)}')
-        lines.append("    {" + ", ".join(fields) + "}")
+            event["args"] = dict(sorted(e["args"].items()))
+        lines.append(kw.event_line(event))
     meta = [
-        {"ph": "M", "name": "process_name", "pid": rank.pid, "tid": 0, "args": {"name": "python3"}},
-        {"ph": "M", "name": "thread_name", "pid": rank.pid, "tid": rank.tid, "args": {"name": "thread 1 (python3)"}},
-        {"ph": "M", "name": "process_name", "pid": rank.rank, "tid": 0, "args": {"name": f"GPU {rank.rank}"}},
+        kw.metadata_event("process_name", rank.pid, 0, None, {"name": "python3"}),
+        kw.metadata_event("thread_name", rank.pid, rank.tid, None, {"name": "thread 1 (python3)"}),
+        kw.metadata_event("process_name", rank.rank, 0, None, {"name": f"GPU {rank.rank}"}),
     ]
-    lines += ["    " + json.dumps(m, sort_keys=True) for m in meta]
+    lines += [kw.event_line(m, sort_keys=True) for m in meta]
     header = {
-        "schemaVersion": 1,
-        "deviceProperties": [{"id": rank.rank, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_031_714_816,
-                              "computeMajor": 9, "computeMinor": 0, "numSms": 132}],
-        "distributedInfo": {"backend": "nccl", "rank": rank.rank, "world_size": len(RANKS)},
+        "deviceProperties": kw.device_properties([rank.rank], {"name": "NVIDIA H100 80GB HBM3",
+                                                              "totalGlobalMem": 85_031_714_816, "computeMajor": 9,
+                                                              "computeMinor": 0, "numSms": 132}),
+        "distributedInfo": kw.distributed_info(rank.rank, len(RANKS), process_groups=False),
     }
-    head = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in header.items())
-    return ("{\n" + head + ',\n  "traceEvents": [\n' + ",\n".join(lines) + "\n  ],\n"
-            f'  "traceName": "rank{rank.rank}.pt.trace.json",\n  "displayTimeUnit": "ms",\n'
-            f'  "baseTimeNanoseconds": {BASE_TIME_NS}\n}}\n')
+    return (kw.document_head(header, sort_keys=True) + ",\n".join(lines)
+            + kw.document_tail(f"rank{rank.rank}.pt.trace.json", BASE_TIME_NS))
 
 
 def truth(figures: dict[str, dict]) -> dict:
@@ -346,7 +343,7 @@ def main(out_dir: pathlib.Path) -> pathlib.Path:
         ranks, figures[side] = build(side)
         (out / side).mkdir(parents=True, exist_ok=True)
         for r, rank in ranks.items():
-            data = gzip.compress(render(rank).encode("utf-8"), compresslevel=9, mtime=0)
+            data = kw.gzip_bytes(render(rank).encode("utf-8"))
             (out / side / f"rank{r}.json.gz").write_bytes(data)
     (out / "truth.json").write_text(json.dumps(truth(figures), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return out

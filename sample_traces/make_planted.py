@@ -58,7 +58,8 @@ for _p in (_HERE, _HERE.parent / "benchmarks"):
         sys.path.insert(0, str(_p))
 
 import gen_kineto  # noqa: E402  (the benchmark generator: transformer kernel names)
-import make_kineto  # noqa: E402  (the 4-rank sample: kernel table, device properties, NCCL args)
+import kineto_writer as kw  # noqa: E402  (the Kineto JSON every generator writes)
+import make_kineto  # noqa: E402  (the 4-rank sample: kernel table, NCCL args)
 
 #: (steps, kernels per step): the compute per step; cases scale their own work from it
 SIZES: dict[str, tuple[int, int]] = {"small": (4, 120), "medium": (6, 400), "large": (10, 1200)}
@@ -280,8 +281,7 @@ class RankTrace:
 
     def flow_start(self, c: Call) -> None:
         """The ``ac2g`` flow from a launch call to its GPU activity (one per correlation id)."""
-        self.events.append({"ph": "s", "id": c.corr, "pid": self.pid, "tid": self.tid, "ts": _us(c.start),
-                            "cat": "ac2g", "name": "ac2g"})
+        self.events.append(kw.flow_event("s", c.corr, self.pid, self.tid, _us(c.start)))
 
     # -- GPU side ------------------------------------------------------------------------------
     def place(self, cat: str, name: str, stream: int, start: int, dur: int, c: Call, cls: str = "compute",
@@ -298,8 +298,7 @@ class RankTrace:
         a = {"External id": c.ext, "queued": 0, "device": self.device, "context": 1, "stream": stream,
              "correlation": c.corr, **(args or {})}
         self.events.append(self._x(cat, name, self.device, stream, start, dur, a))
-        self.events.append({"ph": "f", "id": c.corr, "pid": self.device, "tid": stream, "ts": _us(start),
-                            "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.events.append(kw.flow_event("f", c.corr, self.device, stream, _us(start)))
         return start, end
 
     def launch(self, name: str, dur: int, stream: int = COMPUTE_STREAM, api: str = "cudaLaunchKernel",
@@ -328,16 +327,14 @@ class RankTrace:
         need = int(self.allocated * self.reserve_factor)
         if need > self.reserved:
             self.reserved = -(-need // (20 << 20)) * (20 << 20)  # the allocator reserves 20 MiB segments
-        self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": self.pid,
-                            "tid": self.tid, "ts": _us(self.host),
-                            "args": {"Total Reserved": self.reserved, "Total Allocated": self.allocated,
-                                     "Bytes": nbytes, "Addr": 0x7F3A_0000_0000 + (self.ext << 21),
-                                     "Device Id": self.device, "Device Type": 1}})
+        self.events.append(kw.instant_event("[memory]", self.pid, self.tid, _us(self.host), cat="cpu_instant_event",
+                                            args={"Total Reserved": self.reserved, "Total Allocated": self.allocated,
+                                                  "Bytes": nbytes, "Addr": 0x7F3A_0000_0000 + (self.ext << 21),
+                                                  "Device Id": self.device, "Device Type": 1}))
 
     @staticmethod
     def _x(cat: str, name: str, pid: int, tid: int, start: int, dur: int, args: dict[str, Any]) -> dict[str, Any]:
-        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": _us(start), "dur": _us(dur),
-                "args": args}
+        return kw.x_event(cat, name, pid, tid, _us(start), _us(dur), args)
 
     # -- the document --------------------------------------------------------------------------
     def document(self) -> dict[str, Any]:
@@ -349,21 +346,13 @@ class RankTrace:
                 ("process_labels", self.device, 0, {"labels": f"GPU {self.device}"})]
         meta += [("thread_name", self.device, s, {"name": f"stream {s} "}) for s in sorted(self.free)]
         events = sorted(self.events, key=lambda e: (e["ts"], e["ph"] != "X"))
-        events += [{"name": n, "ph": "M", "ts": _us(start), "pid": p, "tid": t, "args": a} for n, p, t, a in meta]
-        events.append({"ph": "X", "cat": "Trace", "ts": _us(start), "dur": _us(end - start + 10_000),
-                       "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)",
-                       "args": {"Op count": 0}})
-        dist = {"backend": "nccl", "rank": self.rank, "world_size": self.world, "pg_count": 1,
-                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                               "pg_size": self.world, "ranks": list(range(self.world))}],
-                "nccl_version": "2.26.2"}
-        return {"schemaVersion": 1,
-                "deviceProperties": [{"id": d, **make_kineto.DEVICE_PROPERTIES} for d in range(8)],
-                "cupti_version": 24, "cuda_runtime_version": 12080, "cuda_driver_version": 12080,
-                "distributedInfo": dist, "record_shapes": 1, "profile_memory": 1, "with_stack": 0,
-                "trace_id": f"{self.rank:04X}PLANTED{self.pid:08X}", "traceEvents": events,
-                "traceName": f"rank{self.rank}.pt.trace.json", "displayTimeUnit": "ms",
-                "baseTimeNanoseconds": BASE_TIME_NS}
+        events += [kw.metadata_event(n, p, t, _us(start), a) for n, p, t, a in meta]
+        events.append(kw.profiler_span(_us(start), _us(end - start + 10_000)))
+        header = {"deviceProperties": kw.device_properties(range(8)), "cupti_version": 24,
+                  "cuda_runtime_version": 12080, "cuda_driver_version": 12080,
+                  "distributedInfo": kw.distributed_info(self.rank, self.world), "record_shapes": 1,
+                  "profile_memory": 1, "with_stack": 0, "trace_id": f"{self.rank:04X}PLANTED{self.pid:08X}"}
+        return kw.document(header, events, trace_name=f"rank{self.rank}.pt.trace.json", base_time_ns=BASE_TIME_NS)
 
 
 def _us(ns: int) -> float:
@@ -796,12 +785,12 @@ def write_case(case: Case, out_dir: pathlib.Path) -> pathlib.Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     if len(case.traces) == 1:
         path = out_dir / f"{case.name}.json"
-        path.write_text(json.dumps(next(iter(case.traces.values())), separators=(",", ":")))
+        path.write_text(kw.dumps(next(iter(case.traces.values())), separators=(",", ":")))
         return path
     folder = out_dir / case.name
     folder.mkdir(exist_ok=True)
     for rank, doc in case.traces.items():
-        (folder / f"rank{rank}.json").write_text(json.dumps(doc, separators=(",", ":")))
+        (folder / f"rank{rank}.json").write_text(kw.dumps(doc, separators=(",", ":")))
     return folder
 
 

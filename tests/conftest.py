@@ -1,4 +1,11 @@
-"""Shared test helpers: where the real traces live, and skipping cleanly when they don't."""
+"""Shared test helpers: where the real traces live, and skipping cleanly when they don't.
+
+The tests sit in three folders, all collected from here (pyproject.toml ``testpaths``):
+``unit/`` (one module or analysis at a time), ``integration/`` (whole commands, the app, jobs, real
+traces end to end) and ``browser/`` (a real Chromium: the HTML report and the app). Shared helpers
+stay beside this file (``builders.py``: the hand-made traces; ``fuzz_strategies.py``); every folder
+is on ``sys.path``, so ``from conftest import REPO`` and ``from builders import TraceBuilder`` work
+from any of them, and so do the few imports of one test module's helpers from another."""
 
 from __future__ import annotations
 
@@ -14,8 +21,12 @@ from traceview.model import Trace
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 SAMPLE_TRACES = REPO / "sample_traces"
+METRICS_DOC = REPO / "docs" / "metrics.md"
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+TESTS = Path(__file__).resolve().parent
+for _folder in (TESTS / "browser", TESTS / "integration", TESTS / "unit", TESTS):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 def require_shared() -> Path:

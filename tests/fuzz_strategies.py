@@ -8,7 +8,7 @@ wrong types, non-UTF-8 BLOB strings, dropped tables and columns).
 
 The contract (``check_contract``): the CLI exits 0 and accounts for every event it read (events
 read = mapped + skipped by reason), or exits 2 with one line naming the file and the problem. Never
-a traceback or an internal error (exit 3). ``tests/test_fuzz.py`` runs a few hundred cases;
+a traceback or an internal error (exit 3). ``tests/integration/test_fuzz.py`` runs a few hundred cases;
 ``benchmarks/fuzz_long.py`` runs many more and counts their outcomes.
 """
 

@@ -1,5 +1,5 @@
 """The web app in real headless Chromium (Debian's ``chromium``, driven by Playwright through
-``tests/browser.py``): every page renders with data and no console error (the generic page of an
+``tests/browser/browser.py``): every page renders with data and no console error (the generic page of an
 analysis without its own page too), the Findings page lists the pipeline report's findings by id
 and in order, clicking a gap zooms the
 timeline, drag-zoom and the zoom buttons work, switching runs and comparing works, and the report
@@ -159,7 +159,7 @@ def test_clicking_a_gap_zooms_the_timeline(page: Any, server: str) -> None:
 def test_timeline_drag_zoom_and_buttons(page: Any, server: str) -> None:
     _open(page, "Timeline", url=server + "/timeline")
     x0, x1 = page.evaluate(_XRANGE_JS)
-    # drag pans by default (tests/test_app_timeline_browser.py); the modebar's zoom tool makes a drag zoom
+    # drag pans by default (tests/browser/test_app_timeline_browser.py); the modebar's zoom tool makes a drag zoom
     page.hover("#tl-graph .nsewdrag")
     page.click("#tl-graph .modebar-btn[data-attr='dragmode'][data-val='zoom']")
     # drag across the middle fifth of the plot area: plotly zooms, the server sends the detail
@@ -245,7 +245,7 @@ EFFICIENCY_SAMPLE = SAMPLE_TRACES / "efficiency_roofline.json.gz"
 
 @pytest.fixture(scope="module")
 def efficiency_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The app over two runs: 0, the planted trace of tests/test_efficiency.py (op shapes set in the
+    """The app over two runs: 0, the planted trace of tests/unit/test_efficiency.py (op shapes set in the
     events table); 1, the efficiency sample (its shapes come from the Kineto parser); on the round
     peaks of both GPU files."""
     require_chromium()

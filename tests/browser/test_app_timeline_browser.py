@@ -1,4 +1,4 @@
-"""The timeline in headless Chromium (Debian ``chromium`` through Playwright, tests/browser.py) on the
+"""The timeline in headless Chromium (Debian ``chromium`` through Playwright, tests/browser/browser.py) on the
 8-rank job of benchmarks/gen_job.py: name search (highlight, next/previous), click an event for its
 details and the flow arrow from its launch call, wheel zoom, drag pan, opening a rank, and a gap
 click in the Gaps table that opens the timeline on the gap's rank with the gap centred. Each

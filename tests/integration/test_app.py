@@ -741,7 +741,7 @@ def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> N
 
 def planted_controller(tmp_path: Path, *, inputs: bool = True, device_name: str | None = None,
                        gpu_specs: bool = True) -> AppController:
-    """The app over one run: the planted efficiency trace of tests/test_efficiency.py (two aten::mm in
+    """The app over one run: the planted efficiency trace of tests/unit/test_efficiency.py (two aten::mm in
     bf16, one aten::add in fp32, one aten::cat without a model), on the round peaks of its GPU file."""
     from test_efficiency import GPU, SPEC_TOML, planted
 

@@ -1,7 +1,7 @@
 """The timeline's interactions through the controller (no browser): name search and next/previous
 match, the details panel of a clicked event (its columns, times, links, op stack), flow arrows from
 the launch call, collapsed ranks and empty lanes, a gap click that opens only the gap's rank, and
-hostile values for every new input. The browser side: tests/test_app_timeline_browser.py."""
+hostile values for every new input. The browser side: tests/browser/test_app_timeline_browser.py."""
 
 from __future__ import annotations
 

@@ -377,7 +377,7 @@ def _faster(trace, rows: list[int], dur_ns: int):
 
 @pytest.fixture(scope="module")
 def efficiency_pair(tmp_path_factory):
-    """The planted efficiency trace (tests/test_efficiency.py) and the same with its two aten::mm
+    """The planted efficiency trace (tests/unit/test_efficiency.py) and the same with its two aten::mm
     kernels at 5 us instead of 10 us, analysed on the round peaks of its GPU file."""
     from test_efficiency import SPEC_TOML, planted
 

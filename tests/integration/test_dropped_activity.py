@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import traceview
+from builders import write_kineto
 from conftest import SAMPLE_TRACES
 from traceview.jobs import make_executor
 from traceview.render import get_renderer
@@ -34,9 +35,7 @@ def _events(bad_ts: Any | None) -> list[dict[str, Any]]:
 
 
 def _kineto(tmp_path: Path, bad_ts: Any | None, name: str = "t.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": _events(bad_ts)}))
-    return path
+    return write_kineto(tmp_path / name, _events(bad_ts))
 
 
 def _rendered(report: Report) -> dict[str, str]:

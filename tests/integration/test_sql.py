@@ -20,7 +20,7 @@ import pytest
 
 import traceview
 from conftest import REPO, SAMPLE_TRACES, require_shared
-from test_temporal import TraceBuilder
+from builders import TraceBuilder
 from traceview.analyses import communication, idle_gaps, steps
 from traceview.findings import Options
 from traceview.model import KINDS, Kind, Trace

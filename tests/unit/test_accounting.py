@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_temporal import TraceBuilder
+from builders import TraceBuilder
 
 import traceview.analyses  # noqa: F401  (registers the analyses' declared parents and precedence)
 from traceview import accounting

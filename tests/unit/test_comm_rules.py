@@ -27,7 +27,7 @@ from traceview.findings import Options
 from traceview.model import Kind
 
 from conftest import context
-from test_communication import Builder
+from builders import TraceBuilder
 
 REPO = Path(__file__).resolve().parents[2]
 METRICS_DOC = REPO / "docs" / "metrics.md"
@@ -160,7 +160,7 @@ def test_bad_config_is_one_clear_error(tmp_path: Path, content: str, fragment: s
 def test_classification_uses_the_table_on_events() -> None:
     """Per event: the first matching rule; args make a kernel communication when no name rule does;
     a memcpy named like NCCL is memory, never communication."""
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 10, name="void dpsk::ep::internode::combine<false, 8, 4>(int4*)")
     b.kernel(10, 10, name="volta_sgemm_128x64_nn")
     b.kernel(20, 10, name="my_custom_bcast_kernel", collective="broadcast")

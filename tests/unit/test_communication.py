@@ -13,126 +13,24 @@ Definitions under test (docs/metrics.md, "Communication"):
 
 from __future__ import annotations
 
-import json
-import os
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 from conftest import context
 
 import traceview
+from builders import TraceBuilder, synthetic_4rank
 from traceview.analyses import communication as comm
 from traceview.findings import Options
 from traceview.model import (
-    Kind,
-    RankInfo,
     Trace,
-    kind_array,
-    make_events_table,
-    make_links_table,
-    steps_from_annotations,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-SAMPLES_4RANK = Path(os.environ.get("TRACEVIEW_SAMPLE_TRACES", REPO / "sample_traces")) / "synthetic_4rank"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 DLRM = SHARED / "kineto" / "param_dlrm_8ranks_v100"
 
-NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-
-
-# ------------------------------------------------------------------------------ builder
-
-
-class Builder:
-    """Hand-made canonical traces: events of one or more ranks, launch and cpu_op links."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-        self.links: list[tuple[str, int, int]] = []
-        self.corr = 1000
-
-    def add(self, kind: Kind, name: str, start: int, dur: int, rank: int = 0, **fields) -> int:
-        self.rows.append({"kind": int(kind), "name": name, "start_ns": start, "dur_ns": dur, "rank": rank, **fields})
-        return len(self.rows) - 1
-
-    def kernel(self, start: int, dur: int, name: str = "volta_sgemm_128x64_nn", rank: int = 0, stream: int = 7,
-               **kw) -> int:
-        kw.setdefault("device", rank)
-        return self.add(Kind.KERNEL, name, start, dur, rank=rank, stream=stream, pid=kw["device"], tid=stream, **kw)
-
-    def nccl(self, start: int, dur: int, rank: int = 0, name: str = NCCL, **kw) -> int:
-        return self.kernel(start, dur, name=name, rank=rank, stream=20, **kw)
-
-    def memcpy(self, start: int, dur: int, name: str = "Memcpy HtoD (Pinned -> Device)", rank: int = 0, **kw) -> int:
-        kw.setdefault("device", rank)
-        kw.setdefault("stream", 7)
-        return self.add(Kind.MEMCPY, name, start, dur, rank=rank, **kw)
-
-    def runtime(self, name: str, start: int, dur: int, rank: int = 0, tid: int = 1, pid: int = 100, **kw) -> int:
-        return self.add(Kind.RUNTIME, name, start, dur, rank=rank, tid=tid, pid=pid, **kw)
-
-    def op(self, name: str, start: int, dur: int, rank: int = 0, tid: int = 1, pid: int = 100) -> int:
-        return self.add(Kind.CPU_OP, name, start, dur, rank=rank, tid=tid, pid=pid)
-
-    def step(self, number: int, start: int, end: int, rank: int = 0, tid: int = 1, pid: int = 100) -> int:
-        return self.add(Kind.ANNOTATION, f"ProfilerStep#{number}", start, end - start, rank=rank, tid=tid, pid=pid)
-
-    def launch(self, api_row: int, gpu_row: int) -> None:
-        self.corr += 1
-        self.rows[api_row]["correlation"] = self.corr
-        self.rows[gpu_row]["correlation"] = self.corr
-        self.links.append(("launch", api_row, gpu_row))
-
-    def issued_by(self, op_row: int, runtime_row: int) -> None:
-        self.links.append(("cpu_op", op_row, runtime_row))
-
-    def build(self) -> Trace:
-        n = len(self.rows)
-        col = lambda key, default: [r.get(key, default) for r in self.rows]  # noqa: E731
-        columns = {
-            "rank": pa.array(np.array(col("rank", 0), dtype=np.int32)),
-            "kind": kind_array(np.array(col("kind", 0), dtype=np.int8)),
-            "category": [Kind(k).name.lower() for k in col("kind", 0)],
-            "name": col("name", ""),
-            "start_ns": np.array(col("start_ns", 0), dtype=np.int64),
-            "dur_ns": np.array(col("dur_ns", 0), dtype=np.int64),
-            "pid": np.array(col("pid", -1), dtype=np.int64),
-            "tid": np.array(col("tid", -1), dtype=np.int64),
-            "device": np.array(col("device", -1), dtype=np.int32),
-            "stream": np.array(col("stream", -1), dtype=np.int64),
-            "correlation": np.array(col("correlation", -1), dtype=np.int64),
-            "collective": col("collective", None),
-            "process_group": col("process_group", None),
-            "msg_bytes": pa.array(col("msg_bytes", None), pa.int64()),
-            "group_size": pa.array(col("group_size", None), pa.int32()),
-            "bytes": pa.array(col("bytes", None), pa.int64()),
-        }
-        events = make_events_table(columns, n)
-        tables = []
-        for link_type in ("launch", "cpu_op"):
-            pairs = [(s, d) for t, s, d in self.links if t == link_type]
-            if pairs:
-                src = np.array([p[0] for p in pairs], dtype=np.int64)
-                dst = np.array([p[1] for p in pairs], dtype=np.int64)
-                rank = np.array([self.rows[s]["rank"] for s in src])
-                tables.append(make_links_table(rank, link_type, link_type, src, dst))
-        links = (
-            pa.concat_tables(tables).unify_dictionaries().combine_chunks()
-            if tables
-            else make_links_table(np.empty(0), "launch", "launch", np.empty(0), np.empty(0))
-        )
-        ranks = sorted({r["rank"] for r in self.rows}) or [0]
-        return Trace(
-            events=events,
-            links=links,
-            ranks={r: RankInfo(rank=r, source_path="<test>", source_format="kineto") for r in ranks},
-            steps=steps_from_annotations(events),
-        )
 
 
 def run(trace: Trace, **options):
@@ -196,7 +94,7 @@ def one_rank_trace() -> Trace:
     U(comm) = [50, 200) + [280, 320) = 190; compute ∩ comm = [50, 100) + [150, 200) + [280, 300) = 120.
     AllReduce alone: 150 long, 100 overlapped; Broadcast: 40 long, 20 overlapped.
     """
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 100)
     b.kernel(150, 150)
     b.memcpy(100, 50)  # memory is neither compute nor communication
@@ -226,7 +124,7 @@ def test_one_rank_overlap_and_exposed() -> None:
 
 
 def test_no_communication_means_no_overlap_figure() -> None:
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 100)
     result = run(b.build())
     assert result.tables["summary"].empty and result.tables["collectives"].empty
@@ -236,7 +134,7 @@ def test_no_communication_means_no_overlap_figure() -> None:
 def test_per_step_figures() -> None:
     """Two steps; the kernels are assigned by their launch call. Step 1 fully overlapped, step 2
     fully exposed."""
-    b = Builder()
+    b = TraceBuilder()
     b.step(1, 0, 1000)
     b.step(2, 1000, 2000)
     for t0, (k0, kd, c0, cd) in ((0, (100, 400, 200, 100)), (1000, (1100, 100, 1300, 200))):
@@ -251,7 +149,7 @@ def test_per_step_figures() -> None:
 
 
 def test_well_overlapped_single_rank_raises_nothing() -> None:
-    b = Builder()
+    b = TraceBuilder()
     for i in range(10):
         b.kernel(i * 1000, 1000)
         b.nccl(i * 1000 + 100, 300)
@@ -267,7 +165,7 @@ def multi_rank(arrivals: list[dict[int, int]], ends: list[int], offsets: dict[in
     common end. ``offsets`` shifts a rank's whole clock. Compute kernels fill each step before the
     collective (``compute[rank]`` long, default 500 us) so that steps have a window."""
     offsets = offsets or {}
-    b = Builder()
+    b = TraceBuilder()
     ranks = sorted(arrivals[0])
     for k, (arr, end) in enumerate(zip(arrivals, ends)):
         t0 = k * 10_000_000
@@ -346,7 +244,7 @@ def test_compute_imbalance() -> None:
 
 
 def test_uneven_counts_are_matched_in_order_and_warned() -> None:
-    b = Builder()
+    b = TraceBuilder()
     for r in (0, 1):
         b.nccl(1000, 100, rank=r)
         b.nccl(5000, 100, rank=r)
@@ -357,7 +255,7 @@ def test_uneven_counts_are_matched_in_order_and_warned() -> None:
 
 
 def test_process_groups_are_matched_separately() -> None:
-    b = Builder()
+    b = TraceBuilder()
     for r in (0, 1):
         b.nccl(1000 + 10 * r, 100, rank=r, process_group="dp")
         b.nccl(3000 + 30 * r, 100, rank=r, process_group="tp")
@@ -368,20 +266,8 @@ def test_process_groups_are_matched_separately() -> None:
 # ------------------------------------------------------------------------------ synthetic sample
 
 
-@lru_cache(maxsize=1)
-def _load_4rank() -> tuple[Trace, dict]:
-    files = sorted(SAMPLES_4RANK.glob("rank*.json.gz"))
-    return traceview.load(files, use_cache=False), json.loads((SAMPLES_4RANK / "truth.json").read_text())
-
-
-def synthetic() -> tuple[Trace, dict]:
-    if not (SAMPLES_4RANK / "truth.json").exists() or not list(SAMPLES_4RANK.glob("rank*.json.gz")):
-        pytest.skip("sample_traces/synthetic_4rank (rank*.json.gz with truth.json) is absent")
-    return _load_4rank()
-
-
 def test_synthetic_communication_matches_truth() -> None:
-    trace, truth = synthetic()
+    trace, truth = synthetic_4rank()
     summary = run(trace).tables["summary"]
     for rank, t in truth["ranks"].items():
         scopes = [(None, t["overall"])] + [(s["step"], s) for s in t["steps"]]
@@ -398,7 +284,7 @@ def test_synthetic_communication_matches_truth() -> None:
 
 
 def test_synthetic_straggler_matches_truth() -> None:
-    trace, truth = synthetic()
+    trace, truth = synthetic_4rank()
     result = run(trace)
     planted = truth["straggler"]
     strag = result.tables["stragglers"].set_index("rank")
@@ -429,7 +315,7 @@ def test_synthetic_straggler_matches_truth() -> None:
 
 
 def test_synthetic_collective_kind_and_no_false_imbalance() -> None:
-    trace, _ = synthetic()
+    trace, _ = synthetic_4rank()
     result = run(trace)
     assert set(result.tables["collectives"]["collective"]) == {"AllReduce"}
     assert "compute_imbalance" not in {f.code for f in result.findings}
@@ -467,7 +353,7 @@ def deepep_trace() -> Trace:
 
     U(comm) = 1500; U(compute) = 1000 + 700 + 100 = 1800; overlap = [500, 1000) + [2000, 2200) = 700.
     """
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 1000)
     b.kernel(1500, 700, name=FP8_GEMM)
     b.kernel(500, 1000, name=DISPATCH, stream=20)
@@ -491,7 +377,7 @@ def test_deepep_is_communication_and_its_overlap_is_measured() -> None:
 
 
 def test_symmetric_memory_and_custom_allreduce_kinds() -> None:
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 100, name="void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>("
              "c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)", stream=20)
     b.kernel(200, 50, name="void (anonymous namespace)::multimem_all_gather_kernel<16>(char*, char*)", stream=20)
@@ -512,7 +398,7 @@ def test_symmetric_memory_and_custom_allreduce_kinds() -> None:
 def test_lookalike_gemm_stays_compute() -> None:
     """A GEMM and a CUB kernel in DeepSeek's `dpsk::`/`cdpsk::ep::` namespaces are compute: alone,
     they give no communication at all."""
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 100, name=FP8_GEMM)
     b.kernel(100, 100, name=CUB_SCAN)
     b.kernel(200, 100, name="void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*)")
@@ -522,7 +408,7 @@ def test_lookalike_gemm_stays_compute() -> None:
 
 
 def test_comm_pattern_adds_a_family_and_the_cache_keys_on_it() -> None:
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 100)
     b.kernel(50, 200, name="my_fancy_exchange_kernel<float>", stream=20)
     trace = b.build()
@@ -540,7 +426,7 @@ def test_comm_pattern_adds_a_family_and_the_cache_keys_on_it() -> None:
 def two_rank_deepep(exposed_ns: int = 400) -> Trace:
     """Two ranks, each: compute [0, 1000), DeepEP combine [1000 - 100, 1000 + exposed_ns) on stream 20
     (100 ns overlapped), and a second combine fully under compute [200, 300)."""
-    b = Builder()
+    b = TraceBuilder()
     for r in (0, 1):
         b.kernel(0, 1000, rank=r)
         b.kernel(900, 100 + exposed_ns, name=COMBINE, rank=r, stream=20)
@@ -588,7 +474,7 @@ def test_straggler_claims_stay_on_each_ranks_own_clock() -> None:
 
 def test_straggler_claims_are_clipped_to_the_waiting_kernel() -> None:
     """Rank 1 starts after rank 0's kernel has ended: rank 0's claim is its whole kernel, no more."""
-    b = Builder()
+    b = TraceBuilder()
     for k in range(3):
         t0 = k * 10_000
         b.kernel(t0, 50, rank=0)
@@ -653,7 +539,7 @@ def test_rule_table_reaches_the_report() -> None:
     has the rules table and the summary's families, and the DeepEP time is communication."""
     from traceview.pipeline import analyze as pipeline_analyze
 
-    b = Builder()
+    b = TraceBuilder()
     for r in (0, 1):
         b.kernel(0, 1000, rank=r)
         b.kernel(900, 500, name=COMBINE, rank=r, stream=20)

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import context, require_shared, warning_messages
-from test_temporal import METRICS_DOC, TraceBuilder
+from conftest import context, warning_messages
+from conftest import require_shared
+from builders import TraceBuilder
+from conftest import METRICS_DOC
 
 import traceview
 from traceview import hardware as hw
@@ -82,8 +84,8 @@ def planted(inputs: bool = True, device_name: str | None = GPU) -> tuple[Trace, 
         t = 10_000 + i * 50_000
         linear = b.op("aten::linear", t, 20_000)
         mm = b.op("aten::mm", t + 1_000, 15_000)
-        _, g = b.launched("cudaLaunchKernel", t + 2_000, 3_000, 100_000 + i * 20_000, 10_000, op=linear)
-        b.cpu_op.append((mm, b.launch[-1][0]))  # the launch is linked to both: the innermost (mm) wins
+        api, g = b.launched("cudaLaunchKernel", t + 2_000, 3_000, 100_000 + i * 20_000, 10_000, op=linear)
+        b.issued_by(mm, api)  # the launch is linked to both: the innermost (mm) wins
         kernels["mm"].append(g)
         ops[mm] = mm_inputs(*MM)
         ops[linear] = ([[256, 512], [1024, 512], []], ["c10::BFloat16", "c10::BFloat16", ""], None, None)
@@ -371,7 +373,7 @@ def fwdbwd_from_sequence_numbers(trace: Trace, path: Path) -> Trace:
     "Sequence number" the way PyTorch pairs them (per forward thread and sequence number, the op
     that started last is the one that created the autograd node; the node names its forward thread
     in "Fwd thread id"). The 2021 trace has the numbers but no such links; the parser derives them
-    (parsers/kineto_autograd.py, checked against this in tests/test_kineto_autograd.py)."""
+    (parsers/kineto_autograd.py, checked against this in tests/unit/test_kineto_autograd.py)."""
     import gzip
 
     ops = [e for e in json.loads(gzip.open(path).read())["traceEvents"]

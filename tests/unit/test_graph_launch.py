@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import context, require_shared, warning_messages
-from test_temporal import TraceBuilder
+from conftest import context, warning_messages
+from conftest import require_shared
+from builders import TraceBuilder
 from traceview.analyses import idle_gaps, kernels, launch_overhead
 
 import traceview

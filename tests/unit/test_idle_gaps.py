@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from conftest import context
 from hypothesis import strategies as st
-from test_temporal import SAMPLES, TraceBuilder, synthetic_4rank, truth_scopes
+from builders import TraceBuilder, synthetic_4rank, truth_scopes
+from conftest import SAMPLE_TRACES as SAMPLES
 from traceview.analyses import idle_gaps, temporal
 
 import traceview

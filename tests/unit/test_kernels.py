@@ -17,7 +17,7 @@ from traceview.analyses import kernels
 from traceview.findings import Options
 
 from conftest import context, warning_messages
-from test_communication import NCCL, Builder, synthetic
+from builders import NCCL, TraceBuilder, synthetic_4rank
 
 
 def run(trace, **options):
@@ -65,7 +65,7 @@ def test_category_rules(name: str, category: str) -> None:
 
 
 def test_memory_and_communication_categories_come_from_the_event() -> None:
-    b = Builder()
+    b = TraceBuilder()
     b.kernel(0, 10_000)
     b.nccl(20_000, 5_000)
     b.kernel(30_000, 5_000, name="custom_collective_kernel", collective="allgather")
@@ -83,7 +83,7 @@ def test_memory_and_communication_categories_come_from_the_event() -> None:
 
 def stats_trace():
     """gemm x4 (1, 2, 3, 4 us), add x2 (6, 6 us), a memcpy (10 us); two steps."""
-    b = Builder()
+    b = TraceBuilder()
     b.step(1, 0, 100_000)
     b.step(2, 100_000, 200_000)
     add = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
@@ -129,7 +129,7 @@ def test_kernel_statistics_known_answers() -> None:
 
 
 def test_top_kernels_keeps_top_n_per_rank() -> None:
-    b = Builder()
+    b = TraceBuilder()
     for r in (0, 1):
         for i in range(5):
             b.kernel(i * 100_000, (i + 1) * 1000, name=f"kernel_{i}", rank=r)
@@ -143,7 +143,7 @@ def test_top_kernels_keeps_top_n_per_rank() -> None:
 
 def tiny_trace(n_tiny: int, n_big: int, gap: int = 4_000) -> object:
     """One step; ``n_tiny`` 3-us kernels each ``gap`` after the previous activity, then big ones."""
-    b = Builder()
+    b = TraceBuilder()
     b.step(1, 0, 100_000_000)
     t = 1_000
     for _ in range(n_tiny):
@@ -188,7 +188,7 @@ def test_dominant_category_is_info_only() -> None:
 
 
 def test_empty_trace_gives_empty_tables() -> None:
-    b = Builder()
+    b = TraceBuilder()
     b.op("aten::add", 0, 100)
     result = run(b.build())
     assert all(t.empty for t in result.tables.values())
@@ -199,7 +199,7 @@ def test_empty_trace_gives_empty_tables() -> None:
 
 
 def test_synthetic_kernel_stats_match_truth() -> None:
-    trace, truth = synthetic()
+    trace, truth = synthetic_4rank()
     table = run(trace).tables["kernels"]
     table = table[table["kind"] == "kernel"]  # truth: cat == kernel only
     for rank, t in truth["ranks"].items():
@@ -214,7 +214,7 @@ def test_synthetic_kernel_stats_match_truth() -> None:
 
 
 def test_synthetic_kernel_counts_per_step_match_truth() -> None:
-    trace, truth = synthetic()
+    trace, truth = synthetic_4rank()
     by_step = run(trace).tables["kernels_by_step"]
     by_step = by_step[by_step["kind"] == "kernel"]
     for rank, t in truth["ranks"].items():
@@ -224,7 +224,7 @@ def test_synthetic_kernel_counts_per_step_match_truth() -> None:
 
 
 def test_population_std_on_synthetic_is_consistent() -> None:
-    trace, _ = synthetic()
+    trace, _ = synthetic_4rank()
     k = run(trace).tables["kernels"]
     assert (k["std_ns"] >= 0).all()
     assert np.allclose(k["mean_ns"] * k["count"], k["total_ns"])
@@ -238,7 +238,7 @@ def _cross_rank_trace():
     """Two ranks; one kernel under two template instantiations (one normalised name):
     rank 0: 1, 1, 1, 1, 100 us; rank 1: 50, 60 us. Mean of the per-rank medians = (1 + 55) / 2 =
     28 us; the median over all seven calls = 1 us."""
-    b = Builder()
+    b = TraceBuilder()
     a = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, float)"
     m = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>(int, float)"
     t = 1_000

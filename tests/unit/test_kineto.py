@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import traceview
+from builders import write_kineto
 from traceview.errors import DuplicateRankError, TraceFormatError
 from traceview.model import Kind
 from traceview.parsers import kineto as kp
@@ -38,13 +39,7 @@ EXPECTED_KIND = {
 
 
 def write_trace(path: Path, events: list[dict], **top) -> Path:
-    doc = {"schemaVersion": 1, **top, "traceEvents": events}
-    text = json.dumps(doc, indent=1)
-    if path.name.endswith(".gz"):
-        path.write_bytes(gzip.compress(text.encode(), mtime=0))
-    else:
-        path.write_text(text)
-    return path
+    return write_kineto(path, events, indent=1, **top)
 
 
 def kernel(name, ts, dur, corr, stream=7, device=0, **args):

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 import traceview
+from builders import write_kineto
 from conftest import SAMPLE_TRACES
 from traceview.loading import renumber_ranks
 from traceview.model import Trace, concat_traces
@@ -30,9 +31,7 @@ NOT_FATES = ("events_read", "coerced", "clamped", "flows_unresolved", "times_rer
 
 
 def write(tmp_path: Path, events: list[dict[str, Any]], name: str = "t.json", **top: Any) -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps({"schemaVersion": 1, **top, "traceEvents": events}))
-    return path
+    return write_kineto(tmp_path / name, events, **top)
 
 
 def parse(tmp_path: Path, events: list[dict[str, Any]], **top: Any) -> Trace:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import traceview
+from builders import kineto_bytes
 from traceview.errors import TraceFormatError
 from traceview.parsers import kineto as kp
 
@@ -33,7 +34,7 @@ def op(name: str, ts: Any, dur: Any = 5, tid: int = 1, **extra: Any) -> dict[str
 
 
 def doc_bytes(events: list[Any], **top: Any) -> bytes:
-    return json.dumps({"schemaVersion": 1, **top, "traceEvents": events}).encode()
+    return kineto_bytes(events, **top)
 
 
 def load_bytes(tmp_path: Path, data: bytes, name: str = "t.json") -> traceview.Trace:

@@ -4,7 +4,7 @@ Definition under test (docs/metrics.md): "launch delay = max(0, gpu start - (lau
 launch call duration)), for every launch API (CUDA runtime and driver, HIP `hip*`, async memcpy/memset);
 a graph replay has one launch delay, from the graph launch call's end to the start of its first GPU
 activity — its other activities have none." Graph replays and the graph-aware verdicts are tested in
-tests/test_graph_launch.py.
+tests/unit/test_graph_launch.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from conftest import context
-from test_temporal import METRICS_DOC, SAMPLES, TraceBuilder, synthetic_4rank
+from builders import TraceBuilder, synthetic_4rank
+from conftest import METRICS_DOC, SAMPLE_TRACES as SAMPLES
 from traceview.analyses import launch_overhead
 
 import traceview

@@ -30,6 +30,7 @@ import pandas as pd
 import pytest
 
 import traceview
+from builders import write_kineto
 from traceview.analyses import memory
 from traceview.findings import Options
 from traceview.jobs import LocalProcesses
@@ -87,10 +88,7 @@ class MemoryTrace:
                                 "Total Allocated": self.allocated[key], "Total Reserved": reserved}})
 
     def write(self, path: Path, rank: int = 0, **top: Any) -> Path:
-        doc = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2}, **top,
-               "traceEvents": self.events}
-        path.write_text(json.dumps(doc))
-        return path
+        return write_kineto(path, self.events, **{"distributedInfo": {"rank": rank, "world_size": 2}, **top})
 
 
 def analyse(path: Path) -> tuple[pd.DataFrame, list]:
@@ -206,9 +204,7 @@ def test_old_format_without_totals_gives_nulls(tmp_path):
 
 
 def _write(tmp_path: Path, events: list[dict]) -> Path:
-    path = tmp_path / "events.json"
-    path.write_text(json.dumps({"traceEvents": events}))
-    return path
+    return write_kineto(tmp_path / "events.json", events, schema_version=False)
 
 
 def test_cache_and_rank_numbering_keep_the_memory_table(tmp_path):

@@ -24,8 +24,10 @@ from traceview.findings import Options
 from traceview.model import Kind, Trace
 from traceview.pipeline import analyze as pipeline_analyze
 
-from conftest import SAMPLE_TRACES, context, require_shared
-from test_temporal import METRICS_DOC, TraceBuilder
+from conftest import context
+from conftest import SAMPLE_TRACES, require_shared
+from builders import TraceBuilder
+from conftest import METRICS_DOC
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
 

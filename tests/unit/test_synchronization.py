@@ -22,7 +22,7 @@ from traceview.analyses import synchronization as sync
 from traceview.findings import Options
 
 from conftest import context
-from test_communication import Builder, synthetic
+from builders import TraceBuilder, synthetic_4rank
 
 ALEXNET = Path(__file__).resolve().parents[3] / "shared" / "traces" / "kineto" / "hta_alexnet_a100.json.gz"
 
@@ -33,7 +33,7 @@ def run(trace, **options):
 
 def item_trace():
     """``.item()`` in a step: memcpyAsync DtoH + streamSynchronize under aten::item."""
-    b = Builder()
+    b = TraceBuilder()
     b.step(1, 0, 1_000_000)
     b.launch(b.runtime("cudaLaunchKernel", 500, 100), b.kernel(1_000, 500_000))
     item = b.op("aten::item", 10_000, 550_000)
@@ -78,7 +78,7 @@ def test_item_pattern_is_a_blocking_copy_with_its_ops_and_cost() -> None:
 
 def mixed_trace():
     """No steps. A device sync, a stream wait, a synchronous cudaMemcpy, a pageable async copy."""
-    b = Builder()
+    b = TraceBuilder()
     b.launch(b.runtime("cudaLaunchKernel", 0, 100), b.kernel(0, 100_000))
     b.runtime("cudaDeviceSynchronize", 10_000, 90_500)
     b.launch(b.runtime("cudaLaunchKernel", 120_000, 100), b.kernel(125_000, 75_000))
@@ -118,7 +118,7 @@ def test_each_kind_of_call_and_its_cost() -> None:
 
 
 def test_idle_is_never_counted_twice() -> None:
-    b = Builder()
+    b = TraceBuilder()
     b.launch(b.runtime("cudaLaunchKernel", 0, 100), b.kernel(0, 100_000))
     b.runtime("cudaStreamSynchronize", 10_000, 91_000)
     b.runtime("cudaDeviceSynchronize", 102_000, 1_000)
@@ -131,7 +131,7 @@ def test_idle_is_never_counted_twice() -> None:
 
 def test_cost_is_at_most_the_blocked_time() -> None:
     """A 5 us sync before a 1 ms host pause: without the sync the host would start 5 us earlier."""
-    b = Builder()
+    b = TraceBuilder()
     b.launch(b.runtime("cudaLaunchKernel", 0, 100), b.kernel(0, 100_000))
     b.runtime("cudaStreamSynchronize", 98_000, 5_000)
     b.launch(b.runtime("cudaLaunchKernel", 1_100_000, 100), b.kernel(1_105_000, 50_000))
@@ -141,7 +141,7 @@ def test_cost_is_at_most_the_blocked_time() -> None:
 
 
 def test_calls_outside_steps_raise_nothing_and_quiet_traces_stay_quiet() -> None:
-    b = Builder()
+    b = TraceBuilder()
     b.step(1, 0, 200_000)
     b.launch(b.runtime("cudaLaunchKernel", 0, 100), b.kernel(1_000, 150_000))
     b.launch(b.runtime("cudaLaunchKernel", 100, 100), b.kernel(151_000, 40_000))
@@ -151,7 +151,7 @@ def test_calls_outside_steps_raise_nothing_and_quiet_traces_stay_quiet() -> None
     assert len(result.tables["calls"]) == 1 and result.tables["calls"]["step"].isna().all()
     assert result.findings == []
 
-    quiet = Builder()
+    quiet = TraceBuilder()
     quiet.launch(quiet.runtime("cudaLaunchKernel", 0, 100), quiet.kernel(0, 100_000))
     result = run(quiet.build())
     assert result.tables["calls"].empty and result.findings == []
@@ -162,7 +162,7 @@ def test_several_ranks_give_one_finding() -> None:
     rank in a batch); the report merges them into one finding of the job."""
     from traceview.pipeline import analyze
 
-    b = Builder()
+    b = TraceBuilder()
     for r in (0, 1):
         b.launch(b.runtime("cudaLaunchKernel", 0, 100, rank=r), b.kernel(0, 100_000, rank=r))
         b.runtime("cudaDeviceSynchronize", 10_000, 90_500, rank=r)
@@ -180,7 +180,7 @@ def test_several_ranks_give_one_finding() -> None:
 
 
 def test_synthetic_sync_bound_gaps_lie_in_item_syncs() -> None:
-    trace, truth = synthetic()
+    trace, truth = synthetic_4rank()
     calls = sync.analyze(context(trace, Options())).tables["calls"]
     checked = 0
     for rank, t in truth["ranks"].items():
@@ -270,7 +270,7 @@ def _reference_step_totals(calls):
 def many_steps_trace(steps: int = 300, ranks: int = 2):
     """Every kind of blocking call, in a pattern that changes from step to step, on two ranks;
     some calls fall outside the steps."""
-    b = Builder()
+    b = TraceBuilder()
     for rank in range(ranks):
         for n in range(steps):
             t0 = 1_000_000 * n

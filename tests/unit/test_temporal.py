@@ -11,13 +11,8 @@ Definitions under test (docs/metrics.md):
 from __future__ import annotations
 
 import json
-import os
-from functools import lru_cache
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from conftest import context, warning_messages
@@ -25,122 +20,15 @@ from hypothesis import strategies as st
 from traceview.analyses import run_all, temporal
 
 import traceview
+from builders import TraceBuilder, synthetic_4rank, truth_scopes
+from conftest import METRICS_DOC, SAMPLE_TRACES as SAMPLES
 from traceview.findings import Options
 from traceview.model import (
     Kind,
-    RankInfo,
     Trace,
     concat_traces,
-    kind_array,
-    make_events_table,
-    make_links_table,
-    steps_from_annotations,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-SAMPLES = REPO / "sample_traces"
-#: TRACEVIEW_SAMPLE_TRACES points the 4-rank tests at another copy (e.g. freshly generated)
-SAMPLES_4RANK = Path(os.environ.get("TRACEVIEW_SAMPLE_TRACES", SAMPLES)) / "synthetic_4rank"
-METRICS_DOC = REPO / "docs" / "metrics.md"
-
-
-class TraceBuilder:
-    """Small hand-made traces: add events, link launches, build a canonical Trace (one rank)."""
-
-    def __init__(self, rank: int = 0) -> None:
-        self.rank = rank
-        self.rows: list[dict] = []
-        self.launch: list[tuple[int, int]] = []
-        self.cpu_op: list[tuple[int, int]] = []
-        self._corr = 1000
-
-    def add(self, kind: Kind, name: str, start: int, dur: int, **fields) -> int:
-        row = {"kind": int(kind), "name": name, "start_ns": start, "dur_ns": dur, **fields}
-        row.setdefault("category", kind.name.lower())
-        self.rows.append(row)
-        return len(self.rows) - 1
-
-    # GPU side
-    def kernel(self, start: int, dur: int, name: str = "gemm", device: int = 0, stream: int = 7, **kw) -> int:
-        return self.add(Kind.KERNEL, name, start, dur, device=device, stream=stream, pid=device, tid=stream, **kw)
-
-    def memcpy(self, start: int, dur: int, device: int = 0, stream: int = 7, **kw) -> int:
-        return self.add(Kind.MEMCPY, "Memcpy HtoD (Pinned -> Device)", start, dur, device=device, stream=stream, **kw)
-
-    def memset(self, start: int, dur: int, device: int = 0, stream: int = 7, **kw) -> int:
-        return self.add(Kind.MEMSET, "Memset (Device)", start, dur, device=device, stream=stream, **kw)
-
-    def gpu_sync(self, start: int, dur: int, device: int = 0, stream: int = 7) -> int:
-        return self.add(Kind.SYNC, "Stream Sync", start, dur, device=device, stream=stream)
-
-    # CPU side
-    def runtime(self, name: str, start: int, dur: int, tid: int = 1, pid: int = 100, **kw) -> int:
-        return self.add(Kind.RUNTIME, name, start, dur, tid=tid, pid=pid, **kw)
-
-    def op(self, name: str, start: int, dur: int, tid: int = 1, pid: int = 100, kind: Kind = Kind.CPU_OP) -> int:
-        return self.add(kind, name, start, dur, tid=tid, pid=pid)
-
-    def step(self, number: int, start: int, end: int, tid: int = 1, pid: int = 100) -> int:
-        return self.add(Kind.ANNOTATION, f"ProfilerStep#{number}", start, end - start, tid=tid, pid=pid)
-
-    def launched(
-        self, api: str, api_start: int, api_dur: int, gpu_start: int, gpu_dur: int, *, kind: Kind = Kind.KERNEL,
-        name: str = "gemm", tid: int = 1, device: int = 0, stream: int = 7, op: int | None = None, **kw,
-    ) -> tuple[int, int]:
-        """A launch call and the GPU activity it launched, linked by a fresh correlation id."""
-        self._corr += 1
-        a = self.runtime(api, api_start, api_dur, tid=tid, correlation=self._corr)
-        if kind == Kind.KERNEL:
-            g = self.kernel(gpu_start, gpu_dur, name=name, device=device, stream=stream, correlation=self._corr, **kw)
-        elif kind == Kind.MEMCPY:
-            g = self.memcpy(gpu_start, gpu_dur, device=device, stream=stream, correlation=self._corr)
-        else:
-            g = self.memset(gpu_start, gpu_dur, device=device, stream=stream, correlation=self._corr)
-        self.launch.append((a, g))
-        if op is not None:
-            self.cpu_op.append((op, a))
-        return a, g
-
-    def link(self, api_row: int, gpu_row: int) -> None:
-        self.launch.append((api_row, gpu_row))
-
-    def build(self) -> Trace:
-        n = len(self.rows)
-
-        def col(key: str, default: object) -> list:
-            return [r.get(key, default) for r in self.rows]
-
-        columns = {
-            "rank": pa.array(np.full(n, self.rank, dtype=np.int32)),
-            "kind": kind_array(np.array(col("kind", 0), dtype=np.int8)),
-            "category": col("category", ""),
-            "name": col("name", ""),
-            "start_ns": np.array(col("start_ns", 0), dtype=np.int64),
-            "dur_ns": np.array(col("dur_ns", 0), dtype=np.int64),
-            "pid": np.array(col("pid", -1), dtype=np.int64),
-            "tid": np.array(col("tid", -1), dtype=np.int64),
-            "device": np.array(col("device", -1), dtype=np.int32),
-            "stream": np.array(col("stream", -1), dtype=np.int64),
-            "correlation": np.array(col("correlation", -1), dtype=np.int64),
-            "external_id": np.array(col("external_id", -1), dtype=np.int64),
-            "collective": col("collective", None),
-        }
-        events = make_events_table(columns, n)
-        links = []
-        for link_type, pairs in (("launch", self.launch), ("cpu_op", self.cpu_op)):
-            if pairs:
-                src = np.array([p[0] for p in pairs], dtype=np.int64)
-                dst = np.array([p[1] for p in pairs], dtype=np.int64)
-                links.append(make_links_table(np.full(src.size, self.rank), link_type, link_type, src, dst))
-        link_table = pa.concat_tables(links).unify_dictionaries().combine_chunks() if links else make_links_table(
-            np.empty(0), "launch", "launch", np.empty(0), np.empty(0)
-        )
-        return Trace(
-            events=events,
-            links=link_table,
-            ranks={self.rank: RankInfo(rank=self.rank, source_path="<test>", source_format="kineto")},
-            steps=steps_from_annotations(events),
-        )
 
 
 def breakdown(trace: Trace, options: Options | None = None) -> pd.DataFrame:
@@ -350,29 +238,6 @@ def test_synthetic_nsys_busy_and_span_match_truth():
         assert row["window_ns"] == t["gpu_span_ns"]
         assert row["idle_ns"] == sum(t["gpu_idle_gaps_ns"])
     assert table["step"].notna().sum() == sum(t["steps"] for t in truth["ranks"].values())
-
-
-@lru_cache(maxsize=1)
-def _load_4rank() -> tuple[Trace, dict]:
-    folder = SAMPLES_4RANK
-    files = sorted(folder.glob("rank*.json.gz"))
-    return traceview.load(files, use_cache=False), json.loads((folder / "truth.json").read_text())
-
-
-def synthetic_4rank() -> tuple[Trace, dict]:
-    """The 4-rank sample and its truth (skips when absent)."""
-    folder = SAMPLES_4RANK
-    if not (folder / "truth.json").exists() or not list(folder.glob("rank*.json.gz")):
-        pytest.skip("sample_traces/synthetic_4rank (rank*.json.gz with truth.json) is absent")
-    return _load_4rank()
-
-
-def truth_scopes(truth: dict):
-    """(rank, device, step or None, expected figures) for the whole trace and every step."""
-    for rank, t in sorted(truth["ranks"].items()):
-        yield int(rank), t["device"], None, t["overall"]
-        for s in t["steps"]:
-            yield int(rank), t["device"], s["step"], s
 
 
 TEMPORAL_FIGURES = ("window_ns", "busy_ns", "idle_ns", "compute_ns", "communication_ns", "memory_ns",
