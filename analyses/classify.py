@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceview import intervals as iv
+from traceview.claims import Claims, gpu_key
 from traceview.context import AnalysisContext
 from traceview.model import Kind, Trace
 from traceview.registry import register_input
@@ -35,6 +36,20 @@ CLASS_NAMES = {COMPUTE: "compute", COMMUNICATION: "communication", MEMORY: "memo
 COMM_NAME = re.compile(r"nccl|rccl", re.IGNORECASE)
 #: the runtime API calls that block the host until the GPU catches up
 SYNC_API = re.compile(r"Synchronize")
+#: the runtime copy calls that block the host until the copy is done (not the Async ones)
+BLOCKING_COPY = re.compile(r"^(cuda|cu|hip)Memcpy(?!.*Async)", re.IGNORECASE)
+
+#: the causes of GPU idle gaps (the idle-gap analysis attributes each gap to one; others read them)
+HOST_BOUND = "host_bound"
+SYNC_BOUND = "sync_bound"
+LAUNCH_LATENCY = "launch_latency"
+UNATTRIBUTED = "unattributed"
+CAUSES = (HOST_BOUND, SYNC_BOUND, LAUNCH_LATENCY, UNATTRIBUTED)
+
+#: exposed communication (share of a GPU's window) from which the temporal and streams analyses
+#: report it, and from which it is "high"
+EXPOSED_COMM_SHARE = 0.05
+EXPOSED_COMM_SHARE_HIGH = 0.20
 
 
 def name_matches(ctx: AnalysisContext, pattern: re.Pattern[str] | str) -> np.ndarray:
@@ -201,3 +216,14 @@ register_input("classify.codes.name", lambda ctx: column_codes(ctx.trace, "name"
 register_input("classify.categories.name", lambda ctx: build_categories(dictionary_codes(ctx, "name")[1], ""),
                requires=("classify.codes.name",))
 register_input("classify.comm_rule_of", build_comm_rule_of, requires=("classify.codes.name",))
+
+
+def exposed_claims(cls: np.ndarray, rank: np.ndarray, device: np.ndarray, start: np.ndarray, end: np.ndarray,
+                   comm: np.ndarray | None = None) -> Claims:
+    """Exposed communication as claims, per GPU: U(communication ``comm`` (default: every
+    communication entry of ``cls``)) - U(compute), of GPU activity given as columns."""
+    comm = (cls == COMMUNICATION) if comm is None else comm
+    comp = cls == COMPUTE
+    key = gpu_key(rank, device)
+    k, s, e = iv.subtract_by((key[comm], start[comm], end[comm]), (key[comp], start[comp], end[comp]))
+    return Claims(k, s, e, normalized=True)

@@ -5,7 +5,7 @@ Definitions (docs/metrics.md, "Efficiency"), per rank and GPU device; times int6
 - Attribution. Each compute kernel (not communication, not memcpy/memset) belongs to the CPU op that
   issued its launch call: launch call -> op by the ``cpu_op`` link (External id; where several ops
   are linked, the innermost, i.e. latest start) or, without one, the innermost CPU op on the
-  launching thread containing the call (``launch_overhead.issuing_cpu_op``). Every op has its own
+  launching thread containing the call (``steps.issuing_cpu_op``). Every op has its own
   External id in the shared Kineto traces and the runtime call carries the innermost op's, so a
   nested ``aten::linear -> aten::addmm`` gives the kernel to ``aten::addmm``. Kernels without an op
   are *unattributed*, by reason, with their time, never guessed: ``graph_replay`` (launched by a
@@ -43,7 +43,7 @@ Definitions (docs/metrics.md, "Efficiency"), per rank and GPU device; times int6
   ``modelled_pct`` = 100 x modelled / op.
 - Collectives (cross-rank): each communication kernel with a known message size S (``msg_bytes``)
   and group size n. time = the shortest duration of that collective instance (the k-th occurrence
-  of its kind and process group in its step, ``communication.match_collectives``) over the ranks
+  of its kind and process group in its step, ``collectives.match_collectives``) over the ranks
   when all n ranks are in the trace (the others' durations include waiting), else the rank's own
   (``time_basis`` says which); algbw = S / time; busbw = algbw x factor (nccl-tests: AllReduce
   2(n-1)/n, AllGather, ReduceScatter, AllToAll (n-1)/n, Broadcast, Reduce, SendRecv 1; other
@@ -82,10 +82,9 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
 
 from . import classify
-from .communication import cross_rank_inputs, match_collectives
-from .launch_overhead import issuing_cpu_op
+from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
-from .steps import NO_STEP, activity, per_step, step_column
+from .steps import NO_STEP, activity, issuing_cpu_op, per_step, step_column
 
 NAME = "efficiency"
 
@@ -853,7 +852,7 @@ _COLLECTIVE_KEYS = ["rank", "device", "step", "collective", "process_group", "st
 
 
 def collective_inputs(ctx: AnalysisContext) -> CollectiveInputs:
-    inputs = cross_rank_inputs(ctx)
+    inputs = ctx.input("communication.cross_rank_inputs")
     kernels = inputs.kernels[_COLLECTIVE_KEYS].reset_index(drop=True)
     windows = ctx.input("temporal.breakdown")
     whole = windows[windows["step"].isna()]
@@ -1028,7 +1027,7 @@ def reduce_collectives(parts: list[CollectiveInputs], options: Options) -> Analy
 
 register_input("efficiency.gpu_specs", lambda ctx: gpu_specs(ctx.options.gpu_specs))
 register_input("efficiency.attribute", _attribute,
-               requires=("activity", "launch_overhead.kinds", "launch_overhead.linked_ops", "cpu_op_nesting",
+               requires=("activity", "launch_overhead.kinds", "links.runtime_ops", "cpu_op_nesting",
                          "classify.codes.name"))
 
 SPEC = AnalysisSpec(

@@ -39,7 +39,6 @@ Tables: ``gaps`` (whole-trace gaps; ``step`` is the step of the activity that en
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,8 @@ from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
-from traceview.report import ReportInputs, column_rows, plain
+from traceview.plain import column_rows, plain
+from traceview.report_inputs import ReportInputs
 from traceview.tables import top_order
 from traceview.tables import masked_int64
 
@@ -60,17 +60,15 @@ from .steps import NO_STEP, Activity, activity, analysed_ranks, per_step
 
 NAME = "idle_gaps"
 
-HOST_BOUND = "host_bound"
-SYNC_BOUND = "sync_bound"
-LAUNCH_LATENCY = "launch_latency"
-UNATTRIBUTED = "unattributed"
-CAUSES = (HOST_BOUND, SYNC_BOUND, LAUNCH_LATENCY, UNATTRIBUTED)
+HOST_BOUND, SYNC_BOUND, LAUNCH_LATENCY, UNATTRIBUTED = (classify.HOST_BOUND, classify.SYNC_BOUND,
+                                                         classify.LAUNCH_LATENCY, classify.UNATTRIBUTED)
+CAUSES = classify.CAUSES
 
 #: a host-launched gap is sync-bound when the launching thread was in a synchronize call as the GPU
 #: went idle and launched again within this long after the call returned (the queue refill)
 DRAIN_REFILL_NS = 100_000
 
-BLOCKING_COPY = re.compile(r"^(cuda|cu|hip)Memcpy(?!.*Async)", re.IGNORECASE)
+BLOCKING_COPY = classify.BLOCKING_COPY
 CONTEXT_KINDS = (Kind.CPU_OP, Kind.PYTHON_FUNCTION, Kind.ANNOTATION)
 
 #: histogram bucket upper bounds (ns) and labels

@@ -67,7 +67,6 @@ from . import classify
 from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.units import fmt_ns
-from .idle_gaps import HOST_BOUND
 from .kernel_names import normalize_kernel_name
 from .steps import NO_STEP, Activity, activity, analysed_ranks, per_step, step_column
 from traceview.context import AnalysisContext
@@ -557,7 +556,7 @@ def _tiny_advice(graphed: float, gaps: pd.DataFrame, gpus: list[tuple[int, int]]
             text += f" ({100 * graphed:.0f}% of the tiny kernels are already replayed from graphs.)"
         return text, []
     on_gpu = pd.MultiIndex.from_arrays([gaps["rank"].to_numpy(), gaps["device"].to_numpy()]).isin(gpus)
-    host = gaps[on_gpu & (gaps["cause"] == HOST_BOUND).to_numpy()]
+    host = gaps[on_gpu & (gaps["cause"] == classify.HOST_BOUND).to_numpy()]
     top = (host.assign(ctx=host["cpu_context"].astype(str).replace("", "(no CPU op)"))
            .groupby("ctx")["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False).head(TINY_TOP_CONTEXTS))
     contexts = [{"cpu_context": str(c), "gaps": int(v["size"]), "idle_ns": int(v["sum"])} for c, v in top.iterrows()]

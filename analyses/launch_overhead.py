@@ -42,12 +42,12 @@ from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
-from traceview.report import ReportInputs, column_rows
+from traceview.plain import column_rows
+from traceview.report_inputs import ReportInputs
 from traceview.tables import sample_mask
 
 from . import classify
-from .idle_gaps import HOST_BOUND
-from .steps import NO_STEP, Activity, activity, analysed_ranks, cpu_op_links, cpu_op_nesting, per_step, step_column
+from .steps import NO_STEP, Activity, activity, analysed_ranks, issuing_cpu_op, per_step, step_column
 
 NAME = "launch_overhead"
 
@@ -128,43 +128,6 @@ def _launch_kinds(ctx: AnalysisContext, act: Activity) -> LaunchKinds:
         api = act.api_row[order]
         first[order[np.concatenate([[True], api[1:] != api[:-1]])]] = True
     return LaunchKinds(graph=graph, first=first, one_by_one=one_by_one)
-
-
-def issuing_cpu_op(ctx: AnalysisContext, api_rows: np.ndarray) -> np.ndarray:
-    """Row of the CPU op that issued each runtime call (-1 when unknown)."""
-    trace = ctx.trace
-    out = np.full(api_rows.size, -1, dtype=np.int64)
-    if api_rows.size == 0:
-        return out
-    rt_u, op_u = ctx.input("launch_overhead.linked_ops")
-    if rt_u.size:
-        pos = np.clip(np.searchsorted(rt_u, api_rows), 0, rt_u.size - 1)
-        hit = rt_u[pos] == api_rows
-        out[hit] = op_u[pos[hit]]
-    missing = np.flatnonzero(out < 0)
-    if missing.size:
-        # the innermost CPU op on the call's thread running at its start (the nesting of every
-        # thread's ops is built once per trace and shared with the other analyses)
-        nest = cpu_op_nesting(ctx)
-        if nest.rows.size:
-            q = api_rows[missing]
-            qk = nest.thread_codes(trace.column("rank")[q].astype(np.int64), trace.column("pid")[q],
-                                   trace.column("tid")[q])
-            t = trace.column("start_ns")[q]
-            hit = nest.index.covering(qk, t, t + 1)
-            out[missing] = np.where(hit >= 0, nest.rows[np.clip(hit, 0, None)], -1)
-    return out
-
-
-def _linked_ops(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
-    """(runtime row, its linked CPU op) for every linked runtime call, by runtime row: of several
-    ops linked to one call, the innermost (latest start)."""
-    trace = ctx.trace
-    op_rows, rt_rows = cpu_op_links(ctx)
-    order = np.lexsort((trace.column("start_ns")[op_rows], rt_rows))
-    rt_sorted, op_sorted = rt_rows[order], op_rows[order]
-    last = np.flatnonzero(np.concatenate([rt_sorted[1:] != rt_sorted[:-1], [True]])) if rt_sorted.size else order
-    return rt_sorted[last], op_sorted[last]
 
 
 def launch_table(ctx: AnalysisContext, act: Activity) -> pd.DataFrame:
@@ -386,7 +349,7 @@ def _launch_scale_gaps(ctx: AnalysisContext) -> np.ndarray:
     one_by_one = classify.name_matches(ctx, KERNEL_LAUNCH_API) & ~classify.name_matches(ctx, GRAPH_LAUNCH_API)
     kernel = trace.kind_codes()[gaps["next_row"].to_numpy()] == int(Kind.KERNEL)
     bound = gaps["rank"].map(bounds).fillna(-1).to_numpy(dtype=np.int64)  # -1: no kernel launched one by one
-    return ((gaps["cause"] == HOST_BOUND).to_numpy() & (api >= 0) & one_by_one[safe] & kernel
+    return ((gaps["cause"] == classify.HOST_BOUND).to_numpy() & (api >= 0) & one_by_one[safe] & kernel
             & (gaps["dur_ns"].to_numpy() <= bound))
 
 
@@ -425,7 +388,7 @@ def _steps(ctx: AnalysisContext, act: Activity, gaps: pd.DataFrame) -> pd.DataFr
     dur = gaps["dur_ns"].to_numpy()
     scale = launch_scale_gaps(ctx)
     idle = {
-        "idle_ns": dur, "host_bound_idle_ns": np.where(gaps["cause"] == HOST_BOUND, dur, 0),
+        "idle_ns": dur, "host_bound_idle_ns": np.where(gaps["cause"] == classify.HOST_BOUND, dur, 0),
         "launch_scale_gaps": scale.astype(np.int64), "launch_scale_idle_ns": np.where(scale, dur, 0),
     }
     out = _by_step([(act.rank, act.step, counts), (gaps["rank"].to_numpy(),
@@ -609,11 +572,10 @@ def _recommend(kernels: pd.DataFrame, tiny_ops: pd.DataFrame, rank: int) -> tupl
 
 register_input("launch_overhead.kinds", lambda ctx: _launch_kinds(ctx, activity(ctx)),
                requires=("activity", "classify.codes.name"))
-register_input("launch_overhead.linked_ops", _linked_ops, requires=("links.cpu_op",))
 register_input("launch_overhead.launch_scale", _launch_scale_gaps,
                requires=("idle_gaps.tables", "activity", "launch_overhead.kinds", "classify.codes.name"))
 register_input("launch_overhead.tables", _compute,
-               requires=("activity", "launch_overhead.kinds", "launch_overhead.linked_ops", "cpu_op_nesting",
+               requires=("activity", "launch_overhead.kinds", "links.runtime_ops", "cpu_op_nesting",
                          "classify.codes.name", "classify.categories.name", "idle_gaps.tables",
                          "launch_overhead.launch_scale"))
 

@@ -396,11 +396,49 @@ def build_cpu_op_nesting(trace: Trace) -> CpuOpNesting:
                         outer_index=iv.NestedIndex(codes[outer], start[outer], end[outer], depth[outer]), outer=outer)
 
 
+def issuing_cpu_op(ctx: AnalysisContext, api_rows: np.ndarray) -> np.ndarray:
+    """Row of the CPU op that issued each runtime call (-1 when unknown)."""
+    trace = ctx.trace
+    out = np.full(api_rows.size, -1, dtype=np.int64)
+    if api_rows.size == 0:
+        return out
+    rt_u, op_u = ctx.input("links.runtime_ops")
+    if rt_u.size:
+        pos = np.clip(np.searchsorted(rt_u, api_rows), 0, rt_u.size - 1)
+        hit = rt_u[pos] == api_rows
+        out[hit] = op_u[pos[hit]]
+    missing = np.flatnonzero(out < 0)
+    if missing.size:
+        # the innermost CPU op on the call's thread running at its start (the nesting of every
+        # thread's ops is built once per trace and shared with the other analyses)
+        nest = cpu_op_nesting(ctx)
+        if nest.rows.size:
+            q = api_rows[missing]
+            qk = nest.thread_codes(trace.column("rank")[q].astype(np.int64), trace.column("pid")[q],
+                                   trace.column("tid")[q])
+            t = trace.column("start_ns")[q]
+            hit = nest.index.covering(qk, t, t + 1)
+            out[missing] = np.where(hit >= 0, nest.rows[np.clip(hit, 0, None)], -1)
+    return out
+
+
+def build_runtime_ops(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
+    """(runtime row, its linked CPU op) for every linked runtime call, by runtime row: of several
+    ops linked to one call, the innermost (latest start)."""
+    trace = ctx.trace
+    op_rows, rt_rows = cpu_op_links(ctx)
+    order = np.lexsort((trace.column("start_ns")[op_rows], rt_rows))
+    rt_sorted, op_sorted = rt_rows[order], op_rows[order]
+    last = np.flatnonzero(np.concatenate([rt_sorted[1:] != rt_sorted[:-1], [True]])) if rt_sorted.size else order
+    return rt_sorted[last], op_sorted[last]
+
+
 register_input("links.launch", lambda ctx: links_of(ctx.trace, "launch"))
 register_input("links.cpu_op", lambda ctx: links_of(ctx.trace, "cpu_op"))
 register_input("activity", build_activity, requires=("classify.comm_rule_of", "links.launch"))
 register_input("steps.candidates", lambda ctx: _candidates(ctx.trace, ctx.options))
 register_input("cpu_op_nesting", lambda ctx: build_cpu_op_nesting(ctx.trace))
+register_input("links.runtime_ops", build_runtime_ops, requires=("links.cpu_op",))
 
 __all__ = [
     "NO_STEP",
@@ -413,6 +451,7 @@ __all__ = [
     "assign_to_steps",
     "candidates_hint",
     "fold_step_name",
+    "issuing_cpu_op",
     "step_marker_candidates",
     "cpu_op_links",
     "launch_links",

@@ -46,7 +46,6 @@ from traceview.registry import AnalysisSpec, TableSpec
 from . import classify
 from .comm_rules import rule_table
 from .steps import Activity, activity, per_step
-from .temporal import EXPOSED_COMM_SHARE, EXPOSED_COMM_SHARE_HIGH, exposed_claims
 
 NAME = "streams"
 
@@ -207,7 +206,8 @@ def exposed_claims_on_stream(act: Activity, codes: np.ndarray, group: int) -> Cl
     """The intervals of stream group ``group`` where its communication runs and no compute of its
     device does: U(comm on the stream) - U(compute on the device), on the rank's own clock (the
     temporal analysis's exposed communication, of this stream's kernels only)."""
-    return exposed_claims(act, (act.cls == classify.COMMUNICATION) & (codes == group))
+    return classify.exposed_claims(act.cls, act.rank, act.device, act.start, act.end,
+                                   (act.cls == classify.COMMUNICATION) & (codes == group))
 
 
 def families_on_stream(ctx: AnalysisContext, act: Activity, codes: np.ndarray, group: int) -> list[str]:
@@ -232,7 +232,7 @@ def shared_stream_findings(ctx: AnalysisContext, streams: pd.DataFrame,
     step_counts = act.steps.counts()
     findings = []
     for g, exposed_ns, window_ns in zip(shared.tolist(), exposed.tolist(), window.tolist()):
-        if window_ns <= 0 or exposed_ns < EXPOSED_COMM_SHARE * window_ns:
+        if window_ns <= 0 or exposed_ns < classify.EXPOSED_COMM_SHARE * window_ns:
             continue
         row = streams.iloc[g]
         finding = stream_finding(row, int(exposed_ns), int(window_ns), step_counts.get(int(row["rank"]), 0),
@@ -251,7 +251,7 @@ def stream_finding(row: pd.Series, exposed_ns: int, window_ns: int, steps: int, 
         title=f"Communication kernels ({', '.join(families)}) on GPU {device} of rank {rank} run on compute "
         f"stream {stream}, so they cannot overlap its compute: {100 * share:.1f}% of the time is exposed "
         "communication there",
-        severity="high" if share >= EXPOSED_COMM_SHARE_HIGH else "medium",
+        severity="high" if share >= classify.EXPOSED_COMM_SHARE_HIGH else "medium",
         analysis=NAME,
         recommendation="Issue collectives on a stream of their own, ordered against compute with CUDA "
         "events, so they can run during compute (torch.distributed's NCCL backend does this by default: "

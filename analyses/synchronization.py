@@ -60,7 +60,6 @@ import pandas as pd
 
 from . import classify
 from traceview import intervals as iv
-from .idle_gaps import BLOCKING_COPY
 from .steps import NO_STEP, Activity, activity, assign_to_steps, cpu_op_links, cpu_op_nesting, launch_links, step_column
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
@@ -279,7 +278,7 @@ def _copy_calls(ctx: AnalysisContext, copy_api: np.ndarray, copy_gpu: np.ndarray
     trace = ctx.trace
     if not copy_api.size:
         return pd.DataFrame(columns=["row", "call_type", "gpu_row", "pair_sync"])
-    blocking_api = _per_value(names[copy_api], lambda n: bool(BLOCKING_COPY.search(n))).astype(bool)
+    blocking_api = _per_value(names[copy_api], lambda n: bool(classify.BLOCKING_COPY.search(n))).astype(bool)
     nxt_is_sync = (nxt >= 0) & np.isin(sync_type[np.maximum(nxt, 0)], ["device_sync", "stream_sync", "event_sync"])
     how = np.where(blocking_api, "sync_api", np.where(nxt_is_sync, "async_then_sync", ""))
     pageable = _per_value(names[copy_gpu], lambda n: bool(PAGEABLE.search(n))).astype(bool)

@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceview.claims import Claims, gpu_key
+from traceview.claims import Claims
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding
 from traceview.registry import AnalysisSpec, TableSpec, register_input
-from traceview.report import ReportInputs, records
+from traceview.plain import records
+from traceview.report_inputs import ReportInputs
 
 from . import classify
 from traceview import intervals as iv
@@ -42,8 +43,8 @@ NAME = "temporal"
 LOW_UTILIZATION = 0.80
 LOW_UTILIZATION_HIGH = 0.50
 #: exposed communication (share of the window) from which it is reported
-EXPOSED_COMM_SHARE = 0.05
-EXPOSED_COMM_SHARE_HIGH = 0.20
+EXPOSED_COMM_SHARE = classify.EXPOSED_COMM_SHARE
+EXPOSED_COMM_SHARE_HIGH = classify.EXPOSED_COMM_SHARE_HIGH
 
 COLUMNS = [
     "rank",
@@ -160,11 +161,7 @@ def breakdown(ctx: AnalysisContext) -> pd.DataFrame:
 
 def exposed_claims(act: Activity, comm: np.ndarray | None = None) -> Claims:
     """Exposed communication as claims: U(communication ``comm``, default all) - U(compute), per GPU."""
-    comm = (act.cls == classify.COMMUNICATION) if comm is None else comm
-    comp = act.cls == classify.COMPUTE
-    key = gpu_key(act.rank, act.device)
-    k, s, e = iv.subtract_by((key[comm], act.start[comm], act.end[comm]), (key[comp], act.start[comp], act.end[comp]))
-    return Claims(k, s, e, normalized=True)
+    return classify.exposed_claims(act.cls, act.rank, act.device, act.start, act.end, comm)
 
 
 def idle_claims(gaps: pd.DataFrame) -> Claims:

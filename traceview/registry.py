@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # only for annotations: the report model imports this module,
     # import numpy and the interval algebra (pandas), which loading a trace needs not
     from traceview.context import AnalysisContext
     from traceview.findings import AnalysisResult, Options
-    from traceview.report import Report, ReportInputs
+    from traceview.report_inputs import ReportInputs
 
 # ------------------------------------------------------------------------------------ analyses
 
@@ -287,7 +287,8 @@ class Renderer:
     def __init__(self, **options: Any) -> None:
         self.options = options
 
-    def render(self, report: "Report") -> str | bytes:
+    def render(self, report: Any) -> str | bytes:
+        """``report``: a :class:`traceview.report.Report` (not named here: the report is a layer above)."""
         raise NotImplementedError
 
 

@@ -17,7 +17,6 @@ are named without their directories.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
@@ -31,8 +30,10 @@ from traceview import accounting
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
 from traceview.registry import ANALYSES, analysis_specs, finding_parents, finding_precedence
-from traceview.secrets import ColumnRows, scrub, scrub_metadata
+from traceview.secrets import scrub, scrub_metadata
 from traceview.tables import top_order
+from traceview.plain import column_rows, plain
+from traceview.report_inputs import ReportInputs
 
 #: the report format version (see docs/reports.md for the rule)
 SCHEMA_VERSION = "1.3"
@@ -45,63 +46,6 @@ MAX_TABLE_ROWS = REPORT_TABLE_ROWS
 SMALL_TABLE_ROWS = 4 * REPORT_TABLE_ROWS
 
 # ------------------------------------------------------------------------------------ conversion
-
-
-def is_missing(value: Any) -> bool:
-    if value is None or value is pd.NA or value is pd.NaT:
-        return True
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    try:
-        return bool(pd.isna(value)) if np.isscalar(value) else False
-    except (TypeError, ValueError):
-        return False
-
-
-def plain(value: Any, key: str = "") -> Any:
-    """JSON-able copy of ``value``: numpy scalars to Python, NaN/NA to None, ``*_ns`` to int."""
-    # exact built-in types first: a report holds tens of thousands of them, and the ABC checks of
-    # the general path (``Mapping``, numpy scalars, ``pd.isna``) cost ten times a type lookup
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
-    if kind is float:
-        return _plain_float(value, key)
-    if kind is dict:
-        return {str(k): plain(v, str(k)) for k, v in value.items()}
-    if kind is list:
-        return [plain(v, key) for v in value]
-    return _plain_other(value, key)
-
-
-def _plain_float(value: float, key: str) -> float | int | None:
-    if math.isnan(value) or math.isinf(value):
-        return None
-    if key.endswith("_ns") or key.endswith("_ns_per_step"):
-        return int(round(value))
-    return value
-
-
-def _plain_other(value: Any, key: str) -> Any:
-    """:func:`plain` of anything but an exact str, int, bool, float, dict, list or None."""
-    if isinstance(value, ColumnRows):
-        return value  # its cells went through plain() column by column (column_rows)
-    if isinstance(value, Mapping):
-        return {str(k): plain(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, np.ndarray)):
-        items = sorted(value) if isinstance(value, set) else list(value)
-        return [plain(v, key) for v in items]
-    if is_missing(value):
-        return None
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return _plain_float(float(value), key)
-    if isinstance(value, (str, np.str_)):
-        return str(value)
-    return str(value)
 
 
 def table_records(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, sort_by: str | None = None,
@@ -132,86 +76,6 @@ def table_columns(df: pd.DataFrame | None, *, max_rows: int = MAX_TABLE_ROWS, so
     columns = [str(c) for c in df.columns]
     rows = column_rows(df, columns, shown_rows)
     return {"columns": columns, "rows": rows, "total_rows": total, "shown_rows": len(rows), "sorted_by": sorted_by}
-
-
-def records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
-    """The rows of ``frame`` as dicts keyed by ``columns`` (its columns, renamed), each cell through
-    :func:`plain`: the same values as :func:`plain` of each cell that ``itertuples`` gives (converted
-    from one object array: :func:`column_rows`)."""
-    return column_rows(frame, columns).rows()
-
-
-def column_rows(frame: pd.DataFrame, columns: list[str], rows: np.ndarray | None = None) -> ColumnRows:
-    """:func:`records` held as columns: :func:`plain` of each cell of each column of ``frame`` (as
-    iterating the column gives the cell), by position (names may repeat), of the rows at positions
-    ``rows`` (all when None). Taken from one object array of the whole frame: a Series per column
-    (``frame.items()``: 13 us a column) or a frame of the chosen rows (``iloc``: 0.3 ms) costs more
-    than converting a report table's few rows."""
-    if not len(frame.columns):
-        return ColumnRows(columns, [])
-    # every NA (NaN, None, pd.NA, NaT) becomes None, which is plain() of it; numpy and nullable
-    # numbers become Python ones, as iterating the column gives
-    array = frame.to_numpy(dtype=object, na_value=None)
-    cells = (array if rows is None else array[rows]).T.tolist()
-    return ColumnRows(columns, [plain_cells(column, key) for column, key in zip(cells, columns)])
-
-
-#: the types :func:`plain` returns as they are
-_PLAIN_AS_IS = frozenset({str, int, bool, type(None)})
-
-
-def plain_cells(cells: list[Any], key: str) -> list[Any]:
-    """``[plain(v, key) for v in cells]``, without a call for a column of plain values (ints,
-    strings: most of a report's cells)."""
-    if set(map(type, cells)) <= _PLAIN_AS_IS:
-        return cells
-    return [v if type(v) in _PLAIN_AS_IS else plain(v, key) for v in cells]
-
-
-# ------------------------------------------------------------------------------------ sections
-
-
-class ReportInputs:
-    """What the report's hooks on the analyses (``AnalysisSpec.summary``, ``rank_summary``,
-    ``charts``, ``timebase``) read: every analysis's result, each table's true row count (a job cut
-    the tables) and values derived once per report (:meth:`once`)."""
-
-    def __init__(self, results: Mapping[str, AnalysisResult], table_rows: Mapping[tuple[str, str], int],
-                 ranks: Iterable[int] = ()) -> None:
-        self.results = results
-        self.table_rows = table_rows
-        #: the ranks of the inputs (those a per-rank figure is for)
-        self.ranks = sorted(int(r) for r in ranks)
-        self.memo: dict[str, Any] = {}
-
-    def table(self, analysis: str, name: str) -> pd.DataFrame | None:
-        """A table of an analysis's result (None when the analysis or the table is absent)."""
-        result = self.results.get(analysis)
-        return None if result is None else result.tables.get(name)
-
-    def rows(self, analysis: str, name: str) -> int:
-        """A table's true row count: as counted before a job cut it, else its length."""
-        if (analysis, name) in self.table_rows:
-            return int(self.table_rows[(analysis, name)])
-        table = self.table(analysis, name)
-        return 0 if table is None else int(len(table))
-
-    def once(self, name: str, make: Any) -> Any:
-        """``make()``, computed once per report (the same object for every caller: read it, never change it)."""
-        if name not in self.memo:
-            self.memo[name] = make()
-        return self.memo[name]
-
-    def timebase(self) -> tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]]:
-        """(each GPU's whole-trace window by (rank, device), steps per rank): the report's one
-        denominator, from the first analysis (display order) that declares a timebase."""
-        def make() -> tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]]:
-            for spec in analysis_specs():
-                if spec.timebase is not None and spec.name in self.results:
-                    return spec.timebase(self)
-            return {}, {}
-        value: tuple[dict[tuple[int, int], tuple[int, int]], dict[int, int]] = self.once("timebase", make)
-        return value
 
 
 def summary(trace: "TraceOverview", inputs: "ReportInputs", env: Mapping[str, Any]) -> dict[str, Any]:

@@ -237,10 +237,12 @@ def test_rank_denominators_equal_the_per_rank_filter(sample: str) -> None:
 
     import traceview
     from traceview.report import denominator, rank_denominators
+    from traceview.report_inputs import ReportInputs
 
-    results = traceview.analyze(SAMPLE_TRACES / sample, use_cache=False).results
-    built = rank_denominators(results)
+    report = traceview.analyze(SAMPLE_TRACES / sample, use_cache=False)
+    inputs = ReportInputs(report.results, {}, [r["rank"] for r in report["ranks"]])
+    built = rank_denominators(inputs)
     ranks = sorted(built)
     assert len(ranks) >= 2
     for rank in ranks:
-        assert built[rank] == denominator(results, [rank])
+        assert built[rank] == denominator(inputs, [rank])

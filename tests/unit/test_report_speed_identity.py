@@ -21,7 +21,7 @@ from traceview.analyses.kernels import kernel_tables
 from traceview.analyses.steps import NO_STEP, activity, cpu_op_nesting, step_column
 from traceview.findings import Options
 from traceview.pipeline import analyze
-from traceview.report import plain, records
+from traceview.plain import plain, records
 from traceview.secrets import REDACTED, scrub
 
 SAMPLES = ["synthetic_4rank", "synthetic_nsys.sqlite", "torch_cpu_mlp.json.gz"]

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traceview.report import column_rows, table_columns
+from traceview.plain import column_rows
+from traceview.report import table_columns
 from traceview.secrets import REDACTED, ColumnRows, scrub, scrub_text, scrub_with_report
 
 _rng = random.Random(12)
@@ -115,7 +116,7 @@ def test_column_wise_scrub_equals_the_per_row_scrub(names, n_rows, data, strict,
 def test_column_rows_of_a_frame_with_every_kind_of_column():
     """``column_rows`` (one object array) gives ``plain`` of each cell as iterating the columns does,
     for each dtype a table can hold; the missing values of every kind become None."""
-    from traceview.report import plain
+    from traceview.plain import plain
 
     frame = pd.DataFrame({
         "i": [1, 2, 3], "start_ns": [1.5, float("nan"), float("inf")], "f": [0.25, 2.0, float("-inf")],
