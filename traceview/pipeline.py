@@ -171,6 +171,8 @@ def analyze_batch(trace: Trace, options: Options, *, bounded: bool = False) -> B
     ``bounded``: cut each table to the rows a report can need (:func:`bound_batch_tables`) as its
     analysis ends, for a job's workers and for a report that is only rendered (the per-event tables
     of the first analyses then no longer take memory while the others run)."""
+    import traceview.analyses  # noqa: F401  (registers every analysis and derived input)
+
     ctx = AnalysisContext(trace, options)
     ranks = analysed_ranks(trace, options)
     out = BatchResult(ranks=ranks, infos={r: trace.ranks[r] for r in ranks},
@@ -292,6 +294,8 @@ def reduce_batches(batches: list[BatchResult], options: Options) -> Reduced:
     """Join batch results (in rank order): tables concatenated (``top_overall`` tables cut again),
     findings kept per rank (the report merges them across ranks), warnings merged, and each
     analysis's cross-rank step run on every batch's gathered inputs."""
+    import traceview.analyses  # noqa: F401  (registers every analysis: a driver may not have imported them)
+
     batches = sorted(batches, key=lambda b: min(b.ranks, default=0))
     pieces: dict[tuple[str, str], list[pd.DataFrame]] = {}
     gathered: dict[str, list[Any]] = {}

@@ -96,8 +96,8 @@ def register_input(name: str, build: Callable[["AnalysisContext"], Any],
 
 
 def derived_inputs() -> dict[str, DerivedInput]:
-    """Every declared derived input, by name (the analyses package is imported first)."""
-    load_analyses()
+    """Every declared derived input, by name (those of the modules imported so far: the pipeline
+    imports the analyses package, whose modules declare theirs)."""
     return dict(DERIVED_INPUTS)
 
 
@@ -179,17 +179,9 @@ def register_analysis(spec: AnalysisSpec) -> AnalysisSpec:
     return spec
 
 
-def load_analyses() -> None:
-    """Import the analyses package, whose modules register their specs and derived inputs. Found by
-    name, as a plugin: the core names no analysis."""
-    import importlib
-
-    importlib.import_module("traceview.analyses")
-
-
 def analysis_specs() -> list[AnalysisSpec]:
-    """Every registered analysis, in display order."""
-    load_analyses()
+    """Every registered analysis, in display order (``traceview.analyses`` registers them as it is
+    imported: the pipeline and the report import it; the registry, below them, does not)."""
     return sorted(ANALYSES.values(), key=lambda s: (s.order, s.name))
 
 

@@ -24,7 +24,6 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-import traceview
 from traceview.environment import device_properties, environment
 from traceview import accounting
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
@@ -365,6 +364,8 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     analysis: its title, warnings, and its tables as bounded record lists) and ``charts`` (the bounded
     data the figures draw). See docs/reports.md. Everything is scrubbed of secrets.
     """
+    import traceview.analyses  # noqa: F401  (registers every analysis, whose hooks the report asks)
+
     options = options or Options()
     table_rows = table_rows or {}
     safe_ranks = scrub_metadata(overview.ranks)

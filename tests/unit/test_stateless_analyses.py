@@ -216,11 +216,7 @@ def test_every_analysis_module_is_checked() -> None:
     assert {"steps.py", "classify.py", "efficiency.py", "communication.py", "comm_rules.py"} <= set(MODULES)
 
 
-@pytest.mark.parametrize("module", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=(
-        "comm_rules memoises compiled() and rule_table() with functools.lru_cache (module-level memo "
-        "state); reported to the project lead, who decides")))
-    if m == "comm_rules.py" else m for m in MODULES])
+@pytest.mark.parametrize("module", MODULES)
 def test_analysis_module_keeps_no_state(module: str) -> None:
     source = Path(ANALYSES / module).read_text()
     assert problems(source) == [], module
