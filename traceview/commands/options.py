@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
@@ -152,11 +152,6 @@ def with_analysis_options(command: Callable[..., None]) -> Callable[..., None]:
     run.__signature__ = signature.replace(parameters=parameters, return_annotation=None)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in parameters}
     return run
-
-
-def analysis_parameter_names() -> tuple[str, ...]:
-    """The command parameters of the analysis group (for tests and the commands' checks)."""
-    return tuple(f.name for f in fields(AnalysisArgs))
 
 
 # ------------------------------------------------------------------------------------ checking values
