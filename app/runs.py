@@ -32,10 +32,9 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from traceview import report_cache
-from traceview.api import Inputs, analyze, load_inputs, report_key
+from traceview.api import Inputs, analyze, find_inputs, load_inputs, report_key
 from traceview.errors import TraceviewError
 from traceview.findings import Options
-from traceview.loading import find_trace_files
 from traceview.model import Trace
 from traceview.report import Report, build_report
 
@@ -111,16 +110,16 @@ def discover_runs(paths: Sequence[str | os.PathLike[str]]) -> list[RunSpec]:
     scans: list[tuple[set[tuple[str, str]], list[Path]]] = []  # per path: the runs it holds, its skipped files
     for p in paths:
         root = Path(p)
-        skipped: list[Path] = []
+        found = find_inputs([root])  # the one scan of this path
         held: set[tuple[str, str]] = set()
-        for f in find_trace_files([root], skipped):
+        for f in found.files:
             key = _group_key(f)
             held.add(key)
             groups.setdefault(key, [])
             if f not in groups[key]:
                 groups[key].append(f)
             roots.setdefault(key, root)
-        scans.append((held, skipped))
+        scans.append((held, list(found.skipped)))
     runs = []
     for i, (key, files) in enumerate(groups.items()):
         # a folder's skipped files belong to a run only when the folder holds that run alone

@@ -160,6 +160,27 @@ def test_every_analysing_command_hands_its_options_to_the_analyses(name: str, tm
         assert options.step_marker == r"^ProfilerStep#\d+$" and options.model_flops_per_step == 6 * 1e9 * 4096, name
 
 
+@pytest.mark.parametrize("name", sorted(ANALYSING) + sorted(LOAD_ONLY))
+def test_a_command_scans_each_folder_once(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inputs are found once per command and passed down (not found again to load, to key the
+    report and to size the progress bar)."""
+    import traceview.loading
+
+    scans: list[str] = []
+    find = traceview.loading.find_trace_files
+
+    def counting(paths: Any, skipped: Any = None) -> Any:
+        scans.extend(str(p) for p in paths if Path(p).is_dir())
+        return find(paths, skipped)
+
+    monkeypatch.setattr(traceview.loading, "find_trace_files", counting)
+    monkeypatch.setattr("traceview.app.server.serve", lambda *, store, **_kw: store.context(0))
+    args = {**_invocations(tmp_path, str(FOLDER)), "info": ["info", str(FOLDER)],
+            "convert": ["convert", str(FOLDER), "-o", str(tmp_path / "parquet")]}[name]
+    assert _cli(monkeypatch, *args) in (0, 1)
+    assert scans == [str(FOLDER)] * (2 if name == "diff" else 1), scans
+
+
 # ------------------------------------------------------------------------------------ one report cache
 
 
