@@ -8,6 +8,12 @@ Grouping rule (documented in docs/app.md): trace files in the same folder whose 
 a rank number (``rank0.json.gz`` .. ``rank3.json.gz``, ``worker0_step_12.1694.pt.trace.json.gz``,
 ``sampled_rank-1.json.gz``) form one multi-rank run; every other file is a run of its own (a file
 named on the command line too). A folder given on the command line is searched recursively.
+
+Each run is loaded and analysed through the one entry point (:mod:`traceview.api`) with the
+command line's analysis options, so the report of a whole run is the report cache's entry that
+``traceview analyze`` of the same files writes and reads (and the other way round): a run's
+:class:`~traceview.api.Inputs` are its files in the order ``traceview analyze FOLDER`` loads them
+and, when the run is all a folder on the command line holds, the files that folder's scan skipped.
 """
 
 from __future__ import annotations
@@ -26,11 +32,10 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from traceview import report_cache
+from traceview.api import Inputs, analyze, find_inputs, load_inputs, report_key
 from traceview.errors import TraceviewError
 from traceview.findings import Options
-from traceview.loading import find_trace_files
 from traceview.model import Trace
-from traceview.pipeline import analyze
 from traceview.report import Report, build_report
 
 from .filters import Filters, StepInfo, step_info, subset_trace
@@ -45,11 +50,19 @@ EARLY_ANALYSIS = "temporal"
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run the app can show: its id (what the browser sees), a label, and its files."""
+    """One run the app can show: its id (what the browser sees), a label, its files (in load order)
+    and the files a scan of its folder skipped (when the run is all that folder holds)."""
 
     id: int
     label: str
     files: tuple[Path, ...]
+    skipped: tuple[Path, ...] = ()
+
+    @property
+    def inputs(self) -> Inputs:
+        """The run's inputs for the entry point: the same as ``traceview analyze`` of its folder (when
+        the run is all the folder holds) or of its files."""
+        return Inputs.of_files(self.files, self.skipped)
 
     @property
     def size_bytes(self) -> int:
@@ -89,36 +102,40 @@ def _label(files: Sequence[Path], root: Path | None) -> str:
 
 def discover_runs(paths: Sequence[str | os.PathLike[str]]) -> list[RunSpec]:
     """The runs under ``paths`` (files or folders), in a stable order; raises
-    :class:`~traceview.errors.TraceFormatError` for a missing path or a folder without traces."""
+    :class:`~traceview.errors.TraceFormatError` for a missing path or a folder without traces.
+    A run's files keep the order a folder scan gives them (``traceview analyze FOLDER``'s); a run
+    that is everything a folder holds also gets the files that folder's scan skipped."""
     groups: "OrderedDict[tuple[str, str], list[Path]]" = OrderedDict()
     roots: dict[tuple[str, str], Path] = {}
+    scans: list[tuple[set[tuple[str, str]], list[Path]]] = []  # per path: the runs it holds, its skipped files
     for p in paths:
         root = Path(p)
-        for f in find_trace_files([root]):
+        found = find_inputs([root])  # the one scan of this path
+        held: set[tuple[str, str]] = set()
+        for f in found.files:
             key = _group_key(f)
+            held.add(key)
             groups.setdefault(key, [])
             if f not in groups[key]:
                 groups[key].append(f)
             roots.setdefault(key, root)
+        scans.append((held, list(found.skipped)))
     runs = []
     for i, (key, files) in enumerate(groups.items()):
-        files = sorted(files, key=_rank_number)
-        runs.append(RunSpec(id=i, label=_label(files, roots[key]), files=tuple(files)))
+        # a folder's skipped files belong to a run only when the folder holds that run alone
+        skipped_here = dict.fromkeys(f for held, skipped in scans if held == {key} for f in skipped)
+        runs.append(RunSpec(id=i, label=_label(files, roots[key]), files=tuple(files), skipped=tuple(skipped_here)))
     return runs
-
-
-def _rank_number(path: Path) -> tuple[int, str]:
-    m = _RANK_TOKEN.search(path.name)
-    return (int(m.group(3)) if m else -1, path.name)
 
 
 # --------------------------------------------------------------------------------- result cache
 #
 # The report of a whole run (no filter) is kept on disk by the core's report cache
-# (traceview/report_cache.py), shared with `traceview analyze`: keyed by the input files, every option
-# and the code a report depends on, data only (never pickle). A restart of the app on the same traces,
-# or an app started after `traceview analyze` of them, shows its first page without running the
-# analyses again. The names below are the app's view of it.
+# (traceview/report_cache.py), read and written by the one entry point (traceview.api.analyze) as for
+# `traceview analyze`: keyed by the input files, every option and the code a report depends on, data
+# only (never pickle). A restart of the app on the same traces, or an app started after `traceview
+# analyze` of them with the same options, shows its first page without running the analyses again.
+# The names below are the app's view of it.
 
 RESULT_CACHE_VERSION = report_cache.FORMAT_VERSION
 RESULT_CACHE_MAGIC = report_cache.MAGIC
@@ -127,28 +144,17 @@ result_cache_path = report_cache.cache_path
 clear_result_cache = report_cache.clear
 
 
-def run_options(step_marker: str | None, ranks: tuple[int, ...] | None = None,
-                base: Options | None = None) -> Options:
-    """The options of the app's analyses of a run (with no filter: those of `traceview analyze`):
-    ``base`` (the command line's analysis options: the GPU table, the model's FLOPs for MFU) with
-    the step marker and the selection's ranks."""
-    return dataclasses.replace(base or Options(), step_marker=step_marker, ranks=ranks)
+def run_options(ranks: tuple[int, ...] | None = None, base: Options | None = None) -> Options:
+    """The options of the app's analyses of a run: ``base`` (the command line's analysis options,
+    as every analysing command builds them: traceview/commands/options.py) with the selection's
+    ranks; with no filter, those of ``traceview analyze`` with the same options."""
+    return dataclasses.replace(base or Options(), ranks=ranks)
 
 
-def result_key(spec: "RunSpec", step_marker: str | None, base: Options | None = None) -> str | None:
-    """The result cache's key for the whole run ``spec`` (None when a file cannot be read)."""
-    return report_cache.report_key(list(spec.files), run_options(step_marker, base=base))
-
-
-def read_report(key: str, trace: Trace) -> Report | None:
-    """The cached report of ``key`` attached to ``trace``; None when absent. A damaged, foreign or
-    older file is ignored with a line on the ``traceview.app`` logger."""
-    return report_cache.read_report(key, trace, logger=log)
-
-
-def write_report(key: str, report: Report) -> None:
-    """Store the report of a whole run under ``key``."""
-    report_cache.write_report(key, report, logger=log)
+def result_key(spec: "RunSpec", base: Options | None = None) -> str | None:
+    """The report cache's key for the whole run ``spec`` under the command line's options ``base``
+    (None when a file cannot be read): the entry point's key (:func:`traceview.api.report_key`)."""
+    return report_key(spec.inputs, run_options(base=base))
 
 
 # --------------------------------------------------------------------------------- per-run data
@@ -204,15 +210,15 @@ class RunStore:
     """Loads runs lazily (through ``traceview.load`` and its Arrow cache) and caches analysis
     results per (run, filters) in memory, least recently used first out."""
 
-    def __init__(self, runs: Sequence[RunSpec], *, use_cache: bool = True, step_marker: str | None = None,
-                 max_contexts: int = 12, loader: Callable[..., Trace] | None = None,
-                 options: Options | None = None) -> None:
+    def __init__(self, runs: Sequence[RunSpec], options: Options | None = None, *, use_cache: bool = True,
+                 jobs: int | None = None, max_contexts: int = 12, loader: Callable[..., Trace] | None = None) -> None:
         self.runs = list(runs)
         self.use_cache = use_cache
-        self.step_marker = step_marker
-        #: the command line's analysis options (``run_options``' base): the GPU table
-        #: (``Options.gpu_specs``), the model's FLOPs for MFU; None: the defaults
-        self.options = options
+        #: the command line's analysis options (``run_options``' base: the step marker, the
+        #: communication rules, the GPU table, the model's FLOPs for MFU); the defaults when None
+        self.options = options or Options()
+        #: ``--jobs``: the processes a run's parse may use
+        self.jobs = jobs
         self.max_contexts = max_contexts
         self._loader = loader
         self._traces: dict[int, Trace] = {}
@@ -226,6 +232,11 @@ class RunStore:
         self._timelines: dict[int, Any] = {}
         #: set once a page has been served (background work waits for it, to keep start-up fast)
         self.first_page_served = threading.Event()
+
+    @property
+    def step_marker(self) -> str | None:
+        """The step marker of every run (``--step-marker``)."""
+        return self.options.step_marker
 
     # ------------------------------------------------------------------ lookup
     def spec(self, run_id: Any) -> RunSpec:
@@ -259,9 +270,8 @@ class RunStore:
                 if self._loader is not None:
                     trace = self._loader(list(spec.files))
                 else:
-                    import traceview
-
-                    trace = traceview.load(list(spec.files), use_cache=self.use_cache, step_marker=self.step_marker)
+                    trace = load_inputs(spec.inputs, step_marker=self.step_marker, cache=self.use_cache,
+                                        jobs=self.jobs)
             except TraceviewError as exc:
                 self._errors[spec.id] = str(exc)
                 raise RunError(str(exc)) from None
@@ -328,27 +338,31 @@ class RunStore:
             return evt
 
     def _compute(self, spec: RunSpec, full: Trace, info: StepInfo, filters: Filters, key: tuple) -> RunContext:
-        """The report of the selection: read from the result cache, or from the one pipeline
-        (``traceview.pipeline.analyze``). Before the pipeline runs, the temporal breakdown alone is
-        published as a partial context, so the Overview can draw while the analyses run."""
+        """The report of the selection from the one entry point (:func:`traceview.api.analyze`): a
+        whole run's through the report cache, shared with ``traceview analyze``; a filtered
+        selection's computed (never stored). Before the analyses run, the temporal breakdown alone
+        is published as a partial context, so the Overview can draw while they run."""
         t0 = time.perf_counter()
         sub = subset_trace(full, filters, info, self.step_marker)
-        options = run_options(self.step_marker, filters.ranks, self.options)
-        disk_key = result_key(spec, self.step_marker, self.options) if self.use_cache and not filters.active else None
-        report = read_report(disk_key, sub) if disk_key else None
-        from_disk = report is not None
-        if report is None:
-            early = RunContext(run=spec, filters=filters, full=full, trace=sub, report=early_report(sub, options),
-                               options=options, origin_ns=info.origin_ns, steps=info,
-                               seconds=time.perf_counter() - t0, partial=True)
+        options = run_options(filters.ranks, self.options)
+        computed: list[bool] = []
+
+        def publish_early(trace: Trace) -> None:
+            computed.append(True)
+            early = RunContext(run=spec, filters=filters, full=full, trace=trace,
+                               report=early_report(trace, options), options=options, origin_ns=info.origin_ns,
+                               steps=info, seconds=time.perf_counter() - t0, partial=True)
             with self._lock:
                 self._partials[key] = early
             self._partial_event(key).set()
-            report = analyze(sub, options)
-            if disk_key:
-                write_report(disk_key, report)
-        return RunContext(run=spec, filters=filters, full=full, trace=sub, report=report, options=options,
-                          origin_ns=info.origin_ns, steps=info, seconds=time.perf_counter() - t0, from_disk=from_disk)
+
+        if filters.active:
+            report = analyze(sub, options, cache=False, on_compute=publish_early)
+        else:
+            report = analyze(spec.inputs, options, cache=self.use_cache, trace=full, on_compute=publish_early)
+        return RunContext(run=spec, filters=filters, full=full, trace=sub, report=report,
+                          options=options, origin_ns=info.origin_ns, steps=info, seconds=time.perf_counter() - t0,
+                          from_disk=not computed)
 
     def partial_context(self, run_id: Any, filters: Filters | None = None, wait: float = 30.0) -> RunContext:
         """The full context when it is in memory; else start computing it (in the background) and

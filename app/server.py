@@ -244,13 +244,13 @@ def _add_perfetto_callback(app: dash.Dash, controller: AppController) -> None:
 
 
 def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: RunStore | None = None,
-               use_cache: bool = True, step_marker: str | None = None, warm: bool = True,
-               options: Options | None = None, history_db: Path | None = None) -> dash.Dash:
+               use_cache: bool = True, warm: bool = True, options: Options | None = None,
+               history_db: Path | None = None) -> dash.Dash:
     """The Dash app for the runs found under ``paths`` (or an existing ``store``); ``options``: the
-    analysis options of the command line (GPU table, model FLOPs), as `analyze` takes them."""
+    analysis options (step marker, communication rules, GPU table, model FLOPs), as every analysing
+    command builds them from its command line."""
     if store is None:
-        store = RunStore(discover_runs(list(paths or [])), use_cache=use_cache, step_marker=step_marker,
-                         options=options)
+        store = RunStore(discover_runs(list(paths or [])), options, use_cache=use_cache)
     if warm and store.runs:
         store.warm(0)
     # with a history database, the controller that adds the History page (app/history.py)
@@ -273,12 +273,11 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
 
 
 def serve(paths: Sequence[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050, use_cache: bool = True,
-          step_marker: str | None = None, debug: bool = False, store: RunStore | None = None,
-          options: Options | None = None, history_db: Path | None = None) -> None:
+          debug: bool = False, store: RunStore | None = None, options: Options | None = None,
+          history_db: Path | None = None) -> None:
     """Start the app and serve it until interrupted."""
     # the first run loads and its analyses start once the web framework is imported: starting them
     # earlier only makes the two fight for the interpreter lock and delays the first page
-    app = create_app(paths, store=store, use_cache=use_cache, step_marker=step_marker, options=options,
-                     history_db=history_db)
+    app = create_app(paths, store=store, use_cache=use_cache, options=options, history_db=history_db)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app.run(host=host, port=port, debug=debug, use_reloader=False, threaded=True)

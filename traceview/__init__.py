@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from traceview.errors import TraceFormatError, TraceviewError
 
 if TYPE_CHECKING:
+    from traceview.api import analyze
     from traceview.findings import Finding, Options
     from traceview.loading import load
     from traceview.model import Kind, RankInfo, Trace
@@ -23,27 +24,15 @@ if TYPE_CHECKING:
     from traceview.sqlviews import sql
 
 #: public names loaded on first use (PEP 562): ``traceview --help`` imports this package, and
-#: numpy, pyarrow and pandas would triple its start time
-_LAZY = {"load": "traceview.loading", "Trace": "traceview.model", "Kind": "traceview.model",
-         "RankInfo": "traceview.model", "Options": "traceview.findings", "Finding": "traceview.findings",
-         "Report": "traceview.report", "sql": "traceview.sqlviews"}
+#: numpy, pyarrow and pandas would triple its start time. ``analyze`` is :func:`traceview.api.analyze`,
+#: the one entry point of every front end (the CLI, the app, the Python API)
+_LAZY = {"analyze": "traceview.api", "load": "traceview.loading", "Trace": "traceview.model",
+         "Kind": "traceview.model", "RankInfo": "traceview.model", "Options": "traceview.findings",
+         "Finding": "traceview.findings", "Report": "traceview.report", "sql": "traceview.sqlviews"}
 
 __all__ = ["analyze", "load", "sql", "Report", "Trace", "Kind", "RankInfo", "Options", "Finding", "TraceFormatError",
            "TraceviewError"]
 __version__ = "0.1.0"
-
-
-def analyze(source: Any, *, use_cache: bool = True, executor: Any = None, **options: Any) -> "Report":
-    """Analyze trace files, a directory of per-rank files, or a loaded :class:`Trace`, and return the
-    :class:`~traceview.report.Report` (the same one the CLI, the reports and the app show).
-
-    ``options`` are :class:`Options` fields: ``step_marker``, ``top_n``, ``min_gap_ns``, ``ranks``.
-    ``executor``: run rank by rank elsewhere (``traceview.jobs.make_executor(workers=4)``).
-    """
-    from traceview.findings import Options
-    from traceview.pipeline import analyze as run_pipeline
-
-    return run_pipeline(source, Options(**options), use_cache=use_cache, executor=executor)
 
 
 def __getattr__(name: str) -> Any:

@@ -535,11 +535,11 @@ def sql(source: Any, query: str, *, use_cache: bool = True, **options: Any) -> "
     """Run ``query`` on trace files, a folder of per-rank files, or a loaded :class:`Trace`, and
     return a pandas DataFrame. ``options`` are :class:`Options` fields (``step_marker``,
     ``comm_patterns`` ...). The views: docs/sql.md or :func:`view_help`."""
-    from traceview.loading import load
+    from traceview.api import load_inputs
 
     opts = Options(**options)
-    trace = source if isinstance(source, Trace) else load(source, use_cache=use_cache,
-                                                          step_marker=opts.step_marker)
+    trace = source if isinstance(source, Trace) else load_inputs(source, step_marker=opts.step_marker,
+                                                                 cache=use_cache)
     conn = SqlSession(trace, opts)
     try:
         return conn.df(query)

@@ -8,11 +8,9 @@ import pickle
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 import traceview
 from traceview import report_cache
-from traceview.commands._common import analyze_in_process
 from traceview.findings import Options
 from traceview.loading import find_trace_files
 from traceview.render import get_renderer
@@ -25,7 +23,7 @@ SHARED_KINETO = sorted((SHARED_TRACES / "kineto").glob("*.json*"))[:2] if (SHARE
 
 
 def _analyze(path: Path, options: Options | None = None, use_cache: bool = True) -> traceview.Report:
-    return analyze_in_process([str(path)], options or Options(), use_cache=use_cache, console=Console(stderr=True))
+    return traceview.analyze(str(path), options or Options(), cache=use_cache)
 
 
 def _key(path: Path, options: Options | None = None) -> str | None:

@@ -563,7 +563,7 @@ def test_mfu_known_answer_and_a_broken_input_is_no_result():
 @pytest.mark.parametrize("value, ok", [("6*1e9*4096", True), ("2.5e13", True), ("6*x", False), ("-1", False),
                                        ("0", False), ("inf", False)])
 def test_cli_model_flops_is_checked_before_any_work(value: str, ok: bool):
-    from traceview.commands._common import checked_model_flops
+    from traceview.commands.options import checked_model_flops
     from traceview.errors import TraceviewError
 
     if ok:

@@ -1,4 +1,5 @@
-"""Loading with a progress bar, and writing outputs (``-o``), shared by the commands."""
+"""Loading and analysing with a progress bar (through :mod:`traceview.api`, the one entry point), and
+writing outputs (``-o``), shared by the commands."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import contextlib
 import gc
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-import typer
 
 from traceview.errors import OutputError, output_error
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from traceview.api import Inputs
     from traceview.findings import Options
     from traceview.model import Trace
     from traceview.report import Report
@@ -25,63 +26,6 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 #: the width of piped output, as the terminal report's (``traceview.render.terminal.TEXT_WIDTH``;
 #: tests/test_cli.py checks they agree): importing the renderers costs pandas, which ``info`` needs not
 PIPED_WIDTH = 160
-
-#: ``--jobs``, for every command that loads traces (None: the cores available)
-JOBS_OPTION = typer.Option(
-    None, "--jobs", "-j", min=1, help="Processes that parse: a big Kineto file is cut into ranges parsed side by "
-    "side, many files are parsed side by side (default: the cores available; 1: this process only). Inputs under "
-    "32 MB are read in one process. The same results whatever N. (TRACEVIEW_SPLIT_MIN_EVENTS=N also runs the "
-    "analyses of a rank of N events or more in two processes: opt-in, docs/scaling.md.)")
-
-#: ``--gpu-specs``, for every command that analyses traces
-GPU_SPECS_OPTION = typer.Option(
-    None, "--gpu-specs", help="TOML file of GPU figures (peak TFLOP/s, memory and link bandwidth) that overrides or "
-    "extends the built-in table, for a GPU traceview does not know or figures it has not verified against a vendor "
-    "source (docs/metrics.md, Hardware peaks). The efficiency analysis divides by them.")
-
-
-def checked_gpu_specs(path: Optional[Path]) -> str | None:
-    """``--gpu-specs``: the file read and checked before any work (a bad one is one line, exit 2),
-    as the absolute path the analyses read it from (job workers too)."""
-    if path is None:
-        return None
-    from traceview.hardware import load_specs
-
-    load_specs(path)
-    return str(path.resolve())
-
-
-#: ``--model-flops`` and ``--mfu-dtype``, for the commands that analyse traces
-MODEL_FLOPS_OPTION = typer.Option(
-    None, "--model-flops", help="The model's FLOPs of one step on one GPU, a number or a product (6*7e9*4096: "
-    "6 x parameters x tokens per GPU per step for a dense transformer's training step). The efficiency analysis "
-    "then gives model FLOPs utilisation (MFU) per step; above 100% it says the input is wrong.")
-MFU_DTYPE_OPTION = typer.Option("bf16", "--mfu-dtype", help="The dtype whose dense tensor peak MFU divides by "
-                                "(bf16, fp16, fp8, tf32, fp32, ...).")
-
-
-def checked_model_flops(text: Optional[str], dtype: str) -> tuple[float | None, str]:
-    """``--model-flops`` (a positive number or a product of numbers) and ``--mfu-dtype`` checked
-    before any work: one line and exit 2 when wrong."""
-    from traceview.errors import TraceviewError
-    from traceview.hardware import DTYPES, normalize_dtype
-
-    key = normalize_dtype(dtype) or dtype.lower()
-    if key not in DTYPES:
-        raise TraceviewError(f"--mfu-dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
-    if text is None:
-        return None, key
-    value = 1.0
-    try:
-        for factor in text.split("*"):
-            value *= float(factor.strip())
-    except ValueError:
-        raise TraceviewError(f"--model-flops: {text!r} is not a number or a product of numbers (e.g. 6*7e9*4096)") \
-            from None
-    if not 0 < value < float("inf"):
-        raise TraceviewError(f"--model-flops: {text!r} must be a positive, finite number of FLOPs")
-    return value, key
-
 
 #: ``progress(file, bytes_done, bytes_total)``, as :func:`traceview.load` and the pipeline call it
 LoadProgress = Callable[[Path, int, int], None]
@@ -156,25 +100,18 @@ def _wants_bar(console: Console) -> bool:
 
 
 @contextlib.contextmanager
-def load_progress(paths: Sequence[str], console: Console, jobs: int | None = None) -> Iterator[LoadProgress | None]:
-    """A progress callback for loading ``paths`` (a bar per file on ``console``), or None when the
-    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar).
-    Loads inside the block parse with ``jobs`` processes (``--jobs``; None: the cores available)."""
-    # imported here, as in every function of the commands: the CLI imports its modules at start
-    from traceview.loading import find_trace_files, parse_jobs
-
+def load_progress(inputs: Inputs, console: Console) -> Iterator[LoadProgress | None]:
+    """A progress callback for loading ``inputs`` (a bar per file on ``console``), or None when the
+    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar)."""
     prefer_system_memory_pool()
-    files = find_trace_files(paths)
-    total = sum(f.stat().st_size for f in files)
-    if total < PROGRESS_MIN_BYTES or not _wants_bar(console):
-        with parse_jobs(jobs):
-            yield None
+    if inputs.size_bytes < PROGRESS_MIN_BYTES or not _wants_bar(console):
+        yield None
         return
     # only for a bar: rich.progress and what it imports cost an unattended run ~10 ms
     from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-    with parse_jobs(jobs), Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), console=console, transient=True) as bar:
+    with Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
         tasks: dict[Path, TaskID] = {}
 
         def progress(file: Path, done: int, size: int) -> None:
@@ -205,47 +142,41 @@ def job_progress(console: Console) -> Iterator[JobProgress | None]:
 
 def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: str | None,
                        console: Console, jobs: int | None = None) -> Trace:
-    """:func:`traceview.load` with a progress bar for big inputs (the commands that need a Trace),
-    parsing with ``jobs`` processes (``--jobs``)."""
-    from traceview.loading import load
+    """The trace of ``paths`` (:func:`traceview.api.load_inputs`: the inputs found once) with a
+    progress bar for big inputs, for the commands that need the trace only, parsing with ``jobs``
+    processes (``--jobs``)."""
+    # imported here, as in every function of the commands: the CLI imports its modules at start
+    from traceview.api import find_inputs, load_inputs
 
-    with load_progress(paths, console, jobs) as progress:
-        return load(list(paths), use_cache=use_cache, step_marker=step_marker, progress=progress)
+    inputs = find_inputs(paths)
+    with load_progress(inputs, console) as progress:
+        return load_inputs(inputs, step_marker=step_marker, cache=use_cache, jobs=jobs, progress=progress)
 
 
-def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: bool, console: Console,
-                       jobs: int | None = None, only_rendered: bool = False) -> Report:
-    """The report of ``paths`` analysed in this process (:func:`traceview.pipeline.analyze`), with a
-    progress bar for big inputs. With ``use_cache`` the report is read from the report cache when
-    the same files were analysed with the same options by the same code (traceview/report_cache.py),
-    else computed and stored there; the trace is loaded either way (from its Arrow cache), so the
-    report is the same object a computation gives (its HTML timeline needs the trace).
-    ``only_rendered``: the caller only renders the report (``analyze``), so without the cache its
-    tables are cut to what the report shows as each analysis ends (less memory, the same output:
-    ``whole_tables`` of :func:`traceview.pipeline.analyze`); the comparisons need them whole."""
-    from traceview.loading import find_trace_files, load, parse_jobs, remembered_cache_keys, run_meanwhile
+def analyze_with_progress(paths: Sequence[str] | Inputs, options: Options, *, use_cache: bool, jobs: int | None = None,
+                          whole_tables: bool = True, workers: int | None = None,
+                          scheduler: str | None = None) -> Report:
+    """The report of ``paths`` (or inputs found already) from the one entry point
+    (:func:`traceview.api.analyze`: report cache included) with a progress bar on standard error
+    for big inputs (files loaded), or for a job (``workers``/``scheduler``: files analysed; the
+    executors are imported only for a job).
+    ``whole_tables=False``: the report is only rendered (``analyze``)."""
+    from rich.console import Console
 
-    # the load and the report key read each file's key once between them; the pipeline and the
-    # report cache (pandas with them) are imported after the load starts: a caller's work for
-    # meanwhile (traceview.loading.meanwhile) may be importing them while the parse runs
-    with remembered_cache_keys(), load_progress(paths, console, jobs) as progress:
-        trace = load(list(paths), use_cache=use_cache, progress=progress, step_marker=options.step_marker)
-        run_meanwhile()
-        from traceview import report_cache
-        from traceview.pipeline import analyze
+    from traceview.api import analyze, find_inputs
 
-        if not use_cache:
-            return analyze(trace, options, whole_tables=not only_rendered)
-        skipped: list[Path] = []
-        key = report_cache.report_key(find_trace_files(paths, skipped), options, skipped)
-    cached = report_cache.read_report(key, trace) if key is not None else None
-    if cached is not None:
-        return cached
-    with parse_jobs(jobs):  # --jobs bounds the analyses' processes too (traceview/pipeline.py)
-        report = analyze(trace, options)  # what analyze(paths) does after this same load
-    if key is not None:
-        report_cache.write_report(key, report)
-    return report
+    console = Console(stderr=True)
+    if workers is not None or scheduler:
+        from traceview.jobs import make_executor
+        from traceview.loading import run_meanwhile
+
+        run_meanwhile()  # this process parses nothing: the caller's work (and checks) first
+        with job_progress(console) as counted:
+            return analyze(paths, options, cache=use_cache, executor=make_executor(workers, scheduler,
+                                                                                   progress=counted))
+    inputs = find_inputs(paths)
+    with load_progress(inputs, console) as progress:
+        return analyze(inputs, options, cache=use_cache, jobs=jobs, progress=progress, whole_tables=whole_tables)
 
 
 def check_output_file(path: Path) -> None:

@@ -15,14 +15,15 @@ from typing import Optional
 
 import typer
 
-from traceview.commands._common import GPU_SPECS_OPTION, JOBS_OPTION, checked_gpu_specs
 from traceview.commands.formats import check_compare_options, report_of
+from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 from traceview.errors import TraceviewError
 
 #: the formats of a check
 FORMATS = ("text", "json")
 
 
+@with_analysis_options
 def command(
     path: str = typer.Argument(..., help="The trace to judge: a file or a directory of per-rank files."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Baseline trace for --max-regression."),
@@ -40,12 +41,7 @@ def command(
                                           "override it)."),
     fmt: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
     noise_k: float = typer.Option(3.0, "--noise-k", help="Noise rule for --max-regression: k pooled per-step std."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse and analyse again instead of reading the caches "
-                                  "(traces, reports)."),
-    jobs: Optional[int] = JOBS_OPTION,
-    step_marker: Optional[str] = typer.Option(
-        None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
-    gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
+    analysis: AnalysisArgs = ANALYSIS_OPTIONS,
 ) -> None:
     """Fail (exit 1) when a trace breaks a performance rule; 0 when all hold; 2 for bad input.
 
@@ -56,7 +52,8 @@ def command(
     from traceview.render.terminal import make_console
 
     check_compare_options(fmt, FORMATS, noise_k)
-    specs = checked_gpu_specs(gpu_specs)  # a bad file fails before any trace is read
+    # one Options for the trace and its baseline: a bad value fails before any trace is read
+    options = analysis.options()
     # rules first: a malformed rule fails before any trace is read
     rules, config_baseline = gather_rules({
         "max-idle": max_idle,
@@ -73,12 +70,10 @@ def command(
     if wants_baseline and baseline_path is None:
         raise RuleError("max-regression needs a baseline: --baseline PATH (or baseline = \"...\" in the rules file)")
 
-    report = report_of(path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
-                             gpu_specs=specs)
+    report = report_of(path, options, analysis)
     base_report = None
     if wants_baseline and baseline_path is not None:
-        base_report = report_of(baseline_path, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
-                             gpu_specs=specs)
+        base_report = report_of(baseline_path, options, analysis)
     check = evaluate(rules, report, base_report, diff_options=DiffOptions(k=noise_k), path=path,
                      baseline_path=baseline_path if base_report is not None else None)
     if not check.results:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from traceview.commands._common import (JOBS_OPTION, check_output_dir, load_with_progress, make_console,
-                                        write_output_file)
+from traceview.commands._common import check_output_dir, load_with_progress, make_console, write_output_file
+from traceview.commands.options import JOBS_OPTION, LOAD_NO_CACHE_OPTION
 from traceview.errors import output_error
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def scrub_table(table: pa.Table, scrubber: Scrubber, label: str) -> pa.Table:
 def command(
     paths: List[str] = typer.Argument(..., help="Trace files or directories."),
     output: Path = typer.Option(..., "-o", "--output", help="Directory to write the Parquet files into."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    no_cache: bool = LOAD_NO_CACHE_OPTION,
     jobs: Optional[int] = JOBS_OPTION,
 ) -> None:
     """Convert traces to Parquet (events, links, steps, memory and counters .parquet, and ranks.json).

@@ -13,11 +13,12 @@ from typing import Optional
 
 import typer
 
-from traceview.commands._common import GPU_SPECS_OPTION, JOBS_OPTION, checked_gpu_specs
 from traceview.commands.formats import check_compare_options, report_of
+from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 from traceview.errors import TraceviewError
 
 
+@with_analysis_options
 def command(
     base: str = typer.Argument(..., help="The baseline: a trace file or a directory of per-rank files."),
     new: str = typer.Argument(..., help="The trace to compare with it: a file or a directory."),
@@ -28,12 +29,7 @@ def command(
     rel_floor: str = typer.Option("1%", "--min-change", help="Smallest relative change that can be significant "
                                   "(e.g. 1%)."),
     top: int = typer.Option(15, "--top", help="How many kernel rows to show in text and Markdown."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse and analyse again instead of reading the caches "
-                                  "(traces, reports)."),
-    jobs: Optional[int] = JOBS_OPTION,
-    step_marker: Optional[str] = typer.Option(
-        None, "--step-marker", help="Regex choosing step ranges among annotations/NVTX ranges."),
-    gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
+    analysis: AnalysisArgs = ANALYSIS_OPTIONS,
 ) -> None:
     """Compare two traces: step time, busy/idle, communication, kernels and findings, with noise.
 
@@ -44,15 +40,14 @@ def command(
     from traceview.render.terminal import make_console
 
     check_compare_options(fmt, FORMATS, noise_k)
-    specs = checked_gpu_specs(gpu_specs)  # a bad file fails before any trace is read
-    options = DiffOptions(k=noise_k, rel_floor=parse_share("--min-change", rel_floor))
+    # one Options for both traces: a bad value fails before any trace is read
+    options = analysis.options()
+    diff_options = DiffOptions(k=noise_k, rel_floor=parse_share("--min-change", rel_floor))
     if output is not None and output.is_dir():
         raise TraceviewError(f"{output}: is a directory; -o takes a file name")
-    base_report = report_of(base, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
-                             gpu_specs=specs)
-    new_report = report_of(new, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
-                             gpu_specs=specs)
-    diff = diff_reports(base_report, new_report, options=options, base_label=base, new_label=new)
+    base_report = report_of(base, options, analysis)
+    new_report = report_of(new, options, analysis)
+    diff = diff_reports(base_report, new_report, options=diff_options, base_label=base, new_label=new)
     if output is not None:
         output.write_text(render(diff, fmt, top=top), encoding="utf-8")
         typer.echo(f"wrote {fmt} diff to {output}: {diff.verdict()}")

@@ -1,15 +1,17 @@
 """What the commands that compare (``diff``, ``check``) share: checking ``--format`` and
-``--noise-k`` before any work, and the report of one trace (file or folder) from the one pipeline,
-with a progress bar on standard error for big inputs."""
+``--noise-k`` before any work, and the report of one trace (file or folder) from the one entry
+point, with a progress bar on standard error for big inputs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from traceview.commands._common import analyze_in_process
+from traceview.commands._common import analyze_with_progress
 from traceview.errors import TraceviewError
 
 if TYPE_CHECKING:
+    from traceview.commands.options import AnalysisArgs
+    from traceview.findings import Options
     from traceview.report import Report
 
 
@@ -31,15 +33,9 @@ def check_compare_options(fmt: str, formats: Sequence[str], noise_k: float) -> N
     require_noise_k(noise_k)
 
 
-def report_of(path: str, *, step_marker: Optional[str], use_cache: bool, jobs: Optional[int] = None,
-              gpu_specs: Optional[str] = None) -> Report:
-    """The report of the trace at ``path`` (a file or a folder of per-rank files), analysed in this
-    process (the comparisons need whole tables), with a progress bar on standard error for big
-    inputs. ``gpu_specs``: the user's GPU table, checked (``checked_gpu_specs``)."""
-    # imported on use: the CLI imports this module at start (traceview/cli.py)
-    from rich.console import Console
-
-    from traceview.findings import Options
-
-    return analyze_in_process([path], Options(step_marker=step_marker, gpu_specs=gpu_specs), use_cache=use_cache,
-                              console=Console(stderr=True), jobs=jobs)
+def report_of(path: str, options: Options, analysis: AnalysisArgs) -> Report:
+    """The report of the trace at ``path`` (a file or a folder of per-rank files) from the one entry
+    point, in this process (the comparisons need whole tables), with a progress bar on standard
+    error for big inputs: ``options`` as :meth:`AnalysisArgs.options` made them (once per command,
+    for every trace it compares), ``analysis`` for the caches and ``--jobs``."""
+    return analyze_with_progress([path], options, use_cache=analysis.use_cache, jobs=analysis.jobs)

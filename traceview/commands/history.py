@@ -1,6 +1,8 @@
 """``traceview history add|show|check``: a run history in a DuckDB file, trends, and a regression
 gate over many runs (docs/history.md). One command with an ACTION argument; an option of another
-action is refused (one line, exit 2) rather than ignored."""
+action is refused (one line, exit 2) rather than ignored. The analysis options (the group every
+analysing command takes: traceview/commands/options.py) are ``add``'s: it analyses the run as
+``traceview analyze`` does, through the one entry point, report cache included."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from traceview.commands._common import GPU_SPECS_OPTION, JOBS_OPTION
+from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 from traceview.errors import TraceviewError
 
 ACTIONS = ("add", "show", "check")
@@ -41,6 +43,7 @@ def parse_share_option(option: str, text: str) -> float:
     return value / 100.0 if m.group(2) else value
 
 
+@with_analysis_options
 def command(
     action: str = typer.Argument(..., help="add (store a run), show (trends) or check (regression gate)."),
     paths: Optional[List[str]] = typer.Argument(None, help="add: the run's trace files or folder(s)."),
@@ -66,13 +69,10 @@ def command(
                                "(each judged against up to 20 runs before it)."),
     any_gpu: bool = typer.Option(False, "--any-gpu", help="check: compare runs on every GPU model (default: the "
                                  "newest run's model only)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="add: parse and analyse again instead of reading the "
-                                  "caches."),
-    jobs: Optional[int] = JOBS_OPTION,
-    step_marker: Optional[str] = typer.Option(None, "--step-marker", help="add: regex choosing step ranges."),
-    gpu_specs: Optional[Path] = GPU_SPECS_OPTION,
+    analysis: AnalysisArgs = ANALYSIS_OPTIONS,
 ) -> None:
     """Keep every run's kernels, collectives and step time in a database; show trends; gate regressions.
+    The analysis options (--step-marker to --jobs) are those of `add`, as `analyze` takes them.
 
     \b
     Examples:
@@ -88,16 +88,14 @@ def command(
         raise TraceviewError(f"history: {action!r} is not one of {', '.join(ACTIONS)} (e.g. traceview history add "
                              "traces/)")
     _refuse_foreign_options(action, {
-        "--run": run_name is not None, "--no-cache": no_cache, "--jobs": jobs is not None,
-        "--step-marker": step_marker is not None, "--gpu-specs": gpu_specs is not None,
+        "--run": run_name is not None, **analysis.given(),
         "--kernel": kernel is not None, "--last": last != 10, "--top": top != 10,
         "--baseline": baseline is not None, "--max-regression": max_regression != "5%",
         "--noise-k": noise_k is not None, "--min-delta": min_delta != "1us", "--window": window != 20,
         "--any-gpu": any_gpu})
     tags = query.parse_tags(tag or [])
     if action == "add":
-        _add(db, paths or [], run_name, dict(tags), no_cache=no_cache, jobs=jobs, step_marker=step_marker,
-             gpu_specs=gpu_specs)
+        _add(db, paths or [], run_name, dict(tags), analysis)
         return
     if paths:
         raise TraceviewError(f"history {action}: takes no paths (it reads the database; --db FILE)")
@@ -118,7 +116,7 @@ def command(
 
 
 #: the actions each action-specific option applies to
-_OPTION_ACTIONS = {**dict.fromkeys(("--run", "--no-cache", "--jobs", "--step-marker", "--gpu-specs"), "add"),
+_OPTION_ACTIONS = {**dict.fromkeys(("--run", *AnalysisArgs().given()), "add"),
                    **dict.fromkeys(("--kernel", "--last", "--top"), "show"),
                    **dict.fromkeys(("--baseline", "--max-regression", "--noise-k", "--min-delta", "--window",
                                     "--any-gpu"), "check")}
@@ -156,30 +154,28 @@ class _opened:
             self.con.close()
 
 
-def _add(db: Path, paths: List[str], run_name: Optional[str], tags: dict[str, str], *, no_cache: bool,
-         jobs: Optional[int], step_marker: Optional[str], gpu_specs: Optional[Path]) -> None:
+def _add(db: Path, paths: List[str], run_name: Optional[str], tags: dict[str, str], analysis: AnalysisArgs) -> None:
     """Analyse the run as ``traceview analyze`` does (same options, same report cache) and store it."""
-    from traceview.commands._common import checked_gpu_specs
-    from traceview.commands.analyze import MIN_TABLE_TOP_N, run_pipeline
-    from traceview.findings import Options
+    from traceview.api import find_inputs
+    from traceview.commands._common import analyze_with_progress
+    from traceview.commands.analyze import MIN_TABLE_TOP_N
     from traceview.history import DuplicateRunError, add_runs
-    from traceview.history.summary import files_identity, summarize
     from traceview.history.schema import first_row
-    from traceview.loading import find_trace_files
+    from traceview.history.summary import files_identity, summarize
 
     if not paths:
         raise TraceviewError("history add: give the run's trace files or folder (e.g. traceview history add traces/)")
-    files = find_trace_files(paths)
-    if not files:
+    options = analysis.options(top_n=MIN_TABLE_TOP_N)  # a bad value fails before any trace is read
+    inputs = find_inputs(paths)  # once: the run's identity and its analysis
+    if not inputs.files:
         raise TraceviewError(f"{paths[0]}: no trace files found; give Kineto .json[.gz] or Nsight .sqlite files")
-    identity = files_identity(files)
-    options = Options(step_marker=step_marker, top_n=MIN_TABLE_TOP_N, gpu_specs=checked_gpu_specs(gpu_specs))
+    identity = files_identity(list(inputs.files))
     with _opened(db, create=True) as con:
         known = first_row(con, "SELECT run_id, name FROM runs WHERE identity = ?", [identity])
         if known is not None:  # before the analysis: refusing costs nothing
             raise DuplicateRunError(f"{paths[0]}: these trace files are already in {db} as run {known[0]} "
                                     f"({known[1]}); nothing added")
-        report = run_pipeline(list(paths), options, use_cache=not no_cache, workers=None, scheduler=None, jobs=jobs)
+        report = analyze_with_progress(inputs, options, use_cache=analysis.use_cache, jobs=analysis.jobs)
         # absolute paths: the app opens a stored run from them, whatever folder it starts in
         summary = summarize(report, identity=identity, name=run_name or Path(paths[0]).name or paths[0],
                             paths=[str(Path(p).resolve()) for p in paths], tags=tags)

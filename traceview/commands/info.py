@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from traceview.commands._common import JOBS_OPTION, load_with_progress, make_console
+from traceview.commands._common import load_with_progress, make_console
+from traceview.commands.options import JOBS_OPTION, LOAD_NO_CACHE_OPTION
 from traceview.units import fmt_bytes, fmt_clock_ns, fmt_ns
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 def command(
     paths: List[str] = typer.Argument(..., help="Trace files or directories."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
+    no_cache: bool = LOAD_NO_CACHE_OPTION,
     jobs: Optional[int] = JOBS_OPTION,
 ) -> None:
     """Print the metadata of traces: format, rank, devices, when the trace was taken, events, steps.

@@ -1,5 +1,9 @@
 """``traceview sql PATH... "SELECT ..."``: a DuckDB query over a trace's views (docs/sql.md), printed
-as a table or written as CSV, JSON or Parquet."""
+as a table or written as CSV, JSON or Parquet. It takes the analysis options of every analysing
+command (traceview/commands/options.py), checked as everywhere: the step marker and the
+communication rules shape the steps, kernels, gaps and collectives views as they shape ``analyze``'s
+report; no view shows the efficiency analysis's figures yet, so ``--gpu-specs``, ``--model-flops``
+and ``--mfu-dtype`` change no result here."""
 
 from __future__ import annotations
 
@@ -11,12 +15,14 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from traceview.commands._common import (JOBS_OPTION, PIPED_WIDTH, check_output_file, load_with_progress,
-                                        write_output_file)
+from traceview.commands._common import PIPED_WIDTH, check_output_file, load_with_progress, write_output_file
+from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 from traceview.errors import TraceviewError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from traceview.findings import Options
 
 FORMATS = ("table", "csv", "json", "parquet")
 #: ``-o`` file extensions and the format each implies when ``--format`` is not given
@@ -29,6 +35,7 @@ MAX_CELL = 80
 MAX_TABLE_WIDTH = 1000
 
 
+@with_analysis_options
 def command(
     args: List[str] = typer.Argument(None, metavar="PATH... QUERY", help="Trace files or directories, then one SQL "
                                      "query (in quotes)."),
@@ -40,10 +47,7 @@ def command(
     views: bool = typer.Option(False, "--views", help="List the views and their columns, and stop."),
     max_rows: int = typer.Option(DEFAULT_MAX_ROWS, "--max-rows", min=1, help="Rows the table format prints "
                                  "(the count of the rest is said)."),
-    step_marker: Optional[str] = typer.Option(None, "--step-marker", help="Regex choosing step ranges among "
-                                              "annotations/NVTX ranges (the steps view, kernels.step, gaps.step)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache."),
-    jobs: Optional[int] = JOBS_OPTION,
+    analysis: AnalysisArgs = ANALYSIS_OPTIONS,
 ) -> None:
     """Query traces with SQL (DuckDB) over the views events, kernels, launches, ops, gaps, steps,
     collectives, ranks, links, memory and counters (docs/sql.md).
@@ -58,9 +62,10 @@ def command(
         typer.echo(view_help())
         return
     kind = output_format(fmt, output)
+    options = analysis.options()  # a bad value fails before any trace is read
     if output is not None:
         check_output_file(output)  # before loading: a path that cannot be written fails at once
-    found = run_query(paths, query, views=views, step_marker=step_marker, use_cache=not no_cache, jobs=jobs,
+    found = run_query(paths, query, views=views, options=options, use_cache=analysis.use_cache, jobs=analysis.jobs,
                       max_rows=max_rows if kind == "table" else None)
     if found is None:
         return
@@ -110,19 +115,18 @@ def output_format(fmt: Optional[str], output: Optional[Path]) -> str:
     return kind
 
 
-def run_query(paths: list[str], query: str, *, views: bool, step_marker: Optional[str], use_cache: bool,
+def run_query(paths: list[str], query: str, *, views: bool, options: Options, use_cache: bool,
               jobs: Optional[int], max_rows: Optional[int]) -> "tuple[pa.Table, int] | None":
     """Load the traces (cache, --jobs) and run the query: (its result, or its first ``max_rows``
     rows, and the number of rows in all); with ``views``, print each view's columns and types on
-    these traces instead (None)."""
+    these traces instead (None). The views the analyses compute use ``options``."""
     from rich.console import Console
 
-    from traceview.findings import Options
     from traceview.sqlviews import VIEWS, SqlSession
 
-    trace = load_with_progress(paths, use_cache=use_cache, step_marker=step_marker, console=Console(stderr=True),
-                               jobs=jobs)
-    conn = SqlSession(trace, Options(step_marker=step_marker))
+    trace = load_with_progress(paths, use_cache=use_cache, step_marker=options.step_marker,
+                               console=Console(stderr=True), jobs=jobs)
+    conn = SqlSession(trace, options)
     try:
         if views:
             for view in VIEWS:
