@@ -102,6 +102,7 @@ try:  # the native column decoder: built when a C compiler was present at instal
         array_end as _array_end, decode_chunk as _decode_chunk, first_seen as _first_seen)
 except ImportError:  # pragma: no cover - then msgspec decodes every chunk
     _decode_chunk = _first_seen = _array_end = None
+from traceview.parsing import NO_HOOKS, ParseHooks
 from traceview.registry import InputFormat, register_input_format
 from traceview.parsers.jsonstream import (
     UTF8_BOM,
@@ -311,22 +312,21 @@ def rank_from_filename(path: str | os.PathLike[str]) -> int | None:
 
 
 def parse_kineto(path: str | os.PathLike[str], *, progress: ProgressFn | None = None,
-                 jobs: int | None = 1, clock: "PhaseClock | None" = None) -> Trace:
+                 jobs: int | None = 1, clock: "PhaseClock | None" = None, hooks: ParseHooks = NO_HOOKS) -> Trace:
     """Parse one Kineto trace file. The rank comes from ``distributedInfo``, else the file name,
     else it is left as -1 (``rank_source == "unknown"``) for the loader to assign.
 
     ``jobs``: worker processes for a big file (``parsers/kineto_parallel.py``; None: the cores
     available); 1 reads it in this process. The Trace is the same either way. ``clock``: where
-    the time of each phase is added (benchmarks)."""
-    from traceview.loading import parse_heap, run_meanwhile  # here: loading imports the parsers
-
+    the time of each phase is added (benchmarks). ``hooks``: what the calling process lends the
+    parse (:class:`traceview.parsing.ParseHooks`; the default, nothing, changes nothing in it)."""
     path = Path(path)
-    with parse_heap():
+    with hooks.heap():
         if jobs != 1:
             from traceview.parsers.kineto_parallel import parse_parallel
 
-            return parse_parallel(path, progress=progress, jobs=jobs, clock=clock)
-        run_meanwhile()  # nothing runs beside this parse: the caller's work first (traceview.loading.meanwhile)
+            return parse_parallel(path, progress=progress, jobs=jobs, clock=clock, hooks=hooks)
+        hooks.meanwhile()  # nothing runs beside this parse: the caller's work first
         parser = _KinetoFile(path, progress, clock)
         return parser.parse()
 
@@ -1532,7 +1532,7 @@ class _KinetoFile:
                         flow_table: pa.Table | None) -> pa.Table | None:
         """``fwdbwd`` links from the ops' autograd sequence numbers (``kineto_autograd``) when the
         file has no ``fwdbwd`` flow of its own (PyTorch before ~1.11 wrote none)."""
-        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+        import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
         if flow_table is not None and pc.any(pc.equal(flow_table.column("category").cast(pa.string()),
                                                       "fwdbwd")).as_py():
             return None
@@ -2313,7 +2313,7 @@ def stack_pairs(track: np.ndarray, ts: np.ndarray, seq: np.ndarray,
 def _track_codes(*columns: np.ndarray) -> np.ndarray:
     """One int64 code per distinct tuple of the columns (exact: factorised, not hashed)."""
     # pandas is imported where it is used, not at the top: parse workers forked before their
-    # parent imports it (traceview.loading.meanwhile) do not import it (~0.25 s) for their ranges
+    # parent imports it (ParseHooks.meanwhile) do not import it (~0.25 s) for their ranges
     import pandas as pd
 
     code = np.zeros(len(columns[0]), dtype=np.int64)
@@ -2489,7 +2489,7 @@ def decimal_text_to_ns(texts: list[bytes]) -> np.ndarray:
 
     Vectorised with Arrow string kernels; exponent notation goes through Decimal.
     """
-    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+    import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
     arr = pa.array(texts, pa.binary()).cast(pa.string())
     negative = pc.starts_with(arr, "-").to_numpy(zero_copy_only=False)
     unsigned = pc.utf8_ltrim(arr, "-+")
@@ -2528,11 +2528,10 @@ def _in_directory(path: Path, head: bytes) -> bool:
     return _claims(path, head) and (b'"traceEvents"' in head or b'"ph"' in head)
 
 
-def _parse(path: Path, *, progress: ProgressFn | None = None, step_marker: str | None = None) -> Trace:
+def _parse(path: Path, *, progress: ProgressFn | None = None, step_marker: str | None = None, jobs: int = 1,
+           hooks: ParseHooks = NO_HOOKS) -> Trace:
     del step_marker  # part of the InputFormat.parse signature; Kineto marks steps itself (ProfilerStep#N)
-    from traceview.loading import wanted_parse_jobs
-
-    return parse_kineto(path, progress=progress, jobs=wanted_parse_jobs())
+    return parse_kineto(path, progress=progress, jobs=jobs, hooks=hooks)
 
 
 FORMAT = register_input_format(InputFormat(

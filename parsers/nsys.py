@@ -53,7 +53,8 @@ before these measures, 686 MB after the second pass, ~580 MB after the third, wh
   the copy kind only for the memcpy rows.
 * Arrays smaller than glibc's (rising) mmap threshold come from the C heap and stay resident when
   freed; the heap's free pages are handed back between phases and after each table
-  (``_return_free_heap``).
+  (``ParseHooks.release_memory``: the ``traceview`` command's ``malloc_trim``; a library call's
+  process is left alone).
 * Ids, string codes and launch dimensions are fetched as int32 while their values fit, and the
   groups keep process keys, thread ids, durations, streams and correlations as int32 where every
   value fits; the assembly writes them straight into the events table's int64 columns.
@@ -199,6 +200,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceview.errors import TraceFormatError, os_error, require_regular_file, sqlite_error
+from traceview.parsing import NO_HOOKS, ParseHooks, do_nothing
 from traceview.registry import InputFormat, register_input_format
 from traceview.model import (
     EVENT_SCHEMA,
@@ -277,7 +279,7 @@ _DTYPE_COLUMN = "msg_dtype" if "msg_dtype" in EVENT_SCHEMA.names else "dtype"
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct values, inverse), by hashing: O(n) where ``np.unique`` sorts every row."""
     # imported here, not at the top: registering this format must not import pandas (~0.25 s),
-    # which `traceview analyze` imports while Kineto parse workers run (traceview.loading.meanwhile)
+    # which `traceview analyze` imports while Kineto parse workers run (ParseHooks.meanwhile)
     import pandas as pd
 
     codes, uniques = pd.factorize(np.asarray(values), sort=True)
@@ -434,7 +436,7 @@ def export_nsys_rep(path: str | os.PathLike[str]) -> Path:
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
     target_name = f"{path.stem}-{key}.sqlite"
     try:
-        from traceview.loading import cache_dir
+        from traceview.trace_cache import cache_dir
 
         out_dir = cache_dir() / "nsys-export"
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -471,8 +473,9 @@ def export_nsys_rep(path: str | os.PathLike[str]) -> Path:
 # ------------------------------------------------------------------------------ entry
 
 
-def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None) -> Trace:
-    """Parse one Nsight Systems SQLite export (or a ``.nsys-rep``, exported with ``nsys``)."""
+def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None, hooks: ParseHooks = NO_HOOKS) -> Trace:
+    """Parse one Nsight Systems SQLite export (or a ``.nsys-rep``, exported with ``nsys``). ``hooks``:
+    what the calling process lends the parse (its ``release_memory`` is called between phases)."""
     path = Path(path)
     try:
         head = _head(path)
@@ -480,7 +483,7 @@ def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None) 
         raise os_error(path, exc) from None
     if head != SQLITE_MAGIC:
         if path.name.endswith(REPORT_SUFFIXES):
-            return parse_nsys(export_nsys_rep(path), step_marker=step_marker)
+            return parse_nsys(export_nsys_rep(path), step_marker=step_marker, hooks=hooks)
         raise TraceFormatError(
             path, "is not an SQLite database, so not an Nsight Systems export",
             "make one with: nsys export --type sqlite --output X.sqlite X.nsys-rep",
@@ -491,7 +494,7 @@ def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None) 
         raise sqlite_error(path, exc) from None
     arrow_rows = _ArrowRows(path) if ROW_READER == "adbc" else None
     try:
-        return _Parser(con, path, step_marker, arrow_rows).run()
+        return _Parser(con, path, step_marker, arrow_rows, hooks.release_memory).run()
     except sqlite3.Error as exc:  # locked (in use), damaged, unreadable: errors.sqlite_error tells them apart
         raise sqlite_error(path, exc) from None
     finally:
@@ -781,7 +784,7 @@ def _null_flags(values: pa.Array) -> np.ndarray:
 def _int_column(values: pa.Array) -> np.ndarray | None:
     """An integer result column as int64 with NULL -> -1 (as ``COALESCE(x, -1)``); None when the
     driver typed it as anything else (REAL, text: the ``sqlite3`` reader says what to do)."""
-    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+    import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
     if pa.types.is_null(values.type):
         return np.full(len(values), -1, dtype=np.int64)
     if not pa.types.is_int64(values.type):
@@ -793,21 +796,10 @@ def _int_column(values: pa.Array) -> np.ndarray | None:
 
 def _with_nulls(values: pa.Array, null: np.ndarray) -> pa.Array:
     """``values`` with the rows where ``null`` is True set to NULL."""
-    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+    import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
     if not null.any():
         return values
     return pc.if_else(pa.array(null), pa.scalar(None, values.type), values)
-
-
-def _return_free_heap() -> None:
-    """Hand the C heap's free pages back to the system (:func:`traceview.loading.release_free_memory`).
-    Arrays smaller than glibc's mmap threshold, which rises to 32 MB as big arrays are freed, come
-    from the heap; freed, they stay resident until trimmed, so an export's fetch and assembly left
-    50-110 MB of free memory counted in the process's RSS, under the peak that followed. Called
-    between the phases and after each table is read, it costs a few milliseconds."""
-    from traceview.loading import release_free_memory  # here: loading imports the parsers
-
-    release_free_memory()
 
 
 # ---------------------------------------------------------------------------- strings
@@ -866,7 +858,7 @@ class _Strings:
 
     def ids_matching(self, ids: np.ndarray, pattern: str) -> np.ndarray:
         """Boolean per id: its ``StringIds`` value matches ``pattern`` (unknown ids: False)."""
-        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+        import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
         ids = np.asarray(ids, dtype=np.int64)
         out = np.zeros(len(ids), dtype=bool)
         if len(self.ids) == 0 or len(ids) == 0:
@@ -967,8 +959,14 @@ class _Group:
 
 class _Parser:
     def __init__(self, con: sqlite3.Connection, path: Path, step_marker: str | None,
-                 arrow_rows: _ArrowRows | None = None) -> None:
+                 arrow_rows: _ArrowRows | None = None, release_memory: Callable[[], None] = do_nothing) -> None:
         self.con = con
+        #: hands the C heap's free pages back (the caller's hook; the command's ``malloc_trim``).
+        #: Arrays smaller than glibc's mmap threshold, which rises to 32 MB as big arrays are freed,
+        #: come from the heap; freed, they stay resident until trimmed, so an export's fetch and
+        #: assembly left 50-110 MB of free memory counted in the process's RSS, under the peak that
+        #: followed. Called between the phases and after each table is read: a few milliseconds.
+        self.release_memory = release_memory
         self.arrow_rows = arrow_rows  # None: every table through sqlite3 row tuples
         self.path = path
         self.step_marker = step_marker
@@ -1289,7 +1287,7 @@ class _Parser:
         return exprs + self.null_checks(t, "start", "end", "globalTid")
 
     def read_runtime(self, names: _Strings) -> _Group | None:
-        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+        import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
         t = RUNTIME_T
         if t not in self.tables:
             return None
@@ -1333,7 +1331,7 @@ class _Parser:
         return self.repair_nulls(self.group(t, proc, tid, start, end, Kind.RUNTIME, category, name_codes, corr=corr))
 
     def read_nvtx(self, names: _Strings) -> _Group | None:
-        import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+        import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
         t = NVTX_T
         if t not in self.tables:
             return None
@@ -1550,7 +1548,7 @@ class _Parser:
             group = read(names)
             if group is not None:
                 groups.append(group)
-            _return_free_heap()  # the fetched columns and the group's temporaries, before the next table
+            self.release_memory()  # the fetched columns and the group's temporaries, before the next table
         if names.missing:
             self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
         rank_map = _rank_map(groups)
@@ -1561,12 +1559,12 @@ class _Parser:
         tally.no_rank.update(self.file_counts)
         if tally.counts:
             tally.counts[0].update(self.file_counts)
-        _return_free_heap()  # what the fetch and the counts left free, before the assembly's peak
+        self.release_memory()  # what the fetch and the counts left free, before the assembly's peak
         rows = self._assemble_events(groups, rank_map, names)
         del groups
-        _return_free_heap()
+        self.release_memory()
         ranks, all_warnings = self._rank_infos(rank_map, names, tally, rows)
-        _return_free_heap()
+        self.release_memory()
         steps = steps_from_annotations(rows.events, self.step_marker)
         return Trace(events=rows.events, links=rows.links, ranks=ranks, steps=steps,
                      warnings=[f"{self.path}: {w}" for w in all_warnings])
@@ -1586,7 +1584,7 @@ class _Parser:
         Each column is written in its final order, handed to Arrow without a copy, and the groups'
         column released before the next is made, so that the peak memory is the events table plus
         about one column rather than the groups and the table side by side."""
-        placement = _Placement.of(groups)
+        placement = _Placement.of(groups, self.release_memory)
         rank, start = _sorted_rank_start(groups, rank_map, placement)
         placement.release("keep")  # (the placement has the kept rows' positions)
         n = len(start)
@@ -1621,11 +1619,11 @@ class _Parser:
         if len(copy_rows):
             columns["copy_kind"] = names.sparse_dictionary_array(n, copy_rows, copy_codes)
         del placement  # its row destinations: not needed once every column is placed
-        _return_free_heap()
+        self.release_memory()
         self._collectives(columns, name_array, kind)
         unknown = set(columns) - set(EVENT_SCHEMA.names)
         assert not unknown, f"columns not in EVENT_SCHEMA: {sorted(unknown)}"
-        _return_free_heap()  # and the dictionaries' temporaries, before make_events_table adds external_id
+        self.release_memory()  # and the dictionaries' temporaries, before make_events_table adds external_id
         # the columns an export has no data for (message sizes, process groups ...) are made there,
         # all-null over one shared buffer of untouched zero pages (model.null_array)
         return _Rows(events=make_events_table(columns, n), links=links, rows_per_rank=np.diff(bounds))
@@ -1915,12 +1913,15 @@ class _Placement:
     #: per group, its rows' destinations of its own, once :meth:`keep_destinations_of` dropped ``dest``
     own_dest: list[np.ndarray | None] = field(default_factory=list)
     n_rows: int = 0
+    #: the parse's ``release_memory`` hook (``_Parser.release_memory``)
+    release_memory: Callable[[], None] = do_nothing
 
     @classmethod
-    def of(cls, groups: list[_Group]) -> _Placement:
+    def of(cls, groups: list[_Group], release_memory: Callable[[], None] = do_nothing) -> _Placement:
         kept = [None if g.keep.all() else np.flatnonzero(g.keep) for g in groups]
         sizes = [len(g.keep) if k is None else len(k) for g, k in zip(groups, kept)]
-        return cls(groups=groups, kept=kept, offsets=np.concatenate([[0], np.cumsum(sizes)]).tolist())
+        return cls(groups=groups, kept=kept, offsets=np.concatenate([[0], np.cumsum(sizes)]).tolist(),
+                   release_memory=release_memory)
 
     def place_rows(self, order: np.ndarray) -> None:
         """Row ``order[i]`` of the concatenated kept rows becomes row ``i``."""
@@ -1965,7 +1966,7 @@ class _Placement:
             setattr(g, attr, _RELEASED)
         # the groups' columns were mostly below glibc's mmap threshold: freed, they stay resident
         # until trimmed, and each placed column would add its whole size to the RSS
-        _return_free_heap()
+        self.release_memory()
         return out
 
     def release(self, attr: str) -> None:
@@ -2006,7 +2007,7 @@ class _Placement:
             del have
             columns[col_name] = _masked_array(values, present, EVENT_SCHEMA.field(col_name).type, bitmaps)
             del values, present
-            _return_free_heap()  # as in column()
+            self.release_memory()  # as in column()
         return columns
 
 
@@ -2199,7 +2200,7 @@ def _threads_of(proc: int, pid: int, t_proc: np.ndarray, t_tid: np.ndarray,
 
 def _strip_emit_nvtx(values: pa.Array) -> pa.Array:
     """NVTX names without the ``emit_nvtx`` suffix (``aten::addmm, seq = 7, op_id = 9`` -> ``aten::addmm``)."""
-    import pyarrow.compute as pc  # here: not before the parse workers start (traceview.loading.meanwhile)
+    import pyarrow.compute as pc  # here: not before the parse workers start (ParseHooks.meanwhile)
     return pc.replace_substring_regex(values, EMIT_NVTX_SUFFIX, "")
 
 
@@ -2211,15 +2212,16 @@ def _is_report(path: Path, head: bytes) -> bool:
     return path.name.endswith(".nsys-rep") or head[:4] == b"NSYS" or b"QdstrmV" in head[:64]
 
 
-def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None) -> Trace:
-    del progress  # part of the InputFormat.parse signature; SQLite gives no progress to report
-    return parse_nsys(path, step_marker=step_marker)
+def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
+           jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
+    del progress, jobs  # part of the InputFormat.parse signature; SQLite gives no progress, one process reads it
+    return parse_nsys(path, step_marker=step_marker, hooks=hooks)
 
 
 def _parse_report(path: Path, *, progress: Callable[[int, int], None] | None = None,
-                  step_marker: str | None = None) -> Trace:
-    del progress  # part of the InputFormat.parse signature; nsys export gives no progress to report
-    return parse_nsys(export_nsys_rep(path), step_marker=step_marker)
+                  step_marker: str | None = None, jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
+    del progress, jobs  # part of the InputFormat.parse signature; nsys export gives no progress to report
+    return parse_nsys(export_nsys_rep(path), step_marker=step_marker, hooks=hooks)
 
 
 FORMAT = register_input_format(InputFormat(

@@ -344,13 +344,14 @@ def test_cache_round_trip_is_identical_and_invalidated_by_change(tmp_path, monke
 
 def test_cache_key_changes_with_the_parser_code(tmp_path, monkeypatch):
     """A parser edited or rebuilt in place (an editable install): the old Trace is not read back."""
-    from traceview import loading
+    from traceview import trace_cache
 
     path = write_trace(tmp_path / "t.json", [kernel("k", 10, 5, 1)])
-    before = loading.cache_key(path)
-    assert loading.cache_key(path) == before
-    monkeypatch.setattr(loading, "_PARSER_FINGERPRINT", "another parser")
-    assert loading.cache_key(path) != before
+    before = trace_cache.cache_key(path)
+    assert trace_cache.cache_key(path) == before
+    monkeypatch.setattr(trace_cache, "parser_fingerprint", lambda: "another parser")
+    assert trace_cache.cache_key(path) != before
+
 
 
 # ------------------------------------------------------------------------------ real traces

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
@@ -16,6 +14,7 @@ from traceview.errors import OutputError, output_error
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from traceview.discovery import Inputs
     from traceview.findings import Options
     from traceview.model import Trace
     from traceview.report import Report
@@ -97,83 +96,21 @@ def make_console() -> Console:
     return console if console.is_terminal else Console(width=PIPED_WIDTH)
 
 
-def prefer_system_memory_pool() -> None:
-    """Give Arrow buffers the system allocator in command processes, unless the user chose a pool
-    (``ARROW_DEFAULT_MEMORY_POOL``). pyarrow's default, mimalloc, keeps freed memory for reuse, so a
-    parse's transient columns stayed resident through the analyses: the peak memory of an
-    ``analyze`` of the 141 MB benchmark trace fell by about 50 MB with the system pool at the same
-    speed (benchmarks/README.md, "Peak memory"). Only the commands set it: a library user's process
-    keeps the pool its owner chose."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
-
-
-#: whether this process freezes the collector at exit (registered once, by :func:`quiet_collector`)
-_FREEZE_AT_EXIT: list[bool] = []
-
-
-@contextlib.contextmanager
-def quiet_collector() -> Iterator[None]:
-    """The block runs with the objects alive at its start (imported modules, classes, functions:
-    none of them garbage) in the cyclic collector's permanent generation, and the collector paused
-    while the command's imports run (:func:`collector_paused`); afterwards it is as before.
-
-    Why: an ``analyze`` of the 141 MB benchmark trace imports ~80k long-lived objects (pandas,
-    pyarrow, the analyses) that the collector walked ~200 times while they were imported and at
-    every later full collection, and interpreter exit ran its own collections over everything
-    alive: 0.1-0.4 s of wall time in all on a loaded 2-core machine, for no garbage found (see
-    benchmarks/bench_e2e.py). The exit one is avoided by freezing again at exit (registered once
-    per process; a frozen object is still freed by its reference count, only cycles wait)."""
-    if not _FREEZE_AT_EXIT:
-        atexit.register(gc.freeze)
-        _FREEZE_AT_EXIT.append(True)
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()  # a library or test caller's process gets its collector back as it was
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic collector paused through the block (meant for imports: nothing they make is
-    garbage), then what the block made frozen with the rest (see :func:`quiet_collector`)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
-
 def _wants_bar(console: Console) -> bool:
     return console.is_terminal or os.environ.get("TRACEVIEW_PROGRESS") == "1"
 
 
 @contextlib.contextmanager
-def load_progress(paths: Sequence[str], console: Console, jobs: int | None = None) -> Iterator[LoadProgress | None]:
-    """A progress callback for loading ``paths`` (a bar per file on ``console``), or None when the
-    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar).
-    Loads inside the block parse with ``jobs`` processes (``--jobs``; None: the cores available)."""
-    # imported here, as in every function of the commands: the CLI imports its modules at start
-    from traceview.loading import find_trace_files, parse_jobs
-
-    prefer_system_memory_pool()
-    files = find_trace_files(paths)
-    total = sum(f.stat().st_size for f in files)
-    if total < PROGRESS_MIN_BYTES or not _wants_bar(console):
-        with parse_jobs(jobs):
-            yield None
+def load_progress(inputs: Inputs, console: Console) -> Iterator[LoadProgress | None]:
+    """A progress callback for loading ``inputs`` (a bar per file on ``console``), or None when the
+    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar)."""
+    if inputs.total_bytes < PROGRESS_MIN_BYTES or not _wants_bar(console):
+        yield None
         return
     # only for a bar: rich.progress and what it imports cost an unattended run ~10 ms
     from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-    with parse_jobs(jobs), Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(),
+    with Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         tasks: dict[Path, TaskID] = {}
 
@@ -183,6 +120,20 @@ def load_progress(paths: Sequence[str], console: Console, jobs: int | None = Non
             bar.update(tasks[file], completed=min(done, size))
 
         yield progress
+
+
+def load_in_command(inputs: Inputs, *, use_cache: bool, step_marker: str | None, console: Console,
+                    jobs: int | None = None, meanwhile: Callable[[], None] | None = None) -> Trace:
+    """:func:`traceview.load` as a command runs it: with a progress bar for big inputs, ``--jobs``,
+    and the command process's runtime (``traceview.runtime``: Arrow's system pool, the heap
+    settings around each parse and a trim after, ``meanwhile`` while the parse workers run)."""
+    from traceview import runtime
+    from traceview.loading import load
+
+    runtime.prefer_system_memory_pool()
+    with load_progress(inputs, console) as progress:
+        return load(inputs, use_cache=use_cache, step_marker=step_marker, progress=progress, jobs=jobs,
+                    hooks=runtime.cli_parse_hooks(meanwhile))
 
 
 @contextlib.contextmanager
@@ -207,14 +158,14 @@ def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: st
                        console: Console, jobs: int | None = None) -> Trace:
     """:func:`traceview.load` with a progress bar for big inputs (the commands that need a Trace),
     parsing with ``jobs`` processes (``--jobs``)."""
-    from traceview.loading import load
+    from traceview.discovery import discover
 
-    with load_progress(paths, console, jobs) as progress:
-        return load(list(paths), use_cache=use_cache, step_marker=step_marker, progress=progress)
+    return load_in_command(discover(paths), use_cache=use_cache, step_marker=step_marker, console=console, jobs=jobs)
 
 
 def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: bool, console: Console,
-                       jobs: int | None = None, only_rendered: bool = False) -> Report:
+                       jobs: int | None = None, only_rendered: bool = False,
+                       meanwhile: Callable[[], None] | None = None) -> Report:
     """The report of ``paths`` analysed in this process (:func:`traceview.pipeline.analyze`), with a
     progress bar for big inputs. With ``use_cache`` the report is read from the report cache when
     the same files were analysed with the same options by the same code (traceview/report_cache.py),
@@ -222,27 +173,34 @@ def analyze_in_process(paths: Sequence[str], options: Options, *, use_cache: boo
     report is the same object a computation gives (its HTML timeline needs the trace).
     ``only_rendered``: the caller only renders the report (``analyze``), so without the cache its
     tables are cut to what the report shows as each analysis ends (less memory, the same output:
-    ``whole_tables`` of :func:`traceview.pipeline.analyze`); the comparisons need them whole."""
-    from traceview.loading import find_trace_files, load, parse_jobs, remembered_cache_keys, run_meanwhile
+    ``whole_tables`` of :func:`traceview.pipeline.analyze`); the comparisons need them whole.
+    ``meanwhile``: the command's work to do while the parse workers run (its imports); done by the
+    time the load returns. The inputs are found once: the load and the report key share their
+    records (and so each file's cache key, read once)."""
+    from traceview import runtime
+    from traceview.discovery import discover
+    from traceview.loading import parse_jobs
 
-    # the load and the report key read each file's key once between them; the pipeline and the
-    # report cache (pandas with them) are imported after the load starts: a caller's work for
-    # meanwhile (traceview.loading.meanwhile) may be importing them while the parse runs
-    with remembered_cache_keys(), load_progress(paths, console, jobs) as progress:
-        trace = load(list(paths), use_cache=use_cache, progress=progress, step_marker=options.step_marker)
-        run_meanwhile()
-        from traceview import report_cache
-        from traceview.pipeline import analyze
+    inputs = discover(paths)
+    # the pipeline and the report cache (pandas with them) are imported after the load starts: the
+    # caller's work for meanwhile may be importing them while the parse runs
+    trace = load_in_command(inputs, use_cache=use_cache, step_marker=options.step_marker, console=console,
+                            jobs=jobs, meanwhile=meanwhile)
+    from traceview import report_cache
+    from traceview.pipeline import analyze
 
-        if not use_cache:
-            return analyze(trace, options, whole_tables=not only_rendered)
-        skipped: list[Path] = []
-        key = report_cache.report_key(find_trace_files(paths, skipped), options, skipped)
+    if not use_cache:
+        with parse_jobs(jobs):  # --jobs bounds the pipeline's opt-in split too (until its rewrite)
+            report = analyze(trace, options, whole_tables=not only_rendered)
+        runtime.release_free_memory()  # the analyses' free pages, before the report is rendered
+        return report
+    key = report_cache.report_key(inputs.files, options, inputs.skipped)
     cached = report_cache.read_report(key, trace) if key is not None else None
     if cached is not None:
         return cached
-    with parse_jobs(jobs):  # --jobs bounds the analyses' processes too (traceview/pipeline.py)
+    with parse_jobs(jobs):
         report = analyze(trace, options)  # what analyze(paths) does after this same load
+    runtime.release_free_memory()
     if key is not None:
         report_cache.write_report(key, report)
     return report

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import typer
 
 from traceview.commands._common import (GPU_SPECS_OPTION, JOBS_OPTION, MFU_DTYPE_OPTION, MODEL_FLOPS_OPTION,
                                         analyze_in_process, check_output_file, checked_gpu_specs,
-                                        checked_model_flops, collector_paused, job_progress, quiet_collector,
-                                        write_output_file)
+                                        checked_model_flops, job_progress, write_output_file)
 from traceview.errors import TraceviewError
+from traceview.runtime import collector_paused, quiet_collector
 from traceview.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def command(
         # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py);
         # the analyses, the report and the renderers (pandas with them) while the trace is parsed (_analyze)
         with collector_paused():
-            from traceview.loading import registered_formats
+            from traceview.discovery import registered_formats
 
             registered_formats()  # the parsers' modules
         _analyze(paths, no_cache=no_cache, jobs=jobs, step_marker=step_marker, top=top, details=details,
@@ -92,7 +92,6 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
     from rich.console import Console
 
     from traceview.findings import Options
-    from traceview.loading import meanwhile
 
     if plotlyjs not in ("cdn", "inline"):
         raise TraceviewError(f"--plotlyjs {plotlyjs}: choose cdn or inline")
@@ -113,10 +112,9 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
             from traceview.render import get_renderer
         get_renderer(fmt_name)
 
-    with meanwhile(prepare):
-        report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs,
-                              only_rendered=True)
-    from traceview.render import get_renderer  # imported by prepare(), which the block above ran
+    report = run_pipeline(paths, options, use_cache=not no_cache, workers=workers, scheduler=scheduler, jobs=jobs,
+                          only_rendered=True, meanwhile=prepare)
+    from traceview.render import get_renderer  # imported by prepare(), which run_pipeline ran
 
     renderer = get_renderer(fmt_name)(top=top, details=details, summary_only=summary_only, max_findings=max_findings,
                                       plotlyjs=plotlyjs)
@@ -143,27 +141,28 @@ def comm_patterns(patterns: List[str], config: Optional[Path]) -> tuple[str, ...
 
 
 def run_pipeline(paths: List[str], options: Options, *, use_cache: bool, workers: Optional[int],
-                 scheduler: Optional[str], jobs: Optional[int] = None, only_rendered: bool = False) -> Any:
+                 scheduler: Optional[str], jobs: Optional[int] = None, only_rendered: bool = False,
+                 meanwhile: Optional[Callable[[], None]] = None) -> Any:
     """The report, with a progress bar on standard error for big inputs (files loaded) or for a job
     (files analyzed). In this process the report cache is used with the trace cache
     (:func:`analyze_in_process`; ``only_rendered``: the report is only rendered, its tables need
     not stay whole); a job's workers analyse every time. The job executors are imported only for a
-    job."""
+    job. ``meanwhile``: the command's work to overlap with the parse (done before this returns)."""
     from rich.console import Console
 
     progress_console = Console(stderr=True)
     if workers is not None or scheduler:
         from traceview.jobs import make_executor
-        from traceview.loading import run_meanwhile
         from traceview.pipeline import analyze
 
-        run_meanwhile()  # this process parses nothing: the caller's work (and checks) first
+        if meanwhile is not None:
+            meanwhile()  # this process parses nothing: the caller's work (and checks) first
 
         with job_progress(progress_console) as counted:
             executor = make_executor(workers, scheduler, progress=counted)
             return analyze(paths, options, use_cache=use_cache, executor=executor)
     return analyze_in_process(paths, options, use_cache=use_cache, console=progress_console, jobs=jobs,
-                              only_rendered=only_rendered)
+                              only_rendered=only_rendered, meanwhile=meanwhile)
 
 
 def _to_stdout(renderer: Any, report: Any) -> None:

@@ -35,7 +35,8 @@ def command(
     Example: traceview app run/ --port 8050
     """
     from traceview.app.runs import RunStore, discover_runs
-    from traceview.commands._common import checked_gpu_specs, checked_model_flops, prefer_system_memory_pool
+    from traceview.commands._common import checked_gpu_specs, checked_model_flops
+    from traceview.runtime import prefer_system_memory_pool
     from traceview.findings import Options
 
     prefer_system_memory_pool()

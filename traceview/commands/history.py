@@ -165,7 +165,7 @@ def _add(db: Path, paths: List[str], run_name: Optional[str], tags: dict[str, st
     from traceview.history import DuplicateRunError, add_runs
     from traceview.history.summary import files_identity, summarize
     from traceview.history.schema import first_row
-    from traceview.loading import find_trace_files
+    from traceview.discovery import find_trace_files
 
     if not paths:
         raise TraceviewError("history add: give the run's trace files or folder (e.g. traceview history add traces/)")

@@ -28,7 +28,7 @@ def command(
     Example: traceview redact rank0.json.gz -o rank0.shared.json.gz --strict
     """
     # imported here: the CLI imports every command module at start (traceview/cli.py)
-    from traceview.loading import detect_format
+    from traceview.discovery import detect_format
     from traceview.redact import redact_kineto, redact_nsys
 
     fmt = detect_format(path)
