@@ -67,7 +67,7 @@ import glob, resource, threading
 # imported before the timer, as a long-lived process has them: the figure is the parse (pandas
 # too: the parser imports it at its first use, so that `traceview analyze` imports it while its
 # parse workers run; here it is imported first, as the parser did before)
-import pandas, traceview.loading, traceview.parsers.kineto, traceview.parsers.kineto_parallel
+import pandas, traceview.loading, traceview.parsers.kineto, traceview.parsers.kineto.parallel
 import traceview.discovery, traceview.runtime
 traceview.discovery.registered_formats()
 # the parse as the traceview command runs it: with the command's heap settings (traceview.runtime)
@@ -143,7 +143,7 @@ PHASES_CHILD = """
 import time, resource
 from pathlib import Path
 import pandas  # as in TRACEVIEW_CHILD
-import traceview.discovery, traceview.runtime, traceview.parsers.kineto as kineto, traceview.parsers.kineto_parallel
+import traceview.discovery, traceview.runtime, traceview.parsers.kineto as kineto, traceview.parsers.kineto.parallel
 traceview.discovery.registered_formats()
 hooks = traceview.runtime.cli_parse_hooks()  # as the traceview command parses
 path, jobs = {path!r}, {jobs!r}
@@ -248,9 +248,10 @@ def code_version() -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    parser = root / "parsers" / "kineto.py"
-    digest = hashlib.sha256(parser.read_bytes()).hexdigest()[:10] if parser.exists() else "?"
-    return f"{head or '?'}{' + local edits' if dirty else ''} (parsers/kineto.py sha256 {digest})"
+    digest = hashlib.sha256()
+    for module in sorted((root / "parsers" / "kineto").glob("*.py")):  # the parser's package
+        digest.update(module.read_bytes())
+    return f"{head or '?'}{' + local edits' if dirty else ''} (parsers/kineto/*.py sha256 {digest.hexdigest()[:10]})"
 
 
 def _jobs_key(jobs: int) -> str:
@@ -278,7 +279,7 @@ def measure_cache(path: Path, args: argparse.Namespace, cache: str, results: dic
 def measure_gzip(path: Path, args: argparse.Namespace) -> dict:
     """--jobs 1 and 3 on a gzip copy of the trace (made once, level 6): decompression is one stream,
     done by the parent, which ships ranges of text to jobs - 1 workers (gzip uses workers only from
-    3 jobs on: parsers/kineto_parallel.py GZIP_MIN_JOBS)."""
+    3 jobs on: parsers/kineto/parallel.py GZIP_MIN_JOBS)."""
     import gzip
     import shutil
 

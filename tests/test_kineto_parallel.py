@@ -1,4 +1,4 @@
-"""A Kineto file parsed in byte ranges by worker processes (parsers/kineto_parallel.py) gives the
+"""A Kineto file parsed in byte ranges by worker processes (parsers/kineto/parallel.py) gives the
 Trace and the report a one-process parse gives: every table, every event count, figure for figure.
 
 Real files are small, so the parallel path is forced (no size threshold, ranges of a few hundred
@@ -22,10 +22,11 @@ import pytest
 from conftest import SAMPLE_TRACES, SHARED_TRACES, require_shared
 from traceview import loading, parsing
 from traceview.errors import TraceFormatError
-from traceview.parsers import kineto_parallel
+from traceview.parsers.kineto import parallel as kineto_parallel
+from traceview.parsers.kineto import reading as kineto_reading
 from traceview.parsers.jsonstream import structure_at
 from traceview.parsers.kineto import PhaseClock, parse_kineto
-from traceview.parsers.kineto_parallel import parse_parallel
+from traceview.parsers.kineto.parallel import parse_parallel
 from traceview.parsing import ParseHooks
 
 TABLES = ("events", "links", "memory", "steps", "counters")
@@ -172,9 +173,7 @@ def test_text_ids_do_not_depend_on_chunks(tmp_path: Path, monkeypatch: pytest.Mo
               .replace(f'"tid": {1 + i % 3}', f'"tid": "{["C", "D"][(i // 5) % 2]}"') for i in range(400)]
     path = _write_trace(tmp_path / "ids.json", events)
     whole = parse_kineto(path)
-    import traceview.parsers.kineto as kp
-
-    monkeypatch.setattr(kp, "CHUNK_BYTES", 700)
+    monkeypatch.setattr(kineto_reading, "CHUNK_BYTES", 700)
     _assert_same(whole, parse_kineto(path), "small chunks")
 
 
@@ -337,7 +336,7 @@ def test_spools_of_dead_parses_are_removed_and_live_ones_kept(tmp_path: Path) ->
     import subprocess
     import sys
 
-    from traceview.parsers.kineto_parallel import SPOOL_PREFIX, remove_orphan_spools
+    from traceview.parsers.kineto.parallel import SPOOL_PREFIX, remove_orphan_spools
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()  # its pid names a process that has ended
@@ -365,7 +364,7 @@ import multiprocessing, sys
 from pathlib import Path
 from traceview import discovery
 from traceview.parsing import ParseHooks
-from traceview.parsers import kineto_parallel
+from traceview.parsers.kineto import parallel as kineto_parallel
 assert "pandas" not in sys.modules, "the parser imports pandas"
 discovery.registered_formats()  # every parser, as traceview analyze imports them before the parse
 assert "pyarrow.compute" not in sys.modules, "pyarrow.compute (~35 ms) is imported before the workers start"

@@ -14,7 +14,7 @@ import traceview
 from traceview import report_cache
 from traceview.commands._common import analyze_in_process
 from traceview.findings import Options
-from traceview.loading import find_trace_files
+from traceview.discovery import find_trace_files
 from traceview.render import get_renderer
 
 from conftest import SAMPLE_TRACES, SHARED_TRACES

@@ -15,7 +15,7 @@ and Arrow column chunks, counts, string memos) as a file in the spool folder: a 
 array buffers lie after it, mapped by the parent rather than copied, the big ones each on its
 own (``dump_result``, ``load_result``). Only the head (read in small blocks, ``HEAD_BYTES``) and
 the cuts come before the workers start; after them the parent merges and builds the tables, with
-the CPU-op links made by a helper thread beside the rest (``_KinetoFile._build``).
+the CPU-op links made by a helper thread beside the rest (``KinetoFile._build``).
 ``benchmarks/bench_load.py --phases`` prints the time of each phase.
 
 Where a range may start
@@ -74,13 +74,14 @@ import numpy as np
 import pyarrow as pa
 
 from traceview import parsing
-from traceview.parsing import NO_HOOKS, ParseHooks
+from traceview.parsing import NO_HOOKS, ParseHooks, ProgressFn
 from traceview.model import Trace
 from traceview.parsers.jsonstream import READ_BYTES, UTF8_BOM, Blocks, open_bytes
-from traceview.parsers.kineto import (OP_INPUT_COLUMNS, PhaseClock, kineto_reader, minor_page_faults, op_input_memo,
-                                      parse_kineto, timed)
+from traceview.parsers.kineto import kineto_reader, parse_kineto
+from traceview.parsers.kineto.clock import PhaseClock, minor_page_faults, timed
+from traceview.parsers.kineto.events import OP_INPUT_COLUMNS
+from traceview.parsers.kineto.fields import op_input_memo
 
-ProgressFn = Callable[[int, int], None]
 
 #: Ranges per process: many, so that where the parent, taking ranges from the end, meets the
 #: workers the last range is short (a process finishing early idles for at most one range) and a
