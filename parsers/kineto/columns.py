@@ -94,11 +94,7 @@ def buffer_piece(buf: bytearray, start: int, end: int) -> bytes:
 
 # plus id2, which only async events use (read by PhaseProbe)
 _EVENT_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(Event)) | {"id2"}
-
-
 _ARG_KEYS = frozenset(MemoryArgs.__struct_encode_fields__)
-
-
 _INT64_RANGE = range(-(2**63), 2**63)
 
 
@@ -242,8 +238,6 @@ def concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 get_counter_args = attrgetter("counter_args")
-
-
 NUMBER_TYPES = frozenset({int, float})  # not bool: true/false are no samples
 
 
@@ -362,7 +356,6 @@ def plain_int(value: Any) -> int | None:
 #: not objects, and phases traceview does not read (counters, async, object snapshots...), are not.
 ACTIVITY_LOSS_REASONS = ("skipped_no_ts", "skipped_ts_out_of_range", "skipped_dur_out_of_range",
                          "skipped_nested_too_deep", "skipped_unmatched_begin", "skipped_unmatched_end")
-
 
 #: What each event count means in words (``fate_warnings``); ``{n}`` is the count.
 FATE_TEXT = {

@@ -37,89 +37,44 @@ CATEGORY_KINDS: dict[str, Kind] = {
     "user_annotation": Kind.ANNOTATION,
     "gpu_user_annotation": Kind.GPU_ANNOTATION,
 }
-
-
 #: The name of the allocator's instant events (``ph: "i"``, category ``cpu_instant_event``, or none
 #: before PyTorch 1.10): they go to ``Trace.memory``, not to the events.
 MEMORY_EVENT_NAME = "[memory]"
-
-
 #: Flow categories that link a launch to its GPU activity (already covered by correlation ids).
 LAUNCH_FLOW_CATEGORIES = {"ac2g", "async_cpu_to_gpu", "async"}
 
-
 GPU_KINDS = np.array([int(k) for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC, Kind.GPU_ANNOTATION)])
-
-
 ACTIVITY_OR_SYNC = np.array([int(k) for k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC)])
 
-
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
-
-
 TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-
-
 EVENT_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
-
-
 COPY_KIND = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP|HtoA|AtoH|AtoD|DtoA|AtoA)\b")
 
-
 TS_EXACT_LIMIT_US = float(2**43)
-
-
 #: Times (``ts``, ``dur``, ``baseTimeNanoseconds``) must lie within +-2**61 ns (73 years): the sum
 #: of a base time, a start and a duration then still fits int64. Beyond it an event is skipped.
 TIME_LIMIT_NS = 2**61
-
-
 TIME_LIMIT_US = TIME_LIMIT_NS / 1000
-
-
 INT64_MAX = 2**63 - 1
-
-
 INT32_MAX = 2**31 - 1
-
-
 #: Phases (``ph``) and what becomes of them (the Chrome trace event format's phases).
 COMPLETE_PHASES = ("X",)
-
-
 INSTANT_PHASES = ("i", "I")
-
-
 FLOW_PHASES = ("s", "f", "t")
-
-
 COUNTER_PHASES = ("C",)
-
-
 ASYNC_PHASES = ("b", "e", "n", "S", "T", "p", "F")
-
-
 #: Async events kept: nestable (b/e) and legacy (S/F) begins and ends pair into duration rows, ``n``
 #: instants become instant rows; all of kind OTHER. The legacy steps (T/p) are skipped, counted.
 ASYNC_BEGIN_PHASES = ("b", "S")
-
-
 ASYNC_END_PHASES = ("e", "F")
-
-
 ASYNC_INSTANT_PHASES = ("n",)
-
-
 #: The key under which the slow path (``coerce_event``) keeps the args of counter events, whose
 #: keys and types are the trace's own (the typed ``args`` would coerce or fail on them).
 COUNTER_ARGS_KEY = "traceview:counter_args"
-
-
 #: Columns of the events table holding an op's recorded inputs (``record_shapes=True``: "Input Dims",
 #: "Input type", "Input Strides", "Concrete Inputs"), each as canonical JSON text (``canonical_json``)
 OP_INPUT_COLUMNS = ("input_dims", "input_types", "input_strides", "concrete_inputs")
-
-
 #: ``Args`` fields of any JSON value (never coerced by the slow path)
 ANY_JSON_ARGS = frozenset((*OP_INPUT_COLUMNS, "input_dims_old"))
 
@@ -168,8 +123,6 @@ class MemoryArgs(Args, frozen=True, gc=False):
 
 
 _NO_ARGS = Args()
-
-
 NO_MEMORY_ARGS = MemoryArgs()
 
 
@@ -217,29 +170,12 @@ class _RawTimes(msgspec.Struct, gc=False):
 #: States of a decoded time (``KinetoFile._times_ns``).
 VALID, MISSING, OUT_OF_RANGE = 0, 1, 2
 
-
 EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-
-
 MEMORY_EVENTS_DECODER = msgspec.json.Decoder(list[_MemoryEvent])
-
-
 MEMORY_PROBE_DECODER = msgspec.json.Decoder(list[_MemoryProbe])
-
-
 PHASE_PROBE_DECODER = msgspec.json.Decoder(list[PhaseProbe])
-
-
 RAW_OBJECT_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
-
-
 get_name, get_pid, get_tid = attrgetter("name"), attrgetter("pid"), attrgetter("tid")
-
-
 get_args, get_id = attrgetter("args"), attrgetter("id")
-
-
 RAW_TIMES_DECODER = msgspec.json.Decoder(list[_RawTimes])
-
-
 ANY_DECODER = msgspec.json.Decoder()

@@ -191,8 +191,6 @@ class StructFields:
 #: the native decoder's dense columns that are not int64
 _NATIVE_DTYPES = {"ph": np.int32, "cat": np.int32, "name": np.int32, "ts_kind": np.uint8, "dur_kind": np.uint8,
                   "ts_length": np.uint16, "dur_length": np.uint16, "ts_exact": np.uint8, "dur_exact": np.uint8}
-
-
 #: its sparse columns (a value for each event that has the field), their dtypes and defaults
 _NATIVE_SPARSE = {
     **{key: (np.int64, -1) for key in ("id", "external_id", "external_id_old", "correlation", "stream", "device",
@@ -207,16 +205,10 @@ _NATIVE_SPARSE = {
     **{key: (np.int32, -1) for key in (*OP_INPUT_COLUMNS, "input_dims_old")},
     "grid_length": (np.int32, 0), "block_length": (np.int32, 0),
 }
-
-
 #: columns with one value per event (grid and block are flat: ``grid_length`` values per event)
 _NATIVE_FLAT = ("grid", "block")
-
-
 #: phases whose handling reads struct fields the native decoder does not provide
 _STRUCT_ONLY_PHASES = frozenset(COUNTER_PHASES + ASYNC_PHASES)
-
-
 #: what ``Event`` holds for an absent ts (NaN: skipped) and dur (the integer 0)
 _ABSENT_TIME = {"ts": np.nan, "dur": 0.0}
 
