@@ -34,6 +34,14 @@ class RankPlan:
         return {i: m for i, m in self.maps.items() if any(old != new for old, new in m.items())}
 
 
+def numbers_its_ranks(source_format: str) -> bool:
+    """Whether the parser of ``source_format`` only numbers a file's ranks (``InputFormat.numbers_ranks``)."""
+    from traceview.discovery import format_named
+
+    fmt = format_named(source_format)
+    return fmt is not None and fmt.numbers_ranks
+
+
 def unranked_warning(source_path: str, rank: int) -> str:
     """What loading says of a file that states no rank."""
     return f"{source_path}: no rank in distributedInfo or file name; treated as rank {rank}"
@@ -53,7 +61,7 @@ def plan_ranks(files: Sequence[tuple[int, Mapping[int, RankInfo]]], *, several: 
     claimed: dict[int, str] = {}
 
     def numbered_only(info: RankInfo) -> bool:
-        return several and info.rank_source.startswith("nsys")
+        return several and numbers_its_ranks(info.source_format)
 
     for index, infos in files:
         stated = [(rank, info) for rank, info in infos.items() if rank >= 0 and not numbered_only(info)]

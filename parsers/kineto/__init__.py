@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traceview.model import Trace
 from traceview.parsers.jsonstream import UTF8_BOM
@@ -91,6 +92,9 @@ from traceview.parsers.kineto.fields import NATIVE_CHUNKS, op_input_memo
 from traceview.parsers.kineto.reading import KinetoFile
 from traceview.parsing import NO_HOOKS, ParseHooks, ProgressFn
 from traceview.registry import InputFormat, register_input_format
+
+if TYPE_CHECKING:
+    from traceview.secrets import RedactionReport
 
 #: the package's public names (the modules of the parser are ``traceview.parsers.kineto.<module>``:
 #: events, fields, reading, ingest, build, columns, clock, state, native, autograd, parallel, redact)
@@ -141,7 +145,14 @@ def _parse(path: Path, *, progress: ProgressFn | None = None, step_marker: str |
     return parse_kineto(path, progress=progress, jobs=jobs, hooks=hooks)
 
 
+def _redact(in_path: Path, out_path: Path, *, strict: bool = False) -> RedactionReport:
+    """``traceview redact`` of a Kineto file (``redact.py``, imported only when a file is redacted)."""
+    from traceview.parsers.kineto.redact import redact_kineto
+
+    return redact_kineto(in_path, out_path, strict=strict)
+
+
 FORMAT = register_input_format(InputFormat(
     name="kineto", description="PyTorch profiler (Kineto) Chrome-trace JSON (.json, .json.gz)",
     sniff=_claims, scan=_in_directory, parse=_parse, suffixes=(".json", ".json.gz", ".gz"), order=20,
-    runs_meanwhile=True))
+    runs_meanwhile=True, producer="PyTorch profiler (Kineto) JSON", redact=_redact))

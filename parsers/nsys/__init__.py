@@ -188,7 +188,7 @@ import sqlite3
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from traceview.errors import os_error, sqlite_error, TraceFormatError
 from traceview.model import Trace
@@ -197,6 +197,9 @@ from traceview.parsers.nsys.rows import ArrowRows, connect_export, file_head, ta
 from traceview.parsers.nsys.schema import CORE_TABLES, EXPORT_HINT, REPORT_SUFFIXES, SQLITE_MAGIC
 from traceview.parsing import NO_HOOKS, ParseHooks
 from traceview.registry import InputFormat, register_input_format
+
+if TYPE_CHECKING:
+    from traceview.secrets import RedactionReport
 
 #: the package's public names (its modules: schema, rows, strings, queries, event_tables, metadata,
 #: assembly, links, columns, redact)
@@ -327,11 +330,27 @@ def _parse_report(path: Path, *, progress: Callable[[int, int], None] | None = N
     return parse_nsys(export_nsys_rep(path), step_marker=step_marker, hooks=hooks)
 
 
+def _redact(in_path: Path, out_path: Path, *, strict: bool = False) -> RedactionReport:
+    """``traceview redact`` of an export (``redact.py``, imported only when a file is redacted)."""
+    from traceview.parsers.nsys.redact import redact_nsys
+
+    return redact_nsys(in_path, out_path, strict=strict)
+
+
+def _refuse_report(in_path: Path, out_path: Path, *, strict: bool = False) -> RedactionReport:
+    """A report (.nsys-rep) is redacted through its SQLite export: say how to make it."""
+    del out_path, strict  # the InputFormat.redact signature
+    raise TraceFormatError(in_path, "is an Nsight Systems report, not its SQLite export",
+                           "run `nsys export --type sqlite` first and redact the .sqlite file")
+
+
+#: an export says nothing of the distributed rank: the parser numbers its processes (rank_source
+#: "nsys process ..."), which across several files are given out again (numbers_ranks)
 FORMAT = register_input_format(InputFormat(
     name="nsys", description="Nsight Systems SQLite export (nsys export --type sqlite)",
-    sniff=_is_sqlite, parse=_parse, suffixes=(".sqlite",), order=10))
-
-
+    sniff=_is_sqlite, parse=_parse, suffixes=(".sqlite",), order=10, producer="Nsight Systems SQLite export",
+    redact=_redact, vendor="NVIDIA", numbers_ranks=True))
 REPORT_FORMAT = register_input_format(InputFormat(
     name="nsys-rep", description="Nsight Systems report (.nsys-rep; exported to SQLite with nsys)",
-    sniff=_is_report, parse=_parse_report, suffixes=(".nsys-rep",), cacheable=False, order=30))
+    sniff=_is_report, parse=_parse_report, suffixes=(".nsys-rep",), cacheable=False, order=30,
+    producer="Nsight Systems report", redact=_refuse_report, vendor="NVIDIA", numbers_ranks=True))
