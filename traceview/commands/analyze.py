@@ -16,7 +16,6 @@ from traceview.commands._common import (GPU_SPECS_OPTION, JOBS_OPTION, MFU_DTYPE
                                         analyze_in_process, check_output_file, checked_gpu_specs,
                                         checked_model_flops, job_progress, write_output_file)
 from traceview.errors import TraceviewError
-from traceview.runtime import collector_paused, quiet_collector
 from traceview.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -70,6 +69,8 @@ def command(
 
     Example: traceview analyze run/ -f markdown -o report.md --max-findings 5
     """
+    from traceview.runtime import collector_paused, quiet_collector  # the command process's runtime
+
     with quiet_collector():
         # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py);
         # the analyses, the report and the renderers (pandas with them) while the trace is parsed (_analyze)
@@ -101,6 +102,8 @@ def _analyze(paths: List[str], *, no_cache: bool, jobs: Optional[int], step_mark
     options = Options(step_marker=step_marker, top_n=max(top, MIN_TABLE_TOP_N),
                       comm_patterns=comm_patterns(comm_pattern or [], comm_config),
                       gpu_specs=checked_gpu_specs(gpu_specs), model_flops_per_step=flops, mfu_dtype=flops_dtype)
+
+    from traceview.runtime import collector_paused
 
     def prepare() -> None:
         """What comes after the parse, done while parse workers run: the imports (~0.3 s, pandas
