@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "traceview.parsers._kineto_columns",
-            sources=["parsers/_kineto_columns.c"],
+            "traceview.parsers.kineto._kineto_columns",
+            sources=["parsers/kineto/_kineto_columns.c"],
             optional=True,
             extra_compile_args=["-O3"],
         )

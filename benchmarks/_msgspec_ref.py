@@ -2,8 +2,8 @@
 
 bench_kineto_native.py and bench_load.py both time ``decode`` on the same file, freeing the structs
 after the timer, so both ratios mean the same thing. The structs decode every field traceview's
-Kineto parser reads from an event, typed as the parser types them (``parsers/kineto.py``: ``_Event``
-and ``_MemoryArgs``): the event keys ``EVENT_KEYS`` and the args keys ``ARGS_KEYS``; every other key
+Kineto parser reads from an event, typed as the parser types them (``parsers/kineto/events.py``: ``Event``
+and ``MemoryArgs``): the event keys ``EVENT_KEYS`` and the args keys ``ARGS_KEYS``; every other key
 is skipped, as the parser skips it. The native decoder reads exactly these keys
 (``_kineto_columns.decoded_keys()``; tests/unit/test_kineto_native.py checks the two agree), so the
 reference does the parser's job, no less (an easier task than the parser's) and no more (a slower

@@ -5,7 +5,7 @@
     python benchmarks/bench_load.py --size-mb 50        # quick check
     python benchmarks/bench_load.py --trace FILE.json   # any existing trace instead
     python benchmarks/bench_load.py --trace FILE.json --phases --runs 7   # where a parse's time goes
-    python benchmarks/bench_load.py --trace FILE.json --phases --glibc-heap   # ... and without parse_heap
+    python benchmarks/bench_load.py --trace FILE.json --phases --glibc-heap   # ... and without the command's parse_heap
 
 Every measurement runs in a fresh Python process, which reports its own wall time, CPU time and peak
 RSS (``VmHWM``). The file is read once before the runs so every run sees it in the page cache: the
@@ -67,8 +67,11 @@ import glob, resource, threading
 # imported before the timer, as a long-lived process has them: the figure is the parse (pandas
 # too: the parser imports it at its first use, so that `traceview analyze` imports it while its
 # parse workers run; here it is imported first, as the parser did before)
-import pandas, traceview.loading, traceview.parsers.kineto, traceview.parsers.kineto_parallel
-traceview.loading.registered_formats()
+import pandas, traceview.loading, traceview.parsers.kineto, traceview.parsers.kineto.parallel
+import traceview.discovery, traceview.runtime
+traceview.discovery.registered_formats()
+# the parse as the traceview command runs it: with the command's heap settings (traceview.runtime)
+hooks = traceview.runtime.cli_parse_hooks()
 path, use_cache, touch, jobs = {path!r}, {use_cache!r}, {touch!r}, {jobs!r}
 
 def _children():
@@ -122,7 +125,7 @@ children_cpu0, _ = _children()
 sampler = _PssSampler()
 sampler.start()
 with _Timer() as t:
-    trace = traceview.load(path, use_cache=use_cache, jobs=jobs)
+    trace = traceview.load(path, use_cache=use_cache, jobs=jobs, hooks=hooks)
     if touch:
         _touch_all(trace)
 sampler.stop.set()
@@ -140,14 +143,15 @@ PHASES_CHILD = """
 import time, resource
 from pathlib import Path
 import pandas  # as in TRACEVIEW_CHILD
-import traceview.loading, traceview.parsers.kineto as kineto, traceview.parsers.kineto_parallel
-traceview.loading.registered_formats()
+import traceview.discovery, traceview.runtime, traceview.parsers.kineto as kineto, traceview.parsers.kineto.parallel
+traceview.discovery.registered_formats()
+hooks = traceview.runtime.cli_parse_hooks()  # as the traceview command parses
 path, jobs = {path!r}, {jobs!r}
 clock = kineto.PhaseClock()
 children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
 origin, main_cpu, faults = time.monotonic(), time.thread_time(), kineto.minor_page_faults()
 with _Timer() as t:
-    trace = kineto.parse_kineto(Path(path), jobs=jobs, clock=clock)
+    trace = kineto.parse_kineto(Path(path), jobs=jobs, clock=clock, hooks=hooks)
 main_cpu = time.thread_time() - main_cpu
 faults = kineto.minor_page_faults() - faults
 children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -244,9 +248,10 @@ def code_version() -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    parser = root / "parsers" / "kineto.py"
-    digest = hashlib.sha256(parser.read_bytes()).hexdigest()[:10] if parser.exists() else "?"
-    return f"{head or '?'}{' + local edits' if dirty else ''} (parsers/kineto.py sha256 {digest})"
+    digest = hashlib.sha256()
+    for module in sorted((root / "parsers" / "kineto").glob("*.py")):  # the parser's package
+        digest.update(module.read_bytes())
+    return f"{head or '?'}{' + local edits' if dirty else ''} (parsers/kineto/*.py sha256 {digest.hexdigest()[:10]})"
 
 
 def _jobs_key(jobs: int) -> str:
@@ -274,7 +279,7 @@ def measure_cache(path: Path, args: argparse.Namespace, cache: str, results: dic
 def measure_gzip(path: Path, args: argparse.Namespace) -> dict:
     """--jobs 1 and 3 on a gzip copy of the trace (made once, level 6): decompression is one stream,
     done by the parent, which ships ranges of text to jobs - 1 workers (gzip uses workers only from
-    3 jobs on: parsers/kineto_parallel.py GZIP_MIN_JOBS)."""
+    3 jobs on: parsers/kineto/parallel.py GZIP_MIN_JOBS)."""
     import gzip
     import shutil
 
@@ -321,7 +326,7 @@ def idle_estimate_s(run: dict) -> tuple[float, float]:
 def measure_phases(path: Path, args: argparse.Namespace) -> None:
     """``--phases``: the parse's phases, ``--jobs`` values interleaved run by run, medians printed;
     with ``--glibc-heap`` each also with glibc's own heap settings (``TRACEVIEW_PARSE_HEAP=0``:
-    what ``traceview.loading.parse_heap`` changes), interleaved with the others, wall medians."""
+    what ``traceview.runtime.parse_heap`` changes), interleaved with the others, wall medians."""
     runs: dict[int, list[dict]] = {jobs: [] for jobs in args.jobs}
     glibc: dict[int, list[float]] = {jobs: [] for jobs in args.jobs} if args.glibc_heap else {}
     loads = [os.getloadavg()[0]]

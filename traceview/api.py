@@ -15,25 +15,28 @@ the app's runs and the Python API (``traceview.analyze``) call :func:`analyze`; 
   rendered cut its tables as each analysis ends, unless it is stored in the cache (a cached report
   serves every front end, so it is whole). A job (``executor``) maps the files on workers: its report
   is the same data with bounded tables, so it is neither read from nor written to the cache.
-* ``jobs`` (the processes a parse may use) is applied in one place, :func:`parse_processes`.
+* ``jobs`` (the processes a parse may use) is an argument, passed to the load; the command's
+  process-wide settings (heap, the work done while parse workers run) come as ``hooks`` from the
+  CLI only (:mod:`traceview.runtime`): called from Python, nothing process-wide changes.
 
 This module is core-level: it imports no feature; the pipeline, the report cache and pandas are
 imported when a report is made, after the load started (``traceview analyze`` imports them while
-parse workers run: ``traceview.loading.meanwhile``).
+parse workers run: its ``hooks.meanwhile``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Union
 
 if TYPE_CHECKING:
+    from traceview import discovery
     from traceview.findings import Options
     from traceview.model import Trace
+    from traceview.parsing import ParseHooks
     from traceview.report import Report
 
 #: ``progress(file, bytes_done, bytes_total)`` while files load
@@ -45,58 +48,49 @@ PathLike = Union[str, "os.PathLike[str]"]
 class Inputs:
     """The trace files of one operation, found once (:func:`find_inputs`).
 
-    ``paths``: as the user gave them; ``files``: the trace files, in the order they are loaded (a
-    folder's sorted, files named kept as given); ``skipped``: the files a folder scan left out as
-    not traces (the report names each in a warning, and they are part of the report's cache key)."""
+    ``paths``: as the user gave them; ``found``: what :func:`traceview.discovery.discover` found
+    (one record per trace file: path, format, ``stat``, cache key read once, in load order, and the
+    files a folder scan left out as not traces, which the report names in a warning each and which
+    are part of the report's cache key)."""
 
     paths: tuple[str, ...]
-    files: tuple[Path, ...]
-    skipped: tuple[Path, ...] = ()
+    found: "discovery.Inputs" = dataclasses.field(compare=False)
 
     @classmethod
     def of_files(cls, files: Iterable[PathLike], skipped: Iterable[PathLike] = ()) -> "Inputs":
-        """Inputs already found (the app's runs): the files as they are, no folder scanned."""
-        found = tuple(Path(f) for f in files)
-        return cls(paths=tuple(str(f) for f in found), files=found, skipped=tuple(Path(s) for s in skipped))
+        """Inputs already listed (the app's runs): the files as they are, no folder scanned."""
+        from traceview import discovery
+
+        records = [discovery.inspect_file(Path(f)) for f in files]
+        return cls(paths=tuple(str(r.path) for r in records),
+                   found=discovery.Inputs(records, [Path(s) for s in skipped]))
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The trace files, in the order they are loaded."""
+        return tuple(self.found.paths)
+
+    @property
+    def skipped(self) -> tuple[Path, ...]:
+        return tuple(self.found.skipped)
 
     @property
     def size_bytes(self) -> int:
         """The files' total size (0 for a file that cannot be read: the load names it)."""
-        total = 0
-        for f in self.files:
-            try:
-                total += f.stat().st_size
-            except OSError:
-                pass
-        return total
+        return self.found.total_bytes
 
 
 def find_inputs(source: "PathLike | Iterable[PathLike] | Inputs") -> Inputs:
-    """The trace files under ``source`` (files and folders; :func:`traceview.loading.find_trace_files`
-    scans each folder once); ``Inputs`` are returned as they are. A missing path or a folder without
-    traces raises :class:`~traceview.errors.TraceFormatError` (one line)."""
+    """The trace files under ``source`` (files and folders, each folder scanned once and each
+    file's head read once: :func:`traceview.discovery.discover`); ``Inputs`` are returned as they
+    are. A missing path or a folder without traces raises
+    :class:`~traceview.errors.TraceFormatError` (one line)."""
     if isinstance(source, Inputs):
         return source
-    from traceview.loading import find_trace_files
+    from traceview import discovery
 
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    skipped: list[Path] = []
-    files = find_trace_files(paths, skipped)
-    return Inputs(paths=tuple(os.fspath(p) for p in paths), files=tuple(files), skipped=tuple(skipped))
-
-
-@contextlib.contextmanager
-def parse_processes(jobs: int | None) -> Iterator[None]:
-    """The one place ``jobs`` (``--jobs``: the processes parsers and the analyses of a big rank may
-    use; None: the cores available) reaches the loading code and the pipeline: the setting of
-    :func:`traceview.loading.parse_jobs` through the block."""
-    if jobs is None:
-        yield
-        return
-    from traceview.loading import parse_jobs
-
-    with parse_jobs(jobs):
-        yield
+    return Inputs(paths=tuple(os.fspath(p) for p in paths), found=discovery.discover(paths))
 
 
 def report_key(inputs: Inputs, options: "Options") -> str | None:
@@ -104,7 +98,7 @@ def report_key(inputs: Inputs, options: "Options") -> str | None:
     read: nothing is cached), the same for every front end (:func:`traceview.report_cache.report_key`)."""
     from traceview import report_cache
 
-    return report_cache.report_key(list(inputs.files), options, list(inputs.skipped))
+    return report_cache.report_key(list(inputs.found.files), options, list(inputs.skipped))
 
 
 def merged_options(options: "Options | None", fields: dict[str, Any]) -> "Options":
@@ -117,29 +111,22 @@ def merged_options(options: "Options | None", fields: dict[str, Any]) -> "Option
 
 
 def load_inputs(source: "PathLike | Iterable[PathLike] | Inputs", *, step_marker: str | None = None,
-                cache: bool = True, jobs: int | None = None, progress: LoadProgress | None = None) -> "Trace":
+                cache: bool = True, jobs: int | None = None, progress: LoadProgress | None = None,
+                hooks: "ParseHooks | None" = None) -> "Trace":
     """The :class:`~traceview.model.Trace` of ``source`` (paths or :class:`Inputs`) through the trace
-    cache (``cache``), parsed with ``jobs`` processes, for the front ends that need the trace only."""
-    inputs = find_inputs(source)
-    with parse_processes(jobs):
-        return load_found(inputs, step_marker=step_marker, cache=cache, progress=progress)
-
-
-def load_found(inputs: Inputs, *, step_marker: str | None, cache: bool, progress: LoadProgress | None) -> "Trace":
-    """:func:`traceview.load` of files already found: the folders are not scanned again, and the
-    files their scan skipped are named as ``traceview.load`` names them (the same report whichever
-    way a trace is loaded)."""
+    cache (``cache``), parsed with ``jobs`` processes (None: the cores), for the front ends that need
+    the trace only. ``hooks``: what the calling process lends the parse (the ``traceview`` command's
+    runtime, :func:`traceview.runtime.cli_parse_hooks`); None from Python: nothing process-wide."""
     from traceview.loading import load
 
-    trace = load(list(inputs.files), use_cache=cache, progress=progress, step_marker=step_marker)
-    trace.warnings.extend(f"{p}: skipped, not a trace" for p in inputs.skipped)
-    return trace
+    inputs = find_inputs(source)
+    return load(inputs.found, use_cache=cache, progress=progress, step_marker=step_marker, jobs=jobs, hooks=hooks)
 
 
 def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True, executor: Any = None,
             jobs: int | None = None, progress: LoadProgress | None = None, whole_tables: bool = True,
             trace: "Trace | None" = None, on_compute: "Callable[[Trace], None] | None" = None,
-            use_cache: bool | None = None, **fields: Any) -> "Report":
+            use_cache: bool | None = None, hooks: "ParseHooks | None" = None, **fields: Any) -> "Report":
     """Analyze trace files, folders of per-rank files, :class:`Inputs` or a loaded
     :class:`~traceview.model.Trace`, and return the :class:`~traceview.report.Report` every front end
     shows (the CLI's reports, the app, ``diff``/``check``, the Python API).
@@ -149,43 +136,32 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
     ``cache``: read the report from the report cache when the same files were analysed with the
     same options by the same code (whichever front end did), else compute and store it; the trace
     is loaded through its own cache either way. ``use_cache`` is the older name of ``cache``.
-    ``executor``: analyze rank by rank elsewhere (``traceview.jobs.make_executor(workers=4)``; never
-    cached: a job's tables are bounded). ``jobs``: processes a parse may use (None: the cores).
+    ``executor``: analyze batches of ranks elsewhere (``traceview.jobs.make_executor(workers=4)``;
+    never cached: a job's tables are bounded). ``jobs``: processes a parse may use (None: the cores).
     ``progress(file, done, total)``: called while files load. ``whole_tables=False``: a report only
     rendered may cut its tables to what the report shows (kept whole when it is cached).
     ``trace``: the trace ``source`` loads to, when the caller holds it already (the app): not loaded
     again. ``on_compute(trace)``: called before the analyses run (not for a cached report).
+    ``hooks``: what the calling process lends the parse (:func:`load_inputs`).
     """
     from traceview.model import Trace
 
     options = merged_options(options, fields)
     cache = cache if use_cache is None else use_cache
-    with parse_processes(jobs):
-        if isinstance(source, Trace) or executor is not None:
-            if isinstance(source, Trace) and on_compute is not None:
-                on_compute(source)
-            return run_pipeline(source.paths if isinstance(source, Inputs) else source, options, cache=cache,
-                                executor=executor, progress=progress, whole_tables=whole_tables)
-        return analyze_inputs(find_inputs(source), options, cache=cache, progress=progress,
-                              whole_tables=whole_tables, trace=trace, on_compute=on_compute)
+    if isinstance(source, Trace) or executor is not None:
+        if isinstance(source, Trace) and on_compute is not None:
+            on_compute(source)
+        return run_pipeline(source.paths if isinstance(source, Inputs) else source, options, cache=cache,
+                            executor=executor, progress=progress, whole_tables=whole_tables)
+    inputs = find_inputs(source)
+    if trace is None:
+        trace = load_inputs(inputs, step_marker=options.step_marker, cache=cache, jobs=jobs, progress=progress,
+                            hooks=hooks)
+    # the pipeline and the report cache (pandas with them) are imported after the load: a command's
+    # hooks may have imported them while the parse workers ran
+    from traceview import report_cache
 
-
-def analyze_inputs(inputs: Inputs, options: "Options", *, cache: bool, progress: LoadProgress | None,
-                   whole_tables: bool, trace: "Trace | None", on_compute: "Callable[[Trace], None] | None") -> "Report":
-    """The report of ``inputs`` in this process: loaded (unless ``trace`` is given), read from the
-    report cache or computed and stored there (see :func:`analyze`)."""
-    from traceview.loading import remembered_cache_keys, run_meanwhile
-
-    # the load and the report key read each file's key once between them
-    with remembered_cache_keys():
-        if trace is None:
-            trace = load_found(inputs, step_marker=options.step_marker, cache=cache, progress=progress)
-        # the caller's work for meanwhile (traceview.loading.meanwhile), if the load did not run it:
-        # it may be importing the pipeline and the report cache, imported next
-        run_meanwhile()
-        from traceview import report_cache
-
-        key = report_key(inputs, options) if cache else None
+    key = report_key(inputs, options) if cache else None
     if key is not None:
         cached = report_cache.read_report(key, trace)
         if cached is not None:

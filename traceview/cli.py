@@ -10,7 +10,6 @@ command imports what it uses (numpy, pyarrow, pandas, rich, the pipeline) inside
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import os
 import sys
@@ -142,29 +141,17 @@ def _one_line(message: str, code: int) -> int:
 
 
 def run() -> None:
-    """The ``traceview`` console script: :func:`main`, then the exit handlers (``atexit``: logging,
-    multiprocessing, the collector's freeze) and an exit that skips the interpreter's teardown.
+    """The ``traceview`` console script: :func:`main`, then the command process's exit
+    (:func:`traceview.runtime.exit_process`: the exit handlers, then no interpreter teardown).
+    :func:`main` itself exits normally, for callers in a Python process (tests)."""
+    from traceview.runtime import exit_process
 
-    Why: tearing down an ``analyze`` process (clearing ~1,500 modules, freeing every table and
-    report object one by one) took ~25 ms of its 1.8 s on the 141 MB benchmark trace, for memory
-    the system takes back at once anyway (benchmarks/README.md, issue 12, sixth pass). Everything
-    traceview writes is closed before :func:`main` returns; standard output and error are flushed
-    here. :func:`main` itself exits normally, for callers in a Python process (tests)."""
     try:
         main()
         code = 0
     except SystemExit as exc:
         code = exit_status(exc.code)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (traceview analyze ... | head): nothing more to say
-            pass
-    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's; elsewhere a normal exit
-    if run_exit_handlers is None:
-        raise SystemExit(code)
-    run_exit_handlers()
-    os._exit(code)
+    exit_process(code)
 
 
 def exit_status(code: object) -> int:

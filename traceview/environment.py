@@ -142,7 +142,18 @@ def vendor_of(name: str | None, raw: Mapping[str, Any], source_format: str | Non
     for vendor, keys in _VENDOR_KEYS:
         if any(k in raw for k in keys):
             return vendor
-    return "NVIDIA" if source_format == "nsys" else None
+    fmt = _input_format(source_format)
+    return fmt.vendor if fmt is not None else None
+
+
+def _input_format(name: str | None) -> Any:
+    """The registered input format ``name`` (a rank's ``source_format``), or None: what a format
+    implies (vendor, producer) is declared by its parser (``InputFormat``), never decided here."""
+    if not name:
+        return None
+    from traceview.discovery import format_named
+
+    return format_named(str(name))
 
 
 def _model_key(d: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -204,9 +215,8 @@ def _offer_versions(versions: _Versions, raw: Mapping[str, Any], dist: Mapping[s
 
 def _producer(info: Mapping[str, Any]) -> str | None:
     version = f" ({info['format_version']})" if info.get("format_version") else ""
-    names = {"kineto": "PyTorch profiler (Kineto) JSON", "nsys": "Nsight Systems SQLite export"}
-    name = names.get(str(info.get("source_format")))
-    return name + version if name else None
+    fmt = _input_format(info.get("source_format"))
+    return fmt.producer_name + version if fmt is not None else None
 
 
 def environment(safe_ranks: Mapping[int, Mapping[str, Any]], used: Mapping[int, list[int]]) -> dict[str, Any]:

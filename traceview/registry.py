@@ -5,8 +5,9 @@
   how its per-rank results reduce across ranks, and its app page). Titles, sort orders and top-table
   choices live there and nowhere else. ``traceview.analyses`` finds the modules by itself: adding an
   analysis is adding one module.
-* :class:`InputFormat`: each parser declares its name, a sniff of a file's first bytes and a parse
-  function; :mod:`traceview.loading` tries them in order.
+* :class:`InputFormat`: each parser declares its name, a sniff of a file's first bytes, a parse
+  function, its redaction and its producer's name; :mod:`traceview.discovery` tries the sniffs in
+  order. Adding a format is adding a parser module that declares one.
 * :class:`Renderer`: each output format (terminal, Markdown, HTML, JSON) declares its name and file
   extension and turns one :class:`traceview.report.Report` into text or bytes.
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # only for annotations: the report model imports this module,
     from traceview.context import AnalysisContext
     from traceview.findings import AnalysisResult, Options
     from traceview.report_inputs import ReportInputs
+    from traceview.secrets import RedactionReport
 
 # ------------------------------------------------------------------------------------ analyses
 
@@ -220,9 +222,13 @@ def with_requirements(specs: list[AnalysisSpec]) -> list[AnalysisSpec]:
 
 @dataclass(frozen=True)
 class InputFormat:
-    """A trace format: ``sniff(path, head)`` says whether a file's first bytes (decompressed when the
-    file is gzip) are this format; ``parse(path, progress=, step_marker=)`` reads it into a
-    :class:`Trace`.
+    """A trace format, declared by the parser module that reads it (everything else about a format
+    is asked of this declaration, never decided by its name):
+
+    ``sniff(path, head)`` says whether a file's first bytes (decompressed when the file is gzip)
+    are this format; ``parse(path, progress=, step_marker=, jobs=, hooks=)`` reads it into a
+    :class:`Trace` (``jobs``: processes it may use; ``hooks``: the caller's
+    :class:`traceview.parsing.ParseHooks`, which the parse runs inside and calls).
 
     ``cacheable``: parsed traces of this format go to the Arrow cache. ``suffixes``: file name endings
     a directory scan picks up for this format.
@@ -238,9 +244,28 @@ class InputFormat:
     #: a stricter check for files found by scanning a directory (default: ``sniff``), so that files
     #: beside the traces (configs, truth files) are skipped; a file named explicitly is always parsed
     scan: Callable[[Path, bytes], bool] | None = None
-    #: ``parse`` itself calls :func:`traceview.loading.run_meanwhile` once whatever runs beside this
-    #: process has started (Kineto: its parse workers); for other formats the loader calls it first
+    #: ``parse`` itself calls ``hooks.meanwhile`` once whatever runs beside this process has started
+    #: (Kineto: its parse workers); for other formats the loader calls it first
     runs_meanwhile: bool = False
+    #: what wrote the files, as reports list the inputs' formats ("PyTorch profiler (Kineto) JSON");
+    #: empty: the description
+    producer: str = ""
+    #: ``redact(in_path, out_path, strict=False)`` writes a copy of a file of this format with its
+    #: secrets replaced and returns what it replaced (a ``traceview.secrets.RedactionReport``);
+    #: it raises a ``TraceFormatError`` saying what to do for a file it cannot redact. None: the
+    #: format has no redaction (``traceview redact`` says so)
+    redact: Callable[..., RedactionReport] | None = None
+    #: the accelerator vendor every file of this format comes from (Nsight Systems: "NVIDIA"); None:
+    #: only the file's own metadata can say
+    vendor: str | None = None
+    #: the parser numbers the ranks of a file itself (Nsight: an export does not say which global
+    #: rank each process was), so across several files those numbers are given out again rather
+    #: than taken as global ranks (``traceview.rank_planning``)
+    numbers_ranks: bool = False
+
+    @property
+    def producer_name(self) -> str:
+        return self.producer or self.description
 
     def in_directory(self, path: Path, head: bytes) -> bool:
         return (self.scan or self.sniff)(path, head)

@@ -2,7 +2,7 @@
 with the same options and the same code is read back instead of computed again (a second
 ``traceview analyze``, ``diff`` or ``check`` of a trace, the app's first page after a restart).
 
-The key (:func:`report_key`) covers the inputs (each file's :func:`traceview.loading.cache_key`:
+The key (:func:`report_key`) covers the inputs (each file's :func:`traceview.trace_cache.cache_key`:
 path, size, mtime, both ends of the file, the parser cache version; and the files a directory scan
 skipped, which the report's warnings name), every :class:`Options` field,
 and the code a report depends on (:func:`code_fingerprint`: the traceview version and the name,
@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from traceview.discovery import InputFile
 from traceview.findings import AnalysisResult, Options
 from traceview.model import Trace
 from traceview.report import Report
@@ -65,7 +66,7 @@ class CacheFormatError(Exception):
 
 def cache_folder() -> Path:
     """The folder of the report files, inside traceview's cache folder."""
-    from traceview.loading import cache_dir
+    from traceview.trace_cache import cache_dir
 
     return cache_dir() / "reports"
 
@@ -90,8 +91,9 @@ def code_fingerprint() -> str:
         folders = (Path(traceview.__file__).parent, Path(analyses.__file__).parent, Path(parsers.__file__).parent,
                    Path(hardware.__file__).parent)
         digest = hashlib.sha256(traceview.__version__.encode())
+        # the parsers' subpackages too (parsers/kineto/): an edited parser module changes the reports
         files = (f for folder in folders for pattern in ("*.py", "*.so", "*.pyd", "*.toml")
-                 for f in sorted(folder.glob(pattern)))
+                 for f in sorted(folder.rglob(pattern) if folder == folders[2] else folder.glob(pattern)))
         for f in files:
             try:
                 st = f.stat()
@@ -102,14 +104,15 @@ def code_fingerprint() -> str:
     return _FINGERPRINT
 
 
-def report_key(files: Sequence[Path], options: Options, skipped: Sequence[Path] = ()) -> str | None:
-    """The key of the report of ``files`` (as :func:`traceview.loading.find_trace_files` lists them)
-    under ``options``; None when a file cannot be read (then nothing is cached). ``skipped``: the
-    files a directory scan left out, which the report names in a warning each (as found)."""
-    from traceview.loading import cache_key
+def report_key(files: Sequence[Path | InputFile], options: Options, skipped: Sequence[Path] = ()) -> str | None:
+    """The key of the report of ``files`` (as :func:`traceview.discovery.discover` lists them: its
+    records, whose cache keys the load has already computed, or their paths) under ``options``;
+    None when a file cannot be read (then nothing is cached). ``skipped``: the files a directory
+    scan left out, which the report names in a warning each (as found)."""
+    from traceview.trace_cache import cache_key
 
     try:
-        parts = [cache_key(Path(f)) for f in files]
+        parts = [f.cache_key if isinstance(f, InputFile) else cache_key(Path(f)) for f in files]
         # the user's GPU table by content: an edited file gives new peaks under the same path
         specs = hashlib.sha256(Path(options.gpu_specs).read_bytes()).hexdigest() if options.gpu_specs else ""
     except OSError:

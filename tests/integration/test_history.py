@@ -18,7 +18,7 @@ from traceview.errors import TraceviewError
 from traceview.history import (DetectOptions, DuplicateRunError, add_runs, change_points, check, files_identity,
                                open_history, show, summarize)
 from traceview.history import schema, store
-from traceview.loading import find_trace_files
+from traceview.discovery import find_trace_files
 
 from conftest import require_shared
 

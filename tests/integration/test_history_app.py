@@ -11,7 +11,7 @@ import pytest
 import traceview
 from traceview.history import add_runs, open_history
 from traceview.history.summary import files_identity, summarize
-from traceview.loading import find_trace_files
+from traceview.discovery import find_trace_files
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sample_traces"))

@@ -350,7 +350,8 @@ def test_select_rank_keeps_links_within_the_rank() -> None:
 
 
 def _file(index: int, path: str, ranks: list[tuple[int, str]], error: str | None = None) -> FileResult:
-    infos = {r: RankInfo(rank=r, source_path=path, source_format="kineto", rank_source=src) for r, src in ranks}
+    fmt = "nsys" if path.endswith(".sqlite") else "kineto"  # as each parser writes it
+    infos = {r: RankInfo(rank=r, source_path=path, source_format=fmt, rank_source=src) for r, src in ranks}
     return FileResult(file=path, index=index, infos=infos, error=error)
 
 

@@ -1,4 +1,4 @@
-"""A Kineto file parsed in byte ranges by worker processes (parsers/kineto_parallel.py) gives the
+"""A Kineto file parsed in byte ranges by worker processes (parsers/kineto/parallel.py) gives the
 Trace and the report a one-process parse gives: every table, every event count, figure for figure.
 
 Real files are small, so the parallel path is forced (no size threshold, ranges of a few hundred
@@ -20,12 +20,14 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLE_TRACES, SHARED_TRACES, require_shared
-from traceview import loading
+from traceview import loading, parsing
 from traceview.errors import TraceFormatError
-from traceview.parsers import kineto_parallel
+from traceview.parsers.kineto import parallel as kineto_parallel
+from traceview.parsers.kineto import reading as kineto_reading
 from traceview.parsers.jsonstream import structure_at
 from traceview.parsers.kineto import PhaseClock, parse_kineto
-from traceview.parsers.kineto_parallel import parse_parallel
+from traceview.parsers.kineto.parallel import parse_parallel
+from traceview.parsing import ParseHooks
 
 TABLES = ("events", "links", "memory", "steps", "counters")
 SAMPLE_KINETO = sorted(p for p in SAMPLE_TRACES.rglob("*.json.gz"))
@@ -103,7 +105,7 @@ def test_json_report_same_with_jobs_1_and_2(folder: str, monkeypatch: pytest.Mon
     paths = [str(SAMPLE_TRACES / folder)]
     serial = _json_report(paths, jobs=1)
     # forced: files parsed side by side (several files), and each file cut into ranges (one file)
-    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parsing, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(kineto_parallel, "MIN_RANGE_BYTES", 4096)
     assert _json_report(paths, jobs=2) == serial
     first = sorted((SAMPLE_TRACES / folder).glob("*.json.gz"))[0]
@@ -115,7 +117,7 @@ def test_shared_job_report_same_with_jobs(monkeypatch: pytest.MonkeyPatch) -> No
     if not folder.exists():
         pytest.skip(f"{folder} is absent")
     serial = _json_report([str(folder)], jobs=1)
-    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parsing, "PARALLEL_MIN_BYTES", 0)
     assert _json_report([str(folder)], jobs=2) == serial
 
 
@@ -171,9 +173,7 @@ def test_text_ids_do_not_depend_on_chunks(tmp_path: Path, monkeypatch: pytest.Mo
               .replace(f'"tid": {1 + i % 3}', f'"tid": "{["C", "D"][(i // 5) % 2]}"') for i in range(400)]
     path = _write_trace(tmp_path / "ids.json", events)
     whole = parse_kineto(path)
-    import traceview.parsers.kineto as kp
-
-    monkeypatch.setattr(kp, "CHUNK_BYTES", 700)
+    monkeypatch.setattr(kineto_reading, "CHUNK_BYTES", 700)
     _assert_same(whole, parse_kineto(path), "small chunks")
 
 
@@ -271,7 +271,7 @@ def test_many_files_side_by_side_same_trace_and_errors(tmp_path: Path, monkeypat
     for rank in range(4):
         _write_trace(tmp_path / f"rank{rank}.json", [_event(i, f"op{rank}_{i % 9}") for i in range(300 + rank)])
     serial = loading.load([str(tmp_path)], use_cache=False, jobs=1)
-    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parsing, "PARALLEL_MIN_BYTES", 0)
     _assert_same(serial, loading.load([str(tmp_path)], use_cache=False, jobs=2), "files side by side")
     text = (tmp_path / "rank2.json").read_text()
     (tmp_path / "rank2.json").write_text(text[: len(text) // 2])
@@ -336,7 +336,7 @@ def test_spools_of_dead_parses_are_removed_and_live_ones_kept(tmp_path: Path) ->
     import subprocess
     import sys
 
-    from traceview.parsers.kineto_parallel import SPOOL_PREFIX, remove_orphan_spools
+    from traceview.parsers.kineto.parallel import SPOOL_PREFIX, remove_orphan_spools
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()  # its pid names a process that has ended
@@ -353,7 +353,7 @@ def test_spools_of_dead_parses_are_removed_and_live_ones_kept(tmp_path: Path) ->
 
 @pytest.mark.parametrize("path", [*SAMPLE_KINETO[:2], *SHARED_KINETO[:2]], ids=lambda p: p.name)
 def test_meanwhile_runs_once_while_workers_parse_and_workers_skip_pandas(path: Path, tmp_path: Path) -> None:
-    # traceview analyze imports the analyses while the workers parse (traceview.loading.meanwhile):
+    # traceview analyze imports the analyses while the workers parse (ParseHooks.meanwhile):
     # the work runs once, after the workers started, and a worker forked before the parent imported
     # pandas never imports it (it would cost it ~0.25 s; kineto_parallel.arrow_without_pandas), with
     # the tables of a one-process parse. In a fresh interpreter: this one has pandas imported.
@@ -362,10 +362,11 @@ def test_meanwhile_runs_once_while_workers_parse_and_workers_skip_pandas(path: P
     script = f"""
 import multiprocessing, sys
 from pathlib import Path
-from traceview import loading
-from traceview.parsers import kineto_parallel
+from traceview import discovery
+from traceview.parsing import ParseHooks
+from traceview.parsers.kineto import parallel as kineto_parallel
 assert "pandas" not in sys.modules, "the parser imports pandas"
-loading.registered_formats()  # every parser, as traceview analyze imports them before the parse
+discovery.registered_formats()  # every parser, as traceview analyze imports them before the parse
 assert "pyarrow.compute" not in sys.modules, "pyarrow.compute (~35 ms) is imported before the workers start"
 read_range = kineto_parallel.read_range
 def checked(task):
@@ -378,8 +379,8 @@ def work():
     calls.append(len(multiprocessing.active_children()))
     import pandas  # noqa: F401  (what traceview analyze does meanwhile)
 path = Path({str(plain)!r})
-with loading.meanwhile(work):
-    parallel = kineto_parallel.parse_parallel(path, jobs=2, min_bytes=0, range_bytes={_ranges(plain)}, clock=clock)
+parallel = kineto_parallel.parse_parallel(path, jobs=2, min_bytes=0, range_bytes={_ranges(plain)}, clock=clock,
+                                          hooks=ParseHooks(meanwhile=work))
 assert calls == [1], calls
 assert clock.workers and not any(w["pandas"] for w in clock.workers), clock.workers
 serial = parse_kineto(path, jobs=1)
@@ -398,16 +399,15 @@ assert serial.ranks == parallel.ranks and serial.warnings == parallel.warnings
 def test_meanwhile_runs_before_a_serial_parse_and_stops_it_on_error(tmp_path: Path) -> None:
     path = _write_trace(tmp_path / "serial.json", [_event(i, f"op{i}") for i in range(200)])
     order: list[str] = []
-    with loading.meanwhile(lambda: order.append("work")):
-        loading.load([path], use_cache=False, jobs=1, progress=lambda *_: order.append("parse"))
+    loading.load([path], use_cache=False, jobs=1, progress=lambda *_: order.append("parse"),
+                 hooks=ParseHooks(meanwhile=lambda: order.append("work")))
     assert order[0] == "work" and order.count("work") == 1 and "parse" in order
 
     def fails() -> None:
         raise TraceFormatError(path, "a check of the caller's", "fix it")
 
     with pytest.raises(TraceFormatError, match="a check of the caller's"):
-        with loading.meanwhile(fails):
-            parse_parallel(path, jobs=2, min_bytes=0, range_bytes=2_000)
+        parse_parallel(path, jobs=2, min_bytes=0, range_bytes=2_000, hooks=ParseHooks(meanwhile=fails))
 
 
 def test_an_error_stops_the_workers_at_their_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -433,8 +433,7 @@ def test_an_error_stops_the_workers_at_their_range(tmp_path: Path, monkeypatch: 
 
     range_bytes = 5_000
     with pytest.raises(TraceFormatError):
-        with loading.meanwhile(fails):
-            parse_parallel(path, jobs=2, min_bytes=0, range_bytes=range_bytes)
+        parse_parallel(path, jobs=2, min_bytes=0, range_bytes=range_bytes, hooks=ParseHooks(meanwhile=fails))
     parsed = log.read_text().split() if log.exists() else []
     assert len(parsed) < path.stat().st_size // range_bytes - 10, f"the worker went on: {len(parsed)} ranges"
 

@@ -12,7 +12,7 @@ import pytest
 import traceview
 from traceview import report_cache
 from traceview.findings import Options
-from traceview.loading import find_trace_files
+from traceview.discovery import find_trace_files
 from traceview.render import get_renderer
 
 from conftest import SAMPLE_TRACES, SHARED_TRACES
@@ -144,10 +144,11 @@ def test_the_app_and_analyze_share_a_report() -> None:
     assert ctx.from_disk and ctx.report.data == computed.data
 
 
-def test_a_file_is_keyed_once_per_operation_and_read_again_after(tmp_path: Path) -> None:
-    """Inside ``remembered_cache_keys`` (one command) a file with the same identity keeps its first
-    key; outside, a rewrite of the same size and mtime is read again and gets a new key."""
-    from traceview.loading import cache_key, remembered_cache_keys
+def test_a_file_is_keyed_once_per_discovery_and_read_again_after(tmp_path: Path) -> None:
+    """A discovered file (one command's inputs) keeps the key computed first: the load and the report
+    key read it once between them; a new discovery reads a rewrite of the same size and mtime again
+    and gets a new key."""
+    from traceview.discovery import discover
 
     path = tmp_path / "t.json"
     path.write_bytes(b'{"traceEvents": [1]}')
@@ -157,13 +158,12 @@ def test_a_file_is_keyed_once_per_operation_and_read_again_after(tmp_path: Path)
         path.write_bytes(text)
         os.utime(path, ns=(stamp, stamp))  # same size, same mtime: only the content says it changed
 
-    with remembered_cache_keys():
-        first = cache_key(path)
-        rewrite(b'{"traceEvents": [2]}')
-        assert cache_key(path) == first  # not read again within the operation
-    assert cache_key(path) != first  # a new operation reads the file
-    with remembered_cache_keys():
-        second = cache_key(path)
-        rewrite(b'{"traceEvents": [3]}')
-        path.touch()  # a new mtime: a new identity, read again even within the operation
-        assert cache_key(path) not in (first, second)
+    found = discover([path]).files[0]
+    first = found.cache_key
+    rewrite(b'{"traceEvents": [2]}')
+    assert found.cache_key == first  # not read again within the operation
+    second = discover([path]).files[0].cache_key
+    assert second != first  # a new operation reads the file
+    rewrite(b'{"traceEvents": [3]}')
+    path.touch()  # a new mtime: a new identity
+    assert discover([path]).files[0].cache_key not in (first, second)

@@ -373,7 +373,7 @@ def fwdbwd_from_sequence_numbers(trace: Trace, path: Path) -> Trace:
     "Sequence number" the way PyTorch pairs them (per forward thread and sequence number, the op
     that started last is the one that created the autograd node; the node names its forward thread
     in "Fwd thread id"). The 2021 trace has the numbers but no such links; the parser derives them
-    (parsers/kineto_autograd.py, checked against this in tests/unit/test_kineto_autograd.py)."""
+    (parsers/kineto/autograd.py, checked against this in tests/unit/test_kineto_autograd.py)."""
     import gzip
 
     ops = [e for e in json.loads(gzip.open(path).read())["traceEvents"]

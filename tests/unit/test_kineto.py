@@ -17,6 +17,7 @@ from builders import write_kineto
 from traceview.errors import DuplicateRankError, TraceFormatError
 from traceview.model import Kind
 from traceview.parsers import kineto as kp
+from traceview.parsers.kineto import reading as kineto_reading
 
 from conftest import SHARED_TRACES, require_shared
 
@@ -223,7 +224,7 @@ def test_collective_args_become_typed_columns(tmp_path):
 
 def test_chunk_boundaries_inside_strings_and_nested_objects(tmp_path, monkeypatch):
     # tiny chunks force cuts everywhere, including inside strings that look like separators
-    monkeypatch.setattr(kp, "CHUNK_BYTES", 300)
+    monkeypatch.setattr(kineto_reading, "CHUNK_BYTES", 300)
     from traceview.parsers import jsonstream
 
     monkeypatch.setattr(jsonstream, "READ_BYTES", 64)
@@ -339,13 +340,32 @@ def test_cache_round_trip_is_identical_and_invalidated_by_change(tmp_path, monke
 
 def test_cache_key_changes_with_the_parser_code(tmp_path, monkeypatch):
     """A parser edited or rebuilt in place (an editable install): the old Trace is not read back."""
-    from traceview import loading
+    from traceview import trace_cache
 
     path = write_trace(tmp_path / "t.json", [kernel("k", 10, 5, 1)])
-    before = loading.cache_key(path)
-    assert loading.cache_key(path) == before
-    monkeypatch.setattr(loading, "_PARSER_FINGERPRINT", "another parser")
-    assert loading.cache_key(path) != before
+    before = trace_cache.cache_key(path)
+    assert trace_cache.cache_key(path) == before
+    monkeypatch.setattr(trace_cache, "parser_fingerprint", lambda: "another parser")
+    assert trace_cache.cache_key(path) != before
+
+
+def test_the_parser_fingerprint_covers_the_parsers_subpackages():
+    """An edit to any module of a parser's subpackage (parsers/kineto/...) reaches the fingerprint."""
+    import traceview.parsers as parsers
+    from traceview import trace_cache
+
+    folder = Path(parsers.__file__).parent
+    nested = [p for p in folder.rglob("*.py") if p.parent != folder]
+    assert nested, "no parser subpackage to check"
+    before = trace_cache.parser_fingerprint()
+    trace_cache.parser_fingerprint.cache_clear()
+    st = nested[0].stat()
+    try:
+        os.utime(nested[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+        assert trace_cache.parser_fingerprint() != before
+    finally:
+        os.utime(nested[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+        trace_cache.parser_fingerprint.cache_clear()
 
 
 # ------------------------------------------------------------------------------ real traces

@@ -1,4 +1,4 @@
-"""Forward -> backward links derived from autograd sequence numbers (parsers/kineto_autograd.py)."""
+"""Forward -> backward links derived from autograd sequence numbers (parsers/kineto/autograd.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pytest
 from conftest import require_shared
 from test_efficiency import fwdbwd_from_sequence_numbers
 
@@ -17,8 +16,7 @@ import traceview
 from traceview.analyses import run_all
 from traceview.findings import Options
 from traceview.model import Kind, make_links_table
-from traceview.parsers import kineto
-from traceview.parsers.kineto_autograd import DerivedLinks, derive_fwdbwd_links
+from traceview.parsers.kineto.autograd import DerivedLinks, derive_fwdbwd_links
 
 V100 = ("kineto", "tbplugin_resnet50_v100_2021.json.gz")
 
@@ -166,9 +164,7 @@ def test_v100_links_equal_the_raw_json_pairing_and_cover_80_percent():
 
 
 def test_the_parser_derives_the_v100_links():
-    """With the parser hook (brief h9_hook.patch): the parsed trace carries the same links."""
-    if not hasattr(kineto, "derive_fwdbwd_links"):
-        pytest.skip("the Kineto parser does not derive fwdbwd links yet (hook not applied)")
+    """The parser derives the links itself (parsers/kineto/build.py): the parsed trace carries the same links."""
     trace, _, expected = v100_links()
     flows = trace.links.to_pandas()
     fwdbwd = flows[(flows["type"] == "flow") & (flows["category"] == "fwdbwd")]

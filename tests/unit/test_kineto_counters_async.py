@@ -20,7 +20,7 @@ import pytest
 import traceview
 from builders import write_kineto
 from conftest import SAMPLE_TRACES
-from traceview.loading import renumber_ranks
+from traceview.rank_planning import renumber_ranks
 from traceview.model import Trace, concat_traces
 from traceview.parsers import kineto as kp
 from traceview.render import get_renderer

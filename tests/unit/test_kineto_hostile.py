@@ -18,6 +18,7 @@ import traceview
 from builders import kineto_bytes
 from traceview.errors import TraceFormatError
 from traceview.parsers import kineto as kp
+from traceview.parsers.kineto import reading as kineto_reading
 
 #: The event counts that are fates (each event read has exactly one); the others count coercions.
 NOT_FATES = ("events_read", "coerced", "flows_unresolved", "times_reread_exactly", "clamped", "counter_samples",
@@ -291,7 +292,7 @@ def test_begin_end_pairs_become_durations(tmp_path):
 
 
 def test_begin_end_pairs_across_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(kp, "CHUNK_BYTES", 256)
+    monkeypatch.setattr(kineto_reading, "CHUNK_BYTES", 256)
     events = []
     for i in range(40):
         events.append({"ph": "B", "cat": "cpu_op", "name": f"op{i}", "pid": 0, "tid": 1, "ts": 10 * i})
@@ -384,7 +385,7 @@ def test_real_traces_account_for_every_event(name):
 
 def test_odd_values_in_a_chunk_cut_inside_a_string(tmp_path, monkeypatch):
     # the first chunk holds an odd value (slow path) and its cut falls inside a name holding "},{"
-    monkeypatch.setattr(kp, "CHUNK_BYTES", 200)
+    monkeypatch.setattr(kineto_reading, "CHUNK_BYTES", 200)
     events = [op("a", 10, args=None)] + [op('x"},{"y' * 4 + str(i), 20 + i) for i in range(30)]
     tr = load(tmp_path, events)
     assert tr.num_events == 31

@@ -1,4 +1,4 @@
-"""The native column decoder of the Kineto parser (parsers/_kineto_columns.c) gives the Trace the
+"""The native column decoder of the Kineto parser (parsers/kineto/_kineto_columns.c) gives the Trace the
 msgspec path gives: every table, every event count and warning, on every shared and sample trace,
 on generated chunks and on edge cases; and it declines (returns None) what it does not handle
 exactly, so msgspec decodes those chunks as before.
@@ -27,7 +27,7 @@ from traceview.parsers import kineto
 from traceview.parsers.jsonstream import bracket_depths
 from traceview.parsers.kineto import parse_kineto
 
-columns = pytest.importorskip("traceview.parsers._kineto_columns", reason="the native decoder was not built")
+columns = pytest.importorskip("traceview.parsers.kineto._kineto_columns", reason="the native decoder was not built")
 
 TABLES = ("events", "links", "memory", "steps", "counters")
 

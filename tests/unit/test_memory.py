@@ -34,8 +34,9 @@ from builders import write_kineto
 from traceview.analyses import memory
 from traceview.findings import Options
 from traceview.jobs import LocalProcesses
-from traceview.loading import cache_dir
-from traceview.parsers import jsonstream, kineto as kp
+from traceview.trace_cache import cache_dir
+from traceview.parsers import jsonstream
+from traceview.parsers.kineto import reading as kineto_reading
 from traceview.pipeline import analyze, select_rank
 
 from conftest import SHARED_TRACES, context, require_shared
@@ -181,7 +182,7 @@ def test_memory_table_whatever_the_chunking_key_order_or_value_types(tmp_path, m
                   if e["name"] == "[memory]" else e for e in t.events]
     as_text = [{**e, "args": {k: str(v) for k, v in e["args"].items()}} if e["name"] == "[memory]" else e
                for e in t.events]
-    monkeypatch.setattr(kp, "CHUNK_BYTES", 2048)  # a chunk holds a few events
+    monkeypatch.setattr(kineto_reading, "CHUNK_BYTES", 2048)  # a chunk holds a few events
     monkeypatch.setattr(jsonstream, "READ_BYTES", 1024)
     for events in (t.events, args_first, as_text):
         t.events = events

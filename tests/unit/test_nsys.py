@@ -756,11 +756,11 @@ def test_missing_column_names_table_and_column(synthetic, tmp_path, table, colum
 
 
 def test_locked_database_is_in_use_not_damaged(synthetic, tmp_path, monkeypatch):
-    import traceview.parsers.nsys as nsys_module
+    from traceview.parsers.nsys import rows as nsys_rows
 
     db, _, _ = synthetic
     work = copy_db(db, tmp_path / "busy.sqlite")
-    monkeypatch.setattr(nsys_module, "BUSY_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(nsys_rows, "BUSY_TIMEOUT_S", 0.05)
     holder = sqlite3.connect(work)
     holder.execute("BEGIN EXCLUSIVE")  # another program writing it
     try:

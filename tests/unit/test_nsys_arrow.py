@@ -19,6 +19,7 @@ import pytest
 
 import traceview
 import traceview.parsers.nsys as nsys_module
+from traceview.parsers.nsys import columns as nsys_columns, links as nsys_links, rows as nsys_rows
 from traceview.errors import TraceFormatError
 from traceview.parsers.nsys import parse_nsys
 from traceview.render.json import render_json
@@ -191,7 +192,7 @@ def test_database_locked_by_another_process_is_in_use(tmp_path, monkeypatch):
     """A lock held by another process (the driver's own SQLite sees only those: POSIX locks are
     per process) is said as in use, not damaged."""
     work = editable_copy(SAMPLE, tmp_path / "busy.sqlite")
-    monkeypatch.setattr(nsys_module, "BUSY_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(nsys_rows, "BUSY_TIMEOUT_S", 0.05)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sqlite3, sys, time\n"
          f"con = sqlite3.connect({str(work)!r}); con.execute('BEGIN EXCLUSIVE')\n"
@@ -227,7 +228,7 @@ def test_reading_in_small_batches_gives_identical_traces(monkeypatch, caplog):
     of 7 rows (every table in many, the growth reallocating again and again) the trace is the one
     the sqlite3 reader makes, and no table falls back."""
     caplog.set_level(logging.DEBUG, logger=nsys_module.__name__)
-    monkeypatch.setattr(nsys_module, "ARROW_BATCH_ROWS", 7)
+    monkeypatch.setattr(nsys_rows, "ARROW_BATCH_ROWS", 7)
     old = parse_with("sqlite3", SAMPLE, monkeypatch)
     caplog.clear()
     new = parse_with("adbc", SAMPLE, monkeypatch)
@@ -249,7 +250,7 @@ def test_a_value_of_another_type_after_the_first_batch_gives_what_the_old_reader
     Either way the trace, or the error, is the old reader's."""
     work = edited(tmp_path, f"UPDATE {table} SET {column} = {value} WHERE {LAST_ROW.format(table=table)}",
                   loosen=table)
-    monkeypatch.setattr(nsys_module, "ARROW_BATCH_ROWS", 5)
+    monkeypatch.setattr(nsys_rows, "ARROW_BATCH_ROWS", 5)
     caplog.set_level(logging.DEBUG, logger=nsys_module.__name__)
     new = parse_with("adbc", work, monkeypatch)
     fell_back = [r for r in caplog.records if FALLBACK_SAID in r.getMessage() and table in r.getMessage()]
@@ -267,7 +268,7 @@ def test_an_id_beyond_32_bits_after_the_first_batches_is_kept_exactly(table, col
     old reader read int64 throughout): a wrapped value would change names, links or dimensions."""
     huge = (1 << 40) + 3
     work = edited(tmp_path, f"UPDATE {table} SET {column} = {huge} WHERE {LAST_ROW.format(table=table)}")
-    monkeypatch.setattr(nsys_module, "ARROW_BATCH_ROWS", 5)
+    monkeypatch.setattr(nsys_rows, "ARROW_BATCH_ROWS", 5)
     new = parse_with("adbc", work, monkeypatch)
     assert_same(parse_with("sqlite3", work, monkeypatch), new)
     if column == "streamId":
@@ -282,8 +283,8 @@ def test_launch_join_blocks_and_run_pieces_do_not_change_the_trace(monkeypatch):
     external id is -1."""
     path = SHARED[-1] if SHARED else SAMPLE
     whole = parse_with("adbc", path, monkeypatch)
-    monkeypatch.setattr(nsys_module, "JOIN_BLOCK_ROWS", 5)
-    monkeypatch.setattr(nsys_module, "RUN_PIECE_ROWS", 3)
+    monkeypatch.setattr(nsys_links, "JOIN_BLOCK_ROWS", 5)
+    monkeypatch.setattr(nsys_columns, "RUN_PIECE_ROWS", 3)
     small = parse_with("adbc", path, monkeypatch)
     assert small.events.column("pid").num_chunks > whole.events.column("pid").num_chunks
     assert_same(whole, small)

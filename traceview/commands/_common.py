@@ -3,9 +3,7 @@ writing outputs (``-o``), shared by the commands."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
@@ -41,60 +39,6 @@ def make_console() -> Console:
     return console if console.is_terminal else Console(width=PIPED_WIDTH)
 
 
-def prefer_system_memory_pool() -> None:
-    """Give Arrow buffers the system allocator in command processes, unless the user chose a pool
-    (``ARROW_DEFAULT_MEMORY_POOL``). pyarrow's default, mimalloc, keeps freed memory for reuse, so a
-    parse's transient columns stayed resident through the analyses: the peak memory of an
-    ``analyze`` of the 141 MB benchmark trace fell by about 50 MB with the system pool at the same
-    speed (benchmarks/README.md, "Peak memory"). Only the commands set it: a library user's process
-    keeps the pool its owner chose."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
-
-
-#: whether this process freezes the collector at exit (registered once, by :func:`quiet_collector`)
-_FREEZE_AT_EXIT: list[bool] = []
-
-
-@contextlib.contextmanager
-def quiet_collector() -> Iterator[None]:
-    """The block runs with the objects alive at its start (imported modules, classes, functions:
-    none of them garbage) in the cyclic collector's permanent generation, and the collector paused
-    while the command's imports run (:func:`collector_paused`); afterwards it is as before.
-
-    Why: an ``analyze`` of the 141 MB benchmark trace imports ~80k long-lived objects (pandas,
-    pyarrow, the analyses) that the collector walked ~200 times while they were imported and at
-    every later full collection, and interpreter exit ran its own collections over everything
-    alive: 0.1-0.4 s of wall time in all on a loaded 2-core machine, for no garbage found (see
-    benchmarks/bench_e2e.py). The exit one is avoided by freezing again at exit (registered once
-    per process; a frozen object is still freed by its reference count, only cycles wait)."""
-    if not _FREEZE_AT_EXIT:
-        atexit.register(gc.freeze)
-        _FREEZE_AT_EXIT.append(True)
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()  # a library or test caller's process gets its collector back as it was
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic collector paused through the block (meant for imports: nothing they make is
-    garbage), then what the block made frozen with the rest (see :func:`quiet_collector`)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
-
 def _wants_bar(console: Console) -> bool:
     return console.is_terminal or os.environ.get("TRACEVIEW_PROGRESS") == "1"
 
@@ -103,7 +47,6 @@ def _wants_bar(console: Console) -> bool:
 def load_progress(inputs: Inputs, console: Console) -> Iterator[LoadProgress | None]:
     """A progress callback for loading ``inputs`` (a bar per file on ``console``), or None when the
     inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar)."""
-    prefer_system_memory_pool()
     if inputs.size_bytes < PROGRESS_MIN_BYTES or not _wants_bar(console):
         yield None
         return
@@ -144,39 +87,49 @@ def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: st
                        console: Console, jobs: int | None = None) -> Trace:
     """The trace of ``paths`` (:func:`traceview.api.load_inputs`: the inputs found once) with a
     progress bar for big inputs, for the commands that need the trace only, parsing with ``jobs``
-    processes (``--jobs``)."""
+    processes (``--jobs``) and the command process's runtime (:mod:`traceview.runtime`)."""
     # imported here, as in every function of the commands: the CLI imports its modules at start
+    from traceview import runtime
     from traceview.api import find_inputs, load_inputs
 
+    runtime.prefer_system_memory_pool()
     inputs = find_inputs(paths)
     with load_progress(inputs, console) as progress:
-        return load_inputs(inputs, step_marker=step_marker, cache=use_cache, jobs=jobs, progress=progress)
+        return load_inputs(inputs, step_marker=step_marker, cache=use_cache, jobs=jobs, progress=progress,
+                           hooks=runtime.cli_parse_hooks())
 
 
 def analyze_with_progress(paths: Sequence[str] | Inputs, options: Options, *, use_cache: bool, jobs: int | None = None,
-                          whole_tables: bool = True, workers: int | None = None,
-                          scheduler: str | None = None) -> Report:
+                          whole_tables: bool = True, workers: int | None = None, scheduler: str | None = None,
+                          meanwhile: Callable[[], None] | None = None) -> Report:
     """The report of ``paths`` (or inputs found already) from the one entry point
     (:func:`traceview.api.analyze`: report cache included) with a progress bar on standard error
     for big inputs (files loaded), or for a job (``workers``/``scheduler``: files analysed; the
-    executors are imported only for a job).
-    ``whole_tables=False``: the report is only rendered (``analyze``)."""
+    executors are imported only for a job), in the command process's runtime
+    (:mod:`traceview.runtime`: Arrow's system pool, the heap settings around each parse).
+    ``whole_tables=False``: the report is only rendered (``analyze``). ``meanwhile``: the command's
+    work to do while the parse workers run (done by the time the load returns)."""
     from rich.console import Console
 
+    from traceview import runtime
     from traceview.api import analyze, find_inputs
 
+    runtime.prefer_system_memory_pool()
     console = Console(stderr=True)
     if workers is not None or scheduler:
         from traceview.jobs import make_executor
-        from traceview.loading import run_meanwhile
 
-        run_meanwhile()  # this process parses nothing: the caller's work (and checks) first
+        if meanwhile is not None:
+            meanwhile()  # this process parses nothing: the caller's work (and checks) first
         with job_progress(console) as counted:
             return analyze(paths, options, cache=use_cache, executor=make_executor(workers, scheduler,
                                                                                    progress=counted))
     inputs = find_inputs(paths)
     with load_progress(inputs, console) as progress:
-        return analyze(inputs, options, cache=use_cache, jobs=jobs, progress=progress, whole_tables=whole_tables)
+        report = analyze(inputs, options, cache=use_cache, jobs=jobs, progress=progress, whole_tables=whole_tables,
+                         hooks=runtime.cli_parse_hooks(meanwhile))
+    runtime.release_free_memory()  # the analyses' free pages, before the report is rendered
+    return report
 
 
 def check_output_file(path: Path) -> None:

@@ -13,8 +13,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from traceview.commands._common import (analyze_with_progress, check_output_file, collector_paused, quiet_collector,
-                                        write_output_file)
+from traceview.commands._common import analyze_with_progress, check_output_file, write_output_file
 from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 from traceview.errors import TraceviewError
 from traceview.units import fmt_bytes
@@ -54,11 +53,13 @@ def command(
 
     Example: traceview analyze run/ -f markdown -o report.md --max-findings 5
     """
+    from traceview.runtime import collector_paused, quiet_collector  # the command process's runtime
+
     with quiet_collector():
         # imported here, not at the top: the CLI imports every command module at start (traceview/cli.py);
         # the analyses, the report and the renderers (pandas with them) while the trace is parsed (_analyze)
         with collector_paused():
-            from traceview.loading import registered_formats
+            from traceview.discovery import registered_formats
 
             registered_formats()  # the parsers' modules
         _analyze(paths, analysis, top=top, details=details, summary_only=summary_only, fmt_name=fmt_name,
@@ -71,13 +72,13 @@ def _analyze(paths: List[str], analysis: AnalysisArgs, *, top: int, details: boo
     """The command's work (its options as :func:`command` documents them)."""
     from rich.console import Console
 
-    from traceview.loading import meanwhile
-
     if plotlyjs not in ("cdn", "inline"):
         raise TraceviewError(f"--plotlyjs {plotlyjs}: choose cdn or inline")
     if output is not None:
         check_output_file(output)  # before the work: a path that cannot be written fails at once
     options = analysis.options(top_n=max(top, MIN_TABLE_TOP_N))
+
+    from traceview.runtime import collector_paused
 
     def prepare() -> None:
         """What comes after the parse, done while parse workers run: the imports (~0.3 s, pandas
@@ -89,10 +90,9 @@ def _analyze(paths: List[str], analysis: AnalysisArgs, *, top: int, details: boo
             from traceview.render import get_renderer
         get_renderer(fmt_name)
 
-    with meanwhile(prepare):
-        report = analyze_with_progress(paths, options, use_cache=analysis.use_cache, jobs=analysis.jobs,
-                                       whole_tables=False, workers=workers, scheduler=scheduler)
-    from traceview.render import get_renderer  # imported by prepare(), which the block above ran
+    report = analyze_with_progress(paths, options, use_cache=analysis.use_cache, jobs=analysis.jobs,
+                                   whole_tables=False, workers=workers, scheduler=scheduler, meanwhile=prepare)
+    from traceview.render import get_renderer  # imported by prepare(), which the load ran
 
     renderer = get_renderer(fmt_name)(top=top, details=details, summary_only=summary_only, max_findings=max_findings,
                                       plotlyjs=plotlyjs)

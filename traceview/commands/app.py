@@ -33,7 +33,7 @@ def command(
     Example: traceview app run/ --port 8050
     """
     from traceview.app.runs import RunStore, discover_runs
-    from traceview.commands._common import prefer_system_memory_pool
+    from traceview.runtime import prefer_system_memory_pool
 
     prefer_system_memory_pool()
     options = analysis.options()  # bad input fails here, as one line

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import typer
 
-from traceview.errors import TraceFormatError
-
 
 def command(
     path: Path = typer.Argument(..., help="Trace to redact: Kineto .json/.json.gz or Nsight Systems .sqlite export."),
@@ -28,15 +26,9 @@ def command(
     Example: traceview redact rank0.json.gz -o rank0.shared.json.gz --strict
     """
     # imported here: the CLI imports every command module at start (traceview/cli.py)
-    from traceview.loading import detect_format
-    from traceview.redact import redact_kineto, redact_nsys
+    from traceview.redact import redact_file
 
-    fmt = detect_format(path)
-    if fmt == "nsys-rep":
-        raise TraceFormatError(path, "is an Nsight Systems report, not its SQLite export",
-                               "run `nsys export --type sqlite` first and redact the .sqlite file")
-    redact = redact_kineto if fmt == "kineto" else redact_nsys
-    report = redact(path, output, strict=strict)
+    _, report = redact_file(path, output, strict=strict)  # as the file's format declares it
     mode = " (strict)" if strict else ""
     typer.echo(f"redacted {path} -> {output}{mode}: {report.summary()}")
     if verbose:

@@ -30,7 +30,7 @@ import pandas as pd
 
 from traceview.compare.names import normalize_kernel_name
 from traceview.history.schema import SERIES_COLUMNS
-from traceview.loading import digest_file_ends
+from traceview.trace_cache import digest_file_ends
 
 if TYPE_CHECKING:
     from traceview.report import Report

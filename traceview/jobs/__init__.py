@@ -23,7 +23,7 @@ from traceview.errors import TraceviewError
 from traceview.jobs.driver import JobProgress
 from traceview.jobs.executors import DaskCluster, InProcess, JobExecutor, LocalProcesses
 from traceview.jobs.planning import conflict_message, plan_ranks
-from traceview.loading import RankPlan
+from traceview.rank_planning import RankPlan
 from traceview.jobs.tasks import FileResult, FileTask, analyze_file
 
 #: the Dask scheduler address used when none is given (``tcp://host:port``)

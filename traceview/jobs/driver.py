@@ -20,7 +20,7 @@ from traceview.errors import TraceviewError
 from traceview.findings import Options
 from traceview.jobs.planning import conflict_message, plan_ranks, row_offsets
 from traceview.jobs.tasks import FileResult, FileTask, memory_bytes
-from traceview.loading import RankPlan, number_rank_infos
+from traceview.rank_planning import RankPlan, number_rank_infos
 from traceview.parsers.kineto import rank_from_filename
 from traceview.pipeline import Mapped, compact_ranks
 from traceview.report import TraceOverview

@@ -9,13 +9,13 @@ under their final numbers; row columns are moved to rows of all files concatenat
 from __future__ import annotations
 
 from traceview.jobs.tasks import FileResult
-from traceview.loading import RankPlan
-from traceview.loading import plan_ranks as core_plan_ranks
+from traceview.rank_planning import RankPlan
+from traceview.rank_planning import plan_ranks as core_plan_ranks
 from traceview.parsers.kineto import rank_from_filename
 
 
 def plan_ranks(results: list[FileResult], several: bool) -> RankPlan:
-    """Rank numbers across the job's files, by the loader's own rule (``traceview.loading.plan_ranks``):
+    """Rank numbers across the job's files, by the loader's own rule (``traceview.rank_planning.plan_ranks``):
     a file that claims a rank an earlier file claimed is left out (where ``traceview.load`` refuses
     the whole run), and a file that could not be read keeps the rank its name says, so no other
     file is given it."""

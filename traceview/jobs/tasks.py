@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from traceview.errors import TraceviewError
 from traceview.findings import Options
-from traceview.loading import apply_rank_numbers, load_file
+from traceview.loading import load_file
+from traceview.rank_planning import apply_rank_numbers
 from traceview.model import RankInfo
 from traceview.pipeline import BatchResult, analyze_batch
 

@@ -6,7 +6,7 @@ Why processes
 msgspec holds the GIL while it decodes, and building columns from the decoded structs is Python
 too, so threads do not help; processes do. ``jobs - 1`` workers claim ranges one at a time from
 the start of the file (``claim_range``); the parent first does its caller's work for meanwhile
-(``traceview.loading.meanwhile``: ``traceview analyze`` imports the analyses, and pandas, while
+(``ParseHooks.meanwhile``: ``traceview analyze`` imports the analyses, and pandas, while
 the workers parse; the workers are forked before those imports, so they start at once and with
 less memory), then claims ranges from the end, until the two meet. A range
 is parsed by the same code as a serial parse (``kineto_reader(...).read_range``), the ranges of
@@ -15,7 +15,7 @@ and Arrow column chunks, counts, string memos) as a file in the spool folder: a 
 array buffers lie after it, mapped by the parent rather than copied, the big ones each on its
 own (``dump_result``, ``load_result``). Only the head (read in small blocks, ``HEAD_BYTES``) and
 the cuts come before the workers start; after them the parent merges and builds the tables, with
-the CPU-op links made by a helper thread beside the rest (``_KinetoFile._build``).
+the CPU-op links made by a helper thread beside the rest (``KinetoFile._build``).
 ``benchmarks/bench_load.py --phases`` prints the time of each phase.
 
 Where a range may start
@@ -73,14 +73,15 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from traceview import loading
-from traceview.loading import wanted_parse_jobs
+from traceview import parsing
+from traceview.parsing import NO_HOOKS, ParseHooks, ProgressFn
 from traceview.model import Trace
 from traceview.parsers.jsonstream import READ_BYTES, UTF8_BOM, Blocks, open_bytes
-from traceview.parsers.kineto import (OP_INPUT_COLUMNS, PhaseClock, kineto_reader, minor_page_faults, op_input_memo,
-                                      parse_kineto, timed)
+from traceview.parsers.kineto import kineto_reader, parse_kineto
+from traceview.parsers.kineto.clock import PhaseClock, minor_page_faults, timed
+from traceview.parsers.kineto.events import OP_INPUT_COLUMNS
+from traceview.parsers.kineto.fields import op_input_memo
 
-ProgressFn = Callable[[int, int], None]
 
 #: Ranges per process: many, so that where the parent, taking ranges from the end, meets the
 #: workers the last range is short (a process finishing early idles for at most one range) and a
@@ -117,11 +118,6 @@ _CODE_COLUMNS = {("columns", "category"): "cat_memo", ("columns", "name"): "name
                  **{("columns", key): op_input_memo(key) for key in OP_INPUT_COLUMNS}}
 
 
-def resolve_jobs(jobs: int | None) -> int:
-    """``--jobs``: None means as ``traceview.loading.parse_jobs`` set, else the cores available."""
-    return wanted_parse_jobs() if jobs is None else max(1, int(jobs))
-
-
 @dataclass
 class _RangeTask:
     path: Path
@@ -137,24 +133,25 @@ class _RangeTask:
 
 def parse_parallel(path: Path, *, progress: ProgressFn | None = None, jobs: int | None = None,
                    min_bytes: int | None = None, range_bytes: int | None = None,
-                   clock: PhaseClock | None = None) -> Trace:
+                   clock: PhaseClock | None = None, hooks: ParseHooks = NO_HOOKS) -> Trace:
     """Parse one Kineto file with ``jobs`` worker processes (None: the cores available); a file
     with less than ``min_bytes`` of JSON (default ``PARALLEL_MIN_BYTES``), or ``jobs == 1``, is
     parsed in this process. ``range_bytes`` sets the size of the ranges (tests force many).
-    ``clock``: where the time of each phase is added (benchmarks)."""
-    jobs = resolve_jobs(jobs)
+    ``clock``: where the time of each phase is added (benchmarks). ``hooks``: the caller's
+    (:class:`traceview.parsing.ParseHooks`): its work for meanwhile runs once the workers run."""
+    jobs = parsing.resolve_jobs(jobs)
     gzip = _is_gzip(path)
     too_few = jobs < (GZIP_MIN_JOBS if gzip else 2)
-    if too_few or _json_bytes(path, gzip) < (loading.PARALLEL_MIN_BYTES if min_bytes is None else min_bytes):
-        return parse_kineto(path, progress=progress, jobs=1, clock=clock)
+    if too_few or _json_bytes(path, gzip) < (parsing.PARALLEL_MIN_BYTES if min_bytes is None else min_bytes):
+        return parse_kineto(path, progress=progress, jobs=1, clock=clock, hooks=hooks)
     try:
-        driver = _Driver(path, progress, max(jobs - 1, 1) if gzip else jobs, range_bytes, clock)
+        driver = _Driver(path, progress, max(jobs - 1, 1) if gzip else jobs, range_bytes, clock, hooks)
         trace = driver.run_gzip() if gzip else driver.run_plain()
     except _SerialNeeded:
         trace = None
     # a file the ranges cannot be read from (damaged, or a boundary inside an event) is parsed
     # serially: the same result, or the same error message, as --jobs 1
-    return trace if trace is not None else parse_kineto(path, progress=progress, jobs=1, clock=clock)
+    return trace if trace is not None else parse_kineto(path, progress=progress, jobs=1, clock=clock, hooks=hooks)
 
 
 class _SerialNeeded(Exception):
@@ -163,8 +160,9 @@ class _SerialNeeded(Exception):
 
 class _Driver:
     def __init__(self, path: Path, progress: ProgressFn | None, jobs: int, range_bytes: int | None,
-                 clock: PhaseClock | None = None) -> None:
+                 clock: PhaseClock | None = None, hooks: ParseHooks = NO_HOOKS) -> None:
         self.path = path
+        self.hooks = hooks
         self.progress = progress
         self.jobs = jobs
         self.range_bytes = range_bytes
@@ -208,7 +206,7 @@ class _Driver:
     def _run_ranges(self, tasks: list[_RangeTask], pool: ProcessPoolExecutor) -> None:
         """The ``jobs - 1`` workers claim ranges from the start of the file, one at a time
         (``read_claimed_ranges``); this process first does the caller's work for meanwhile
-        (``loading.run_meanwhile``: ``traceview analyze``'s imports), then claims ranges from the
+        (``ParseHooks.meanwhile``: ``traceview analyze``'s imports), then claims ranges from the
         end, until the two meet: no process idles for more than the range it is finishing,
         however long that work takes or however busy a core is. Ranges are merged in file order."""
         self.claims[0], self.claims[1] = 0, len(tasks) - 1
@@ -217,7 +215,7 @@ class _Driver:
             futures = [pool.submit(read_claimed_ranges, spooled) for _ in range(self.jobs - 1)]
         try:
             with timed(self.clock, "parallel: meanwhile"):
-                loading.run_meanwhile()
+                self.hooks.meanwhile()
             done: dict[int, tuple[dict[str, Any], int]] = {}
             with timed(self.clock, "parallel: parse own ranges"):
                 while (slot := claim_range(self.claims, from_end=True)) is not None:
@@ -239,7 +237,7 @@ class _Driver:
     # -- gzip: the parent decompresses and ships text ---------------------------------------
     def run_gzip(self) -> Trace | None:
         # before the fork: this process is busy decompressing, and the workers inherit the modules
-        loading.run_meanwhile()
+        self.hooks.meanwhile()
         raw, chunks = open_bytes(self.path)
         with raw, self._pool(1 << 16, self.jobs) as pool:
             buf = bytearray()
@@ -303,13 +301,13 @@ class _Driver:
         self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=ram)
         before = {child.pid for child in multiprocessing.active_children()}
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                                   initargs=(self.shared, self.claims))
+                                   initargs=(self.shared, self.claims, self.hooks.for_worker()))
         try:
             yield pool
         finally:
             with timed(self.clock, "parallel: stop workers"):
                 pool.shutdown(wait=True, cancel_futures=True)
-                loading.stop_leftover_workers(before)
+                parsing.stop_leftover_workers(before)
                 shutil.rmtree(self.spool, ignore_errors=True)
 
     def _result_of(self, future: Future[Any], done: Callable[[], int] | None = None) -> Any:
@@ -417,12 +415,15 @@ _shared_progress: Any = None
 _claims: Any = None
 #: a worker's read buffer, reused by the ranges it parses (``parse_range``); freed with the worker
 _worker_buffer = bytearray()
+#: the parse's hooks, as a worker gets them (``ParseHooks.for_worker``)
+_worker_hooks: ParseHooks = NO_HOOKS
 
 
-def _init_worker(shared: Any, claims: Any) -> None:
-    global _shared_progress, _claims, _worker_buffer
+def _init_worker(shared: Any, claims: Any, hooks: ParseHooks) -> None:
+    global _shared_progress, _claims, _worker_buffer, _worker_hooks
     _shared_progress = shared
     _claims = claims
+    _worker_hooks = hooks
     _worker_buffer = bytearray()  # not the forked parent's
     if "pandas" not in sys.modules:
         arrow_without_pandas()
@@ -440,7 +441,7 @@ def arrow_without_pandas() -> None:
     """Make pyarrow in this process work as where pandas is not installed, without importing it.
 
     Why: a worker forked before its parent imported pandas (``traceview analyze`` imports it while
-    the workers parse: ``traceview.loading.meanwhile``) would otherwise import it at its first
+    the workers parse: ``ParseHooks.meanwhile``) would otherwise import it at its first
     ``pa.array`` (pyarrow asks whether the values are a pandas Series), ~0.25 s of its parse time
     for nothing: a range's numpy columns convert the same either way. pyarrow looks for pandas once
     per process and remembers the answer, so pandas is hidden for that one look only; this module's
@@ -479,9 +480,9 @@ def read_claimed_ranges(tasks: list[_RangeTask]) -> list[tuple[int, tuple[str, d
         answers.append((slot, read_range(tasks[slot])))
     # this worker's part is done, but it lives on while the parent builds the tables (it exits
     # when the parent's pool next gets the GIL): its read buffer and the heap the parse kept
-    # (loading.parse_heap) are handed back now, not held through the parent's peak
+    # (the heap hook's settings, inherited) are handed back now, not held through the parent's peak
     _worker_buffer = bytearray()
-    loading.release_free_memory()
+    _worker_hooks.release_memory()
     return answers
 
 
