@@ -151,9 +151,9 @@ def _input_format(name: str | None) -> Any:
     implies (vendor, producer) is declared by its parser (``InputFormat``), never decided here."""
     if not name:
         return None
-    from traceview.discovery import format_named
+    from traceview.registry import INPUT_FORMATS  # registered as the trace was read
 
-    return format_named(str(name))
+    return INPUT_FORMATS.get(str(name))
 
 
 def _model_key(d: Mapping[str, Any]) -> tuple[Any, ...]:

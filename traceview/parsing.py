@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 import threading
 from dataclasses import dataclass, replace
 from typing import Callable, ContextManager
@@ -104,3 +105,14 @@ def stop_leftover_workers(before: set[int | None]) -> None:
         if child.pid not in before:
             child.terminate()
             child.join(5)
+
+
+def cache_dir() -> Path:
+    """traceview's cache folder (the trace cache's, the report cache's and parsers' derived files,
+    e.g. Nsight exports of ``.nsys-rep`` files): ``$TRACEVIEW_CACHE_DIR``, else ``$XDG_CACHE_HOME/traceview``, else
+    ``~/.cache/traceview``."""
+    root = os.environ.get("TRACEVIEW_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "traceview" if xdg else Path.home() / ".cache" / "traceview"

@@ -365,6 +365,9 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     data the figures draw). See docs/reports.md. Everything is scrubbed of secrets.
     """
     import traceview.analyses  # noqa: F401  (registers every analysis, whose hooks the report asks)
+    from traceview.parsers import register_all
+
+    register_all()  # the input formats, which say what their files imply (vendor, producer)
 
     options = options or Options()
     table_rows = table_rows or {}

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from traceview.errors import require_regular_file
+from traceview.parsing import cache_dir
 from traceview.model import Trace, metadata_from_bytes, metadata_to_bytes, steps_from_annotations
 
 #: Bump when parser output changes, so stale cache entries are never read.
@@ -31,16 +32,6 @@ SIDE_TABLES = (".links", ".memory", ".counters")
 
 #: how much of each end of a file its content key reads
 FILE_END_BYTES = 1 << 20
-
-
-def cache_dir() -> Path:
-    """traceview's cache folder: ``$TRACEVIEW_CACHE_DIR``, else ``$XDG_CACHE_HOME/traceview``, else
-    ``~/.cache/traceview``."""
-    root = os.environ.get("TRACEVIEW_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) / "traceview" if xdg else Path.home() / ".cache" / "traceview"
 
 
 def cache_key(path: Path, st: os.stat_result | None = None) -> str:

@@ -238,7 +238,7 @@ def export_nsys_rep(path: str | os.PathLike[str]) -> Path:
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
     target_name = f"{path.stem}-{key}.sqlite"
     try:
-        from traceview.trace_cache import cache_dir
+        from traceview.parsing import cache_dir
 
         out_dir = cache_dir() / "nsys-export"
         out_dir.mkdir(parents=True, exist_ok=True)

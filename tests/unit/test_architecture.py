@@ -43,9 +43,10 @@ PACKAGE_DIRS = {"traceview": "traceview", "parsers": "traceview.parsers", "analy
 #: not listed is a feature.
 CORE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data model", ("errors", "units", "intervals", "claims", "findings", "model", "secrets", "tables",
-                    "environment", "hardware", "registry", "context", "plain", "report_inputs")),
+                    "environment", "hardware", "registry", "context", "plain", "report_inputs", "parsing",
+                    "redaction")),
     ("input formats", ("parsers",)),
-    ("loading", ("loading",)),
+    ("loading", ("discovery", "trace_cache", "rank_planning", "loading")),
     ("analyses", ("analyses",)),
     ("report", ("accounting", "report", "pipeline", "report_cache", "sqlviews", "api", "__init__")),
 )
@@ -60,10 +61,6 @@ THROUGH_THE_REGISTRY = ("traceview.pipeline", "traceview.report", "traceview.acc
 #: with the violation, else the test fails)
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("layers", "traceview.model"): "Trace.sql imports traceview.sqlviews (report layer) inside the method",
-    ("layers", "traceview.parsers.kineto"): "imports traceview.loading (parse_heap, run_meanwhile, "
-                                            "wanted_parse_jobs): issue 26 item 5, parsers do not import it",
-    ("layers", "traceview.parsers.kineto_parallel"): "imports traceview.loading (wanted_parse_jobs): issue 26 item 5",
-    ("layers", "traceview.parsers.nsys"): "imports traceview.loading (cache_dir, release_free_memory): issue 26 item 5",
 }
 
 
