@@ -164,16 +164,17 @@ def test_every_analysing_command_hands_its_options_to_the_analyses(name: str, tm
 def test_a_command_scans_each_folder_once(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The inputs are found once per command and passed down (not found again to load, to key the
     report and to size the progress bar)."""
-    import traceview.loading
+    import traceview.discovery
 
     scans: list[str] = []
-    find = traceview.loading.find_trace_files
+    discover = traceview.discovery.discover
 
-    def counting(paths: Any, skipped: Any = None) -> Any:
-        scans.extend(str(p) for p in paths if Path(p).is_dir())
-        return find(paths, skipped)
+    def counting(paths: Any) -> Any:
+        listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        scans.extend(str(p) for p in listed if Path(p).is_dir())
+        return discover(listed)
 
-    monkeypatch.setattr(traceview.loading, "find_trace_files", counting)
+    monkeypatch.setattr(traceview.discovery, "discover", counting)
     monkeypatch.setattr("traceview.app.server.serve", lambda *, store, **_kw: store.context(0))
     args = {**_invocations(tmp_path, str(FOLDER)), "info": ["info", str(FOLDER)],
             "convert": ["convert", str(FOLDER), "-o", str(tmp_path / "parquet")]}[name]
