@@ -100,25 +100,31 @@ def _invocations(tmp_path: Path, trace: str) -> dict[str, list[str]]:
 
 
 def _cli(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    """``traceview ARGS`` in this process (its exit status), as the console script runs it."""
+    """``traceview ARGS`` in this process (its exit status), as the console script runs it; the
+    command process's Arrow memory pool (traceview.runtime) is given back to this test process."""
+    import pyarrow as pa
+
     from traceview.cli import main
 
+    pool = pa.default_memory_pool()
     monkeypatch.setattr(sys, "argv", ["traceview", *args])
     try:
         main()
     except SystemExit as exc:
         return int(exc.code or 0)
+    finally:
+        pa.set_memory_pool(pool)
     return 0
 
 
 @pytest.mark.parametrize("name", sorted(ANALYSING))
 def test_a_bad_analysis_option_fails_before_any_work(name: str, tmp_path: Path, capsys: Any,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_load(*_args: Any, **_kwargs: Any) -> Any:
-        raise AssertionError("a trace was loaded before the options were checked")
-
-    monkeypatch.setattr("traceview.loading.load", no_load)
-    args = _invocations(tmp_path, str(SAMPLE_TRACES / "torch_cpu_mlp.json.gz"))[name]
+    """The options are checked before the inputs are looked at: on a trace path that does not exist,
+    the error is the option's (one line, exit 2), not the missing file's."""
+    args = _invocations(tmp_path, str(tmp_path / "no-such-trace.json"))[name]
+    assert _cli(monkeypatch, *args) == 2  # the missing file alone: an error, so the path is used
+    assert "no-such-trace.json" in capsys.readouterr().err
     assert _cli(monkeypatch, *args, "--comm-pattern", "lib=(") == 2
     err = capsys.readouterr().err
     assert "--comm-pattern 'lib=(': not a regular expression" in err and len(err.strip().splitlines()) == 1, err
@@ -163,18 +169,19 @@ def test_every_analysing_command_hands_its_options_to_the_analyses(name: str, tm
 @pytest.mark.parametrize("name", sorted(ANALYSING) + sorted(LOAD_ONLY))
 def test_a_command_scans_each_folder_once(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The inputs are found once per command and passed down (not found again to load, to key the
-    report and to size the progress bar)."""
+    report and to size the progress bar): the folder's truth.json, which only a folder scan reads,
+    is read once per folder given."""
     import traceview.discovery
 
     scans: list[str] = []
-    discover = traceview.discovery.discover
+    read_head = traceview.discovery.read_head
 
-    def counting(paths: Any) -> Any:
-        listed = [paths] if isinstance(paths, (str, Path)) else list(paths)
-        scans.extend(str(p) for p in listed if Path(p).is_dir())
-        return discover(listed)
+    def counting(path: Path, *args: Any, **kwargs: Any) -> bytes:
+        if Path(path).name == "truth.json":
+            scans.append(str(Path(path).parent))
+        return read_head(path, *args, **kwargs)
 
-    monkeypatch.setattr(traceview.discovery, "discover", counting)
+    monkeypatch.setattr(traceview.discovery, "read_head", counting)
     monkeypatch.setattr("traceview.app.server.serve", lambda *, store, **_kw: store.context(0))
     args = {**_invocations(tmp_path, str(FOLDER)), "info": ["info", str(FOLDER)],
             "convert": ["convert", str(FOLDER), "-o", str(tmp_path / "parquet")]}[name]
