@@ -41,11 +41,13 @@ class AnalysisContext:
     def __init__(self, trace: Trace, options: "Options | None" = None,
                  inputs: "Mapping[str, DerivedInput] | None" = None) -> None:
         from traceview.findings import Options
-        from traceview.registry import derived_inputs
+        from traceview.registry import DERIVED_INPUTS
 
         self.trace = trace
         self.options = options if options is not None else Options()
-        self.declared: Mapping[str, DerivedInput] = inputs if inputs is not None else derived_inputs()
+        #: the derived inputs that may be built: those given, else the registry's (read when an
+        #: input is asked for, so modules imported after the context was made count too)
+        self.declared: Mapping[str, DerivedInput] = inputs if inputs is not None else DERIVED_INPUTS
         self.values: dict[str, Any] = {}
         self.results: dict[str, AnalysisResult] = {}
         #: while an analysis runs: the inputs and results it may read (None: anything, for
