@@ -240,18 +240,19 @@ def fold_step_name(name: str) -> tuple[str, str]:
 
 
 def step_marker_candidates(ctx: AnalysisContext) -> pd.DataFrame:
-    """Repeated CPU ranges that could mark steps, best first (one row per folded name).
+    """Repeated CPU ranges that could mark steps, per rank, each rank's best first (one row per rank
+    and folded name, ``rank`` the last column: a batch of ranks gives what each rank alone gives).
 
     Ranges: annotations (Kineto user annotations, NVTX ranges) and top-level CPU ops, names with a
     trailing number folded (``step_12`` -> ``step_#``); a candidate repeats (>= 2 ranges) on at
     least one rank. Columns: ``marker`` (the ``--step-marker`` regex that selects them), ``name``,
-    ``kind`` (annotation / cpu_op), ``count`` (ranges, all ranks), ``ranks`` (ranks that have
-    them), ``median_dur_ns``, ``covered_ns`` (their union, summed over ranks), ``coverage``
-    (``covered_ns`` over the summed time spans of those ranks: how much of the trace they cover),
+    ``kind`` (annotation / cpu_op), ``count`` (the rank's ranges), ``ranks`` (1: the rank),
+    ``median_dur_ns``, ``covered_ns`` (their union), ``coverage`` (``covered_ns`` over the rank's
+    time span: how much of its trace they cover),
     ``typical_coverage`` (the same with every range lasting the median, capped at ``coverage``:
     high for step-like markers, low for a name such as ``aten::to`` whose coverage is a few long
-    outliers), ``sequential`` (no two of them overlap on a rank, as steps do). Sorted by
-    sequential, typical coverage, count; ``Options.top_n`` rows.
+    outliers), ``sequential`` (no two of them overlap, as steps do). Sorted by rank, then
+    sequential, typical coverage, count; ``Options.top_n`` rows per rank.
     """
     candidates: pd.DataFrame = ctx.input("steps.candidates")
     return candidates
