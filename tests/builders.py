@@ -217,3 +217,27 @@ def write_kineto(path: Path, events: list[Any], indent: int | None = None, schem
     data = kineto_bytes(events, indent, schema_version, **top)
     path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
     return path
+
+
+def comparable_report(report: Any) -> dict:
+    """A report as JSON readers see it, less ``execution`` (how it ran: the one key allowed to
+    differ between the ways of running the same analysis)."""
+    data = json.loads(report.to_json())
+    data.pop("execution")
+    return data
+
+
+def json_differences(a: Any, b: Any, where: str = "") -> list[str]:
+    """Where two JSON values differ (paths), so a failure says what differs, not just that."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{where}/{k}: only on one side" for k in sorted(set(a) ^ set(b))]
+        for k in sorted(a.keys() & b.keys()):
+            out += json_differences(a[k], b[k], f"{where}/{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        out = [f"{where}: {len(a)} != {len(b)} items"] if len(a) != len(b) else []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += json_differences(x, y, f"{where}[{i}]")
+        return out
+    return [] if a == b else [f"{where}: {str(a)[:120]!r} != {str(b)[:120]!r}"]
+

@@ -18,33 +18,12 @@ from typing import Any
 import pytest
 
 import traceview
+from builders import comparable_report as comparable, json_differences as differences
 from conftest import SAMPLE_TRACES, require_shared
 from traceview.jobs import InProcess
 from traceview.pipeline import analyze
 
 SAMPLE_4RANK = SAMPLE_TRACES / "synthetic_4rank"
-
-
-def comparable(report: Any) -> dict:
-    """The report as JSON readers see it, less ``execution`` (how it ran: the one key that differs)."""
-    data = json.loads(report.to_json())
-    data.pop("execution")
-    return data
-
-
-def differences(a: Any, b: Any, where: str = "") -> list[str]:
-    """Where two JSON values differ (paths), so a failure says what differs."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{where}/{k}: only on one side" for k in sorted(set(a) ^ set(b))]
-        for k in sorted(a.keys() & b.keys()):
-            out += differences(a[k], b[k], f"{where}/{k}")
-        return out
-    if isinstance(a, list) and isinstance(b, list):
-        out = [f"{where}: {len(a)} != {len(b)} items"] if len(a) != len(b) else []
-        for i, (x, y) in enumerate(zip(a, b)):
-            out += differences(x, y, f"{where}[{i}]")
-        return out
-    return [] if a == b else [f"{where}: {str(a)[:120]!r} != {str(b)[:120]!r}"]
 
 
 def copies_of(folder: Path, out: Path, copies: int) -> int:

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 import traceview
+from builders import comparable_report as comparable, json_differences as differences
 from traceview.errors import TraceviewError
 from traceview.findings import Options
 from traceview.jobs import (
@@ -63,28 +64,6 @@ def require(path: Path) -> Path:
     if not path.exists():
         pytest.skip(f"traces not available: {path} is absent (../shared/traces sits beside the repo in CI)")
     return path
-
-
-def comparable(report: Any) -> dict:
-    """The report as JSON readers see it, less ``execution`` (the one key allowed to differ)."""
-    data = json.loads(report.to_json())
-    data.pop("execution")
-    return data
-
-
-def differences(a: Any, b: Any, where: str = "") -> list[str]:
-    """Where two JSON values differ (paths), so a failure says what differs, not just that."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{where}/{k}: only on one side" for k in sorted(set(a) ^ set(b))]
-        for k in a.keys() & b.keys():
-            out += differences(a[k], b[k], f"{where}/{k}")
-        return out
-    if isinstance(a, list) and isinstance(b, list):
-        out = [f"{where}: {len(a)} != {len(b)} items"] if len(a) != len(b) else []
-        for i, (x, y) in enumerate(zip(a, b)):
-            out += differences(x, y, f"{where}[{i}]")
-        return out
-    return [] if a == b else [f"{where}: {str(a)[:120]!r} != {str(b)[:120]!r}"]
 
 
 def assert_same_report(in_memory: Any, job: Any) -> None:
