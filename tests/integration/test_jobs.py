@@ -43,7 +43,15 @@ from traceview.jobs import (
     conflict_message,
 )
 from traceview.model import RankInfo
-from traceview.pipeline import analyze, select_rank
+from traceview.pipeline import (
+    analyze,
+    analyze_batch,
+    map_rows,
+    overview_of,
+    reduce_batches,
+    select_rank,
+)
+from traceview.report import build_report
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -166,6 +174,61 @@ def test_file_without_a_rank_numbered_as_load_does(tmp_path) -> None:
     messages = [w["message"] for w in job["warnings"]]
     assert "extra.json.gz: no rank in distributedInfo or file name; treated as rank 4" in messages
     assert "truth.json: skipped, not a trace" in messages
+
+
+def renumbered_copies(src: Path, out: Path, copies: int) -> int:
+    """``copies`` copies of the Kineto job of ``src`` (files with a distributedInfo) in ``out``: rank
+    r of copy k becomes rank k x (ranks of the job) + r, in its distributedInfo and its file name,
+    with the world size of all copies. Returns that world size."""
+    jobs = [json.loads(gzip.decompress(f.read_bytes())) for f in sorted(src.glob("*.json.gz"))]
+    ranks = len(jobs)
+    for k in range(copies):
+        for data in jobs:
+            info = data["distributedInfo"]
+            rank = k * ranks + info["rank"] % ranks
+            copy = {**data, "distributedInfo": {**info, "rank": rank, "world_size": ranks * copies}}
+            (out / f"rank{rank}.json.gz").write_bytes(gzip.compress(json.dumps(copy).encode(), 1))
+    return ranks * copies
+
+
+@pytest.mark.slow
+def test_64_ranks_same_report_in_memory_and_on_local_processes(tmp_path) -> None:
+    """64 ranks (16 renumbered copies of the 4-rank sample): one batch of all 64 ranks in memory,
+    one batch per file in the workers, the same report."""
+    assert renumbered_copies(require(SAMPLE_4RANK), tmp_path, 16) == 64
+    in_memory = analyze(tmp_path, use_cache=False)
+    assert in_memory["summary"]["ranks"] == list(range(64))
+    job = analyze(tmp_path, use_cache=False, executor=LocalProcesses(2))
+    assert job["execution"]["files"] == 64 and job["execution"]["ranks"] == 64
+    assert_same_report(in_memory, job)
+
+
+def per_rank_report(trace: traceview.Trace, options: Options) -> Any:
+    """The report of ``trace`` built from one batch per rank (each rank selected and analysed alone,
+    its rows mapped back to the trace's), reduced and reported as the in-memory path does."""
+    batches = []
+    for rank in trace.rank_ids:
+        sub, rows = select_rank(trace, rank)
+        batch = analyze_batch(sub, options)
+        batch.tables = {a: {t: map_rows(f, rows) for t, f in ts.items()} for a, ts in batch.tables.items()}
+        batch.gathered = {a: g.remap_rows(rows, 0) for a, g in batch.gathered.items()}
+        batches.append(batch)
+    assert [b.ranks for b in batches] == [[r] for r in trace.rank_ids]
+    reduced = reduce_batches(batches, options)
+    summaries = {r: s for b in batches for r, s in b.summaries.items()}
+    return build_report(overview_of(trace, summaries), reduced.results, options=options,
+                        table_rows=reduced.table_rows, execution={"executor": "in-process"}, trace=trace)
+
+
+@pytest.mark.parametrize("path", [SAMPLE_4RANK, SAMPLE_NSYS, DLRM, NSYS_2RANK], ids=lambda p: p.name)
+def test_one_batch_of_all_ranks_equals_one_batch_per_rank(path: Path) -> None:
+    """The in-memory path analyses every rank of a trace in one batch; analysed one rank at a time
+    (as before issue 26), the ranks give the same report, figure for figure (ties in the row order
+    of a table included)."""
+    trace = traceview.load(require(path), use_cache=False)
+    assert len(trace.rank_ids) >= 2
+    options = Options()
+    assert_same_report(analyze(trace, options), per_rank_report(trace, options))
 
 
 # ------------------------------------------------------------------------------ known answers
