@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from traceview.registry import INPUT_FORMATS, InputFormat
+
 _CUDA_INT_KEYS = {"cuda_runtime_version": "cuda_runtime", "cuda_driver_version": "cuda_driver"}
 _HIP_INT_KEYS = {"hip_runtime_version": "hip_runtime", "hip_driver_version": "hip_driver"}
 #: keys (lower-case) anywhere in the metadata that name a version, and what of
@@ -146,14 +148,12 @@ def vendor_of(name: str | None, raw: Mapping[str, Any], source_format: str | Non
     return fmt.vendor if fmt is not None else None
 
 
-def _input_format(name: str | None) -> Any:
-    """The registered input format ``name`` (a rank's ``source_format``), or None: what a format
-    implies (vendor, producer) is declared by its parser (``InputFormat``), never decided here."""
-    if not name:
-        return None
-    from traceview.registry import INPUT_FORMATS  # registered as the trace was read
-
-    return INPUT_FORMATS.get(str(name))
+def _input_format(name: str | None) -> InputFormat | None:
+    """The input format ``name`` (a rank's ``source_format``) as its parser declared it, or None:
+    what a format implies (vendor, producer) is the parser's declaration (``InputFormat``), never
+    decided here. A parser registers its format when it is imported, which any load has done
+    (``traceview.discovery``); nothing is imported from here, a layer below the parsers."""
+    return INPUT_FORMATS.get(str(name)) if name else None
 
 
 def _model_key(d: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, ContextManager
 
 #: ``progress(bytes_done, bytes_total)`` of one file's parse
@@ -75,6 +75,17 @@ class ParseHooks:
 NO_HOOKS = ParseHooks()
 
 
+def cache_dir() -> Path:
+    """traceview's cache folder (the trace cache's, and where a parser keeps files it derives, such as
+    the SQLite export of an Nsight report): ``$TRACEVIEW_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/traceview``, else ``~/.cache/traceview``."""
+    root = os.environ.get("TRACEVIEW_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "traceview" if xdg else Path.home() / ".cache" / "traceview"
+
+
 def default_jobs() -> int:
     """The processes a parse may use when the caller does not say (``jobs=None``): the cores this
     process may run on (its CPU affinity) in a main process, and 1 in a worker process (a job's
@@ -105,14 +116,3 @@ def stop_leftover_workers(before: set[int | None]) -> None:
         if child.pid not in before:
             child.terminate()
             child.join(5)
-
-
-def cache_dir() -> Path:
-    """traceview's cache folder (the trace cache's, the report cache's and parsers' derived files,
-    e.g. Nsight exports of ``.nsys-rep`` files): ``$TRACEVIEW_CACHE_DIR``, else ``$XDG_CACHE_HOME/traceview``, else
-    ``~/.cache/traceview``."""
-    root = os.environ.get("TRACEVIEW_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return Path(xdg) / "traceview" if xdg else Path.home() / ".cache" / "traceview"

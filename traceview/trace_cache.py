@@ -15,8 +15,11 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from traceview.errors import require_regular_file
-from traceview.parsing import cache_dir
 from traceview.model import Trace, metadata_from_bytes, metadata_to_bytes, steps_from_annotations
+from traceview.parsing import cache_dir
+
+__all__ = ["CACHE_VERSION", "FILE_END_BYTES", "cache_dir", "cache_key", "digest_file_ends", "entry_path",
+           "parser_fingerprint", "read_cached_trace", "write_cached_trace"]
 
 #: Bump when parser output changes, so stale cache entries are never read.
 CACHE_VERSION = "7"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);

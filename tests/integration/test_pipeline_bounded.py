@@ -3,7 +3,7 @@ analysis ends (``pipeline.analyze(..., whole_tables=False)``, as a job's workers
 must be the one the whole tables give, figure for figure, on the sample traces and every shared
 trace. Also: a table cut to its top rows is shown in the order the whole table gives
 (``report.table_records`` sorts by the true row count), and the command leaves the cyclic garbage
-collector of an in-process caller as it found it (``commands._common.quiet_collector``)."""
+collector of an in-process caller as it found it (``traceview.runtime.quiet_collector``)."""
 
 from __future__ import annotations
 

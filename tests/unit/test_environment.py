@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import traceview.parsers.nsys  # noqa: F401  (registers the Nsight formats, whose declaration says NVIDIA)
 from traceview.environment import device_properties, environment, vendor_of
 
 MI300X = {"name": "AMD Instinct MI300X", "sm_count": 304, "total_memory_bytes": 206141652992,
