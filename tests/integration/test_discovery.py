@@ -38,14 +38,12 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> tuple[collections.Counter, coll
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_a_command_reads_each_head_once_and_keys_each_file_once(use_cache: bool, monkeypatch: pytest.MonkeyPatch,
                                                                 tmp_path: Path) -> None:
-    from rich.console import Console
-
-    from traceview.commands._common import analyze_in_process
+    from traceview.commands._common import analyze_with_progress
     from traceview.findings import Options
 
     monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path / "cache"))
     heads, keys = _counted(monkeypatch)
-    report = analyze_in_process([str(FOLDER)], Options(), use_cache=use_cache, console=Console(stderr=True))
+    report = analyze_with_progress([str(FOLDER)], Options(), use_cache=use_cache)
     assert report["summary"]
     names = sorted(p.name for p in FOLDER.glob("*.json.gz"))
     assert heads == {name: 1 for name in names} | {"truth.json": 1}  # truth.json: sniffed once, skipped
