@@ -100,9 +100,10 @@ class AnalysisContext:
             self.allowed = before
 
     def release(self, names: Iterable[str]) -> None:
-        """Forget the derived inputs ``names`` (no analysis still to run reads them)."""
+        """Forget the derived inputs and analysis results ``names`` (no analysis still to run reads them)."""
         for name in names:
             self.values.pop(name, None)
+            self.results.pop(name, None)
 
     def held(self) -> set[str]:
         """The names of the derived inputs built and not released."""
@@ -136,7 +137,5 @@ def run_analyses(ctx: AnalysisContext, specs: "Sequence[AnalysisSpec]",
             result = spec.run(ctx)
         ctx.results[spec.name] = result
         on_result(spec, result)
-        for name in releases.get(i, ()):
-            ctx.values.pop(name, None)
-            ctx.results.pop(name, None)
+        ctx.release(releases.get(i, ()))
         del result

@@ -23,6 +23,7 @@ from conftest import SAMPLE_TRACES, SHARED_TRACES, require_shared
 
 import traceview
 from traceview import pipeline
+import traceview.analyses  # noqa: F401  (registers the derived inputs the contexts here build)
 from traceview.context import AnalysisContext, UndeclaredInput, run_analyses
 from traceview.findings import AnalysisResult, Options
 from traceview.registry import ANALYSES, AnalysisSpec, DerivedInput, analysis_specs, derived_inputs, run_order
