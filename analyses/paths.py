@@ -14,9 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 try:
-    from . import _graph_paths as native
+    from traceview.analyses._graph_paths import relax as native_relax
+    from traceview.analyses._graph_paths import topological_order as native_topological_order
+    from traceview.analyses._graph_paths import walk as native_walk
+    NATIVE = True
 except ImportError:  # pragma: no cover - no compiler at install
-    native = None
+    NATIVE = False
 
 __all__ = ["IncomingEdges", "relaxed_times", "walk_back"]
 
@@ -40,8 +43,8 @@ class IncomingEdges:
         np.cumsum(np.bincount(dst, minlength=nodes), out=offsets[1:])
         src_sorted = np.ascontiguousarray(src[by_dst], dtype=np.int64)
         order = np.zeros(nodes, dtype=np.int64)
-        if native is not None and use_native:
-            cyclic = int(native.topological_order(offsets, src_sorted, order))
+        if NATIVE and use_native:
+            cyclic = int(native_topological_order(offsets, src_sorted, order))
         else:
             cyclic = _topological_order(offsets, src_sorted, order)
         return cls(offsets, src_sorted, by_dst, order, cyclic)
@@ -52,8 +55,8 @@ def relaxed_times(edges: IncomingEdges, lag: np.ndarray, anchors: np.ndarray, us
     a node without incoming edges keeps its ``anchors`` time. ``lag`` is per edge (caller's order)."""
     times = np.array(anchors, dtype=np.int64)  # a copy: written in place
     lag_sorted = np.ascontiguousarray(lag[edges.edge], dtype=np.int64)
-    if native is not None and use_native:
-        native.relax(edges.order, edges.offsets, edges.src, lag_sorted, times)
+    if NATIVE and use_native:
+        native_relax(edges.order, edges.offsets, edges.src, lag_sorted, times)
     else:
         off, src = edges.offsets, edges.src
         for v in edges.order.tolist():
@@ -72,11 +75,11 @@ def walk_back(binding: np.ndarray, times: np.ndarray, ends: np.ndarray, starts: 
     times = np.ascontiguousarray(times, dtype=np.int64)
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     starts = np.ascontiguousarray(starts, dtype=np.int64)
-    if native is not None and use_native:
+    if NATIVE and use_native:
         capacity = 2 * (binding.size + 2 * ends.size)
         while True:
             out = np.empty(capacity, dtype=np.int64)
-            written = int(native.walk(binding, times, ends, starts, out))
+            written = int(native_walk(binding, times, ends, starts, out))
             if written >= 0:
                 break
             capacity *= 2
