@@ -127,11 +127,16 @@ def _nearest_point(graph: DependencyGraph, rank: np.ndarray, t: np.ndarray, afte
 
 
 def _whole_windows(graph: DependencyGraph, with_steps: set[int]) -> pd.DataFrame:
-    """The whole-trace window of each rank without steps: its first point to the point that ends last."""
-    frame = pd.DataFrame({"rank": graph.rank, "t": graph.times, "point": np.arange(graph.times.size)})
+    """The whole-trace window of each rank without steps: its GPU window (first activity start to the
+    activity that ends last), as every whole-trace figure of the report; a rank without GPU activity,
+    its host events' span."""
+    gpu = np.arange(graph.times.size) >= 2 * graph.hosts
+    frame = pd.DataFrame({"rank": graph.rank, "t": graph.times, "point": np.arange(graph.times.size), "gpu": gpu})
     frame = frame[~frame["rank"].isin(list(with_steps))]
     if frame.empty:
         return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "start_point", "end_point"])
+    has_gpu = frame.groupby("rank")["gpu"].transform("any").to_numpy(bool)
+    frame = frame[~has_gpu | frame["gpu"].to_numpy(bool)]
     first = frame.loc[frame.groupby("rank")["t"].idxmin()].set_index("rank")
     last = frame.loc[frame.groupby("rank")["t"].idxmax()].set_index("rank")
     return pd.DataFrame({"rank": first.index.to_numpy(np.int64), "step": NO_STEP,

@@ -253,18 +253,28 @@ def _wake_edges(ctx: AnalysisContext, edges: _Edges, chain: tuple[np.ndarray, np
 
 def _stream_order_edges(edges: _Edges, act: Activity, g_start: np.ndarray, g_end: np.ndarray,
                         rules: dict[str, int]) -> np.ndarray:
-    """Previous activity on the same (rank, device, stream) -> the next; returns each activity's
-    stream predecessor (-1 for none)."""
+    """On each (rank, device, stream): the activity that ended last at or before an activity's start
+    (of those that started before it) -> that activity. On a serial stream that is the previous one;
+    where activities overlap on one stream (the concurrent branches of a graph replay), it is the
+    last one it could have waited for. Returns each activity's stream predecessor (-1 for none)."""
     prev = np.full(len(act), -1, dtype=np.int64)
     if len(act) == 0:
         return prev
-    order = np.lexsort((act.end, act.start, act.stream, act.device, act.rank))
     key, _ = iv.combine_keys(act.rank, act.device, act.stream)
-    same = key[order[1:]] == key[order[:-1]]
-    a, b = order[:-1][same], order[1:][same]
-    overlapping = act.end[a] > act.start[b]
-    rules["stream predecessors that overlap their successor (left out)"] = int(overlapping.sum())
-    a, b = a[~overlapping], b[~overlapping]
+    by_start = np.lexsort((act.end, act.start, key))
+    same = key[by_start[1:]] == key[by_start[:-1]]
+    rules["activities overlapping the previous one on their stream"] = int(
+        (same & (act.end[by_start[:-1]] > act.start[by_start[1:]])).sum())
+    order = np.lexsort((act.start, act.end, key))
+
+    def started_before(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        j = order[p]
+        return (j != q) & ((act.start[j] < act.start[q]) | ((act.start[j] == act.start[q]) & (j < q)))
+
+    found = _latest_before(key[order], act.end[order], key, act.start, started_before)
+    has = found >= 0
+    b = np.flatnonzero(has)
+    a = order[found[has]]
     prev[b] = a
     edges.add(g_end[a], g_start[b], STREAM_ORDER, GPU_WAIT, act.row[b])
     return prev

@@ -99,7 +99,9 @@ def test_a_rank_without_steps_has_one_whole_trace_window():
     b.links = [(t, s - 1, d - 1) for t, s, d in b.links]  # the step range was row 0
     steps = critical_path(b.build()).tables["steps"]
     assert len(steps) == 1 and pd.isna(steps.iloc[0]["step"])
-    assert steps.iloc[0]["path_ns"] == steps.iloc[0]["step_ns"] == (830 - 10) * US
+    # the GPU window, as every whole-trace figure: the first kernel's start to the last one's end
+    assert steps.iloc[0]["path_ns"] == steps.iloc[0]["step_ns"] == (820 - 20) * US
+    assert steps.iloc[0]["gpu_compute_ns"] == 800 * US and steps.iloc[0]["bound_by"] == "gpu"
 
 
 def random_dag(rng: np.random.Generator, nodes: int, edges: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
