@@ -33,7 +33,7 @@ from .dependency_graph import (CATEGORIES, COMMUNICATION, DURATION, EDGE_KINDS, 
                                HOST_ORDER, HOST_UNTRACED, INFERRED_EDGES, LAUNCH, SYNC_WAIT, UNLINKED, WAKE,
                                DependencyGraph, dependency_graph)
 from .paths import relaxed_times, walk_back
-from .steps import NO_STEP, Activity, activity
+from .steps import NO_STEP, Activity, activity, step_column
 
 NAME = "critical_path"
 
@@ -50,6 +50,7 @@ class PathResult:
 
     segments: pd.DataFrame
     edges: pd.DataFrame
+    gpu_categories: pd.DataFrame
     parts: ranks_step.CriticalPathParts
 
 
@@ -57,6 +58,7 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     result: PathResult = ctx.input("critical_path.result")
     out = AnalysisResult(name=NAME, tables={"segments": result.segments,
                                             "contributors": contributors(result.segments, ctx.options.top_n),
+                                            "gpu_categories": result.gpu_categories,
                                             "edges": result.edges})
     rules = result.edges
     inferred = rules[(rules["rule"] == "inferred") & (rules["count"] > 0)]
@@ -86,7 +88,32 @@ def build_result(ctx: AnalysisContext) -> PathResult:
     parts = ranks_step.CriticalPathParts(steps=steps, whatif=whatif, claims=claims,
                                          collectives=_collectives(ctx, act, segments))
     del scenario_lags
-    return PathResult(segments=_public_segments(segments), edges=_edge_table(graph), parts=parts)
+    categories = _gpu_categories(segments, act, ctx.input("kernels.activity_categories"))
+    return PathResult(segments=_public_segments(segments), edges=_edge_table(graph), gpu_categories=categories,
+                      parts=parts)
+
+
+def _gpu_categories(segments: pd.DataFrame, act: Activity,
+                    categories: tuple[np.ndarray, tuple[str, ...]]) -> pd.DataFrame:
+    """Per rank and step: the GPU compute on the path by kernel category (the kernels analysis's
+    categories: gemm, attention, convolution, elementwise, reduction, other)."""
+    columns = ["rank", "step", "kernel_category", "path_ns", "share"]
+    gpu = segments[segments["category"] == "gpu_compute"]
+    if gpu.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "kernel_category" else "int64") for c in columns})
+    rows = gpu["row"].to_numpy(np.int64)
+    pos = np.clip(np.searchsorted(act.row, rows), 0, max(len(act) - 1, 0))  # activity rows are sorted
+    known = act.row[pos] == rows
+    category_of, category_names = categories
+    names = np.asarray(category_names, dtype=object)
+    category = np.where(known, names[np.clip(category_of[pos], 0, names.size - 1)], "other")
+    frame = pd.DataFrame({"rank": gpu["rank"].to_numpy(np.int64), "step": gpu["step"].to_numpy(np.int64),
+                          "kernel_category": category, "path_ns": gpu["dur_ns"].to_numpy(np.int64)})
+    out = frame.groupby(["rank", "step", "kernel_category"], sort=True)["path_ns"].sum().reset_index()
+    out["share"] = out["path_ns"] / out.groupby(["rank", "step"])["path_ns"].transform("sum")
+    out = out.sort_values(["rank", "step", "path_ns"], ascending=[True, True, False], kind="stable")
+    out["step"] = step_column(out["step"].to_numpy(np.int64))
+    return out.reset_index(drop=True)[columns]
 
 
 # ------------------------------------------------------------------------------------ windows
@@ -235,7 +262,6 @@ def _empty_segments() -> pd.DataFrame:
 
 
 def _public_segments(segments: pd.DataFrame) -> pd.DataFrame:
-    from .steps import step_column
     out = segments[SEGMENT_COLUMNS].copy()
     out["step"] = step_column(out["step"].to_numpy(np.int64))
     return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
@@ -466,6 +492,7 @@ def _edge_table(graph: DependencyGraph) -> pd.DataFrame:
 
 register_input("critical_path.result", build_result,
                requires=("dependency_graph", "activity", "efficiency.kernel_roofline_factor",
+                         "kernels.activity_categories",
                          "classify.codes.name", "classify.categories.name"))
 
 SPEC = AnalysisSpec(
@@ -480,6 +507,7 @@ SPEC = AnalysisSpec(
                   "their roofline, the slowest rank at the median, and all together (achievable)", cross_rank=True),
         TableSpec("segments", "The critical path's segments", sort_by="dur_ns", per_event=True, keep_rows=2000),
         TableSpec("contributors", "Events with the most time on the critical path", sort_by="path_ns"),
+        TableSpec("gpu_categories", "GPU compute on the critical path by kernel category, per step"),
         TableSpec("edges", "The dependency graph's edges by kind"),
     ),
     finding_codes=ranks_step.FINDING_CODES,
