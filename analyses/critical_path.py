@@ -38,6 +38,13 @@ from .steps import NO_STEP, Activity, activity, step_column
 NAME = "critical_path"
 
 #: the graph what-ifs (the median-rank one is computed across ranks)
+#: what a report says where the critical path went through inferred edges (one message for all ranks)
+INFERRED_WARNINGS = {
+    "stream_wait": "critical path: cudaStreamWaitEvent dependencies inferred from the recorded calls (the trace "
+                   "does not say which event each waited for; counts in the edges table, rule in docs/metrics.md)",
+    "wake": "critical path: threads woken by another thread inferred (the trace records no dependency between "
+            "threads; counts in the edges table, rule in docs/metrics.md)",
+}
 GRAPH_SCENARIOS = ("comm_overlapped", "no_host_overhead", "roofline", "achievable")
 HOST_CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync")
 SEGMENT_COLUMNS = ["rank", "step", "start_ns", "end_ns", "dur_ns", "category", "name", "row", "tid", "device",
@@ -62,11 +69,9 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
                                             "edges": result.edges})
     rules = result.edges
     inferred = rules[(rules["rule"] == "inferred") & (rules["count"] > 0)]
-    if len(inferred):
-        for rank, count in inferred.groupby("rank")["count"].sum().items():
-            out.warn(f"rank {rank}: {count} cudaStreamWaitEvent dependencies inferred from the recorded calls "
-                     "(the trace does not say which event each waited for): critical paths through them "
-                     "follow the rule in docs/metrics.md", [int(rank)])
+    for edge, message in INFERRED_WARNINGS.items():
+        ranks = inferred.loc[inferred["edge"] == edge, "rank"].unique()
+        out.warn(message, [int(r) for r in ranks])  # the pipeline says which ranks; counts: the edges table
     return out
 
 
@@ -125,17 +130,21 @@ def _windows(graph: DependencyGraph, act: Activity) -> pd.DataFrame:
     steps = act.steps
     frame = pd.DataFrame({"rank": steps.rank, "step": steps.step, "start_ns": steps.start, "end_ns": steps.end})
     n_h = graph.hosts
-    host_rank = graph.rank[:n_h]
-    events = pd.DataFrame({"rank": host_rank, "start_ns": graph.times[:n_h], "end_ns": graph.times[n_h:2 * n_h],
-                           "host": np.arange(n_h, dtype=np.int64)}).drop_duplicates(["rank", "start_ns", "end_ns"])
+    # the step's own range event: a host event of the rank with the step's start and end (only the
+    # events starting when some step starts are looked at)
+    candidates = np.flatnonzero(np.isin(graph.times[:n_h], steps.start))
+    events = pd.DataFrame({"rank": graph.rank[candidates], "start_ns": graph.times[candidates],
+                           "end_ns": graph.times[n_h + candidates], "host": candidates})
+    events = events.drop_duplicates(["rank", "start_ns", "end_ns"])
     frame = frame.merge(events, on=["rank", "start_ns", "end_ns"], how="left")
     frame = frame[frame["rank"].isin(np.unique(graph.rank))]
-    matched = frame["host"].notna().to_numpy()
     host = frame["host"].fillna(-1).to_numpy(np.int64)
-    start_point = np.where(matched, host, _nearest_point(graph, frame["rank"].to_numpy(np.int64),
-                                                         frame["start_ns"].to_numpy(np.int64), after=True))
-    end_point = np.where(matched, n_h + host, _nearest_point(graph, frame["rank"].to_numpy(np.int64),
-                                                             frame["end_ns"].to_numpy(np.int64), after=False))
+    start_point, end_point = host.copy(), np.where(host >= 0, n_h + host, -1)
+    missing = np.flatnonzero(host < 0)
+    if missing.size:  # no such event (steps from another source): the nearest points of the rank
+        rank = frame["rank"].to_numpy(np.int64)[missing]
+        start_point[missing] = _nearest_point(graph, rank, frame["start_ns"].to_numpy(np.int64)[missing], after=True)
+        end_point[missing] = _nearest_point(graph, rank, frame["end_ns"].to_numpy(np.int64)[missing], after=False)
     frame = frame.assign(start_point=start_point, end_point=end_point).drop(columns="host")
     frame = pd.concat([frame, _whole_windows(graph, set(steps.rank.tolist()))], ignore_index=True)
     frame = frame[(frame["start_point"] >= 0) & (frame["end_point"] >= 0)]
@@ -161,7 +170,8 @@ def _whole_windows(graph: DependencyGraph, with_steps: set[int]) -> pd.DataFrame
     frame = pd.DataFrame({"rank": graph.rank, "t": graph.times, "point": np.arange(graph.times.size), "gpu": gpu})
     frame = frame[~frame["rank"].isin(list(with_steps))]
     if frame.empty:
-        return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "start_point", "end_point"])
+        return pd.DataFrame({c: pd.Series(dtype="int64")
+                             for c in ("rank", "step", "start_ns", "end_ns", "start_point", "end_point")})
     has_gpu = frame.groupby("rank")["gpu"].transform("any").to_numpy(bool)
     frame = frame[~has_gpu | frame["gpu"].to_numpy(bool)]
     first = frame.loc[frame.groupby("rank")["t"].idxmin()].set_index("rank")
@@ -226,14 +236,12 @@ def _with_lanes(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFr
     lane_row = graph.row[lane]
     on_host = lane < 2 * graph.hosts
     row = frame["row"].to_numpy(np.int64)
-    names = np.asarray(classify.names_categorical(ctx, row), dtype=object)
     category = frame["category"].to_numpy(np.int64)
     # time inside a step's own range event (a ProfilerStep CPU op in older traces) with no op open
     # is untraced host time, as inside an annotation
     step_rows = graph.row[windows["start_point"].to_numpy(np.int64)]
     category = np.where((category == HOST_COMPUTE) & np.isin(row, step_rows), HOST_UNTRACED, category)
-    names = np.where(category == UNLINKED, "(no known predecessor)",
-                     np.where(row < 0, "(no host event)", names))
+    names = _segment_names(ctx, row, category)
     w = frame["window"].to_numpy(np.int64)
     out = pd.DataFrame({
         "window": w,
@@ -249,9 +257,21 @@ def _with_lanes(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFr
         "stream": np.where(on_host, -1, trace.column("stream")[lane_row]).astype(np.int64),
     })
     out["dur_ns"] = out["end_ns"] - out["start_ns"]
-    out["category"] = np.asarray(CATEGORIES, dtype=object)[category]
+    out["category"] = pd.Categorical.from_codes(category, categories=list(CATEGORIES))
     out["category_code"] = category
     return out
+
+
+def _segment_names(ctx: AnalysisContext, row: np.ndarray, category: np.ndarray) -> pd.Categorical:
+    """The event name of each segment (a categorical: a path has many segments of few names), or
+    what the time is when no event owns it."""
+    names = classify.names_categorical(ctx, row)
+    special = ["(no known predecessor)", "(no host event)"]
+    categories = pd.Index(list(names.categories) + [s for s in special if s not in set(names.categories)])
+    codes = np.asarray(names.codes, dtype=np.int64).copy()
+    codes[row < 0] = categories.get_loc("(no host event)")
+    codes[category == UNLINKED] = categories.get_loc("(no known predecessor)")
+    return pd.Categorical.from_codes(codes, categories=categories)
 
 
 def _empty_segments() -> pd.DataFrame:
@@ -482,8 +502,10 @@ def _edge_table(graph: DependencyGraph) -> pd.DataFrame:
     rank = graph.rank[graph.dst]
     bound = np.zeros(graph.src.size, dtype=bool)
     bound[graph.binding[graph.binding >= 0]] = True
-    frame = pd.DataFrame({"rank": rank, "edge": np.asarray(EDGE_KINDS, dtype=object)[graph.kind], "binding": bound})
-    table = frame.groupby(["rank", "edge"]).agg(count=("binding", "size"), binding=("binding", "sum")).reset_index()
+    key, (ranks, kinds) = iv.combine_keys(rank, graph.kind.astype(np.int64))
+    table = pd.DataFrame({"rank": ranks, "edge": np.asarray(EDGE_KINDS, dtype=object)[kinds],
+                          "count": np.bincount(key, minlength=ranks.size).astype(np.int64),
+                          "binding": np.bincount(key, weights=bound, minlength=ranks.size).astype(np.int64)})
     inferred = [EDGE_KINDS[k] for k in INFERRED_EDGES]
     table["rule"] = np.where(table["edge"].isin(inferred), "inferred", "recorded")
     table["binding"] = table["binding"].astype(np.int64)
@@ -516,5 +538,6 @@ SPEC = AnalysisSpec(
     gather=gather,
     reduce=ranks_step.reduce_parts,
     headline_table="steps",
+    page=("/critical-path", "Critical path"),
     summary=ranks_step.report_summary,
 )

@@ -405,11 +405,15 @@ def _binding_and_lags(times: np.ndarray, src: np.ndarray, dst: np.ndarray, kind:
     measured = times[dst] - times[src]
     if src.size == 0:
         return binding, measured
-    order = np.lexsort((TIE_PRIORITY[kind], times[src], dst))
-    last = np.flatnonzero(np.concatenate([dst[order[1:]] != dst[order[:-1]], [True]]))
-    binding[dst[order[last]]] = order[last]
+    # one key per edge: its source time (relative: no overflow) then its tie priority; the largest
+    # key per destination binds (of equal keys the last edge, as a stable sort would pick)
+    key = (times[src] - times.min()) * 8 + TIE_PRIORITY[kind]
+    best = np.full(times.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(best, dst, key)
+    candidates = np.flatnonzero(key == best[dst])
+    binding[dst[candidates]] = candidates  # ascending: the last of equal keys is written last
     is_binding = np.zeros(src.size, dtype=bool)
-    is_binding[order[last]] = True
+    is_binding[binding[binding >= 0]] = True
     nominal = np.zeros(src.size, dtype=np.int64)
     stream_key, _ = iv.combine_keys(act.rank, act.device, act.stream)
     for edge_kind, group_of in ((LAUNCH, act.rank), (STREAM_ORDER, stream_key)):
