@@ -101,8 +101,7 @@ def test_path_composition_matches_the_planted_path(kind: str, analysed: dict) ->
     tables = _critical_path(report, kind)
     checks = [c for c in mpp.compare(case, tables["steps"], tables["whatif"]) if not c.what.startswith("whatif:")]
     assert all(c.ok for c in checks), f"{kind}: {_failures(checks)}"
-    found = {(int(r["rank"]), int(r["step"])): r["bound_by"] for r in tables["steps"].to_dict("records")
-             if str(r["step"]) != "<NA>"}
+    found = {key: row["bound_by"] for key, row in mpp.rows_by_key(tables["steps"], ("rank", "step")).items()}
     assert found == {(t.rank, t.step): t.bound_by for t in case.truth}
 
 
@@ -112,7 +111,7 @@ def test_whatif_step_times_match_the_planted_ones(kind: str, analysed: dict) -> 
     tables = _critical_path(report, kind)
     checks = [c for c in mpp.compare(case, tables["steps"], tables["whatif"]) if c.what.startswith("whatif:")]
     if len(case.traces) == 1:  # median_rank is cross-rank: a one-rank job need not have its rows
-        present = {(int(r["rank"]), int(r["step"])) for r in tables["whatif"].to_dict("records")
-                   if r["scenario"] == "median_rank" and str(r["step"]) != "<NA>"}
+        present = {(rank, step) for rank, step, scenario in mpp.rows_by_key(tables["whatif"], ("rank", "step", "scenario"))
+                   if scenario == "median_rank"}
         checks = [c for c in checks if c.what != "whatif:median_rank" or (c.rank, c.step) in present]
     assert all(c.ok for c in checks), f"{kind}: {_failures(checks)}"
