@@ -40,10 +40,12 @@ stream's stream-order edges bind with the same turnaround (so the stream's media
 nominal lag of a non-binding stream edge, is that turnaround whichever edges the median is taken
 over); a wait-event join starts after the last activity of the other stream; a sync drains the
 activity it waits for; runtime calls that are neither launches nor syncs (``cudaEventRecord``,
-``cudaStreamWaitEvent``) never lie on a path; a step annotation owns at most ~1 us of its step
-(the spec files it under host_compute, "annotation innermost"; a reading that makes it untraced
-differs by less than the tolerance). As a script: ``python sample_traces/make_planted_paths.py
-OUT_DIR`` writes the traces and ``truth.json``.
+``cudaStreamWaitEvent``) never lie on a path; a step annotation owns at most ~1 us of its step, and
+steps are 400 ns apart (so the readings of the spec that differ on those, a step range's own time
+as untraced or an inter-step gap in a what-if, differ by less than the tolerance). The own time of
+other annotations (``Optimizer.step#SGD.step``, ``vllm:execute_model``) is ``ANNOTATION_CATEGORY``:
+host_compute, as the contract says ("CPU op / annotation innermost"). As a script:
+``python sample_traces/make_planted_paths.py OUT_DIR`` writes the traces and ``truth.json``.
 """
 
 from __future__ import annotations
