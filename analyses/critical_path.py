@@ -30,10 +30,10 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from . import classify
 from . import critical_path_ranks as ranks_step
 from .dependency_graph import (CATEGORIES, COMMUNICATION, DURATION, EDGE_KINDS, GPU_COMPUTE, HOST_COMPUTE,
-                               HOST_ORDER, HOST_UNTRACED, LAUNCH,
-                               STREAM_WAIT, SYNC_WAIT, UNLINKED, DependencyGraph, dependency_graph)
+                               HOST_ORDER, HOST_UNTRACED, INFERRED_EDGES, LAUNCH, SYNC_WAIT, UNLINKED, WAKE,
+                               DependencyGraph, dependency_graph)
 from .paths import relaxed_times, walk_back
-from .steps import NO_STEP, Activity, activity
+from .steps import NO_STEP, Activity, activity, step_column
 
 NAME = "critical_path"
 
@@ -50,6 +50,7 @@ class PathResult:
 
     segments: pd.DataFrame
     edges: pd.DataFrame
+    gpu_categories: pd.DataFrame
     parts: ranks_step.CriticalPathParts
 
 
@@ -57,6 +58,7 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     result: PathResult = ctx.input("critical_path.result")
     out = AnalysisResult(name=NAME, tables={"segments": result.segments,
                                             "contributors": contributors(result.segments, ctx.options.top_n),
+                                            "gpu_categories": result.gpu_categories,
                                             "edges": result.edges})
     rules = result.edges
     inferred = rules[(rules["rule"] == "inferred") & (rules["count"] > 0)]
@@ -86,7 +88,32 @@ def build_result(ctx: AnalysisContext) -> PathResult:
     parts = ranks_step.CriticalPathParts(steps=steps, whatif=whatif, claims=claims,
                                          collectives=_collectives(ctx, act, segments))
     del scenario_lags
-    return PathResult(segments=_public_segments(segments), edges=_edge_table(graph), parts=parts)
+    categories = _gpu_categories(segments, act, ctx.input("kernels.activity_categories"))
+    return PathResult(segments=_public_segments(segments), edges=_edge_table(graph), gpu_categories=categories,
+                      parts=parts)
+
+
+def _gpu_categories(segments: pd.DataFrame, act: Activity,
+                    categories: tuple[np.ndarray, tuple[str, ...]]) -> pd.DataFrame:
+    """Per rank and step: the GPU compute on the path by kernel category (the kernels analysis's
+    categories: gemm, attention, convolution, elementwise, reduction, other)."""
+    columns = ["rank", "step", "kernel_category", "path_ns", "share"]
+    gpu = segments[segments["category"] == "gpu_compute"]
+    if gpu.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "kernel_category" else "int64") for c in columns})
+    rows = gpu["row"].to_numpy(np.int64)
+    pos = np.clip(np.searchsorted(act.row, rows), 0, max(len(act) - 1, 0))  # activity rows are sorted
+    known = act.row[pos] == rows
+    category_of, category_names = categories
+    names = np.asarray(category_names, dtype=object)
+    category = np.where(known, names[np.clip(category_of[pos], 0, names.size - 1)], "other")
+    frame = pd.DataFrame({"rank": gpu["rank"].to_numpy(np.int64), "step": gpu["step"].to_numpy(np.int64),
+                          "kernel_category": category, "path_ns": gpu["dur_ns"].to_numpy(np.int64)})
+    out = frame.groupby(["rank", "step", "kernel_category"], sort=True)["path_ns"].sum().reset_index()
+    out["share"] = out["path_ns"] / out.groupby(["rank", "step"])["path_ns"].transform("sum")
+    out = out.sort_values(["rank", "step", "path_ns"], ascending=[True, True, False], kind="stable")
+    out["step"] = step_column(out["step"].to_numpy(np.int64))
+    return out.reset_index(drop=True)[columns]
 
 
 # ------------------------------------------------------------------------------------ windows
@@ -127,11 +154,16 @@ def _nearest_point(graph: DependencyGraph, rank: np.ndarray, t: np.ndarray, afte
 
 
 def _whole_windows(graph: DependencyGraph, with_steps: set[int]) -> pd.DataFrame:
-    """The whole-trace window of each rank without steps: its first point to the point that ends last."""
-    frame = pd.DataFrame({"rank": graph.rank, "t": graph.times, "point": np.arange(graph.times.size)})
+    """The whole-trace window of each rank without steps: its GPU window (first activity start to the
+    activity that ends last), as every whole-trace figure of the report; a rank without GPU activity,
+    its host events' span."""
+    gpu = np.arange(graph.times.size) >= 2 * graph.hosts
+    frame = pd.DataFrame({"rank": graph.rank, "t": graph.times, "point": np.arange(graph.times.size), "gpu": gpu})
     frame = frame[~frame["rank"].isin(list(with_steps))]
     if frame.empty:
         return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "start_point", "end_point"])
+    has_gpu = frame.groupby("rank")["gpu"].transform("any").to_numpy(bool)
+    frame = frame[~has_gpu | frame["gpu"].to_numpy(bool)]
     first = frame.loc[frame.groupby("rank")["t"].idxmin()].set_index("rank")
     last = frame.loc[frame.groupby("rank")["t"].idxmax()].set_index("rank")
     return pd.DataFrame({"rank": first.index.to_numpy(np.int64), "step": NO_STEP,
@@ -230,7 +262,6 @@ def _empty_segments() -> pd.DataFrame:
 
 
 def _public_segments(segments: pd.DataFrame) -> pd.DataFrame:
-    from .steps import step_column
     out = segments[SEGMENT_COLUMNS].copy()
     out["step"] = step_column(out["step"].to_numpy(np.int64))
     return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
@@ -292,7 +323,7 @@ def scenario_lags(graph: DependencyGraph, factor: np.ndarray) -> dict[str, np.nd
     lag = graph.lag
     duration = graph.kind == DURATION
     comm = duration & (graph.category == COMMUNICATION)
-    host = np.isin(graph.kind, [HOST_ORDER, LAUNCH, SYNC_WAIT])
+    host = np.isin(graph.kind, [HOST_ORDER, LAUNCH, SYNC_WAIT, WAKE])
     roof = np.ones(lag.size, dtype=np.float64)
     gpu_dur = np.flatnonzero(duration & (graph.category == GPU_COMPUTE))
     j = graph.dst[gpu_dur] - 2 * graph.hosts - graph.activities  # the activity whose end the edge ends at
@@ -453,13 +484,15 @@ def _edge_table(graph: DependencyGraph) -> pd.DataFrame:
     bound[graph.binding[graph.binding >= 0]] = True
     frame = pd.DataFrame({"rank": rank, "edge": np.asarray(EDGE_KINDS, dtype=object)[graph.kind], "binding": bound})
     table = frame.groupby(["rank", "edge"]).agg(count=("binding", "size"), binding=("binding", "sum")).reset_index()
-    table["rule"] = np.where(table["edge"] == EDGE_KINDS[STREAM_WAIT], "inferred", "recorded")
+    inferred = [EDGE_KINDS[k] for k in INFERRED_EDGES]
+    table["rule"] = np.where(table["edge"].isin(inferred), "inferred", "recorded")
     table["binding"] = table["binding"].astype(np.int64)
     return table[["rank", "edge", "count", "binding", "rule"]]
 
 
 register_input("critical_path.result", build_result,
                requires=("dependency_graph", "activity", "efficiency.kernel_roofline_factor",
+                         "kernels.activity_categories",
                          "classify.codes.name", "classify.categories.name"))
 
 SPEC = AnalysisSpec(
@@ -474,6 +507,7 @@ SPEC = AnalysisSpec(
                   "their roofline, the slowest rank at the median, and all together (achievable)", cross_rank=True),
         TableSpec("segments", "The critical path's segments", sort_by="dur_ns", per_event=True, keep_rows=2000),
         TableSpec("contributors", "Events with the most time on the critical path", sort_by="path_ns"),
+        TableSpec("gpu_categories", "GPU compute on the critical path by kernel category, per step"),
         TableSpec("edges", "The dependency graph's edges by kind"),
     ),
     finding_codes=ranks_step.FINDING_CODES,

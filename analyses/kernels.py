@@ -776,6 +776,10 @@ def cross_rank(parts: list[KernelTotals], options: Options) -> AnalysisResult:
     return result
 
 
+# (category code of each activity entry, the category names the codes index): for analyses that
+# report by kernel category without importing this one (the critical path)
+register_input("kernels.activity_categories", lambda ctx: (categories_of(ctx.trace, activity(ctx))[0], CATEGORIES),
+               requires=("activity",))
 register_input("kernel_tables", lambda ctx: kernel_tables(ctx.trace, activity(ctx), ctx.options.top_n),
                requires=("activity",))
 

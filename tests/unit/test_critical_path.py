@@ -99,7 +99,9 @@ def test_a_rank_without_steps_has_one_whole_trace_window():
     b.links = [(t, s - 1, d - 1) for t, s, d in b.links]  # the step range was row 0
     steps = critical_path(b.build()).tables["steps"]
     assert len(steps) == 1 and pd.isna(steps.iloc[0]["step"])
-    assert steps.iloc[0]["path_ns"] == steps.iloc[0]["step_ns"] == (830 - 10) * US
+    # the GPU window, as every whole-trace figure: the first kernel's start to the last one's end
+    assert steps.iloc[0]["path_ns"] == steps.iloc[0]["step_ns"] == (820 - 20) * US
+    assert steps.iloc[0]["gpu_compute_ns"] == 800 * US and steps.iloc[0]["bound_by"] == "gpu"
 
 
 def random_dag(rng: np.random.Generator, nodes: int, edges: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -167,3 +169,33 @@ def test_on_shared_traces_each_path_equals_its_step_and_its_composition_adds_up(
     assert (steps["path_ns"] == steps["step_ns"]).all()
     assert (steps[COMPOSITION].sum(axis=1) == steps["path_ns"]).all()
     assert (steps["achievable_ns"] <= steps["step_ns"]).all()
+
+
+def test_a_stream_synchronize_waits_for_the_stream_its_sync_record_names():
+    b = TraceBuilder()
+    b.step(1, 0, 120 * US)
+    b.launched("cudaLaunchKernel", 2 * US, 3 * US, 10 * US, 90 * US, stream=7, name="on_stream_7")
+    b.launched("cudaLaunchKernel", 6 * US, 3 * US, 20 * US, 83 * US, stream=9, name="on_stream_9")
+    call = b.runtime("cudaStreamSynchronize", 30 * US, 75 * US)
+    record = b.gpu_sync(104 * US, 1 * US, stream=7)  # Kineto's cuda_sync "Stream Sync" on stream 7
+    b.launch(call, record)
+    names = set(critical_path(b.build()).tables["segments"]["name"])
+    assert "on_stream_7" in names and "on_stream_9" not in names
+
+
+def test_the_main_thread_waiting_for_the_backward_thread_is_woken_by_it():
+    b = TraceBuilder()
+    b.step(1, 0, 1000 * US)
+    fwd = b.op("forward", 10 * US, 190 * US)
+    b.launched("cudaLaunchKernel", 20 * US, 5 * US, 30 * US, 50 * US, op=fwd)
+    bwd = b.op("autograd::engine::evaluate_function", 205 * US, 675 * US, tid=2)
+    b.launched("cudaLaunchKernel", 300 * US, 5 * US, 310 * US, 50 * US, tid=2, op=bwd)
+    b.op("Optimizer.step", 890 * US, 100 * US)
+    result = critical_path(b.build())
+    row = result.tables["steps"].iloc[0]
+    assert row["path_ns"] == 1000 * US
+    # the 690 us the main thread spent in Python-less waiting are the backward thread's, not untraced
+    assert row["host_untraced_ns"] == (10 + 5 + 10 + 10) * US  # step start, two wake-ups, step end
+    assert "autograd::engine::evaluate_function" in set(result.tables["segments"]["name"])
+    edges = result.tables["edges"].set_index("edge")
+    assert edges.loc["wake", "count"] == 2 and edges.loc["wake", "rule"] == "inferred"
