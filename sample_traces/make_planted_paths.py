@@ -89,9 +89,9 @@ FLOOR_SHARE = 0.0025
 
 LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaGraphLaunch"})
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize"})
-#: what an annotation's own time (no op open inside it) is: the contract says host_compute
-#: ("CPU op / annotation innermost"); docs/metrics.md, as the analysis landed, says host_untraced
-ANNOTATION_CATEGORY = "host_compute"
+#: what an annotation's own time (no op open inside it) is: the program's untraced host time
+#: (docs/metrics.md, "Critical path and what-if")
+ANNOTATION_CATEGORY = "host_untraced"
 CLASS_CATEGORY = {"compute": "gpu_compute", "memory": "memory", "communication": "communication"}
 CBID = mp.CBID
 
