@@ -70,13 +70,14 @@ def page(ctx: RunContext) -> list[Any]:
                                  style={"color": COLOR}), style={"margin": "0 0 10px 2px", "fontSize": "14px"}))
     out.extend(whatif_sections(whatif))
     out.append(composition_section(steps))
-    out.append(section("Steps", frame_table(
+    out.append(section("Steps", html.Div(id="cp-step-msg"), frame_table(
         _as_pct(steps, "bound_share"), "cp-steps", page_size=15, filter_=True, tooltips={"top_name": "top_name"},
+        row_ids=steps.index.tolist(),
         columns=["rank", "step", "step_ns", "path_ns", "bound_by", "bound_share_pct", "top_name", "top_ns",
                  "achievable_ns"], rename={"bound_share_pct": "bound share %", "top_name": "top event on the path",
                                            "top_ns": "its time on the path"}),
         note="One row per rank and step (step blank: the whole trace of a rank without steps). The path's "
-             "length equals the step's time."))
+             "length equals the step's time. Click a row to see that step's path on the timeline."))
     contributors = ctx.table(ANALYSIS, "contributors")
     out.append(section("Top contributors to the path (whole trace)", frame_table(
         _as_pct(contributors, "share"), "cp-contributors", page_size=15, filter_=True,
@@ -213,3 +214,37 @@ def composition_figure(steps: pd.DataFrame) -> Any:
                       bargap=0.25)
     fig.update_xaxes(tickangle=-45, type="category")
     return fig
+
+
+def step_search(ctx: RunContext, row_id: int) -> str:
+    """The timeline's query string for the step at ``row_id`` of the ``steps`` table: its window
+    (a little wider), the step highlighted, its rank opened. Raises ``BadValue`` for a row that is
+    not in this selection's table."""
+    from .validate import BadValue
+
+    steps = ctx.table(ANALYSIS, "steps")
+    if row_id not in steps.index:
+        raise BadValue(f"row {row_id} is not a step of this selection: the table may be stale; reload the page")
+    row = steps.loc[row_id]
+    a, b = int(row["start_ns"]) - ctx.origin_ns, int(row["end_ns"]) - ctx.origin_ns
+    pad = max((b - a) // 50, 1_000)
+    return f"?t0={a - pad}&t1={b + pad}&f0={a}&f1={b}&r={int(row['rank'])}"
+
+
+def overview_line(rep: Any) -> list[Any]:
+    """The Overview's line on the critical path (the report's summary keys, as the terminal's first
+    screen says it), a link to its page; nothing without them (no GPU activity, a partial report)."""
+    from traceview.registry import ANALYSES
+
+    from .critical_path import summary_text
+    from .pages import generic_path
+
+    text = summary_text(rep)
+    if not text:
+        return []
+    spec = ANALYSES.get(ANALYSIS)
+    href = spec.page[0] if spec is not None and spec.page else generic_path(ANALYSIS)
+    return [html.Div([dcc.Link(text, href=href, id="ov-critical-path", style={"color": COLOR}),
+                      html.Span(" · what bounds each step, and what-if step times",
+                                style={"color": "#666", "fontSize": "13px"})],
+                     style={**CARD, "fontSize": "15px"})]

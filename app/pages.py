@@ -182,7 +182,7 @@ def overview(ctx: RunContext) -> list[Any]:
         (f"exposed comm., {basis}", fmt_ns(s.get("exposed_comm_ns_per_step")),
          dropped.lstrip("; ") or None),
     ])
-    out: list[Any] = [cards]
+    out: list[Any] = [cards, *critical_path_page.overview_line(rep)]
     for note in (s.get("notes") or {}).values():
         out.append(message(note, "warn"))
     # breakdown per rank

@@ -205,6 +205,18 @@ def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
         return controller.gap_clicked(cell, run, ranks, steps, t0, t1)
 
 
+def _add_step_callback(app: dash.Dash, controller: AppController) -> None:
+    """A row of the Critical path page's steps table: the timeline on that step."""
+    @app.callback(
+        Output("url", "pathname", allow_duplicate=True), Output("url", "search", allow_duplicate=True),
+        Output("cp-step-msg", "children"),
+        Input("cp-steps", "active_cell"), State("run", "value"), *_filter_states(),
+        prevent_initial_call=True,
+    )
+    def _step_clicked(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.step_clicked(cell, run, ranks, steps, t0, t1)
+
+
 def _add_kernel_callback(app: dash.Dash, controller: AppController) -> None:
     """A row selected in the Kernels table: that kernel per rank and GPU."""
     @app.callback(Output("kern-detail", "children"), Input("kern-table", "active_cell"), State("run", "value"),
@@ -263,6 +275,7 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
     _add_page_callbacks(app, controller)
     _add_timeline_callbacks(app, controller)
     _add_kernel_callback(app, controller)
+    _add_step_callback(app, controller)
     _add_compare_callback(app, controller)
     for fmt in ("md", "html", "json"):
         _add_download_callback(app, controller, fmt)

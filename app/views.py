@@ -25,7 +25,7 @@ from .features import DOWNLOADS, diff_reports, metric_label, perfetto_trace, ren
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .validate import BadValue
-from . import critical_path, timeline_view
+from . import critical_path, critical_path_page, timeline_view
 from .timeline import clamp_window
 from .timeline import locate as timeline_locate
 from .timeline_view import SEARCH_TRIGGERS as SEARCH
@@ -410,6 +410,24 @@ class AppController:
         g = gaps.loc[row_id]
         s, e = int(g["start_ns"]) - ctx.origin_ns, int(g["end_ns"]) - ctx.origin_ns
         return "/timeline", gap_search(s, e), None
+
+    # ------------------------------------------------------------------ critical path
+    def step_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                     t1: Any = None) -> tuple:
+        """A row of the Critical path page's steps table was clicked: open the timeline on that step
+        (its rank opened, the step highlighted, the path drawn); a click that cannot be opened says
+        why beside the table."""
+        if active_cell is None:
+            return no_update, no_update, None
+        if not isinstance(active_cell, dict):
+            return no_update, no_update, message(f"clicked cell: {validate.quote(active_cell)} is not a table cell",
+                                                 "error")
+        try:
+            row_id = validate.row_id(active_cell.get("row_id"))
+            ctx = self._context(run, ranks, steps, t0, t1)
+            return "/timeline", critical_path_page.step_search(ctx, row_id), None
+        except (RunError, BadValue) as exc:
+            return no_update, no_update, message(str(exc), "error")
 
     # ------------------------------------------------------------------ kernels
     def kernel_selected(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,

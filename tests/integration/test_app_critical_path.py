@@ -102,22 +102,28 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppController]:
     mp.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     app = create_app([str(SAMPLE)], warm=False)
     controller: AppController = app.traceview_controller  # type: ignore[attr-defined]
-    ctx = controller._context(0)  # noqa: SLF001
-    real = ctx.table(cp.ANALYSIS, cp.SEGMENTS)
-    if not len(real):
-        segments = synthetic_segments(ctx.full)
-        steps = synthetic_steps(segments)
-        tables = {"segments": segments, "steps": steps, "whatif": synthetic_whatif(steps)}
-        original = RunContext.table
-
-        def table(self: RunContext, analysis: str, name: str) -> pd.DataFrame:
-            if analysis == cp.ANALYSIS and name in tables:
-                return tables[name]
-            return original(self, analysis, name)
-
-        mp.setattr(RunContext, "table", table)
+    use_synthetic_tables(mp, controller)
     yield controller
     mp.undo()
+
+
+def use_synthetic_tables(mp: pytest.MonkeyPatch, controller: AppController) -> None:
+    """Give every report of the controller's first run the synthetic critical_path tables when its
+    own report has no segments (the analysis is not on this branch, or found no path)."""
+    ctx = controller._context(0)  # noqa: SLF001
+    if len(ctx.table(cp.ANALYSIS, cp.SEGMENTS)):
+        return
+    segments = synthetic_segments(ctx.full)
+    steps = synthetic_steps(segments)
+    tables = {"segments": segments, "steps": steps, "whatif": synthetic_whatif(steps)}
+    original = RunContext.table
+
+    def table(self: RunContext, analysis: str, name: str) -> pd.DataFrame:
+        if analysis == cp.ANALYSIS and name in tables:
+            return tables[name]
+        return original(self, analysis, name)
+
+    mp.setattr(RunContext, "table", table)
 
 
 # ------------------------------------------------------------------------------------ the overlay
@@ -351,3 +357,35 @@ def _scale(fig: Any, axis: str = "x") -> float:
     """ns per unit of a chart's time axis, from its title ('... (ms)')."""
     title = (fig.layout.xaxis if axis == "x" else fig.layout.yaxis).title.text
     return {"(s)": 1e9, "(ms)": 1e6, "(us)": 1e3, "(ns)": 1.0}[title[title.rindex("("):]]
+
+
+def test_a_step_row_opens_the_timeline_on_that_step(ctl: AppController) -> None:
+    ctx = ctl._context(0)  # noqa: SLF001
+    steps = ctx.table(cp.ANALYSIS, "steps")
+    row_id = int(steps.index[-1])
+    step = steps.loc[row_id]
+    pathname, search, msg = ctl.step_clicked({"row": 0, "column": 0, "row_id": row_id}, 0)
+    assert pathname == "/timeline" and msg is None
+    body, _ = ctl.render_page(pathname, search, 0)
+    state = _by_id(body, "tl-window").data
+    o = ctx.origin_ns
+    assert state["open"] == [int(step["rank"])]
+    assert state["f0"] == int(step["start_ns"]) - o and state["f1"] == int(step["end_ns"]) - o  # highlighted
+    assert state["t0"] <= state["f0"] < state["f1"] <= state["t1"]
+    assert (state["t1"] - state["t0"]) < 1.1 * (state["f1"] - state["f0"]) + 2_000
+    assert _path_rects(_by_id(body, "tl-graph").figure)  # the step's path drawn
+
+
+@pytest.mark.parametrize("cell", ["/etc/passwd", 1e303, {"row_id": -1}, {"row_id": "abc"}, {"row_id": 10**9},
+                                  {"row_id": float("inf")}, [1]])
+def test_hostile_step_clicks_get_a_message(ctl: AppController, cell: Any) -> None:
+    pathname, search, msg = ctl.step_clicked(cell, 0)
+    assert pathname is dash.no_update and search is dash.no_update
+    assert msg is not None and ("row" in str(msg.children) or "cell" in str(msg.children))
+
+
+def test_the_summary_line_reads_the_reports_keys() -> None:
+    summary = {"critical_path_step_ns": 112_000_000, "critical_path_bound_by": "host",
+               "critical_path_bound_share": 0.41, "achievable_step_ns": 71_000_000}
+    assert cp.summary_text({"summary": summary}) == "critical path: step 112 ms, bound by host 41%; achievable ~71 ms"
+    assert cp.summary_text({"summary": {}}) == "" and cp.summary_text({"summary": {"critical_path_step_ns": None}}) == ""
