@@ -37,6 +37,7 @@ CATEGORIES: tuple[tuple[str, str, str], ...] = (
     ("gpu_wait", "GPU waits", figures.COLORS.get("idle", "#BAB0AC")),
     ("communication", "communication", figures.COLORS.get("communication", "#F58518")),
     ("waiting_on_rank", "waiting on another rank", figures.COLORS.get("host_bound", "#E45756")),
+    ("unlinked", "no known predecessor", figures.COLORS.get("other", "#C7C7C7")),
 )
 SCENARIOS = {
     "comm_overlapped": "communication fully overlapped",
@@ -59,8 +60,8 @@ def page(ctx: RunContext) -> list[Any]:
     if ANALYSIS not in rep["analyses"]:
         return [message("The critical path was not computed for this selection (the analysis gave no results).")]
     out: list[Any] = _warnings_block(ctx, (ANALYSIS,))
-    steps = ctx.table(ANALYSIS, "steps")
-    whatif = ctx.table(ANALYSIS, "whatif")
+    steps = numbers(ctx.table(ANALYSIS, "steps"))
+    whatif = numbers(ctx.table(ANALYSIS, "whatif"))
     if not len(steps):
         out.append(message("No critical path in this selection: it needs GPU activity (kernels, copies) and the "
                            "host events that launched it."))
@@ -78,7 +79,7 @@ def page(ctx: RunContext) -> list[Any]:
                                            "top_ns": "its time on the path"}),
         note="One row per rank and step (step blank: the whole trace of a rank without steps). The path's "
              "length equals the step's time. Click a row to see that step's path on the timeline."))
-    contributors = ctx.table(ANALYSIS, "contributors")
+    contributors = numbers(ctx.table(ANALYSIS, "contributors"))
     out.append(section("Top contributors to the path (whole trace)", frame_table(
         _as_pct(contributors, "share"), "cp-contributors", page_size=15, filter_=True,
         columns=["rank", "category", "name", "path_ns", "count", "share_pct"],
@@ -105,6 +106,16 @@ def _headline(rep: Any) -> html.Div:
     ])
 
 
+def numbers(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table with its times, shares, ranks and counts as numbers: a column of Python ints
+    (object dtype) would be shown and sorted as text, and charted not at all."""
+    if frame is None or not len(frame):
+        return frame
+    cols = [c for c in frame.columns if (str(c).endswith(("_ns", "_share")) or c in ("rank", "count", "binding"))
+            and frame[c].dtype == object]
+    return frame.assign(**{c: pd.to_numeric(frame[c], errors="coerce") for c in cols}) if cols else frame
+
+
 def _as_pct(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
     """Shares (0..1) of these columns as ``<column>_pct`` (x100 for reading, not a new metric)."""
     if frame is None or not len(frame):
@@ -121,6 +132,7 @@ def whatif_sections(whatif: pd.DataFrame) -> list[Any]:
     """The what-if chart and table (the mean rows: ``step`` missing) and the per-step rows, folded."""
     if whatif is None or not len(whatif):
         return [section("What if", message("No what-if rows in this selection."))]
+    whatif = numbers(whatif)
     step = whatif["step"] if "step" in whatif else pd.Series([None] * len(whatif))
     mean = whatif[step.isna().to_numpy()].reset_index(drop=True)
     per_step = whatif[step.notna().to_numpy()].reset_index(drop=True)
@@ -164,7 +176,7 @@ def whatif_figure(mean: pd.DataFrame) -> Any:
                              hovertemplate=(f"%{{y}}<br>what-if step %{{x:.{decimals + 1}f}} {unit}<br>step "
                                             "%{customdata[0]} · saving %{customdata[1]}<br>%{customdata[2]}"
                                             f"<extra>rank {rank}</extra>")))
-        fig.add_trace(go.Scatter(y=labels, x=g["step_ns"] / div, mode="markers", name=f"rank {rank}: step",
+        fig.add_trace(go.Scatter(y=labels, x=g["step_ns"] / div, mode="markers", name="step time (each rank)",
                                  marker={"symbol": "line-ns-open", "size": 16, "line": {"width": 2}, "color": "#333"},
                                  showlegend=rank == ranks[0], hoverinfo="skip"))
     fig.update_layout(template="plotly_white", barmode="group", height=120 + 34 * len(order) * max(1, len(ranks)) // 2,
@@ -176,7 +188,7 @@ def whatif_figure(mean: pd.DataFrame) -> Any:
 
 def composition_section(steps: pd.DataFrame) -> html.Div:
     """The composition of each step's path as stacked bars, what bounds it written on top."""
-    shown = steps.sort_values(["rank", "step"], na_position="last", kind="stable").head(MAX_STEP_BARS)
+    shown = numbers(steps).sort_values(["rank", "step"], na_position="last", kind="stable").head(MAX_STEP_BARS)
     note = ("Each step's critical path by what its time is spent on; the label says what bounds the step "
             "(host, GPU or communication) and that group's share of the path.")
     if len(steps) > MAX_STEP_BARS:

@@ -381,8 +381,8 @@ class RenderStats:
     @property
     def shapes(self) -> int:
         """What the browser has to draw: heatmap cells (events and gaps are drawn as rasters, one
-        cell per bin and nesting level), names on events and layout shapes."""
-        return self.cells + self.labels + self.layout_shapes
+        cell per bin and nesting level), names on events, layout shapes and the critical path's points."""
+        return self.cells + self.labels + self.layout_shapes + self.path_points
 
     def describe(self) -> str:
         t0, t1 = self.window_ns

@@ -325,7 +325,7 @@ def test_the_whatif_panel_lists_every_scenario_with_its_assumption(ctl: AppContr
     bars = [t for t in chart.data if t.type == "bar"]
     shown = mean[mean["rank"].isin(sorted(mean["rank"].unique())[:8])]
     assert sorted(np.round(np.concatenate([b.x for b in bars]), 6)) == sorted(
-        np.round(shown["whatif_ns"].to_numpy() / _scale(chart), 6))
+        np.round(shown["whatif_ns"].to_numpy(np.float64) / _scale(chart), 6))
 
 
 def test_the_composition_is_a_stacked_bar_per_step_labelled_with_its_bound(ctl: AppController) -> None:
@@ -389,3 +389,32 @@ def test_the_summary_line_reads_the_reports_keys() -> None:
                "critical_path_bound_share": 0.41, "achievable_step_ns": 71_000_000}
     assert cp.summary_text({"summary": summary}) == "critical path: step 112 ms, bound by host 41%; achievable ~71 ms"
     assert cp.summary_text({"summary": {}}) == "" and cp.summary_text({"summary": {"critical_path_step_ns": None}}) == ""
+
+
+def test_a_long_path_on_a_large_trace_stays_under_the_shape_budget() -> None:
+    """The 1.2M-event trace of test_app's budget test with a path of 100k segments per rank
+    alternating between its thread and a stream: every zoom stays within the budget, the
+    overlay's points counted, and a whole-trace view is a few outlines per lane."""
+    from test_app import _large_trace
+
+    from traceview.app.timeline import LaneIndex, render
+
+    trace = _large_trace()
+    index = LaneIndex.build(trace)
+    rows = []
+    for r in range(2):
+        edges = np.linspace(index.origin_ns, index.end_ns, 100_001).astype(np.int64)
+        host = np.arange(100_000) % 2 == 0
+        rows.append(pd.DataFrame({"rank": r, "step": pd.NA, "start_ns": edges[:-1], "end_ns": edges[1:],
+                                  "tid": np.where(host, 1000 + r, -1), "device": np.where(host, -1, r),
+                                  "stream": np.where(host, -1, 7), "category": "x", "name": "x", "row": -1}))
+    path = cp.path_index(pd.concat(rows, ignore_index=True))
+    span = index.span_ns
+    for frac in (1.0, 0.1, 0.01, 0.001, 0.0001):
+        width = max(int(span * frac), 1_000)
+        t0 = index.origin_ns + int((span - width) * 0.4)
+        fig, stats = render(index, t0, t0 + width, path=path)
+        assert count_shapes(fig) == stats.shapes <= SHAPE_BUDGET, (frac, stats)
+        assert 0 < stats.path_points <= cp.POINT_BUDGET
+        if frac == 1.0:  # 200k segments under a pixel each: one outline per lane and rank
+            assert "drawn as 4 outline(s)" in stats.path_text, stats.path_text
