@@ -1,7 +1,8 @@
 """The critical path in headless Chromium (Debian ``chromium`` through Playwright,
 tests/browser/browser.py) on ``sample_traces/synthetic_4rank``: the timeline draws it over the
 lanes (an SVG path in the overlay's colour, a legend entry), the "critical path" switch hides it
-and shows it again, and the Critical path page draws its what-if and composition charts. The
+and shows it again, and the Critical path page draws its what-if and composition charts, a click on a step row
+opening the timeline on that step. The
 report's critical_path tables are the real ones when the analysis is on this branch, else the
 synthetic ones of tests/integration/test_app_critical_path.py. Screenshots:
 ``test-artifacts/app_critical_path_*.png``.
@@ -116,4 +117,10 @@ def test_the_critical_path_page_draws_whatif_and_composition(page: Any, server: 
     assert page.locator("#cp-whatif-chart .barlayer .point").count() >= 1
     assert page.locator("#cp-whatif td").count() >= 1
     screenshot(page, "app_critical_path_page.png")
+    # a step row opens the timeline on that step, the path drawn
+    page.locator("#cp-steps td[data-dash-column='step']").first.click()
+    page.wait_for_url("**/timeline?*", timeout=30_000)
+    page.wait_for_function(f"() => {{ const el = {bench_app._TL}; return el && el.data && "  # noqa: SLF001
+                           "el.data.some(t => (t.name || '').startsWith('critical path')); }", timeout=60_000)
+    assert "highlighted: selected range" in page.inner_text("#tl-stats")
     _no_errors(page)
