@@ -418,3 +418,16 @@ def test_a_long_path_on_a_large_trace_stays_under_the_shape_budget() -> None:
         assert 0 < stats.path_points <= cp.POINT_BUDGET
         if frac == 1.0:  # 200k segments under a pixel each: one outline per lane and rank
             assert "drawn as 4 outline(s)" in stats.path_text, stats.path_text
+
+
+def test_the_overview_links_the_reports_critical_path_line(ctl: AppController) -> None:
+    ctx = ctl._context(0)  # noqa: SLF001
+    if ctx.report["summary"].get("critical_path_step_ns") is None:
+        pytest.skip("the report has no critical-path summary keys (the analysis is not on this branch)")
+    body, _ = ctl.render_page("/overview", "", 0)
+    link = _by_id(body, "ov-critical-path")
+    assert link is not None and link.children == cp.summary_text(ctx.report)
+    assert link.children.startswith("critical path: step ") and "bound by" in link.children
+    from traceview.app.pages import page_list
+
+    assert link.href == next(p.path for p in page_list() if p.analysis == cp.ANALYSIS)
