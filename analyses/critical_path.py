@@ -30,8 +30,8 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from . import classify
 from . import critical_path_ranks as ranks_step
 from .dependency_graph import (CATEGORIES, COMMUNICATION, DURATION, EDGE_KINDS, GPU_COMPUTE, HOST_COMPUTE,
-                               HOST_ORDER, HOST_UNTRACED, LAUNCH,
-                               STREAM_WAIT, SYNC_WAIT, UNLINKED, DependencyGraph, dependency_graph)
+                               HOST_ORDER, HOST_UNTRACED, INFERRED_EDGES, LAUNCH, SYNC_WAIT, UNLINKED, WAKE,
+                               DependencyGraph, dependency_graph)
 from .paths import relaxed_times, walk_back
 from .steps import NO_STEP, Activity, activity
 
@@ -292,7 +292,7 @@ def scenario_lags(graph: DependencyGraph, factor: np.ndarray) -> dict[str, np.nd
     lag = graph.lag
     duration = graph.kind == DURATION
     comm = duration & (graph.category == COMMUNICATION)
-    host = np.isin(graph.kind, [HOST_ORDER, LAUNCH, SYNC_WAIT])
+    host = np.isin(graph.kind, [HOST_ORDER, LAUNCH, SYNC_WAIT, WAKE])
     roof = np.ones(lag.size, dtype=np.float64)
     gpu_dur = np.flatnonzero(duration & (graph.category == GPU_COMPUTE))
     j = graph.dst[gpu_dur] - 2 * graph.hosts - graph.activities  # the activity whose end the edge ends at
@@ -453,7 +453,8 @@ def _edge_table(graph: DependencyGraph) -> pd.DataFrame:
     bound[graph.binding[graph.binding >= 0]] = True
     frame = pd.DataFrame({"rank": rank, "edge": np.asarray(EDGE_KINDS, dtype=object)[graph.kind], "binding": bound})
     table = frame.groupby(["rank", "edge"]).agg(count=("binding", "size"), binding=("binding", "sum")).reset_index()
-    table["rule"] = np.where(table["edge"] == EDGE_KINDS[STREAM_WAIT], "inferred", "recorded")
+    inferred = [EDGE_KINDS[k] for k in INFERRED_EDGES]
+    table["rule"] = np.where(table["edge"].isin(inferred), "inferred", "recorded")
     table["binding"] = table["binding"].astype(np.int64)
     return table[["rank", "edge", "count", "binding", "rule"]]
 

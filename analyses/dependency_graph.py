@@ -39,11 +39,13 @@ from . import classify
 from .paths import IncomingEdges
 from .steps import Activity, activity, analysed_ranks, launch_links
 
-EDGE_KINDS = ("duration", "host_order", "launch", "stream_order", "sync_wait", "stream_wait")
-DURATION, HOST_ORDER, LAUNCH, STREAM_ORDER, SYNC_WAIT, STREAM_WAIT = range(len(EDGE_KINDS))
+EDGE_KINDS = ("duration", "host_order", "launch", "stream_order", "sync_wait", "stream_wait", "wake")
+DURATION, HOST_ORDER, LAUNCH, STREAM_ORDER, SYNC_WAIT, STREAM_WAIT, WAKE = range(len(EDGE_KINDS))
+#: the edges whose dependency the trace does not record (docs/metrics.md says the rule of each)
+INFERRED_EDGES = (STREAM_WAIT, WAKE)
 #: when two incoming edges' sources are equally late, the higher wins (the GPU work a call waited
 #: for before the host's own order)
-TIE_PRIORITY = np.array([0, 1, 2, 3, 5, 4], dtype=np.int8)
+TIE_PRIORITY = np.array([0, 1, 2, 3, 5, 4, 6], dtype=np.int8)
 
 #: segment categories of the critical path (``waiting_on_rank`` is split out of ``communication``
 #: across ranks by the analysis's reduce step)
@@ -57,6 +59,12 @@ STREAM_WAIT_API = re.compile(r"StreamWaitEvent", re.IGNORECASE)
 #: an activity that starts this much later than its stream and launch allow, after a wait-event
 #: call, is taken to wait for another stream (shorter delays are the GPU's own turnaround)
 STREAM_WAIT_MIN_NS = 2_000
+#: a host thread that resumes after at least this long with no event open, within ``WAKE_MAX_NS``
+#: of the end of an event of another thread of its rank (both threads launch GPU work), was woken by
+#: it: the main thread resuming when autograd's backward thread finishes, the backward thread
+#: starting when the main thread calls backward
+WAKE_MIN_GAP_NS = 50_000
+WAKE_MAX_NS = 200_000
 #: candidates looked at per query when the nearest one does not qualify (another rank, the same stream)
 _LOOKBACK = 8
 
@@ -143,7 +151,8 @@ def build_dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
     rules: dict[str, int] = {}
     edges = _Edges()
     host_category = _host_categories(ctx, hrows)
-    _host_order_edges(edges, thread, hs, he, hrows, host_category)
+    chain = _host_order_edges(edges, thread, hs, he, hrows, host_category)
+    _wake_edges(ctx, edges, chain, thread, times, hrows, rules)
     g_start = 2 * n_h + np.arange(n_g, dtype=np.int64)
     g_end = g_start + n_g
     gpu_category = np.select([act.cls == classify.COMMUNICATION, act.cls == classify.MEMORY],
@@ -185,11 +194,12 @@ def _host_categories(ctx: AnalysisContext, hrows: np.ndarray) -> np.ndarray:
 
 
 def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.ndarray, hrows: np.ndarray,
-                      host_category: np.ndarray) -> None:
-    """Consecutive points of each thread; the time between is owned by the innermost event open."""
+                      host_category: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Consecutive points of each thread; the time between is owned by the innermost event open.
+    Returns the edges' (source, destination, category)."""
     n = hrows.size
     if n == 0:
-        return
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8)
     dur = he - hs
     point_thread = np.concatenate([thread, thread])
     point_time = np.concatenate([hs, he])
@@ -203,6 +213,42 @@ def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.
     has = (owner >= 0) & (point_time[dst] > point_time[src])
     category = np.where(has, host_category[np.maximum(owner, 0)], HOST_UNTRACED).astype(np.int8)
     edges.add(src, dst, HOST_ORDER, category, np.where(has, hrows[np.maximum(owner, 0)], -1))
+    return src, dst, category
+
+
+def _wake_edges(ctx: AnalysisContext, edges: _Edges, chain: tuple[np.ndarray, np.ndarray, np.ndarray],
+                thread: np.ndarray, times: np.ndarray, hrows: np.ndarray, rules: dict[str, int]) -> None:
+    """Threads woken by another thread of their rank (inferred: the trace records no dependency
+    between threads): see :data:`WAKE_MIN_GAP_NS`."""
+    src, dst, category = chain
+    n_h = hrows.size
+    api_rows, _ = launch_links(ctx)
+    launching = np.unique(thread[np.isin(hrows, api_rows)])
+    point_thread = np.concatenate([thread, thread])
+    gap = (category == HOST_UNTRACED) & (times[dst] - times[src] >= WAKE_MIN_GAP_NS)
+    gap &= np.isin(point_thread[dst], launching)
+    # a thread's first point has no predecessor at all: it may have been started by another thread
+    has_pred = np.zeros(2 * n_h, dtype=bool)
+    has_pred[dst] = True
+    first = np.flatnonzero(~has_pred & np.isin(point_thread, launching))
+    targets = np.concatenate([dst[gap], first])
+    gap_start = np.concatenate([times[src[gap]], times[first] - WAKE_MAX_NS])
+    rank = ctx.trace.column("rank")[hrows].astype(np.int64)
+    ends = n_h + np.flatnonzero(np.isin(thread, launching))  # end points of the launching threads' events
+    if targets.size == 0 or ends.size == 0:
+        rules["thread wake-ups inferred"] = 0
+        return
+    order = ends[np.lexsort((times[ends], rank[ends - n_h]))]
+    target_rank = rank[np.where(targets < n_h, targets, targets - n_h)]
+
+    def other_thread_in_gap(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        return (point_thread[order[p]] != point_thread[targets[q]]) & (times[order[p]] >= gap_start[q])
+
+    found = _latest_before(rank[order - n_h], times[order], target_rank, times[targets], other_thread_in_gap)
+    ok = found >= 0
+    ok[ok] &= times[targets[ok]] - times[order[found[ok]]] <= WAKE_MAX_NS
+    rules["thread wake-ups inferred"] = int(ok.sum())
+    edges.add(order[found[ok]], targets[ok], WAKE, HOST_UNTRACED, np.full(int(ok.sum()), -1, dtype=np.int64))
 
 
 def _stream_order_edges(edges: _Edges, act: Activity, g_start: np.ndarray, g_end: np.ndarray,
@@ -261,15 +307,39 @@ def _sync_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, hrows: 
     launched_at = np.where(act.api_row >= 0, act.api_start, act.start)
     order = np.lexsort((act.end, act.rank))
     call_rank = trace.column("rank")[hrows[calls]].astype(np.int64)
+    call_stream = _synchronized_stream(ctx, hrows[calls])
+    rules["synchronising calls whose stream is recorded"] = int((call_stream >= 0).sum())
 
     def launched_before(q: np.ndarray, p: np.ndarray) -> np.ndarray:
-        return launched_at[order[p]] <= hs[calls[q]]
+        j = order[p]
+        return (launched_at[j] <= hs[calls[q]]) & ((call_stream[q] < 0) | (act.stream[j] == call_stream[q]))
 
     found = _latest_before(act.rank[order], act.end[order], call_rank, he[calls], launched_before)
     has = found >= 0
     rules["synchronising calls with no GPU work to wait for"] = int((~has).sum())
     j = order[found[has]]
     edges.add(g_end[j], n_h + calls[has], SYNC_WAIT, SYNC, hrows[calls[has]])
+
+
+def _synchronized_stream(ctx: AnalysisContext, call_rows: np.ndarray) -> np.ndarray:
+    """The stream each synchronising call drained where the trace records it (-1 else): the stream
+    of its GPU-side ``Stream Sync`` record (Kineto ``cuda_sync``, Nsight SYNCHRONIZATION), linked to
+    the call by correlation. Device, context and event syncs name no one stream."""
+    out = np.full(call_rows.size, -1, dtype=np.int64)
+    api_rows, gpu_rows = launch_links(ctx)
+    trace = ctx.trace
+    is_sync = trace.kind_codes()[gpu_rows] == int(Kind.SYNC)
+    names = classify.name_matches(ctx, re.compile(r"^Stream Sync", re.IGNORECASE))
+    keep = is_sync & names[gpu_rows] & (trace.column("stream")[gpu_rows] >= 0)
+    api, gpu = api_rows[keep], gpu_rows[keep]
+    if api.size == 0:
+        return out
+    order = np.argsort(api, kind="stable")
+    api, gpu = api[order], gpu[order]
+    pos = np.clip(np.searchsorted(api, call_rows), 0, api.size - 1)
+    hit = api[pos] == call_rows
+    out[hit] = trace.column("stream")[gpu[pos[hit]]]
+    return out
 
 
 def _stream_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, stream_prev: np.ndarray,
