@@ -25,8 +25,6 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from traceview.units import fmt_ns
-
 from .timeline import CPU_LANE, GPU_LANE, PLOT_WIDTH_PX, Lane
 
 #: the analysis and table the overlay reads
@@ -294,16 +292,12 @@ def toggle(on: bool, can_draw: bool) -> Any:
 
 
 def summary_text(report: Any) -> str:
-    """One line from the report's summary keys ("critical path: step 112 ms, bound by host 41%;
-    achievable ~71 ms"), empty without them."""
-    s = report.get("summary", {}) if report is not None else {}
-    step = s.get("critical_path_step_ns")
-    if step is None:
+    """The terminal's line on the critical path ("critical path: step 112 ms, bound by host thread
+    41.0%; achievable ~71 ms": ``traceview.render.common.critical_path_text`` of the summary keys),
+    empty without them."""
+    from traceview.render.common import critical_path_text
+
+    if report is None or not report.get("summary"):
         return ""
-    text = f"critical path: step {fmt_ns(step)}"
-    bound, share = s.get("critical_path_bound_by"), s.get("critical_path_bound_share")
-    if bound:
-        text += f", bound by {bound}" + (f" {float(share):.0%}" if share is not None else "")
-    if s.get("achievable_step_ns") is not None:
-        text += f"; achievable ~{fmt_ns(s['achievable_step_ns'])}"
-    return text
+    text = critical_path_text(report)
+    return f"critical path: {text}" if text else ""

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
+from traceview.render.common import BOUND_TEXT
 from traceview.units import fmt_ns, fmt_share
 
 from .components import CARD, frame_table, graph, message, section, stat_cards, time_unit
@@ -101,7 +102,8 @@ def _headline(rep: Any) -> html.Div:
     return stat_cards([
         ("critical path, median step", fmt_ns(s.get("critical_path_step_ns")),
          f"{s.get('critical_path_steps')} step row(s)" if s.get("critical_path_steps") is not None else None),
-        ("bound by", str(bound) if bound else "-", f"{fmt_share(share)} of the path" if share is not None else None),
+        ("bound by", BOUND_TEXT.get(str(bound), str(bound)) if bound else "-",
+         f"{fmt_share(share)} of the path" if share is not None else None),
         ("achievable step", fmt_ns(s.get("achievable_step_ns")), "all what-if scenarios together"),
     ])
 

@@ -386,8 +386,9 @@ def test_hostile_step_clicks_get_a_message(ctl: AppController, cell: Any) -> Non
 
 def test_the_summary_line_reads_the_reports_keys() -> None:
     summary = {"critical_path_step_ns": 112_000_000, "critical_path_bound_by": "host",
-               "critical_path_bound_share": 0.41, "achievable_step_ns": 71_000_000}
-    assert cp.summary_text({"summary": summary}) == "critical path: step 112 ms, bound by host 41%; achievable ~71 ms"
+               "critical_path_bound_share": 0.41, "achievable_step_ns": 71_000_000, "median_step_time_ns": 1}
+    assert cp.summary_text({"summary": summary}) == ("critical path: step 112 ms, bound by host thread 41.0%; "
+                                                     "achievable ~71 ms")
     assert cp.summary_text({"summary": {}}) == "" and cp.summary_text({"summary": {"critical_path_step_ns": None}}) == ""
 
 
