@@ -27,6 +27,7 @@ from traceview.tables import top_order
 from traceview.render.common import per_step_text
 from traceview.units import fmt_bytes, fmt_ns, fmt_share
 
+from . import critical_path_page
 from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards, time_unit
 from .features import figures
 from .roofline import plotted, roofline_figure, roofs
@@ -181,7 +182,7 @@ def overview(ctx: RunContext) -> list[Any]:
         (f"exposed comm., {basis}", fmt_ns(s.get("exposed_comm_ns_per_step")),
          dropped.lstrip("; ") or None),
     ])
-    out: list[Any] = [cards]
+    out: list[Any] = [cards, *critical_path_page.overview_line(rep)]
     for note in (s.get("notes") or {}).values():
         out.append(message(note, "warn"))
     # breakdown per rank
@@ -733,6 +734,7 @@ ANALYSIS_VIEWS: dict[str, Callable[[RunContext], list[Any]]] = {
     "communication": communication,
     "kernels": kernels,
     "efficiency": efficiency,
+    "critical_path": critical_path_page.page,
 }
 
 

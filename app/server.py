@@ -18,7 +18,7 @@ from dash import Input, Output, State, dcc, html
 
 from traceview.findings import Options
 
-from . import history, pages, timeline_view
+from . import critical_path, history, pages, timeline_view
 from .runs import RunStore, discover_runs
 from .views import AppController
 
@@ -179,18 +179,18 @@ def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
         Input("tl-zoom-in", "n_clicks"), Input("tl-zoom-out", "n_clicks"), Input("tl-left", "n_clicks"),
         Input("tl-right", "n_clicks"), Input("tl-reset", "n_clicks"),
         Input("tl-search-next", "n_clicks"), Input("tl-search-prev", "n_clicks"), Input("tl-search", "n_submit"),
-        Input("tl-open", "value"),
+        Input("tl-open", "value"), Input(critical_path.TOGGLE_ID, "value"),
         State("tl-search", "value"), State("tl-window", "data"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
     def _timeline(zoom: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, _f: Any, _g: Any,
-                  _h: Any, open_value: Any, query: Any, state: Any, run: Any, ranks: Any, steps: Any, t0: Any,
-                  t1: Any) -> tuple:
+                  _h: Any, open_value: Any, path_value: Any, query: Any, state: Any, run: Any, ranks: Any,
+                  steps: Any, t0: Any, t1: Any) -> tuple:
         trig = dash.ctx.triggered[0]["prop_id"] if dash.ctx.triggered else None
         if trig == "tl-zoom.data":  # a new x range, in the keys of a plotly relayout event
             trig = "tl-graph.relayoutData"
         out = controller.timeline_action(trig, zoom, click, state, run, ranks, steps, t0, t1, query=query,
-                                         open_value=open_value)
+                                         open_value=open_value, path_value=path_value)
         fig = out[0]
         if fig is dash.no_update:
             return (*out, dash.no_update, dash.no_update)
@@ -203,6 +203,18 @@ def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
     )
     def _gap_clicked(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
         return controller.gap_clicked(cell, run, ranks, steps, t0, t1)
+
+
+def _add_step_callback(app: dash.Dash, controller: AppController) -> None:
+    """A row of the Critical path page's steps table: the timeline on that step."""
+    @app.callback(
+        Output("url", "pathname", allow_duplicate=True), Output("url", "search", allow_duplicate=True),
+        Output("cp-step-msg", "children"),
+        Input("cp-steps", "active_cell"), State("run", "value"), *_filter_states(),
+        prevent_initial_call=True,
+    )
+    def _step_clicked(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.step_clicked(cell, run, ranks, steps, t0, t1)
 
 
 def _add_kernel_callback(app: dash.Dash, controller: AppController) -> None:
@@ -263,6 +275,7 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
     _add_page_callbacks(app, controller)
     _add_timeline_callbacks(app, controller)
     _add_kernel_callback(app, controller)
+    _add_step_callback(app, controller)
     _add_compare_callback(app, controller)
     for fmt in ("md", "html", "json"):
         _add_download_callback(app, controller, fmt)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from traceview.secrets import scrub_text
 from traceview.units import fmt_ns
 
 from .features import figures
+
+if TYPE_CHECKING:  # app/critical_path.py draws on this module's lanes (it imports this module)
+    from .critical_path import PathIndex
 
 # the shared palette and labels of the reports (same class, same colour everywhere)
 COLORS = figures.COLORS
@@ -372,12 +375,14 @@ class RenderStats:
     hidden_lanes: int = 0  # lanes with nothing in the window
     collapsed_ranks: tuple[int, ...] = ()
     matches_in_window: int = 0
+    path_text: str = ""  # what the critical-path overlay drew (app/critical_path.py)
+    path_points: int = 0
 
     @property
     def shapes(self) -> int:
         """What the browser has to draw: heatmap cells (events and gaps are drawn as rasters, one
-        cell per bin and nesting level), names on events and layout shapes."""
-        return self.cells + self.labels + self.layout_shapes
+        cell per bin and nesting level), names on events, layout shapes and the critical path's points."""
+        return self.cells + self.labels + self.layout_shapes + self.path_points
 
     def describe(self) -> str:
         t0, t1 = self.window_ns
@@ -396,6 +401,8 @@ class RenderStats:
             parts.append(f"{self.hidden_lanes} empty lane(s) hidden")
         if self.collapsed_ranks:
             parts.append(f"rank(s) {', '.join(str(r) for r in self.collapsed_ranks)} collapsed")
+        if self.path_text:
+            parts.append(self.path_text)
         # what the browser draws, counted as the budget counts it (not SVG shapes: rasters)
         parts.append(f"sent: {self.cells:,} heatmap cells, {self.labels:,} names, {self.layout_shapes:,} lines")
         return " · ".join(parts)
@@ -1055,7 +1062,8 @@ def locate(index: LaneIndex, t0: int, t1: int, x_ms: float, y: float, *, ranks: 
 def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = None, gaps: Any = None,
            focus: tuple[int, int] | None = None, focus_label: str = "", detail_budget: int = DETAIL_BUDGET,
            shape_budget: int = SHAPE_BUDGET, gap_budget: int = GAP_BUDGET, title: str = "",
-           open_ranks: Sequence[int] | None = None, marks: Marks | None = None) -> tuple[dict, RenderStats]:
+           open_ranks: Sequence[int] | None = None, marks: Marks | None = None,
+           path: "PathIndex | None" = None) -> tuple[dict, RenderStats]:
     """The timeline of ``[t0, t1)`` (absolute ns) as a plotly figure dict, and what it holds.
 
     ``gaps``: the idle-gap table (``rank, device, start_ns, end_ns, dur_ns, cause, cpu_context,
@@ -1063,7 +1071,9 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
     drawn lane by lane (the others collapse to one row each; None: all); ``marks``: search matches,
     the selected event and its flow arrows. Lanes with few events in the window are drawn in detail
     (up to ``detail_budget`` events, as rasters), the others as busy fractions in as many bins as
-    the rest of ``shape_budget`` allows; lanes with nothing in the window are left out.
+    the rest of ``shape_budget`` allows; lanes with nothing in the window are left out. ``path``:
+    the critical path's segments to draw over the lanes (:mod:`traceview.app.critical_path`; None:
+    not drawn), their points taken from the shape budget first.
     """
     marks = marks or Marks()
     win = _Window(int(t0), max(int(t1), int(t0) + 1), index.origin_ns)
@@ -1079,7 +1089,8 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
     used = sum(int(v.size) for v in detail.values())
     raster_rows = sum(ln.levels if ln.kind == CPU_LANE else 1 for ln in lanes if id(ln) in detail)
     raster_rows += sum(1 for ln in lanes if ln.kind == GAP_LANE)
-    room = max(0, shape_budget - len(lanes) - 1 - len(label_text))
+    overlay = _path_overlay(path, rows, win, shape_budget // 4)
+    room = max(0, shape_budget - len(lanes) - 1 - len(label_text) - overlay.points)
     bins = int(min(MAX_BINS, room // max(1, raster_rows + len(aggregated))))
     data = _heatmap_traces(index, aggregated, bins, win, rows, collapsed) if aggregated else []
     # only the matches in the window can be drawn: the rasters test every row's events against these
@@ -1089,6 +1100,7 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
     if gap_idx.size:
         gap_data, causes = _gap_rasters(gaps, gap_idx, rows, win, bins)
         data.extend(gap_data)
+    data.extend(overlay.traces)  # over the rasters, under the names
     data.extend(_legend_traces(index, detail, causes, aggregated, _marks_drawn(detail, marks)))
     if label_text:
         data.append(_label_trace(label_x, label_y, label_text))
@@ -1101,8 +1113,20 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
                         layout_shapes=len(layout["shapes"]), focus_label=focus_label if focus is not None else "",
                         labels=len(label_text), hidden_lanes=hidden,
                         collapsed_ranks=tuple(ln.rank for ln in summary),
-                        matches_in_window=0 if marks.matches is None else int(marks.matches.size))
+                        matches_in_window=0 if marks.matches is None else int(marks.matches.size),
+                        path_text=overlay.text, path_points=overlay.points)
     return {"data": data, "layout": layout}, stats
+
+
+def _path_overlay(path: "PathIndex | None", rows: _Rows, win: _Window, budget: int) -> Any:
+    """The critical path drawn over the lanes (nothing when ``path`` is None)."""
+    from . import critical_path
+
+    if path is None:
+        return critical_path.Drawn([])
+    lane_rows = [critical_path.LaneRow(ln, rows.ypos[id(ln)], rows.yhalf[id(ln)]) for ln in rows.lanes]
+    return critical_path.draw(path, lane_rows, win.t0, win.t1, win.origin_ns,
+                              min(budget, critical_path.POINT_BUDGET))
 
 
 def _window_matches(index: LaneIndex, marks: Marks, win: _Window) -> np.ndarray | None:

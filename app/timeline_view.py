@@ -23,7 +23,7 @@ from dash import dcc, html
 from traceview.secrets import scrub_text
 from traceview.units import fmt_ns
 
-from . import validate
+from . import critical_path, validate
 from .components import CARD
 from .runs import RunContext
 from .timeline import CELLS_KEY, CPU_LANE, SERIES, LaneIndex, Marks, expand_figure, render
@@ -224,6 +224,8 @@ def extras(value: Any, num_positions: int) -> dict[str, Any]:
         out["sel"] = position(sel, num_positions, "timeline state sel")
     if value.get("open") is not None:
         out["open"] = open_ranks(value.get("open"))
+    if value.get("cp") is not None:  # the critical path drawn (app/critical_path.py)
+        out["cp"] = validate.switch(value.get("cp"), "timeline state cp", critical_path.TOGGLE_ON)
     return out
 
 
@@ -466,8 +468,10 @@ _UL = {"fontSize": "12px", "margin": "4px 0 8px 0", "fontFamily": "monospace"}
 # ------------------------------------------------------------------------------------------ page
 
 
-def figure(ctx: RunContext, index: LaneIndex, state: dict[str, Any], gaps: Any, focus_label: str) -> tuple[dict, str]:
-    """The figure of the stored state (window, focus, search, selection, open ranks) and its stats."""
+def figure(ctx: RunContext, index: LaneIndex, state: dict[str, Any], gaps: Any, focus_label: str,
+           path: critical_path.PathIndex | None = None) -> tuple[dict, str]:
+    """The figure of the stored state (window, focus, search, selection, open ranks) and its stats;
+    ``path``: the critical path drawn over the lanes (None: not drawn)."""
     o = ctx.origin_ns
     focus = None
     if state.get("f0") is not None and state.get("f1") is not None:
@@ -477,7 +481,8 @@ def figure(ctx: RunContext, index: LaneIndex, state: dict[str, Any], gaps: Any, 
     marks = Marks(matches=found if found.size else None, selected=sel,
                   flows=flows(index, ctx.full, sel) if sel is not None else ())
     fig, stats = render(index, o + int(state["t0"]), o + int(state["t1"]), ranks=ctx.filters.ranks, gaps=gaps,
-                        focus=focus, focus_label=focus_label, open_ranks=state.get("open"), marks=marks)
+                        focus=focus, focus_label=focus_label, open_ranks=state.get("open"), marks=marks,
+                        path=path)
     text = stats.describe()
     if state.get("q"):
         where = ""
@@ -538,8 +543,10 @@ def legend(fig: dict) -> list[Any]:
                       style={"marginRight": "14px", "whiteSpace": "nowrap"}) for name, color in entries]
 
 
-def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], panel: Any = None) -> list[Any]:
-    """The timeline page: buttons, search, open ranks, the stats line, the figure and the details panel."""
+def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], panel: Any = None,
+              path_toggle: Any = None) -> list[Any]:
+    """The timeline page: buttons, search, open ranks (and the critical-path switch, ``path_toggle``),
+    the stats line, the figure and the details panel."""
     btn = {"marginRight": "6px"}
     controls = html.Div([
         html.Button("zoom in", id="tl-zoom-in", n_clicks=0, style=btn),
@@ -569,7 +576,8 @@ def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], pan
         dcc.Store(id="tl-window", data=state),
         dcc.Store(id="tl-zoom"),  # a new x range from the browser (INTERACTIONS_JS, RELAYOUT_FILTER_JS)
         dcc.Store(id="tl-js"),  # the output of the clientside callback that installs INTERACTIONS_JS
-        html.Div([controls, html.Div([html.Span("ranks shown lane by lane:", style={"color": "#555"}), open_list],
+        html.Div([controls, html.Div([html.Span("ranks shown lane by lane:", style={"color": "#555"}), open_list,
+                                      path_toggle or critical_path.toggle(False, False)],
                                      style={"display": "flex", "alignItems": "center", "fontSize": "13px"}),
                   html.Div(stats_text, id="tl-stats", style={"color": "#555", "fontSize": "13px"}),
                   pinned,

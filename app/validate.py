@@ -147,6 +147,16 @@ def clicked_range_ns(cd: Any) -> tuple[int, int]:
     return a, b
 
 
+def switch(value: Any, control: str, option: str) -> bool:
+    """A one-option checklist (a switch): ``[option]`` is on, ``[]`` (or None) off; a stored state
+    may also hold the boolean itself."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if not isinstance(value, (list, tuple)) or len(value) > 1 or any(v != option for v in value):
+        raise BadValue(f"{control}: {quote(value)} is neither [{option!r}] nor []")
+    return bool(value)
+
+
 def row_id(value: Any) -> int:
     """A table row id."""
     out = integer(value, "row", 0, MAX_INDEX)

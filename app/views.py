@@ -25,7 +25,7 @@ from .features import DOWNLOADS, diff_reports, metric_label, perfetto_trace, ren
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .validate import BadValue
-from . import timeline_view
+from . import critical_path, critical_path_page, timeline_view
 from .timeline import clamp_window
 from .timeline import locate as timeline_locate
 from .timeline_view import SEARCH_TRIGGERS as SEARCH
@@ -178,7 +178,16 @@ class AppController:
     def timeline_figure(self, ctx: RunContext, state: dict) -> tuple[dict, str]:
         index = self.store.timeline(ctx.run.id)
         gaps = ctx.table("idle_gaps", "gaps")
-        return timeline_view.figure(ctx, index, state, gaps, state.get("label") or "")
+        return timeline_view.figure(ctx, index, state, gaps, state.get("label") or "", self._path(ctx, state))
+
+    @staticmethod
+    def _path(ctx: RunContext, state: dict) -> critical_path.PathIndex | None:
+        """The critical path the timeline draws: the report's segments, unless switched off (the
+        switch is on by default: drawing it is two binary searches per rank and a few thousand points)."""
+        segments = ctx.table(critical_path.ANALYSIS, critical_path.SEGMENTS)
+        if not state.get("cp", True) or not critical_path.available(segments):
+            return None
+        return critical_path.path_index(segments)
 
     def _initial_window(self, ctx: RunContext, params: dict[str, int]) -> dict:
         lo, hi = self.extent(ctx)
@@ -230,7 +239,9 @@ class AppController:
         state = self._initial_window(ctx, params)
         fig, text = self.timeline_figure(ctx, state)
         ranks = timeline_view.ranks_of(self.store.timeline(ctx.run.id), ctx)
-        return timeline_view.page_body(fig, text, state, ranks)
+        can_draw = critical_path.available(ctx.table(critical_path.ANALYSIS, critical_path.SEGMENTS))
+        return timeline_view.page_body(fig, text, state, ranks,
+                                       path_toggle=critical_path.toggle(bool(state.get("cp", True)), can_draw))
 
     def timeline_update(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> tuple:
@@ -240,13 +251,14 @@ class AppController:
 
     def timeline_action(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None, *,
-                        query: Any = None, open_value: Any = None) -> tuple:
+                        query: Any = None, open_value: Any = None, path_value: Any = None) -> tuple:
         """Any timeline event: the new figure, window state, stats line, details panel and open ranks.
 
         ``trigger``: the id (and property) that fired: ``tl-graph.relayoutData``,
         ``tl-graph.clickData``, ``tl-zoom-in``, ``tl-zoom-out``, ``tl-left``, ``tl-right``, ``tl-reset``,
         ``tl-search-next``, ``tl-search-prev``, ``tl-search.n_submit`` (``query``: the search box),
-        ``tl-open.value`` (``open_value``: the ranks drawn lane by lane).
+        ``tl-open.value`` (``open_value``: the ranks drawn lane by lane), ``tl-cp.value``
+        (``path_value``: the critical-path switch).
         """
         start = time.perf_counter()
         trig = trigger if isinstance(trigger, str) else ""
@@ -260,6 +272,8 @@ class AppController:
                 state["t0"], state["t1"] = lo - ctx.origin_ns, hi - ctx.origin_ns
             if "open" not in state:
                 state["open"] = timeline_view.default_open(timeline_view.ranks_of(index, ctx))
+            if trig.startswith(critical_path.TOGGLE_ID + ".value"):
+                state["cp"] = validate.switch(path_value, "critical path", critical_path.TOGGLE_ON)
             panel, event = self._timeline_choice(ctx, index, trig, click, state, query, open_value)
             window = event if event is not None else self._new_window(ctx, trig, relayout, click, state)
         except (RunError, BadValue) as exc:
@@ -286,6 +300,8 @@ class AppController:
         cur = (ctx.origin_ns + int(state.get("t0", 0)), ctx.origin_ns + int(state.get("t1", 0)))
         if trig.startswith("tl-open.value"):
             state["open"] = timeline_view.open_ranks(open_value if open_value is not None else [])
+            return None, (cur, None)
+        if trig.startswith(critical_path.TOGGLE_ID + ".value"):  # switched by timeline_action: same window
             return None, (cur, None)
         if trig.startswith(SEARCH):
             state["q"] = timeline_view.query(query)
@@ -394,6 +410,24 @@ class AppController:
         g = gaps.loc[row_id]
         s, e = int(g["start_ns"]) - ctx.origin_ns, int(g["end_ns"]) - ctx.origin_ns
         return "/timeline", gap_search(s, e), None
+
+    # ------------------------------------------------------------------ critical path
+    def step_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                     t1: Any = None) -> tuple:
+        """A row of the Critical path page's steps table was clicked: open the timeline on that step
+        (its rank opened, the step highlighted, the path drawn); a click that cannot be opened says
+        why beside the table."""
+        if active_cell is None:
+            return no_update, no_update, None
+        if not isinstance(active_cell, dict):
+            return no_update, no_update, message(f"clicked cell: {validate.quote(active_cell)} is not a table cell",
+                                                 "error")
+        try:
+            row_id = validate.row_id(active_cell.get("row_id"))
+            ctx = self._context(run, ranks, steps, t0, t1)
+            return "/timeline", critical_path_page.step_search(ctx, row_id), None
+        except (RunError, BadValue) as exc:
+            return no_update, no_update, message(str(exc), "error")
 
     # ------------------------------------------------------------------ kernels
     def kernel_selected(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,

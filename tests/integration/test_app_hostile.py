@@ -121,7 +121,11 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
             "tl-left.n_clicks", None, None, {"t0": 0, "t1": v, "f0": v, "f1": 5}, 0),
         "timeline.trigger": lambda v: ctl.timeline_update(v, None, None, None, 0),
         "timeline.filters": lambda v: ctl.timeline_update("tl-reset.n_clicks", None, None, None, 0, v, v, v, v),
+        "timeline.path_switch": lambda v: ctl.timeline_action("tl-cp.value", None, None, None, 0, path_value=v),
+        "timeline.path_state": lambda v: ctl.timeline_update("tl-zoom-in.n_clicks", None, None, {"cp": v}, 0),
         "gap_clicked": lambda v: ctl.gap_clicked({"row_id": v}, 0, None, None, v),
+        "step_clicked": lambda v: ctl.step_clicked({"row_id": v}, 0, None, None, v),
+        "step_clicked.cell": lambda v: ctl.step_clicked(v, 0),
         "kernel_selected": lambda v: ctl.kernel_selected({"row_id": v}, 0, None, None, v),
         "kernel_selected.cell": lambda v: ctl.kernel_selected(v, 0),
         "compare": lambda v: ctl.compare_update(v, 0, 0, None, v),
@@ -135,10 +139,10 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
 def test_every_callback_is_covered(ctl: AppController) -> None:
     """Each ``@app.callback`` of server.py is driven below (a new callback needs its hostile test)."""
     source = (Path(runs_mod.__file__).with_name("server.py")).read_text()
-    assert source.count("@app.callback(") == 10
+    assert source.count("@app.callback(") == 11
     names = {k.split(".")[0] for k in _callbacks(ctl)}
     assert names >= {"run_changed", "render_page", "overview_poll", "nav", "timeline", "gap_clicked",
-                     "kernel_selected", "compare", "download", "download_perfetto"}
+                     "kernel_selected", "compare", "download", "download_perfetto", "step_clicked"}
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=_short)
