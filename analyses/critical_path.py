@@ -363,8 +363,9 @@ def _gpu_spans(graph: DependencyGraph, act: Activity, windows: pd.DataFrame, tim
     spans = np.zeros(len(windows), dtype=np.int64)
     if len(act) == 0 or windows.empty:
         return spans
-    frame = pd.DataFrame({"rank": act.rank, "step": act.step, "start": times[graph.activity_start()],
-                          "end": times[graph.activity_end()]})
+    base = int(times.min())  # offsets from it are exact in float64 (the NaNs of absent steps below)
+    frame = pd.DataFrame({"rank": act.rank, "step": act.step, "start": times[graph.activity_start()] - base,
+                          "end": times[graph.activity_end()] - base})
     whole = windows["step"].to_numpy(np.int64) == NO_STEP
     keys = pd.MultiIndex.from_arrays([windows["rank"].to_numpy(np.int64), windows["step"].to_numpy(np.int64)])
     by_step = frame.groupby(["rank", "step"]).agg(first=("start", "min"), last=("end", "max")).reindex(keys)

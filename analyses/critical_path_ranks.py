@@ -132,10 +132,13 @@ def rank_waits(collectives: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     arrivals, _ = match_collectives(collectives)  # its warnings are the communication analysis's
     if arrivals.empty:
         return empty_waits, empty_claims
-    group = arrivals.groupby(["collective", "process_group", "step", "occurrence"])["start"]
-    last = group.transform("max").to_numpy(np.int64)
-    median = np.round(group.transform("median").to_numpy(np.float64)).astype(np.int64)
     start, end = arrivals["start"].to_numpy(np.int64), arrivals["end"].to_numpy(np.int64)
+    # on int64 offsets from the occurrence's first start (``start_rel``): absolute ns lose their last
+    # digits in float64, which a median goes through
+    first = start - arrivals["start_rel"].to_numpy(np.int64)
+    group = arrivals.groupby(["collective", "process_group", "step", "occurrence"])["start_rel"]
+    last = first + group.transform("max").to_numpy(np.int64)
+    median = first + np.round(group.transform("median").to_numpy(np.float64)).astype(np.int64)
     path_start, path_end = arrivals["path_start"].to_numpy(np.int64), arrivals["path_end"].to_numpy(np.int64)
     on_path = path_start >= 0
     wait_end = np.minimum(last, end)
