@@ -209,11 +209,39 @@ def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.
     order = np.lexsort((tie, is_start, point_time, point_thread))
     same = point_thread[order[1:]] == point_thread[order[:-1]]
     src, dst = order[:-1][same], order[1:][same]
-    owner = iv.NestedIndex(thread, hs, he).covering(point_thread[src], point_time[src], point_time[src] + 1)
+    owner = _open_event(order, n, hs, he)[:-1][same]
+    # events that overlap without nesting (malformed traces) break the stack the owner is read from:
+    # those intervals ask the nesting index instead
+    t0, t1 = point_time[src], point_time[dst]
+    safe = np.maximum(owner, 0)
+    wrong = (t1 > t0) & ((owner < 0) | (hs[safe] > t0) | (he[safe] < t1))
+    if wrong.any():
+        index = iv.NestedIndex(thread, hs, he)
+        owner[wrong] = index.covering(point_thread[src[wrong]], t0[wrong], t1[wrong])
     has = (owner >= 0) & (point_time[dst] > point_time[src])
     category = np.where(has, host_category[np.maximum(owner, 0)], HOST_UNTRACED).astype(np.int8)
     edges.add(src, dst, HOST_ORDER, category, np.where(has, hrows[np.maximum(owner, 0)], -1))
     return src, dst, category
+
+
+def _open_event(order: np.ndarray, n: int, hs: np.ndarray, he: np.ndarray) -> np.ndarray:
+    """For each point in thread order (``order``: points of host event ``i`` are ``i`` and ``n + i``),
+    the innermost event open just after it (-1 for none), read off the nesting depth: the latest
+    start at or before it that brought the thread to its current depth. Exact for nested events."""
+    is_start = order < n
+    depth = np.cumsum(np.where(is_start, 1, -1))  # each thread's points balance: 0 between threads
+    position = np.arange(order.size, dtype=np.int64)
+    width = np.int64(order.size + 1)
+    starts = position[is_start]
+    start_keys = depth[is_start] * width + starts  # sorted by depth, then position
+    by_key = np.argsort(start_keys, kind="stable")
+    start_keys, starts = start_keys[by_key], starts[by_key]
+    found = np.searchsorted(start_keys, depth * width + position, side="right") - 1
+    ok = (depth > 0) & (found >= 0)
+    ok[ok] &= start_keys[found[ok]] // width == depth[ok]
+    out = np.full(order.size, -1, dtype=np.int64)
+    out[ok] = order[starts[found[ok]]]
+    return out
 
 
 def _wake_edges(ctx: AnalysisContext, edges: _Edges, chain: tuple[np.ndarray, np.ndarray, np.ndarray],
