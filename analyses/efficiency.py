@@ -1025,7 +1025,31 @@ def reduce_collectives(parts: list[CollectiveInputs], options: Options) -> Analy
     return AnalysisResult(name=NAME, tables=tables, findings=findings)
 
 
+def kernel_roofline_factor(ctx: AnalysisContext) -> np.ndarray:
+    """Per entry of the ``activity`` input: the share of its duration its op's roofline allows
+    (min(1, roofline_ns / the op's kernel time), the same for every kernel of one op), NaN where no
+    cost model and roof apply (the derived input ``efficiency.kernel_roofline_factor``, which the
+    critical path's what-if reads)."""
+    act = activity(ctx)
+    out = np.full(len(act), np.nan)
+    attributed: OpKernels = ctx.input("efficiency.attribute")
+    if attributed.ops.empty:
+        return out
+    roofed = with_roofs(ctx, attributed.ops)
+    roofed = roofed[roofed["roofline_ns"].notna()]
+    per_instance = np.full(len(attributed.ops), np.nan)
+    gpu_ns = roofed["gpu_ns"].to_numpy(np.float64)
+    per_instance[roofed["instance"].to_numpy(np.int64)] = np.where(
+        gpu_ns > 0, np.minimum(1.0, roofed["roofline_ns"].to_numpy(np.float64) / np.maximum(gpu_ns, 1.0)), np.nan)
+    sel = np.flatnonzero((act.kind == int(Kind.KERNEL)) & (act.cls == classify.COMPUTE))
+    has = attributed.instance >= 0
+    out[sel[has]] = per_instance[attributed.instance[has]]
+    return out
+
+
 register_input("efficiency.gpu_specs", lambda ctx: gpu_specs(ctx.options.gpu_specs))
+register_input("efficiency.kernel_roofline_factor", kernel_roofline_factor,
+               requires=("activity", "efficiency.attribute", "efficiency.gpu_specs"))
 register_input("efficiency.attribute", _attribute,
                requires=("activity", "launch_overhead.kinds", "links.runtime_ops", "cpu_op_nesting",
                          "classify.codes.name"))

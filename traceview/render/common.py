@@ -230,8 +230,30 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         rows.append(("exposed communication", f"{fmt_ns(s.get('exposed_comm_ns_per_step'))} {per}", brief))
     else:
         rows.append(("GPU utilization", "-", "; ".join(n for n in (notes.get("utilization", ""), dropped) if n)))
+    path = critical_path_text(report)
+    if path:
+        rows.append(("critical path", path, notes.get("critical_path_step_ns", "")))
     rows.append(("findings", findings_count_text(report), ""))
     return rows
+
+
+#: how the headline names what bounds the step (the summary's ``critical_path_bound_by``)
+BOUND_TEXT = {"host": "host thread", "gpu": "GPU work", "communication": "communication"}
+
+
+def critical_path_text(report: Mapping[str, Any]) -> str:
+    """The critical path in one line ("step 112 ms, bound by host thread 41%; achievable ~71 ms"),
+    from the summary's figures; empty when the report has none."""
+    s = report["summary"]
+    if s.get("critical_path_step_ns") is None or s.get("critical_path_bound_by") is None:
+        return ""
+    what = "step" if s.get("median_step_time_ns") is not None else "whole trace"
+    bound = BOUND_TEXT.get(str(s["critical_path_bound_by"]), str(s["critical_path_bound_by"]))
+    text = (f"{what} {fmt_ns(s['critical_path_step_ns'])}, bound by {bound} "
+            f"{fmt_share(s.get('critical_path_bound_share'))}")
+    if s.get("achievable_step_ns") is not None:
+        text += f"; achievable ~{fmt_ns(s['achievable_step_ns'])}"
+    return text
 
 
 # ------------------------------------------------------------------------------------ warnings

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from traceview.registry import ANALYSES, Renderer, register_renderer
 from traceview.render.common import (
+    critical_path_text,
     cost_heading,
     nested_note,
     column_label,
@@ -115,6 +116,9 @@ def print_headline(report: Mapping[str, Any], console: Console) -> None:
                       highlight=False)
     else:
         console.print(line + " · [bold]GPU utilization[/bold] -", highlight=False)
+    path = critical_path_text(report)
+    if path:
+        console.print(f"[bold]critical path[/bold] {safe(path)}", highlight=False)
     for key, note in (s.get("notes") or {}).items():
         console.print(f"[yellow]note:[/yellow] {safe(str(note))}", highlight=False)
     execution = report.get("execution") or {}

@@ -1,0 +1,486 @@
+"""Critical path and what-if: what bounds each step, and what the step could take.
+
+On the dependency graph of host threads and GPU streams (:mod:`.dependency_graph`, docs/metrics.md,
+"Critical path"), each step's critical path is the chain of binding edges from the step's end back
+to its start: its segments partition the step exactly (``path_ns == step_ns``), each in one
+category (host compute, untraced host time, launch overhead, synchronisation, GPU compute, memory,
+communication, GPU waits, waiting on another rank). A rank without steps has one window, the whole
+trace. What-ifs re-time the whole graph with changed lags (communication overlapped, no host
+overhead, kernels at their roofline time, and all of these: the achievable step); the median-rank
+what-if, and the split of communication into waiting on other ranks, come from collectives matched
+across ranks in the reduce step (:mod:`.critical_path_ranks`).
+
+Per rank (run once per batch): ``segments`` (the path), ``contributors`` (events with the most
+time on it), ``edges`` (the graph's edges by kind and rule). Across ranks (reduce): ``steps``
+(composition and bound-by per step) and ``whatif``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceview import intervals as iv
+from traceview.context import AnalysisContext
+from traceview.findings import AnalysisResult
+from traceview.registry import AnalysisSpec, TableSpec, register_input
+
+from . import classify
+from . import critical_path_ranks as ranks_step
+from .dependency_graph import (CATEGORIES, COMMUNICATION, DURATION, EDGE_KINDS, GPU_COMPUTE, HOST_COMPUTE,
+                               HOST_ORDER, HOST_UNTRACED, LAUNCH,
+                               STREAM_WAIT, SYNC_WAIT, UNLINKED, DependencyGraph, dependency_graph)
+from .paths import relaxed_times, walk_back
+from .steps import NO_STEP, Activity, activity
+
+NAME = "critical_path"
+
+#: the graph what-ifs (the median-rank one is computed across ranks)
+GRAPH_SCENARIOS = ("comm_overlapped", "no_host_overhead", "roofline", "achievable")
+HOST_CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync")
+SEGMENT_COLUMNS = ["rank", "step", "start_ns", "end_ns", "dur_ns", "category", "name", "row", "tid", "device",
+                   "stream"]
+
+
+@dataclass
+class PathResult:
+    """What one context's critical paths give: the per-rank tables and the gathered parts."""
+
+    segments: pd.DataFrame
+    edges: pd.DataFrame
+    parts: ranks_step.CriticalPathParts
+
+
+def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    result: PathResult = ctx.input("critical_path.result")
+    out = AnalysisResult(name=NAME, tables={"segments": result.segments,
+                                            "contributors": contributors(result.segments, ctx.options.top_n),
+                                            "edges": result.edges})
+    rules = result.edges
+    inferred = rules[(rules["rule"] == "inferred") & (rules["count"] > 0)]
+    if len(inferred):
+        for rank, count in inferred.groupby("rank")["count"].sum().items():
+            out.warn(f"rank {rank}: {count} cudaStreamWaitEvent dependencies inferred from the recorded calls "
+                     "(the trace does not say which event each waited for): critical paths through them "
+                     "follow the rule in docs/metrics.md", [int(rank)])
+    return out
+
+
+def gather(ctx: AnalysisContext) -> ranks_step.CriticalPathParts:
+    result: PathResult = ctx.input("critical_path.result")
+    return result.parts
+
+
+def build_result(ctx: AnalysisContext) -> PathResult:
+    """The derived input ``critical_path.result``: paths, segments, what-ifs of the context's ranks."""
+    graph, act = dependency_graph(ctx), activity(ctx)
+    windows = _windows(graph, act)
+    segments = _segments(ctx, graph, windows)
+    main_device = _main_device(act)
+    steps = _composition(windows, segments, main_device)
+    factor = ctx.input("efficiency.kernel_roofline_factor")
+    whatif, scenario_lags = _whatifs(graph, act, windows, factor)
+    claims = _claims(segments, whatif, graph, factor, main_device)
+    parts = ranks_step.CriticalPathParts(steps=steps, whatif=whatif, claims=claims,
+                                         collectives=_collectives(ctx, act, segments))
+    del scenario_lags
+    return PathResult(segments=_public_segments(segments), edges=_edge_table(graph), parts=parts)
+
+
+# ------------------------------------------------------------------------------------ windows
+
+
+def _windows(graph: DependencyGraph, act: Activity) -> pd.DataFrame:
+    """One row per window: each step of each rank, or the whole trace of a rank without steps, with
+    the points its path ends and starts at."""
+    steps = act.steps
+    frame = pd.DataFrame({"rank": steps.rank, "step": steps.step, "start_ns": steps.start, "end_ns": steps.end})
+    n_h = graph.hosts
+    host_rank = graph.rank[:n_h]
+    events = pd.DataFrame({"rank": host_rank, "start_ns": graph.times[:n_h], "end_ns": graph.times[n_h:2 * n_h],
+                           "host": np.arange(n_h, dtype=np.int64)}).drop_duplicates(["rank", "start_ns", "end_ns"])
+    frame = frame.merge(events, on=["rank", "start_ns", "end_ns"], how="left")
+    frame = frame[frame["rank"].isin(np.unique(graph.rank))]
+    matched = frame["host"].notna().to_numpy()
+    host = frame["host"].fillna(-1).to_numpy(np.int64)
+    start_point = np.where(matched, host, _nearest_point(graph, frame["rank"].to_numpy(np.int64),
+                                                         frame["start_ns"].to_numpy(np.int64), after=True))
+    end_point = np.where(matched, n_h + host, _nearest_point(graph, frame["rank"].to_numpy(np.int64),
+                                                             frame["end_ns"].to_numpy(np.int64), after=False))
+    frame = frame.assign(start_point=start_point, end_point=end_point).drop(columns="host")
+    frame = pd.concat([frame, _whole_windows(graph, set(steps.rank.tolist()))], ignore_index=True)
+    frame = frame[(frame["start_point"] >= 0) & (frame["end_point"] >= 0)]
+    return frame.sort_values(["rank", "start_ns", "step"], kind="stable").reset_index(drop=True)
+
+
+def _nearest_point(graph: DependencyGraph, rank: np.ndarray, t: np.ndarray, after: bool) -> np.ndarray:
+    """The first point of the rank at or after ``t`` (``after``), else the last at or before it; -1 for none."""
+    order = np.lexsort((graph.times, graph.rank))
+    r, times = graph.rank[order], graph.times[order]
+    pos = (iv.searchsorted_by(r, times, rank, t, side="left") if after
+           else iv.searchsorted_by(r, times, rank, t, side="right") - 1)
+    ok = (pos >= 0) & (pos < r.size)
+    ok[ok] &= r[pos[ok]] == rank[ok]
+    return np.where(ok, order[np.clip(pos, 0, max(r.size - 1, 0))], -1)
+
+
+def _whole_windows(graph: DependencyGraph, with_steps: set[int]) -> pd.DataFrame:
+    """The whole-trace window of each rank without steps: its first point to the point that ends last."""
+    frame = pd.DataFrame({"rank": graph.rank, "t": graph.times, "point": np.arange(graph.times.size)})
+    frame = frame[~frame["rank"].isin(list(with_steps))]
+    if frame.empty:
+        return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "start_point", "end_point"])
+    first = frame.loc[frame.groupby("rank")["t"].idxmin()].set_index("rank")
+    last = frame.loc[frame.groupby("rank")["t"].idxmax()].set_index("rank")
+    return pd.DataFrame({"rank": first.index.to_numpy(np.int64), "step": NO_STEP,
+                         "start_ns": first["t"].to_numpy(np.int64), "end_ns": last["t"].to_numpy(np.int64),
+                         "start_point": first["point"].to_numpy(np.int64),
+                         "end_point": last["point"].to_numpy(np.int64)})
+
+
+# ------------------------------------------------------------------------------------ segments
+
+
+def _segments(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFrame) -> pd.DataFrame:
+    """Every window's path as segments (window, start, end, category, owner row, lane), merged where
+    consecutive segments are the same event's time in the same category."""
+    starts = windows["start_ns"].to_numpy(np.int64)
+    runs = walk_back(graph.binding_source, graph.times, windows["end_point"].to_numpy(np.int64), starts)
+    lengths = np.fromiter((r.size for r in runs), dtype=np.int64, count=len(runs))
+    if lengths.sum() == 0:
+        return _empty_segments()
+    flat = np.concatenate(runs)
+    window = np.repeat(np.arange(len(runs), dtype=np.int64), lengths)
+    last = np.cumsum(lengths) - 1
+    is_last = np.zeros(flat.size, dtype=bool)
+    is_last[last] = True
+    dst_at = np.flatnonzero(~is_last)
+    dst, src, w = flat[dst_at], flat[dst_at + 1], window[dst_at]
+    edge = np.where(src >= 0, graph.binding[dst], -1)
+    seg_end = graph.times[dst]
+    seg_start = np.maximum(np.where(src >= 0, graph.times[np.maximum(src, 0)], starts[w]), starts[w])
+    category = np.where(edge >= 0, graph.category[np.maximum(edge, 0)], UNLINKED).astype(np.int8)
+    owner = np.where(edge >= 0, graph.owner[np.maximum(edge, 0)], -1)
+    # the lane a segment is drawn on: the launch call's thread for a launch latency, else the point it ends at
+    lane = np.where((edge >= 0) & (graph.kind[np.maximum(edge, 0)] == LAUNCH), src, dst)
+    frame = pd.DataFrame({"window": w, "start_ns": seg_start, "end_ns": seg_end, "category": category,
+                          "row": owner, "lane": lane})
+    frame = frame[frame["end_ns"] > frame["start_ns"]]
+    frame = _merged(frame.iloc[::-1].reset_index(drop=True))
+    return _with_lanes(ctx, graph, windows, frame)
+
+
+def _merged(frame: pd.DataFrame) -> pd.DataFrame:
+    """Consecutive segments (in time) of one window, category and owner joined into one."""
+    if frame.empty:
+        return frame
+    keys = frame[["window", "category", "row"]].to_numpy(np.int64)
+    touching = np.concatenate([[False], frame["start_ns"].to_numpy()[1:] == frame["end_ns"].to_numpy()[:-1]])
+    same = np.concatenate([[False], (keys[1:] == keys[:-1]).all(axis=1)]) & touching
+    group = np.cumsum(~same)
+    agg = frame.groupby(group, sort=False).agg(window=("window", "first"), start_ns=("start_ns", "first"),
+                                               end_ns=("end_ns", "last"), category=("category", "first"),
+                                               row=("row", "first"), lane=("lane", "first"))
+    return agg.reset_index(drop=True)
+
+
+def _with_lanes(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFrame,
+                frame: pd.DataFrame) -> pd.DataFrame:
+    """Segments with rank, step, name and the lane (host thread ``tid``, or GPU ``device``/``stream``)."""
+    trace = ctx.trace
+    lane = frame["lane"].to_numpy(np.int64)
+    lane_row = graph.row[lane]
+    on_host = lane < 2 * graph.hosts
+    row = frame["row"].to_numpy(np.int64)
+    names = np.asarray(classify.names_categorical(ctx, row), dtype=object)
+    category = frame["category"].to_numpy(np.int64)
+    # time inside a step's own range event (a ProfilerStep CPU op in older traces) with no op open
+    # is untraced host time, as inside an annotation
+    step_rows = graph.row[windows["start_point"].to_numpy(np.int64)]
+    category = np.where((category == HOST_COMPUTE) & np.isin(row, step_rows), HOST_UNTRACED, category)
+    names = np.where(category == UNLINKED, "(no known predecessor)",
+                     np.where(row < 0, "(no host event)", names))
+    w = frame["window"].to_numpy(np.int64)
+    out = pd.DataFrame({
+        "window": w,
+        "rank": windows["rank"].to_numpy(np.int64)[w],
+        "step": windows["step"].to_numpy(np.int64)[w],
+        "start_ns": frame["start_ns"].to_numpy(np.int64),
+        "end_ns": frame["end_ns"].to_numpy(np.int64),
+        "category_code": category,
+        "name": names,
+        "row": row,
+        "tid": np.where(on_host, trace.column("tid")[lane_row], -1).astype(np.int64),
+        "device": np.where(on_host, -1, trace.column("device")[lane_row]).astype(np.int64),
+        "stream": np.where(on_host, -1, trace.column("stream")[lane_row]).astype(np.int64),
+    })
+    out["dur_ns"] = out["end_ns"] - out["start_ns"]
+    out["category"] = np.asarray(CATEGORIES, dtype=object)[category]
+    out["category_code"] = category
+    return out
+
+
+def _empty_segments() -> pd.DataFrame:
+    columns = {"window": "int64", "rank": "int64", "step": "int64", "start_ns": "int64", "end_ns": "int64",
+               "category_code": "int64", "name": object, "row": "int64", "tid": "int64", "device": "int64",
+               "stream": "int64", "dur_ns": "int64", "category": object}
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
+def _public_segments(segments: pd.DataFrame) -> pd.DataFrame:
+    from .steps import step_column
+    out = segments[SEGMENT_COLUMNS].copy()
+    out["step"] = step_column(out["step"].to_numpy(np.int64))
+    return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def contributors(segments: pd.DataFrame, top_n: int) -> pd.DataFrame:
+    """The events with the most time on the critical paths of each rank (all its windows)."""
+    columns = ["rank", "category", "name", "path_ns", "count", "share"]
+    if segments.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("category", "name") else "int64") for c in columns})
+    grouped = (segments.groupby(["rank", "category", "name"], sort=False, observed=True)["dur_ns"]
+               .agg(path_ns="sum", count="size").reset_index())
+    total = grouped.groupby("rank")["path_ns"].transform("sum").to_numpy(np.float64)
+    grouped["share"] = grouped["path_ns"].to_numpy(np.float64) / np.maximum(total, 1.0)
+    grouped = grouped.sort_values(["rank", "path_ns", "name"], ascending=[True, False, True], kind="stable")
+    return grouped.groupby("rank", sort=False).head(top_n).reset_index(drop=True)[columns]
+
+
+# ------------------------------------------------------------------------------------ composition
+
+
+def _main_device(act: Activity) -> dict[int, int]:
+    """The device each rank's activity mostly ran on (the GPU a host segment's claims go to)."""
+    if len(act) == 0:
+        return {}
+    frame = pd.DataFrame({"rank": act.rank, "device": act.device, "dur": act.end - act.start})
+    best = frame.groupby(["rank", "device"])["dur"].sum().reset_index().sort_values(
+        ["rank", "dur", "device"], ascending=[True, False, True]).drop_duplicates("rank")
+    return dict(zip(best["rank"].astype(int), best["device"].astype(int)))
+
+
+def _composition(windows: pd.DataFrame, segments: pd.DataFrame, main_device: dict[int, int]) -> pd.DataFrame:
+    """Per window: the path's time by category and the event with most time on it."""
+    frame = windows[["rank", "step", "start_ns", "end_ns"]].copy()
+    frame["step_ns"] = frame["end_ns"] - frame["start_ns"]
+    frame["device"] = frame["rank"].map(main_device).fillna(-1).astype(np.int64)
+    by_cat = np.zeros((len(windows), len(CATEGORIES)), dtype=np.int64)
+    if len(segments):
+        np.add.at(by_cat, (segments["window"].to_numpy(np.int64), segments["category_code"].to_numpy(np.int64)),
+                  segments["dur_ns"].to_numpy(np.int64))
+    for i, name in enumerate(CATEGORIES):
+        frame[f"{name}_ns"] = by_cat[:, i]
+    frame["path_ns"] = by_cat.sum(axis=1)
+    frame["top_name"], frame["top_ns"] = None, 0
+    if len(segments):
+        top = (segments.groupby(["window", "name"], sort=False)["dur_ns"].sum().reset_index()
+               .sort_values(["window", "dur_ns", "name"], ascending=[True, False, True]).drop_duplicates("window"))
+        frame.loc[top["window"].to_numpy(), "top_name"] = top["name"].to_numpy()
+        frame.loc[top["window"].to_numpy(), "top_ns"] = top["dur_ns"].to_numpy(np.int64)
+    frame["top_ns"] = frame["top_ns"].astype(np.int64)
+    return frame
+
+
+# ------------------------------------------------------------------------------------ what-if
+
+
+def scenario_lags(graph: DependencyGraph, factor: np.ndarray) -> dict[str, np.ndarray]:
+    """The graph's lags as each what-if changes them (docs/metrics.md, "What-if")."""
+    lag = graph.lag
+    duration = graph.kind == DURATION
+    comm = duration & (graph.category == COMMUNICATION)
+    host = np.isin(graph.kind, [HOST_ORDER, LAUNCH, SYNC_WAIT])
+    roof = np.ones(lag.size, dtype=np.float64)
+    gpu_dur = np.flatnonzero(duration & (graph.category == GPU_COMPUTE))
+    j = graph.dst[gpu_dur] - 2 * graph.hosts - graph.activities  # the activity whose end the edge ends at
+    roof[gpu_dur] = np.where(np.isnan(factor[j]), 1.0, factor[j])
+    roofed = np.round(lag * roof).astype(np.int64)
+    comm_overlapped = np.where(comm, 0, lag)
+    no_host = np.where(host, 0, lag)
+    achievable = np.where(comm | host, 0, roofed)
+    return {"comm_overlapped": comm_overlapped, "no_host_overhead": no_host, "roofline": roofed,
+            "achievable": achievable}
+
+
+def _gpu_spans(graph: DependencyGraph, act: Activity, windows: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """Per window: how long the GPU work of its step takes on its own: the end of its last activity
+    minus the previous window's (ends kept increasing along the rank's windows), the first window from
+    its first activity's start; 0 for a window without activity."""
+    spans = np.zeros(len(windows), dtype=np.int64)
+    if len(act) == 0 or windows.empty:
+        return spans
+    frame = pd.DataFrame({"rank": act.rank, "step": act.step, "start": times[graph.activity_start()],
+                          "end": times[graph.activity_end()]})
+    whole = windows["step"].to_numpy(np.int64) == NO_STEP
+    keys = pd.MultiIndex.from_arrays([windows["rank"].to_numpy(np.int64), windows["step"].to_numpy(np.int64)])
+    by_step = frame.groupby(["rank", "step"]).agg(first=("start", "min"), last=("end", "max")).reindex(keys)
+    by_rank = frame.groupby("rank").agg(first=("start", "min"), last=("end", "max")).reindex(
+        windows["rank"].to_numpy(np.int64))
+    first = np.where(whole, by_rank["first"].to_numpy(np.float64), by_step["first"].to_numpy(np.float64))
+    last = np.where(whole, by_rank["last"].to_numpy(np.float64), by_step["last"].to_numpy(np.float64))
+    has = ~np.isnan(last)
+    rank = windows["rank"].to_numpy(np.int64)
+    done = pd.Series(np.where(has, last, -np.inf)).groupby(rank).cummax().to_numpy(np.float64)
+    previous = pd.Series(done).groupby(rank).shift(1).to_numpy(np.float64)
+    begin = np.where(np.isnan(previous) | ~np.isfinite(previous), first, previous)
+    spans[has] = np.maximum(done[has] - begin[has], 0).astype(np.int64)
+    return spans
+
+
+def _whatif_span(graph: DependencyGraph, act: Activity, windows: pd.DataFrame, times: np.ndarray,
+                 host_free: bool) -> np.ndarray:
+    """A window's time in a re-timed graph: its range (start point to end point; a whole-trace window
+    to the last event); with the host infinitely fast (``host_free``) at least its GPU work's span,
+    which then bounds it."""
+    start = times[windows["start_point"].to_numpy(np.int64)]
+    end = times[windows["end_point"].to_numpy(np.int64)].copy()
+    whole = windows["step"].to_numpy(np.int64) == NO_STEP
+    if whole.any() and len(act):
+        last = pd.Series(times[graph.activity_end()]).groupby(act.rank).max()
+        rank_last = windows["rank"].map(last).to_numpy(np.float64)
+        known = whole & ~np.isnan(rank_last)
+        end[known] = np.maximum(end[known], rank_last[known].astype(np.int64))
+    span = end - start
+    if host_free:
+        span = np.maximum(span, _gpu_spans(graph, act, windows, times))
+    return span
+
+
+def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
+             factor: np.ndarray) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """Per window and graph scenario: the saving and the what-if step time (docs/metrics.md)."""
+    lags = scenario_lags(graph, factor)
+    base = _whatif_span(graph, act, windows, graph.times, host_free=False)
+    step_ns = (windows["end_ns"] - windows["start_ns"]).to_numpy(np.int64)
+    kernel = act.cls == classify.COMPUTE
+    kernel_ns = np.bincount(act.rank[kernel], weights=(act.end - act.start)[kernel]) if kernel.any() else np.zeros(1)
+    modelled_ns = np.bincount(act.rank[kernel & ~np.isnan(factor)],
+                              weights=(act.end - act.start)[kernel & ~np.isnan(factor)], minlength=kernel_ns.size) \
+        if kernel.any() else np.zeros(1)
+    rank = windows["rank"].to_numpy(np.int64)
+    safe = np.clip(rank, 0, kernel_ns.size - 1)
+    modelled_share = np.where(rank < kernel_ns.size, modelled_ns[safe] / np.maximum(kernel_ns[safe], 1), np.nan)
+    frames = []
+    for scenario in GRAPH_SCENARIOS:
+        times = relaxed_times(graph.incoming, lags[scenario], graph.times)
+        span = _whatif_span(graph, act, windows, times, host_free=scenario in ("no_host_overhead", "achievable"))
+        saving = np.clip(base - span, 0, step_ns)  # a what-if never makes a step slower
+        frames.append(pd.DataFrame({
+            "window": np.arange(len(windows), dtype=np.int64), "rank": rank,
+            "step": windows["step"].to_numpy(np.int64), "scenario": scenario, "step_ns": step_ns,
+            "saving_ns": saving.astype(np.int64),
+            "modelled_share": modelled_share if scenario in ("roofline", "achievable") else np.nan,
+        }))
+    return pd.concat(frames, ignore_index=True), lags
+
+
+def _claims(segments: pd.DataFrame, whatif: pd.DataFrame, graph: DependencyGraph, factor: np.ndarray,
+            main_device: dict[int, int]) -> pd.DataFrame:
+    """Per window and costed scenario: the path's segments the scenario shortens, latest first, cut
+    so that their time is the window's saving (a what-if never saves more than it shortens the path)."""
+    columns = ["rank", "device", "step", "scenario", "start_ns", "end_ns"]
+    if segments.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "scenario" else "int64") for c in columns})
+    cat = segments["category"].to_numpy(object)
+    parts = []
+    for scenario, shortened in (("comm_overlapped", cat == "communication"),
+                                ("no_host_overhead", np.isin(cat, HOST_CATEGORIES)),
+                                ("roofline", cat == "gpu_compute")):
+        seg = segments[shortened]
+        length = seg["dur_ns"].to_numpy(np.float64)
+        if scenario == "roofline":
+            row_factor = _row_factor(graph, factor, seg["row"].to_numpy(np.int64))
+            length = length * (1.0 - np.nan_to_num(row_factor, nan=1.0))
+        saving = whatif[whatif["scenario"] == scenario].set_index("window")["saving_ns"]
+        parts.append(_cut_to(seg, np.round(length).astype(np.int64), saving, scenario, main_device))
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
+
+
+def _row_factor(graph: DependencyGraph, factor: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The roofline factor of the activity at each event row (NaN for none)."""
+    act_rows = graph.row[2 * graph.hosts: 2 * graph.hosts + graph.activities]
+    order = np.argsort(act_rows, kind="stable")
+    pos = np.clip(np.searchsorted(act_rows[order], rows), 0, max(act_rows.size - 1, 0))
+    hit = act_rows.size > 0 and True
+    out = np.full(rows.size, np.nan)
+    if hit:
+        ok = act_rows[order][pos] == rows
+        out[ok] = factor[order[pos[ok]]]
+    return out
+
+
+def _cut_to(seg: pd.DataFrame, length: np.ndarray, saving: pd.Series, scenario: str,
+            main_device: dict[int, int]) -> pd.DataFrame:
+    """The trailing ``length`` of each segment, latest segments first, until the window's saving."""
+    frame = pd.DataFrame({"window": seg["window"].to_numpy(np.int64), "rank": seg["rank"].to_numpy(np.int64),
+                          "step": seg["step"].to_numpy(np.int64), "end_ns": seg["end_ns"].to_numpy(np.int64),
+                          "length": length})
+    frame = frame[frame["length"] > 0].sort_values(["window", "end_ns"], ascending=[True, False])
+    budget = frame["window"].map(saving).fillna(0).clip(lower=0).to_numpy(np.int64)
+    before = frame.groupby("window")["length"].cumsum().to_numpy(np.int64) - frame["length"].to_numpy(np.int64)
+    take = np.clip(budget - before, 0, frame["length"].to_numpy(np.int64))
+    frame = frame.assign(start_ns=frame["end_ns"].to_numpy(np.int64) - take, scenario=scenario)
+    frame = frame[take > 0]
+    frame["device"] = frame["rank"].map(main_device).fillna(-1).astype(np.int64)
+    return frame
+
+
+def _collectives(ctx: AnalysisContext, act: Activity, segments: pd.DataFrame) -> pd.DataFrame:
+    """The rank's collective kernels (for matching across ranks) with the time each has on the path."""
+    comm = np.flatnonzero(act.cls == classify.COMMUNICATION)
+    rows = act.row[comm]
+    collective = np.asarray(classify.names_categorical(ctx, rows, "collective"), dtype=object)
+    names = np.asarray(classify.names_categorical(ctx, rows), dtype=object)
+    group = np.asarray(classify.names_categorical(ctx, rows, "process_group"), dtype=object)
+    frame = pd.DataFrame({"rank": act.rank[comm], "device": act.device[comm], "row": rows,
+                          "collective": np.where(collective == "", names, collective), "process_group": group,
+                          "step": act.step[comm], "start": act.start[comm], "end": act.end[comm]})
+    on_path = segments[segments["category"] == "communication"]
+    spans = on_path.groupby("row").agg(path_start=("start_ns", "min"), path_end=("end_ns", "max"))
+    frame = frame.merge(spans, left_on="row", right_index=True, how="left")
+    frame["path_start"] = frame["path_start"].fillna(-1).astype(np.int64)
+    frame["path_end"] = frame["path_end"].fillna(-1).astype(np.int64)
+    return frame.drop(columns="row")
+
+
+def _edge_table(graph: DependencyGraph) -> pd.DataFrame:
+    """The graph's edges per rank and kind (how many, how many bind a point), and the rules' counts."""
+    rank = graph.rank[graph.dst]
+    bound = np.zeros(graph.src.size, dtype=bool)
+    bound[graph.binding[graph.binding >= 0]] = True
+    frame = pd.DataFrame({"rank": rank, "edge": np.asarray(EDGE_KINDS, dtype=object)[graph.kind], "binding": bound})
+    table = frame.groupby(["rank", "edge"]).agg(count=("binding", "size"), binding=("binding", "sum")).reset_index()
+    table["rule"] = np.where(table["edge"] == EDGE_KINDS[STREAM_WAIT], "inferred", "recorded")
+    table["binding"] = table["binding"].astype(np.int64)
+    return table[["rank", "edge", "count", "binding", "rule"]]
+
+
+register_input("critical_path.result", build_result,
+               requires=("dependency_graph", "activity", "efficiency.kernel_roofline_factor",
+                         "classify.codes.name", "classify.categories.name"))
+
+SPEC = AnalysisSpec(
+    name=NAME,
+    title="Critical path",
+    run=analyze,
+    requires=("critical_path.result",),
+    order=27,
+    tables=(
+        TableSpec("steps", "Each step's critical path: composition and what bounds it", cross_rank=True),
+        TableSpec("whatif", "What-if: step time with communication overlapped, no host overhead, kernels at "
+                  "their roofline, the slowest rank at the median, and all together (achievable)", cross_rank=True),
+        TableSpec("segments", "The critical path's segments", sort_by="dur_ns", per_event=True, keep_rows=2000),
+        TableSpec("contributors", "Events with the most time on the critical path", sort_by="path_ns"),
+        TableSpec("edges", "The dependency graph's edges by kind"),
+    ),
+    finding_codes=ranks_step.FINDING_CODES,
+    finding_parents=ranks_step.FINDING_PARENTS,
+    finding_precedence=tuple((code, 300) for code in ranks_step.FINDING_CODES),
+    gather=gather,
+    reduce=ranks_step.reduce_parts,
+    headline_table="steps",
+    summary=ranks_step.report_summary,
+)

@@ -1,0 +1,351 @@
+"""The dependency graph of a trace's host threads and GPU streams (a helper module, no analysis): the
+derived input ``dependency_graph`` that the critical-path analysis walks and re-times.
+
+Points are the start and end of every host event (CPU ops, runtime calls, annotations; python
+functions are not points) and of every GPU activity of the analysed ranks. Edges (docs/metrics.md,
+"Critical path"), each with a lag in ns:
+
+* ``duration``: a GPU activity's start -> its end (its work);
+* ``host_order``: consecutive points of one host thread (the time between is owned by the innermost
+  host event open then, or is untraced host time);
+* ``launch``: a launch call's start -> the start of the activity it launched (correlation; a graph
+  launch -> every kernel of its replay);
+* ``stream_order``: the previous activity's end on the same stream -> an activity's start;
+* ``sync_wait``: the activity a synchronising call drained -> the call's end;
+* ``stream_wait``: (inferred) the activity of another stream an activity waited for.
+
+A point's time is the maximum over its incoming edges of source time + lag. The *binding* edge of a
+point is the one from the latest source (ties: :data:`TIE_PRIORITY`); it carries the measured time
+difference, every other edge a nominal lag no larger than its measured difference, so re-timing the
+graph with the lags as they are gives back every measured time, and changing lags answers what-ifs.
+Everything is built with column operations over all ranks at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from traceview import intervals as iv
+from traceview.context import AnalysisContext
+from traceview.model import Kind
+from traceview.registry import register_input
+
+from . import classify
+from .paths import IncomingEdges
+from .steps import Activity, activity, analysed_ranks, launch_links
+
+EDGE_KINDS = ("duration", "host_order", "launch", "stream_order", "sync_wait", "stream_wait")
+DURATION, HOST_ORDER, LAUNCH, STREAM_ORDER, SYNC_WAIT, STREAM_WAIT = range(len(EDGE_KINDS))
+#: when two incoming edges' sources are equally late, the higher wins (the GPU work a call waited
+#: for before the host's own order)
+TIE_PRIORITY = np.array([0, 1, 2, 3, 5, 4], dtype=np.int8)
+
+#: segment categories of the critical path (``waiting_on_rank`` is split out of ``communication``
+#: across ranks by the analysis's reduce step)
+CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync", "gpu_compute", "memory",
+              "communication", "gpu_wait", "unlinked")
+(HOST_COMPUTE, HOST_UNTRACED, LAUNCH_OVERHEAD, SYNC, GPU_COMPUTE, MEMORY, COMMUNICATION, GPU_WAIT,
+ UNLINKED) = range(len(CATEGORIES))
+
+HOST_KINDS = (Kind.CPU_OP, Kind.RUNTIME, Kind.ANNOTATION)
+STREAM_WAIT_API = re.compile(r"StreamWaitEvent", re.IGNORECASE)
+#: an activity that starts this much later than its stream and launch allow, after a wait-event
+#: call, is taken to wait for another stream (shorter delays are the GPU's own turnaround)
+STREAM_WAIT_MIN_NS = 2_000
+#: candidates looked at per query when the nearest one does not qualify (another rank, the same stream)
+_LOOKBACK = 8
+
+
+@dataclass(frozen=True)
+class DependencyGraph:
+    """Points (``times``, the event ``row`` and ``rank`` of each), edges (``src``, ``dst``,
+    ``kind``, ``lag``, the segment ``category`` and the event row ``owner`` naming the time an edge
+    covers) and, per point, its ``binding`` edge (-1 for a point without incoming edges). Host event
+    ``i`` has points ``i`` (start) and ``hosts + i`` (end); activity ``j`` of the ``activity`` input
+    has ``2 * hosts + j`` and ``2 * hosts + activities + j``. ``rules`` counts what was inferred or
+    left out."""
+
+    times: np.ndarray
+    row: np.ndarray
+    rank: np.ndarray
+    hosts: int
+    activities: int
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray
+    lag: np.ndarray
+    category: np.ndarray
+    owner: np.ndarray
+    binding: np.ndarray
+    incoming: IncomingEdges
+    host_rows: np.ndarray
+    host_thread: np.ndarray  # (rank, pid, tid) code of each host event
+    rules: dict[str, int] = field(default_factory=dict)
+
+    def activity_start(self, j: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return (2 * self.hosts + np.arange(self.activities, dtype=np.int64))[j]
+
+    def activity_end(self, j: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return (2 * self.hosts + self.activities + np.arange(self.activities, dtype=np.int64))[j]
+
+    @property
+    def binding_source(self) -> np.ndarray:
+        """Each point's binding predecessor (-1 at a root)."""
+        return np.where(self.binding >= 0, self.src[np.maximum(self.binding, 0)], -1)
+
+
+@dataclass
+class _Edges:
+    """Edges as they are found, one list per column."""
+
+    parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+
+    def add(self, src: np.ndarray, dst: np.ndarray, kind: int, category: np.ndarray | int,
+            owner: np.ndarray) -> None:
+        n = src.size
+        cat = np.broadcast_to(np.asarray(category, dtype=np.int8), (n,))
+        self.parts.append((src.astype(np.int64), dst.astype(np.int64), np.full(n, kind, dtype=np.int8), cat,
+                           owner.astype(np.int64)))
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        if not self.parts:
+            return tuple(np.zeros(0, dtype=t) for t in (np.int64, np.int64, np.int8, np.int8, np.int64))
+        return tuple(np.concatenate([p[i] for p in self.parts]) for i in range(5))
+
+
+def dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
+    """The context's :class:`DependencyGraph` (the derived input ``dependency_graph``)."""
+    graph: DependencyGraph = ctx.input("dependency_graph")
+    return graph
+
+
+def build_dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
+    """:func:`dependency_graph`, built now."""
+    trace, act = ctx.trace, activity(ctx)
+    kinds = trace.kind_codes()
+    rank_all = trace.column("rank").astype(np.int64)
+    host = np.isin(kinds, [int(k) for k in HOST_KINDS]) & np.isin(rank_all, analysed_ranks(ctx))
+    hrows = np.flatnonzero(host)
+    hs = trace.column("start_ns")[hrows].astype(np.int64)
+    he = hs + np.maximum(trace.column("dur_ns")[hrows], 0)
+    thread, _ = iv.combine_keys(rank_all[hrows], trace.column("pid")[hrows], trace.column("tid")[hrows])
+    n_h, n_g = hrows.size, len(act)
+    times = np.concatenate([hs, he, act.start, act.end]).astype(np.int64)
+    rows = np.concatenate([hrows, hrows, act.row, act.row]).astype(np.int64)
+    ranks = np.concatenate([rank_all[hrows], rank_all[hrows], act.rank, act.rank]).astype(np.int64)
+    host_index = np.full(trace.num_events, -1, dtype=np.int64)
+    host_index[hrows] = np.arange(n_h)
+    rules: dict[str, int] = {}
+    edges = _Edges()
+    host_category = _host_categories(ctx, hrows)
+    _host_order_edges(edges, thread, hs, he, hrows, host_category)
+    g_start = 2 * n_h + np.arange(n_g, dtype=np.int64)
+    g_end = g_start + n_g
+    gpu_category = np.select([act.cls == classify.COMMUNICATION, act.cls == classify.MEMORY],
+                             [COMMUNICATION, MEMORY], GPU_COMPUTE).astype(np.int8)
+    edges.add(g_start, g_end, DURATION, gpu_category, act.row)
+    api_host = np.where(act.api_row >= 0, host_index[np.maximum(act.api_row, 0)], -1)
+    linked = api_host >= 0
+    rules["activities without a launch call"] = int((~linked).sum())
+    edges.add(api_host[linked], g_start[linked], LAUNCH, LAUNCH_OVERHEAD, act.api_row[linked])
+    stream_prev = _stream_order_edges(edges, act, g_start, g_end, rules)
+    _sync_wait_edges(ctx, edges, act, hrows, hs, he, g_end, n_h, rules)
+    _stream_wait_edges(ctx, edges, act, stream_prev, api_host, g_start, g_end, times, rules)
+    src, dst, kind, category, owner = edges.columns()
+    backwards = times[src] > times[dst]
+    rules["edges left out: source after destination (clock skew)"] = int(backwards.sum())
+    keep = ~backwards
+    src, dst, kind, category, owner = src[keep], dst[keep], kind[keep], category[keep], owner[keep]
+    binding, lag = _binding_and_lags(times, src, dst, kind, act, n_h)
+    incoming = IncomingEdges.of(times.size, src, dst)
+    rules["points on cycles"] = incoming.cyclic
+    return DependencyGraph(times=times, row=rows, rank=ranks, hosts=n_h, activities=n_g, src=src, dst=dst,
+                           kind=kind, lag=lag, category=category, owner=owner, binding=binding, incoming=incoming,
+                           host_rows=hrows, host_thread=thread, rules=rules)
+
+
+def _host_categories(ctx: AnalysisContext, hrows: np.ndarray) -> np.ndarray:
+    """Category of the time each host event owns: a synchronising call (or blocking copy) ``sync``,
+    a call that launched GPU work ``launch_overhead``, anything else ``host_compute``."""
+    kinds = ctx.trace.kind_codes()[hrows]
+    runtime = kinds == int(Kind.RUNTIME)
+    blocking = (classify.is_sync_call(ctx) | classify.name_matches(ctx, classify.BLOCKING_COPY))[hrows] & runtime
+    api_rows, _ = launch_links(ctx)
+    launched = np.isin(hrows, api_rows) & runtime
+    # time inside an annotation (a step range, record_function) with no op open is the program's own
+    # untraced host time; the annotation names it
+    annotation = kinds == int(Kind.ANNOTATION)
+    return np.select([blocking, launched, annotation], [SYNC, LAUNCH_OVERHEAD, HOST_UNTRACED],
+                     HOST_COMPUTE).astype(np.int8)
+
+
+def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.ndarray, hrows: np.ndarray,
+                      host_category: np.ndarray) -> None:
+    """Consecutive points of each thread; the time between is owned by the innermost event open."""
+    n = hrows.size
+    if n == 0:
+        return
+    dur = he - hs
+    point_thread = np.concatenate([thread, thread])
+    point_time = np.concatenate([hs, he])
+    is_start = np.concatenate([np.ones(n, dtype=np.int8), np.zeros(n, dtype=np.int8)])
+    # at one time: ends before starts; the outer of two starts first, the inner of two ends first
+    tie = np.concatenate([-dur, dur])
+    order = np.lexsort((tie, is_start, point_time, point_thread))
+    same = point_thread[order[1:]] == point_thread[order[:-1]]
+    src, dst = order[:-1][same], order[1:][same]
+    owner = iv.NestedIndex(thread, hs, he).covering(point_thread[src], point_time[src], point_time[src] + 1)
+    has = (owner >= 0) & (point_time[dst] > point_time[src])
+    category = np.where(has, host_category[np.maximum(owner, 0)], HOST_UNTRACED).astype(np.int8)
+    edges.add(src, dst, HOST_ORDER, category, np.where(has, hrows[np.maximum(owner, 0)], -1))
+
+
+def _stream_order_edges(edges: _Edges, act: Activity, g_start: np.ndarray, g_end: np.ndarray,
+                        rules: dict[str, int]) -> np.ndarray:
+    """Previous activity on the same (rank, device, stream) -> the next; returns each activity's
+    stream predecessor (-1 for none)."""
+    prev = np.full(len(act), -1, dtype=np.int64)
+    if len(act) == 0:
+        return prev
+    order = np.lexsort((act.end, act.start, act.stream, act.device, act.rank))
+    key, _ = iv.combine_keys(act.rank, act.device, act.stream)
+    same = key[order[1:]] == key[order[:-1]]
+    a, b = order[:-1][same], order[1:][same]
+    overlapping = act.end[a] > act.start[b]
+    rules["stream predecessors that overlap their successor (left out)"] = int(overlapping.sum())
+    a, b = a[~overlapping], b[~overlapping]
+    prev[b] = a
+    edges.add(g_end[a], g_start[b], STREAM_ORDER, GPU_WAIT, act.row[b])
+    return prev
+
+
+def _latest_before(keys: np.ndarray, times: np.ndarray, query_keys: np.ndarray, query_times: np.ndarray,
+                   accept: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """Per query, the position (into data sorted by (keys, times)) of the latest entry of its key with
+    time <= the query's that ``accept(query_index, candidate_position)`` allows, looking back a few
+    entries; -1 for none."""
+    out = np.full(query_keys.size, -1, dtype=np.int64)
+    if keys.size == 0 or query_keys.size == 0:
+        return out
+    pos = iv.searchsorted_by(keys, times, query_keys, query_times, side="right") - 1
+    open_q = np.arange(query_keys.size)
+    for _ in range(_LOOKBACK):
+        p = pos[open_q]
+        valid = (p >= 0)
+        valid[valid] &= keys[p[valid]] == query_keys[open_q[valid]]
+        open_q, p = open_q[valid], p[valid]
+        ok = accept(open_q, p)
+        out[open_q[ok]] = p[ok]
+        open_q = open_q[~ok]
+        pos[open_q] = p[~ok] - 1
+        if open_q.size == 0:
+            break
+    return out
+
+
+def _sync_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, hrows: np.ndarray, hs: np.ndarray,
+                     he: np.ndarray, g_end: np.ndarray, n_h: int, rules: dict[str, int]) -> None:
+    """A synchronising call (or blocking copy) waits for the rank's activity, launched before the
+    call started, that ended last before the call ended."""
+    trace = ctx.trace
+    blocking = (classify.is_sync_call(ctx) | classify.name_matches(ctx, classify.BLOCKING_COPY))[hrows]
+    blocking &= trace.kind_codes()[hrows] == int(Kind.RUNTIME)
+    calls = np.flatnonzero(blocking)
+    if calls.size == 0 or len(act) == 0:
+        return
+    launched_at = np.where(act.api_row >= 0, act.api_start, act.start)
+    order = np.lexsort((act.end, act.rank))
+    call_rank = trace.column("rank")[hrows[calls]].astype(np.int64)
+
+    def launched_before(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        return launched_at[order[p]] <= hs[calls[q]]
+
+    found = _latest_before(act.rank[order], act.end[order], call_rank, he[calls], launched_before)
+    has = found >= 0
+    rules["synchronising calls with no GPU work to wait for"] = int((~has).sum())
+    j = order[found[has]]
+    edges.add(g_end[j], n_h + calls[has], SYNC_WAIT, SYNC, hrows[calls[has]])
+
+
+def _stream_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, stream_prev: np.ndarray,
+                       api_host: np.ndarray, g_start: np.ndarray, g_end: np.ndarray, times: np.ndarray,
+                       rules: dict[str, int]) -> None:
+    """cudaStreamWaitEvent / hipStreamWaitEvent, inferred (the events' ids are not in the trace): an
+    activity that starts later than its stream and its launch allow, launched after a wait-event call
+    that followed its stream predecessor's launch, waits for the activity of another stream of its
+    device that ended last before it started."""
+    trace = ctx.trace
+    waits = np.flatnonzero((trace.kind_codes() == int(Kind.RUNTIME)) & classify.name_matches(ctx, STREAM_WAIT_API))
+    if waits.size == 0 or len(act) == 0:
+        rules["stream waits inferred"] = 0
+        return
+    ready = np.where(api_host >= 0, times[np.where(api_host >= 0, api_host, 0)], np.iinfo(np.int64).min)
+    has_prev = stream_prev >= 0
+    ready = np.where(has_prev, np.maximum(ready, act.end[np.maximum(stream_prev, 0)]), ready)
+    late = (act.start - ready > STREAM_WAIT_MIN_NS) & (ready > np.iinfo(np.int64).min)
+    # a wait-event call on the rank after the stream predecessor's launch and before this launch
+    wait_rank = trace.column("rank")[waits].astype(np.int64)
+    wait_start = trace.column("start_ns")[waits].astype(np.int64)
+    w_order = np.lexsort((wait_start, wait_rank))
+    wait_rank, wait_start = wait_rank[w_order], wait_start[w_order]
+    prev_launch = np.where(has_prev, act.api_start[np.maximum(stream_prev, 0)], np.iinfo(np.int64).min // 2)
+    cand = np.flatnonzero(late & (act.api_row >= 0))
+    after = iv.searchsorted_by(wait_rank, wait_start, act.rank[cand], prev_launch[cand], side="right")
+    upto = iv.searchsorted_by(wait_rank, wait_start, act.rank[cand], act.api_start[cand], side="right")
+    cand = cand[upto > after]
+    if cand.size == 0:
+        rules["stream waits inferred"] = 0
+        return
+    gpu, _ = iv.combine_keys(act.rank, act.device)
+    order = np.lexsort((act.end, gpu))
+
+    def other_stream(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        return act.stream[order[p]] != act.stream[cand[q]]
+
+    found = _latest_before(gpu[order], act.end[order], gpu[cand], act.start[cand], other_stream)
+    ok = found >= 0
+    j, src = cand[ok], order[found[ok]]
+    useful = act.end[src] > ready[j]  # it explains some of the delay
+    j, src = j[useful], src[useful]
+    rules["stream waits inferred"] = int(j.size)
+    edges.add(g_end[src], g_start[j], STREAM_WAIT, GPU_WAIT, act.row[j])
+
+
+def _binding_and_lags(times: np.ndarray, src: np.ndarray, dst: np.ndarray, kind: np.ndarray, act: Activity,
+                      n_h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's binding edge (latest source, ties by :data:`TIE_PRIORITY`), and every edge's lag:
+    measured on binding edges; elsewhere nominal (launch: the rank's median measured launch latency;
+    stream order: the stream's median measured turnaround; others 0), capped at the measured."""
+    binding = np.full(times.size, -1, dtype=np.int64)
+    measured = times[dst] - times[src]
+    if src.size == 0:
+        return binding, measured
+    order = np.lexsort((TIE_PRIORITY[kind], times[src], dst))
+    last = np.flatnonzero(np.concatenate([dst[order[1:]] != dst[order[:-1]], [True]]))
+    binding[dst[order[last]]] = order[last]
+    is_binding = np.zeros(src.size, dtype=bool)
+    is_binding[order[last]] = True
+    nominal = np.zeros(src.size, dtype=np.int64)
+    stream_key, _ = iv.combine_keys(act.rank, act.device, act.stream)
+    for edge_kind, group_of in ((LAUNCH, act.rank), (STREAM_ORDER, stream_key)):
+        sel = np.flatnonzero(kind == edge_kind)
+        if sel.size == 0:
+            continue
+        j = dst[sel] - 2 * n_h  # the activity whose start the edge ends at
+        groups = group_of[j]
+        frame = pd.DataFrame({"g": groups, "lag": measured[sel], "b": is_binding[sel]})
+        medians = frame[frame["b"]].groupby("g")["lag"].median()
+        typical = frame["g"].map(medians).fillna(0).to_numpy(np.float64)
+        nominal[sel] = np.minimum(measured[sel], np.round(typical).astype(np.int64))
+    return binding, np.where(is_binding, measured, np.maximum(nominal, 0))
+
+
+register_input("dependency_graph", build_dependency_graph,
+               requires=("activity", "links.launch", "classify.codes.name", "classify.comm_rule_of"))
+
+__all__ = ["CATEGORIES", "EDGE_KINDS", "DependencyGraph", "dependency_graph"]
