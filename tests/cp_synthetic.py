@@ -23,7 +23,7 @@ from traceview.model import Kind, Trace
 from traceview.report import Report, table_records
 
 CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync", "gpu_compute", "memory", "communication",
-              "gpu_wait", "waiting_on_rank")
+              "gpu_wait", "waiting_on_rank", "unlinked")
 GROUPS = {"host": ("host_compute", "host_untraced", "launch_overhead", "sync"),
           "gpu": ("gpu_compute", "memory", "gpu_wait"), "communication": ("communication", "waiting_on_rank")}
 SCENARIOS = ("comm_overlapped", "no_host_overhead", "roofline", "median_rank", "achievable")
@@ -165,3 +165,12 @@ def changed(result: AnalysisResult, *, gpu_compute_ns: int = 0, host_untraced_ns
         steps["bound_by"] = bound_by
     return AnalysisResult(name="critical_path", tables={**result.tables, "steps": steps,
                                                         "whatif": _whatif(steps)})
+
+
+def without_critical_path(report: Report) -> Report:
+    """``report`` as a report without a critical path (no GPU activity, or made before the analysis):
+    its result, report section and summary keys removed."""
+    data = dict(report.data)
+    data["summary"] = {k: v for k, v in report.summary.items() if not k.startswith(("critical_path", "achievable"))}
+    data["analyses"] = {k: v for k, v in report["analyses"].items() if k != "critical_path"}
+    return Report(data, {k: v for k, v in report.results.items() if k != "critical_path"}, report.trace)

@@ -397,18 +397,22 @@ def _finding_slices(finding: Mapping[str, Any], number: int, trace: Trace, windo
 # ------------------------------------------------------------------------------------ critical path
 
 
+#: the columns of the segments table the export reads
+SEGMENT_COLUMNS = ("rank", "step", "start_ns", "end_ns", "category", "name", "row")
+
+
 @dataclass
 class PathSegments:
     """The ``critical_path`` analysis's ``segments`` as columns (read, never recomputed): ``complete``
     is false when only a report's kept rows were available (``total_rows`` of them in all)."""
 
     rank: np.ndarray
-    step: list[int | None]  # None: a whole-trace window (a rank without steps)
+    step: np.ndarray  # -1: a whole-trace window (a rank without steps)
     start_ns: np.ndarray
     end_ns: np.ndarray
-    category: list[str]
-    name: list[str]
-    row: np.ndarray
+    category: pa.Array
+    name: pa.Array
+    row: np.ndarray  # -1: no event (untraced host time, a lag between events)
     total_rows: int
     complete: bool
 
@@ -419,24 +423,26 @@ class PathSegments:
         table = getattr(report, "table", None)
         frame = table("critical_path", "segments") if callable(table) else None
         if frame is not None and len(frame.columns):
-            columns = {c: frame[c].tolist() for c in ("rank", "step", "start_ns", "end_ns", "category", "name", "row")}
+            columns = pa.Table.from_pandas(frame[list(SEGMENT_COLUMNS)], preserve_index=False)
             total = len(frame)
         else:
             section = (((report.get("analyses") or {}).get("critical_path") or {}).get("tables") or {}).get("segments")
             if not section:
                 return None
             rows = section.get("rows") or []
-            columns = {c: [r.get(c) for r in rows] for c in ("rank", "step", "start_ns", "end_ns", "category",
-                                                               "name", "row")}
+            types = {"category": pa.string(), "name": pa.string()}
+            columns = pa.table({c: pa.array([r.get(c) for r in rows], types.get(c, pa.int64()))
+                                for c in SEGMENT_COLUMNS})
             total = int(section.get("total_rows") or len(rows))
-        n = len(columns["rank"])
 
         def ints(name: str) -> np.ndarray:
-            return np.asarray([-1 if v is None else v for v in columns[name]], np.int64).reshape(n)
+            return np.asarray(pc.fill_null(pc.cast(columns.column(name), pa.int64()), -1).to_numpy(), np.int64)
 
-        return cls(ints("rank"), [_step_number(s) for s in columns["step"]], ints("start_ns"), ints("end_ns"),
-                   [str(c or "") for c in columns["category"]], [str(x or "") for x in columns["name"]],
-                   ints("row"), total, n == total)
+        def text(name: str) -> pa.Array:
+            return pc.fill_null(pc.cast(columns.column(name), pa.string()), "").combine_chunks()
+
+        return cls(ints("rank"), ints("step"), ints("start_ns"), ints("end_ns"), text("category"), text("name"),
+                   ints("row"), total, columns.num_rows == total)
 
     def event_mask(self, num_events: int) -> np.ndarray:
         """Per event of the trace: whether a segment of the path is (part of) it."""
@@ -447,59 +453,58 @@ class PathSegments:
 
     def lanes(self) -> np.ndarray:
         """Per segment its lane on its rank's track: 0, or the next free one where its step's window
-        overlaps an earlier step's (slices on one thread must nest)."""
-        lane = np.zeros(self.rank.size, np.int64)
-        steps = np.array([-1 if s is None else s for s in self.step], np.int64)
-        for rank in np.unique(self.rank).tolist():
-            ends: list[int] = []  # per lane, the end of its last window
-            mine = self.rank == rank
-            for step in dict.fromkeys(steps[mine].tolist()):
-                part = mine & (steps == step)
-                start, end = int(self.start_ns[part].min()), int(self.end_ns[part].max())
-                free = next((i for i, e in enumerate(ends) if e <= start), len(ends))
-                ends[free:free + 1] = [end]
-                lane[part] = free
-        return lane
+        overlaps an earlier step's (slices on one thread must nest). A loop over windows, not segments."""
+        keys, inverse = np.unique(np.stack([self.rank, self.step], axis=1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        starts = np.full(len(keys), np.iinfo(np.int64).max)
+        ends = np.full(len(keys), np.iinfo(np.int64).min)
+        np.minimum.at(starts, inverse, self.start_ns)
+        np.maximum.at(ends, inverse, self.end_ns)
+        window_lane = np.zeros(len(keys), np.int64)
+        lane_ends: dict[int, list[int]] = {}  # per rank, the end of each lane's last window
+        for w in np.lexsort((starts, keys[:, 0])).tolist():
+            taken = lane_ends.setdefault(int(keys[w, 0]), [])
+            free = next((i for i, e in enumerate(taken) if e <= starts[w]), len(taken))
+            taken[free:free + 1] = [int(ends[w])]
+            window_lane[w] = free
+        return window_lane[inverse]
 
     def lines(self, trace: Trace, processes: ProcessMap, window: Window) -> tuple[str, list[tuple[int, int, str]], int]:
         """One slice (``cat`` ``traceview``) per segment inside ``window`` on its rank's critical-path
         process; the tracks drawn; how many segments were exported."""
         origin = trace.start_ns
         start, end = self.start_ns - origin, self.end_ns - origin
-        pid = np.array([processes.path_pids.get(int(r), 0) for r in self.rank.tolist()], np.int64)
+        pid = np.zeros(self.rank.size, np.int64)
+        for rank, path_pid in processes.path_pids.items():
+            pid[self.rank == rank] = path_pid
         keep = (end > window.start_ns) & (start < window.end_ns) & (pid > 0)
         if not keep.any():
             return "", [], 0
         tid = PATH_TID + self.lanes()
         idx = np.flatnonzero(keep)
+        take = pa.array(idx)
         start_c, end_c = np.maximum(start[idx], window.start_ns), np.minimum(end[idx], window.end_ns)
-        labels = [f"{c}: {n}" if n else c for c, n in zip(self.category, self.name)]
-        steps = ["null" if s is None else str(s) for s in self.step]
-        pieces = ['{"ph":"X","name":', _taken(labels, idx), ',"cat":"traceview","ts":', _us_text(start_c),
+        category, name = self.category.take(take), self.name.take(take)
+        label = pc.if_else(pc.equal(name, ""), category, pc.binary_join_element_wise(category, name, ": "))
+        step = self.step[idx]
+        step_text = pc.if_else(pa.array(step >= 0), _ints(step), "null")
+        pieces = ['{"ph":"X","name":', _quoted(label), ',"cat":"traceview","ts":', _us_text(start_c),
                   ',"dur":', _us_text(end_c - start_c), ',"pid":', _ints(pid[idx]), ',"tid":', _ints(tid[idx]),
-                  ',"args":{"rank":', _ints(self.rank[idx]), ',"step":', pa.array([steps[i] for i in idx]),
-                  ',"category":', _taken(self.category, idx), ',"event":', _taken(self.name, idx),
+                  ',"args":{"rank":', _ints(self.rank[idx]), ',"step":', step_text,
+                  ',"category":', _quoted(category), ',"event":', _quoted(name),
                   ',"row":', _ints(self.row[idx]), ',"dur_ns":', _ints(self.end_ns[idx] - self.start_ns[idx]), "}}"]
-        tracks = sorted({(int(p), int(t)) for p, t in zip(pid[idx], tid[idx])})
+        tracks = sorted(set(zip(pid[idx].tolist(), tid[idx].tolist())))
         named = [(p, t, "critical path" if t == PATH_TID else f"critical path (lane {t - PATH_TID + 1}: steps "
                   "overlapping an earlier one)") for p, t in tracks]
         return _join_rows(pieces, idx.size), named, int(idx.size)
 
 
-def _step_number(value: Any) -> int | None:
-    """A step cell as an int; None for a missing one (None, NaN, pandas' NA)."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+def _quoted(values: pa.Array) -> pa.Array:
+    """Text as scrubbed JSON strings, each distinct value escaped once."""
+    encoded = values.dictionary_encode()
+    quoted = pa.array(_json_strings(encoded.dictionary.to_pylist()), pa.string())
+    return quoted.take(encoded.indices)
 
 
 def _ints(values: np.ndarray) -> pa.Array:
     return pc.cast(pa.array(np.asarray(values, np.int64)), pa.string())
-
-
-def _taken(values: list[str], idx: np.ndarray) -> pa.Array:
-    """``values`` at ``idx`` as scrubbed JSON strings, each distinct value escaped once."""
-    encoded = pa.array(values, pa.string()).dictionary_encode()
-    quoted = pa.array(_json_strings(encoded.dictionary.to_pylist()), pa.string())
-    return quoted.take(encoded.indices.take(pa.array(idx)))

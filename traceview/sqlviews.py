@@ -85,7 +85,7 @@ _EVENT_COLUMN_TEXT = {
 
 #: the critical_path analysis's tables (docs/metrics.md, "Critical path"; docs/sql.md)
 _PATH_CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync", "gpu_compute", "memory",
-                    "communication", "gpu_wait", "waiting_on_rank")
+                    "communication", "gpu_wait", "waiting_on_rank", "unlinked")
 _PATH_CATEGORY_TEXT = ", ".join(_PATH_CATEGORIES[:-1]) + f" or {_PATH_CATEGORIES[-1]}"
 CRITICAL_PATH_VIEWS: tuple[View, ...] = (
     View("critical_path_segments", "one segment of a step's critical path (the critical_path analysis's segments "

@@ -258,6 +258,11 @@ def _assert_no_change(diff):
     assert diff.verdict() == "no significant change"
     s = diff.summary()
     assert s["findings_new"] == s["findings_fixed"] == s["kernels_appeared"] == s["kernels_vanished"] == 0
+    if _analysis_landed():  # the critical path of every rank, unchanged
+        assert diff.critical_path and {p.rank for p in diff.critical_path} == set(diff.base.ranks)
+        for p in diff.critical_path:
+            assert not p.significant and p.path.status == "unchanged" and p.base_bound_by == p.new_bound_by
+        assert s["critical_path_bound_changed"] == s["achievable_worse"] == s["achievable_better"] == 0
 
 
 # ------------------------------------------------------------------------------ real traces vs themselves
@@ -558,9 +563,9 @@ def test_critical_path_against_itself_and_one_sided(path_pair):
     assert same.critical_path and not any(p.significant for p in same.critical_path)
     assert all(c.change.status == "unchanged" for p in same.critical_path for c in p.categories)
     assert "no significant change in the critical path" in to_text(same)
-    plain = analyze(SAMPLE_TRACES / "synthetic_4rank", use_cache=False)
-    if "critical_path" in plain.results:
-        pytest.skip("the critical_path analysis ran: no report without a path to compare with")
+    from cp_synthetic import without_critical_path
+
+    plain = without_critical_path(base)
     one_sided = diff_reports(plain, base)
     assert all(p.path.status == "only_new" and p.base_bound_by is None for p in one_sided.critical_path)
     assert not any(p.bound_changed for p in one_sided.critical_path)

@@ -307,6 +307,10 @@ def test_shared_trace_added_and_shown(tmp_path):
     assert "A100" in run["gpu_model"]
     kinds = set(con.execute("SELECT kind FROM series_names").df()["kind"])
     assert {"kernel", "collective"} <= kinds
+    if _analysis_landed():  # the run's critical-path figures, as its report's summary has them
+        summary = traceview.analyze(str(trace)).summary
+        assert run["achievable_step_ns"] == pytest.approx(summary["achievable_step_ns"], abs=1)
+        assert run["critical_path_bound_by"] == summary["critical_path_bound_by"]
     con.close()
     assert run_cli("add", str(trace), "--db", db, cwd=tmp_path).returncode == 2
 

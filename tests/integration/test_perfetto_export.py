@@ -191,6 +191,12 @@ def test_the_8rank_job_exports_and_validates():
     names = [e["args"]["name"] for e in by_phase["M"] if e["name"] == "process_name"]
     assert sum(n.endswith(f"GPU {r}") and n.startswith(f"rank {r}:") for r in range(8) for n in names) == 8
     assert len(by_phase["s"]) == report.trace.launch_links()[0].size
+    if _analysis_landed():  # the critical path of every rank, its events marked
+        doc = {"traceEvents": [e for phase in by_phase.values() for e in phase]}
+        segments = report.table("critical_path", "segments")
+        assert set(_path_slices(doc)) == set(range(8))
+        assert sum(len(v) for v in _path_slices(doc).values()) == len(segments)
+        assert _marked(doc) == _expected_marks(report.trace, [int(r) for r in segments["row"] if r >= 0])
 
 
 # ------------------------------------------------------------------------------ the critical path
@@ -313,9 +319,10 @@ def test_a_report_as_json_marks_the_rows_it_kept(path_report):
 
 
 def test_without_a_critical_path_nothing_is_added(sample_report):
-    if "critical_path" in sample_report.results:
-        pytest.skip("the critical_path analysis ran: its report has segments")
-    doc = json.loads(export_chrome_trace(sample_report.trace, sample_report))
+    from cp_synthetic import without_critical_path
+
+    report = without_critical_path(sample_report)
+    doc = json.loads(export_chrome_trace(report.trace, report))
     assert not _marked(doc) and not _path_slices(doc) and "critical_path" not in doc["otherData"]
 
 

@@ -32,6 +32,7 @@ PATH_CATEGORIES: dict[str, str] = {
     "communication": "communication",
     "gpu_wait": "GPU waiting",
     "waiting_on_rank": "waiting on another rank",
+    "unlinked": "unlinked (no recorded dependency)",
 }
 #: what can bound a step, in the order ties are broken
 BOUND_BY = ("host", "gpu", "communication")
