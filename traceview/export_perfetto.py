@@ -9,13 +9,19 @@ Layout (Chrome Trace Event Format, "JSON Object Format"):
   GPU annotations; the GPU process also holds the annotation threads ``traceview: idle gaps`` and
   ``traceview: F<id> ...`` (one thread per finding, so findings never overlap on a track);
 * findings that name no GPU interval go to one ``traceview: job findings`` process;
-* flow events (``ph`` ``s``/``f``, category ``launch``) from each launch call to its GPU activity.
+* flow events (``ph`` ``s``/``f``, category ``launch``) from each launch call to its GPU activity;
+* the critical path (the ``critical_path`` analysis's ``segments`` table, docs/metrics.md): every
+  exported event with a segment on the path has the arg ``critical_path: true``, and one process
+  per rank, ``rank R: critical path``, sorted just above the rank's own processes, holds one slice
+  per segment (``category: event``), so the path reads left to right across host and GPU.
 
 Times are microseconds since the trace's first event (``ts``, with ns as 3 decimals: absolute
 epoch microseconds with ns would exceed a double's precision); ``otherData.trace_start_ns`` keeps
 the origin. Everything shown is read from the Trace and the one Report: the gaps are the report's
 gaps table (its largest gaps, as cut by the report), findings are the report's, in its order and
-with its ids; nothing is recomputed. Every string from the trace is scrubbed of secrets.
+with its ids, the critical path is the analysis's segments (whole from a :class:`Report` made or
+cached in process; from a report's JSON only the rows it kept, and ``otherData.critical_path``
+says so); nothing is recomputed. Every string from the trace is scrubbed of secrets.
 
 The events are written with Arrow compute kernels on whole columns (no per-event Python loop): each
 distinct name is escaped and scrubbed once, then taken by its dictionary index.
@@ -40,6 +46,9 @@ GAPS_TID = 2_000_000_000
 FINDING_TID_BASE = 2_000_000_001
 #: the category of launch -> GPU activity flow events
 FLOW_CATEGORY = "launch"
+#: the first tid of the critical-path thread(s) in a rank's critical-path process (one more per
+#: lane: steps whose windows overlap, which PyTorch's ProfilerStep ranges can, get separate lanes)
+PATH_TID = 1
 
 
 @dataclass(frozen=True)
@@ -85,17 +94,23 @@ def export_chrome_trace(trace: Trace, report: Mapping[str, Any], window: Window 
     gpus = active_gpus(trace)
     processes = ProcessMap(trace, rows, annotated_gpus(report, gpus))
     notes = _annotations(trace, report, window, processes, gpus)
+    path = PathSegments.of(report)
+    on_path = path.event_mask(trace.num_events)[rows] if path is not None else None
+    path_lines, path_tracks, exported = path.lines(trace, processes, window) if path is not None else ("", [], 0)
     parts = [
-        _metadata_events(trace, processes, notes.tracks),
-        _event_lines(trace, rows, processes, window),
+        _metadata_events(trace, processes, notes.tracks, path_tracks),
+        _event_lines(trace, rows, processes, window, on_path),
         _flow_lines(trace, keep, processes, window),
         notes.lines,
+        path_lines,
     ]
     body = ",\n".join(p for p in parts if p)
-    other = {"generator": "traceview export-perfetto", "trace_start_ns": origin,
-             "window_ns": [window.start_ns, window.end_ns],
-             "findings": len(report.get("findings", [])),
-             "schema_version": report.get("schema_version")}
+    other: dict[str, Any] = {"generator": "traceview export-perfetto", "trace_start_ns": origin,
+                             "window_ns": [window.start_ns, window.end_ns],
+                             "findings": len(report.get("findings", [])),
+                             "schema_version": report.get("schema_version")}
+    if path is not None:
+        other["critical_path"] = {"segments": path.total_rows, "exported": exported, "complete": path.complete}
     return ('{"displayTimeUnit":"ns","otherData":' + json.dumps(other) + ',"traceEvents":[\n' + body + "\n]}\n")
 
 
@@ -118,6 +133,16 @@ class ProcessMap:
         self.is_gpu = is_gpu
         self._index = {tuple(int(x) for x in k): i + 1 for i, k in enumerate(self.keys)}
         self.job_pid = len(self.keys) + 1
+        ranks = np.unique(self.keys[:, 0]) if len(self.keys) else np.zeros(0, np.int64)
+        #: each rank's critical-path process, after the job findings process
+        self.path_pids = {int(r): self.job_pid + 1 + i for i, r in enumerate(ranks.tolist())}
+        first_pid = {int(r): int(np.flatnonzero(self.keys[:, 0] == r)[0]) + 1 for r in ranks.tolist()}
+        self._path_sort = {pid: 2 * first_pid[r] - 1 for r, pid in self.path_pids.items()}
+
+    def sort_index(self, pid: int) -> int:
+        """Where process ``pid`` is listed: each rank's critical-path process just above the rank's
+        first process, the rest in pid order (twice the pid, leaving the odd places for the paths)."""
+        return self._path_sort.get(pid, 2 * pid)
 
     def gpu_pid(self, rank: int, device: int) -> int | None:
         return self._index.get((rank, 1, device))
@@ -168,13 +193,19 @@ def _process_names(trace: Trace, processes: ProcessMap) -> Iterable[tuple[int, s
             yield i + 1, f"rank {rank}: {scrub_text(str(label))} (pid {ident})"
 
 
-def _metadata_events(trace: Trace, processes: ProcessMap, tracks: list[tuple[int, int, str]]) -> str:
+def _metadata_events(trace: Trace, processes: ProcessMap, tracks: list[tuple[int, int, str]],
+                     path_tracks: list[tuple[int, int, str]]) -> str:
     """Process and thread names and their order (``ph`` ``M``)."""
     lines = []
-    for pid, name in [*_process_names(trace, processes), (processes.job_pid, "traceview: job findings")]:
+    path_processes = [(processes.path_pids[r], f"rank {r}: critical path") for r in sorted(processes.path_pids)
+                      if any(pid == processes.path_pids[r] for pid, _, _ in path_tracks)]
+    for pid, name in [*_process_names(trace, processes), (processes.job_pid, "traceview: job findings"),
+                      *path_processes]:
         lines.append(_meta(pid, 0, "process_name", name))
         lines.append(json.dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                                 "args": {"sort_index": pid}}))
+                                 "args": {"sort_index": processes.sort_index(pid)}}))
+    for pid, tid, name in path_tracks:
+        lines.append(_meta(pid, tid, "thread_name", name))
     for i, (rank, gpu, ident) in enumerate(processes.keys):
         info = trace.ranks.get(int(rank))
         if gpu or info is None:
@@ -234,8 +265,10 @@ def _optional_arg(trace: Trace, key: str, names: tuple[str, ...], rows: np.ndarr
     return pc.if_else(valid, text, "")
 
 
-def _event_lines(trace: Trace, rows: np.ndarray, processes: ProcessMap, window: Window) -> str:
-    """One complete event (``ph`` ``X``) per kept event, clipped to the window."""
+def _event_lines(trace: Trace, rows: np.ndarray, processes: ProcessMap, window: Window,
+                 on_path: np.ndarray | None = None) -> str:
+    """One complete event (``ph`` ``X``) per kept event, clipped to the window; ``on_path`` (per
+    kept event): the arg ``critical_path: true`` where set."""
     if rows.size == 0:
         return ""
     origin = trace.start_ns
@@ -256,7 +289,8 @@ def _event_lines(trace: Trace, rows: np.ndarray, processes: ProcessMap, window: 
               ',"stream":', _num_text(trace, "stream", rows),
               _optional_arg(trace, "grid", ("grid_x", "grid_y", "grid_z"), rows),
               _optional_arg(trace, "block", ("block_x", "block_y", "block_z"), rows),
-              _optional_arg(trace, "bytes", ("bytes",), rows), "}}"]
+              _optional_arg(trace, "bytes", ("bytes",), rows),
+              "" if on_path is None else pc.if_else(pa.array(on_path), ',"critical_path":true', ""), "}}"]
     return _join_rows(pieces, rows.size)
 
 
@@ -358,3 +392,119 @@ def _finding_slices(finding: Mapping[str, Any], number: int, trace: Trace, windo
             out.append(line)
             tracks[(pid, tid)] = scrub_text(track)
     return out
+
+
+# ------------------------------------------------------------------------------------ critical path
+
+
+#: the columns of the segments table the export reads
+SEGMENT_COLUMNS = ("rank", "step", "start_ns", "end_ns", "category", "name", "row")
+
+
+@dataclass
+class PathSegments:
+    """The ``critical_path`` analysis's ``segments`` as columns (read, never recomputed): ``complete``
+    is false when only a report's kept rows were available (``total_rows`` of them in all)."""
+
+    rank: np.ndarray
+    step: np.ndarray  # -1: a whole-trace window (a rank without steps)
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    category: pa.Array
+    name: pa.Array
+    row: np.ndarray  # -1: no event (untraced host time, a lag between events)
+    total_rows: int
+    complete: bool
+
+    @classmethod
+    def of(cls, report: Mapping[str, Any]) -> PathSegments | None:
+        """The segments of ``report``: the whole table of a :class:`~traceview.report.Report` (made in
+        this process or read from the report cache), else the rows its JSON kept; None without them."""
+        table = getattr(report, "table", None)
+        frame = table("critical_path", "segments") if callable(table) else None
+        if frame is not None and len(frame.columns):
+            columns = pa.Table.from_pandas(frame[list(SEGMENT_COLUMNS)], preserve_index=False)
+            total = len(frame)
+        else:
+            section = (((report.get("analyses") or {}).get("critical_path") or {}).get("tables") or {}).get("segments")
+            if not section:
+                return None
+            rows = section.get("rows") or []
+            types = {"category": pa.string(), "name": pa.string()}
+            columns = pa.table({c: pa.array([r.get(c) for r in rows], types.get(c, pa.int64()))
+                                for c in SEGMENT_COLUMNS})
+            total = int(section.get("total_rows") or len(rows))
+
+        def ints(name: str) -> np.ndarray:
+            return np.asarray(pc.fill_null(pc.cast(columns.column(name), pa.int64()), -1).to_numpy(), np.int64)
+
+        def text(name: str) -> pa.Array:
+            return pc.fill_null(pc.cast(columns.column(name), pa.string()), "").combine_chunks()
+
+        return cls(ints("rank"), ints("step"), ints("start_ns"), ints("end_ns"), text("category"), text("name"),
+                   ints("row"), total, columns.num_rows == total)
+
+    def event_mask(self, num_events: int) -> np.ndarray:
+        """Per event of the trace: whether a segment of the path is (part of) it."""
+        mask = np.zeros(num_events, bool)
+        rows = self.row[(self.row >= 0) & (self.row < num_events)]
+        mask[rows] = True
+        return mask
+
+    def lanes(self) -> np.ndarray:
+        """Per segment its lane on its rank's track: 0, or the next free one where its step's window
+        overlaps an earlier step's (slices on one thread must nest). A loop over windows, not segments."""
+        keys, inverse = np.unique(np.stack([self.rank, self.step], axis=1), axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        starts = np.full(len(keys), np.iinfo(np.int64).max)
+        ends = np.full(len(keys), np.iinfo(np.int64).min)
+        np.minimum.at(starts, inverse, self.start_ns)
+        np.maximum.at(ends, inverse, self.end_ns)
+        window_lane = np.zeros(len(keys), np.int64)
+        lane_ends: dict[int, list[int]] = {}  # per rank, the end of each lane's last window
+        for w in np.lexsort((starts, keys[:, 0])).tolist():
+            taken = lane_ends.setdefault(int(keys[w, 0]), [])
+            free = next((i for i, e in enumerate(taken) if e <= starts[w]), len(taken))
+            taken[free:free + 1] = [int(ends[w])]
+            window_lane[w] = free
+        return window_lane[inverse]
+
+    def lines(self, trace: Trace, processes: ProcessMap, window: Window) -> tuple[str, list[tuple[int, int, str]], int]:
+        """One slice (``cat`` ``traceview``) per segment inside ``window`` on its rank's critical-path
+        process; the tracks drawn; how many segments were exported."""
+        origin = trace.start_ns
+        start, end = self.start_ns - origin, self.end_ns - origin
+        pid = np.zeros(self.rank.size, np.int64)
+        for rank, path_pid in processes.path_pids.items():
+            pid[self.rank == rank] = path_pid
+        keep = (end > window.start_ns) & (start < window.end_ns) & (pid > 0)
+        if not keep.any():
+            return "", [], 0
+        tid = PATH_TID + self.lanes()
+        idx = np.flatnonzero(keep)
+        take = pa.array(idx)
+        start_c, end_c = np.maximum(start[idx], window.start_ns), np.minimum(end[idx], window.end_ns)
+        category, name = self.category.take(take), self.name.take(take)
+        label = pc.if_else(pc.equal(name, ""), category, pc.binary_join_element_wise(category, name, ": "))
+        step = self.step[idx]
+        step_text = pc.if_else(pa.array(step >= 0), _ints(step), "null")
+        pieces = ['{"ph":"X","name":', _quoted(label), ',"cat":"traceview","ts":', _us_text(start_c),
+                  ',"dur":', _us_text(end_c - start_c), ',"pid":', _ints(pid[idx]), ',"tid":', _ints(tid[idx]),
+                  ',"args":{"rank":', _ints(self.rank[idx]), ',"step":', step_text,
+                  ',"category":', _quoted(category), ',"event":', _quoted(name),
+                  ',"row":', _ints(self.row[idx]), ',"dur_ns":', _ints(self.end_ns[idx] - self.start_ns[idx]), "}}"]
+        tracks = sorted(set(zip(pid[idx].tolist(), tid[idx].tolist())))
+        named = [(p, t, "critical path" if t == PATH_TID else f"critical path (lane {t - PATH_TID + 1}: steps "
+                  "overlapping an earlier one)") for p, t in tracks]
+        return _join_rows(pieces, idx.size), named, int(idx.size)
+
+
+def _quoted(values: pa.Array) -> pa.Array:
+    """Text as scrubbed JSON strings, each distinct value escaped once."""
+    encoded = values.dictionary_encode()
+    quoted = pa.array(_json_strings(encoded.dictionary.to_pylist()), pa.string())
+    return quoted.take(encoded.indices)
+
+
+def _ints(values: np.ndarray) -> pa.Array:
+    return pc.cast(pa.array(np.asarray(values, np.int64)), pa.string())

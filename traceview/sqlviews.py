@@ -13,7 +13,12 @@ The views (docs/sql.md lists their columns and meaning; :data:`VIEWS` is the sam
 * ``kernels`` (with the step, class and category the analyses give each kernel), ``gaps`` (the
   idle_gaps analysis's ``gaps`` table) and ``collectives`` (the communication analysis's table):
   they need the analyses' shared activity context, so they are computed only when a query names
-  them (``SELECT count(*) FROM events`` runs no analysis), then kept for the trace object.
+  them (``SELECT count(*) FROM events`` runs no analysis), then kept for the trace object;
+* ``critical_path_segments``, ``critical_path_steps``, ``critical_path_whatif``: the critical_path
+  analysis's ``segments``, ``steps`` and ``whatif`` tables (docs/metrics.md, "Critical path"), from
+  that analysis and the analyses it requires run on the session's trace, then its cross-rank step,
+  as the pipeline runs them (:func:`analysis_result`): computed once per session when a query
+  names one of them.
 
 Secrets: every string that enters the database (names, categories, op arguments, process groups,
 file names) is first scrubbed by :mod:`traceview.secrets` exactly as the report scrubs the names it
@@ -29,6 +34,7 @@ commands, rich, typer).
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import weakref
 from dataclasses import dataclass
@@ -48,6 +54,8 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
+    from traceview.findings import AnalysisResult
+
 
 class SqlError(TraceviewError):
     """A query DuckDB refused (syntax, unknown view or column, a type error): one line."""
@@ -62,6 +70,9 @@ class View:
     row: str
     columns: tuple[tuple[str, str], ...]
     analysis: bool = False
+    #: (analysis, table) when the view is one of a registered analysis's tables (its columns as
+    #: declared here, in this order)
+    table_of: tuple[str, str] | None = None
 
 
 _EVENT_COLUMN_TEXT = {
@@ -71,6 +82,38 @@ _EVENT_COLUMN_TEXT = {
     "tid": "thread (GPU events: stream)", "device": "GPU index (-1: not on a GPU)", "stream": "GPU stream (-1: none)",
     "correlation": "launch correlation id (-1: none)", "external_id": "Kineto External id (-1: none)",
 }
+
+#: the critical_path analysis's tables (docs/metrics.md, "Critical path"; docs/sql.md)
+_PATH_CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync", "gpu_compute", "memory",
+                    "communication", "gpu_wait", "waiting_on_rank", "unlinked")
+_PATH_CATEGORY_TEXT = ", ".join(_PATH_CATEGORIES[:-1]) + f" or {_PATH_CATEGORIES[-1]}"
+CRITICAL_PATH_VIEWS: tuple[View, ...] = (
+    View("critical_path_segments", "one segment of a step's critical path (the critical_path analysis's segments "
+         "table): the path of each step partitions its window", (
+        ("rank", ""), ("step", "null: the whole-trace window of a rank without steps"), ("start_ns", ""),
+        ("end_ns", ""), ("dur_ns", ""), ("category", _PATH_CATEGORY_TEXT),
+        ("name", "the event's name (empty for untraced host time)"),
+        ("row", "the event's row in events (-1: untraced host time, a lag between events)"),
+        ("tid", "host segments: the thread (-1 else)"), ("device", "GPU segments (-1 else)"),
+        ("stream", "GPU segments (-1 else)"),
+    ), analysis=True, table_of=("critical_path", "segments")),
+    View("critical_path_steps", "one step of one rank: its critical path's length and composition", (
+        ("rank", ""), ("step", "null: the whole trace of a rank without steps"), ("start_ns", ""), ("end_ns", ""),
+        ("step_ns", ""), ("path_ns", "the path's length (= step_ns)"),
+        *[(f"{c}_ns", "time of the path in this category") for c in _PATH_CATEGORIES],
+        ("bound_by", "host, gpu or communication: the largest group"), ("bound_share", "that group's share"),
+        ("top_name", "the event with most time on the path"), ("top_ns", "its time on the path"),
+        ("achievable_ns", "the achievable step (the what-if 'achievable')"),
+    ), analysis=True, table_of=("critical_path", "steps")),
+    View("critical_path_whatif", "one what-if scenario of one rank and step (step null: the mean over its steps)", (
+        ("rank", ""), ("step", ""),
+        ("scenario", "comm_overlapped, no_host_overhead, roofline, median_rank or achievable"),
+        ("step_ns", ""), ("whatif_ns", "the step's time in the scenario"), ("saving_ns", "step_ns - whatif_ns"),
+        ("saving_share", "saving_ns / step_ns"),
+        ("modelled_share", "roofline, achievable: share of kernel time with a roofline model (else null)"),
+        ("assumption", "what the scenario assumes"),
+    ), analysis=True, table_of=("critical_path", "whatif")),
+)
 
 VIEWS: tuple[View, ...] = (
     View("events", "one event (docs/schema.md, Trace.events)", (
@@ -136,6 +179,7 @@ VIEWS: tuple[View, ...] = (
         ("overlap_ns", "overlapped with compute"), ("overlap_pct", ""), ("exposed_ns", "not overlapped"),
         ("bytes", "sum of msg_bytes where known"), ("group_size", ""),
     ), analysis=True),
+    *CRITICAL_PATH_VIEWS,
     View("ranks", "one rank (RankInfo)", (
         ("rank", ""), ("file", "the input file's name (no folders)"), ("format", "kineto or nsys"),
         ("format_version", ""), ("rank_source", "how the rank was found"), ("world_size", ""),
@@ -300,6 +344,35 @@ def gaps_table(ctx: AnalysisContext) -> pa.Table:
     return frame_table(idle_gaps.compute(ctx)["gaps"])
 
 
+def analysis_result(ctx: AnalysisContext, name: str) -> "AnalysisResult":
+    """The result of the registered analysis ``name`` on every rank of ``ctx``: it and the analyses
+    it requires run in order on the context, then its cross-rank step (``gather`` and ``reduce``), as
+    the pipeline runs them for one batch (so the tables are the report's). A name no analysis has is
+    a :class:`SqlError`."""
+    import traceview.analyses  # noqa: F401  (registers every analysis)
+    from traceview.context import run_analyses
+    from traceview.pipeline import cross_rank_step
+    from traceview.registry import ANALYSES, AnalysisSpec, with_requirements
+
+    spec = ANALYSES.get(name)
+    if spec is None:
+        raise SqlError(f"this traceview has no {name} analysis, which the view needs")
+    found: dict[str, AnalysisResult] = {}
+
+    def keep(ran: AnalysisSpec, result: AnalysisResult) -> None:
+        if ran.name != name:
+            return
+        parts = None
+        if ran.gather is not None:
+            with ctx.limited_to(ran.requires):
+                parts = [ran.gather(ctx).compact()]
+        cross_rank_step(ran, result, parts, {}, ctx.options)
+        found[name] = result
+
+    run_analyses(ctx, with_requirements([spec]), keep)
+    return found[name]
+
+
 def collectives_table(ctx: AnalysisContext) -> pa.Table:
     """The communication analysis's ``collectives`` table for this trace (every rank)."""
     communication = _analysis_modules()[1]
@@ -368,6 +441,8 @@ class SqlSession:
         #: on the first query that names one (a context imports the analyses; plain queries do not)
         self.context: AnalysisContext | None = None
         self.computed: list[str] = []
+        #: the results of the analyses whose tables are views, by analysis (run once per session)
+        self.results: dict[str, AnalysisResult] = {}
         self.con: duckdb.DuckDBPyConnection = duckdb.connect()
         scrubber = Scrubber(False)
         steps = trace.find_steps(self.options.step_marker)
@@ -393,7 +468,9 @@ class SqlSession:
 
     # -- the views computed on demand ---------------------------------------------------------
     def _builders(self) -> dict[str, Callable[[], None]]:
-        return {"kernels": self._build_kernels, "gaps": self._build_gaps, "collectives": self._build_collectives}
+        tables = {v.name: functools.partial(self._build_table_view, v) for v in VIEWS if v.table_of is not None}
+        return {"kernels": self._build_kernels, "gaps": self._build_gaps, "collectives": self._build_collectives,
+                **tables}
 
     def analysis_context(self) -> AnalysisContext:
         """The session's analysis context (made now if no computed view was built yet)."""
@@ -413,6 +490,23 @@ class SqlSession:
         table = scrub_table(collectives_table(self.analysis_context()), Scrubber(False), "collectives")
         self.con.register("tv_collectives", table)
         self.con.execute("CREATE VIEW collectives AS SELECT * FROM tv_collectives")
+
+    def _build_table_view(self, view: View) -> None:
+        """A view of an analysis's table, its declared columns in order, its text scrubbed."""
+        assert view.table_of is not None
+        analysis, table = view.table_of
+        if analysis not in self.results:
+            self.results[analysis] = analysis_result(self.analysis_context(), analysis)
+        frame = self.results[analysis].tables.get(table)
+        if frame is None:
+            raise SqlError(f"{view.name}: the {analysis} analysis made no {table} table on this trace")
+        self.con.register(f"tv_{view.name}", scrub_table(frame_table(frame), Scrubber(False), view.name))
+        columns = ", ".join(c for c, _ in view.columns)
+        try:
+            self.con.execute(f"CREATE VIEW {view.name} AS SELECT {columns} FROM tv_{view.name}")
+        except duckdb_error() as exc:
+            raise SqlError(f"{view.name}: the {analysis} analysis's {table} table does not have the declared "
+                           f"columns ({describe_error(exc)})") from None
 
     def prepare(self, query: str) -> None:
         """Build the computed views ``query`` names (by DuckDB's own parse of it)."""
@@ -480,6 +574,12 @@ class SqlSession:
 
     def close(self) -> None:
         self.con.close()
+
+
+def duckdb_error() -> type[Exception]:
+    import duckdb
+
+    return duckdb.Error
 
 
 def describe_error(exc: Exception) -> str:

@@ -46,6 +46,8 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     ("max-regression", "150%", "share", 1.5),
     ("max-regression", "2ms", "time", 2_000_000),
     ("max-regression", "1e-2", "share", 0.01),
+    ("max-achievable-gap", "40%", "share", 0.4),
+    ("max-achievable-gap", "2ms", "time", 2_000_000),
 ])
 def test_parse_limit(rule, raw, form, value):
     limit = parse_limit(rule, raw)
@@ -254,3 +256,54 @@ def test_cli_toml_config(tmp_path):
     cfg.write_text('max-idle = "lots"\n')
     result = run_cli("check", str(PAIR / "new"), "--config", str(cfg))
     assert result.returncode == 2 and "max-idle" in result.stderr
+
+
+# ------------------------------------------------------------------------------ the achievable step
+
+@pytest.fixture(scope="module")
+def path_report():
+    """The 4-rank sample with a contract-shaped critical path (tests/cp_synthetic.py)."""
+    from cp_synthetic import with_critical_path
+
+    return with_critical_path(analyze(SAMPLE_TRACES / "synthetic_4rank", use_cache=False))
+
+
+def test_achievable_gap_rule_reads_the_whatif(path_report):
+    whatif = path_report.table("critical_path", "whatif")
+    means = whatif[(whatif["scenario"] == "achievable") & whatif["step"].isna()].set_index("rank")
+    loose = evaluate(_rules(max_achievable_gap="99%"), path_report)
+    assert loose.passed and [r.rank for r in loose.results] == sorted(means.index)
+    for r in loose.results:
+        assert r.value == pytest.approx(means.loc[r.rank, "saving_share"])
+        assert "achievable" in r.detail and "worst step" in r.detail and "modelled" in r.detail
+    tight_share = min(means["saving_share"]) / 2
+    tight = evaluate(_rules(max_achievable_gap=f"{100 * tight_share:.4f}%"), path_report)
+    assert {v.rank for v in tight.violations} == set(means.index)
+    assert tight.violations[0].line().startswith("max-achievable-gap: measured ")
+    timed = evaluate(_rules(max_achievable_gap="1ms"), path_report)
+    assert [r.value for r in timed.results] == [pytest.approx(means.loc[r.rank, "saving_ns"]) for r in timed.results]
+    assert timed.passed == all(means["saving_ns"] <= 1_000_000)
+
+
+def test_achievable_gap_without_a_critical_path_does_not_apply(path_report):
+    from cp_synthetic import without_critical_path
+
+    report = without_critical_path(path_report)
+    check = evaluate(_rules(max_achievable_gap="50%", max_idle="100%"), report)
+    assert check.passed and not [r for r in check.results if r.rule == "max-achievable-gap"]
+    assert any("max-achievable-gap" in n and "does not apply" in n for n in check.notes)
+
+
+def test_cli_achievable_gap():
+    import traceview.analyses  # noqa: F401
+    from traceview.registry import ANALYSES
+
+    if "critical_path" not in ANALYSES:
+        pytest.skip("the critical_path analysis is not on this branch yet")
+    result = run_cli("check", str(PAIR / "new"), "--max-achievable-gap", "100%", "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert {r["rule"] for r in data["results"]} == {"max-achievable-gap"}
+    assert all(0 <= r["value"] <= 1 for r in data["results"])
+    bad = run_cli("check", str(PAIR / "new"), "--max-achievable-gap", "fast")
+    assert bad.returncode == 2 and "max-achievable-gap" in bad.stderr

@@ -258,6 +258,11 @@ def _assert_no_change(diff):
     assert diff.verdict() == "no significant change"
     s = diff.summary()
     assert s["findings_new"] == s["findings_fixed"] == s["kernels_appeared"] == s["kernels_vanished"] == 0
+    if _analysis_landed():  # the critical path of every rank, unchanged
+        assert diff.critical_path and {p.rank for p in diff.critical_path} == set(diff.base.ranks)
+        for p in diff.critical_path:
+            assert not p.significant and p.path.status == "unchanged" and p.base_bound_by == p.new_bound_by
+        assert s["critical_path_bound_changed"] == s["achievable_worse"] == s["achievable_better"] == 0
 
 
 # ------------------------------------------------------------------------------ real traces vs themselves
@@ -312,7 +317,7 @@ def test_single_step_says_noise_cannot_be_estimated(tmp_path):
 def test_json_is_stable_with_int_ns(pair_diff):
     data = json.loads(to_json(pair_diff))
     assert list(data) == ["schema_version", "base", "new", "options", "summary", "metrics", "kernels", "findings",
-                          "efficiency", "notes"]
+                          "efficiency", "critical_path", "notes"]
     assert data["summary"]["verdict"] == "regressed"
     for row in data["metrics"]:
         assert list(row)[:4] == ["metric", "unit", "rank", "device"]
@@ -485,3 +490,96 @@ def test_make_pair_is_byte_identical(tmp_path):
         if f.suffix == ".gz":
             assert (out / f).read_bytes()[4:8] == b"\x00\x00\x00\x00"  # gzip mtime 0
             json.loads(gzip.decompress((out / f).read_bytes()))
+
+
+# ------------------------------------------------------------------------------ the critical path
+
+
+def _analysis_landed() -> bool:
+    import traceview.analyses  # noqa: F401  (registers every analysis)
+    from traceview.registry import ANALYSES
+
+    return "critical_path" in ANALYSES
+
+
+@pytest.fixture(scope="module")
+def path_pair():
+    """The 4-rank sample with a contract-shaped critical path (tests/cp_synthetic.py), and the same
+    report whose every step has 2 ms more untraced host time on the path, is bound by the host, and
+    has a 300 us longer achievable step: a diff with a known answer."""
+    from cp_synthetic import changed, synthetic_result, with_critical_path
+
+    report = analyze(SAMPLE_TRACES / "synthetic_4rank", use_cache=False)
+    result = synthetic_result(report.trace, report.table("temporal", "steps"))
+    after = changed(result, host_untraced_ns=2_000_000, achievable_ns=300_000, bound_by="host")
+    return with_critical_path(report, result), with_critical_path(report, after)
+
+
+def test_critical_path_composition_change_known_answer(path_pair):
+    base, new = path_pair
+    diff = diff_reports(base, new)
+    steps = base.table("critical_path", "steps")
+    assert [p.rank for p in diff.critical_path] == sorted(steps["rank"].unique())
+    for p in diff.critical_path:
+        mine = steps[steps["rank"] == p.rank]
+        by_category = {c.category: c.change for c in p.categories}
+        assert by_category["host_untraced"].delta == pytest.approx(2_000_000)
+        assert by_category["host_untraced"].status == "worse"
+        assert by_category["gpu_compute"].status == "unchanged"
+        assert by_category["gpu_compute"].base == pytest.approx(mine["gpu_compute_ns"].mean())
+        assert p.path.delta == pytest.approx(2_000_000) and p.path.status == "worse"
+        assert p.achievable.delta == pytest.approx(300_000) and p.achievable.status == "worse"
+        assert p.achievable.base == pytest.approx(mine["achievable_ns"].mean())
+        assert (p.base_bound_by, p.new_bound_by) == (mine["bound_by"].mode()[0], "host")
+        assert p.new_bound_steps == p.new_steps == len(mine)
+        assert p.bound_changed == (p.base_bound_by != "host")
+    # the step time (temporal) did not move: the path's change alone makes the verdict
+    assert diff.verdict() == "changed"
+    s = diff.summary()
+    assert s["achievable_worse"] == len(diff.critical_path) and s["achievable_better"] == 0
+    assert diff.critical_path_summary["achievable_step_ns"] == {
+        "base": base.summary["achievable_step_ns"], "new": new.summary["achievable_step_ns"]}
+
+
+def test_critical_path_in_every_format(path_pair):
+    diff = diff_reports(*path_pair)
+    data = json.loads(to_json(diff))
+    ranks = data["critical_path"]["ranks"]
+    assert len(ranks) == len(diff.critical_path)
+    host = next(c for c in ranks[0]["categories"] if c["category"] == "host_untraced")
+    assert host["delta"] == 2_000_000 and isinstance(host["base"], int) and host["status"] == "worse"
+    assert ranks[0]["new_bound_by"] == "host" and ranks[0]["achievable"]["delta"] == 300_000
+    assert set(data["critical_path"]["summary"]) >= {"critical_path_step_ns", "achievable_step_ns"}
+    text, markdown = to_text(diff), to_markdown(diff)
+    for out in (text, markdown):
+        assert "Critical path" in out and "host, untraced" in out and "achievable step" in out
+        assert "host (3 of 3 steps)" in out and "+2 ms" in out and "+300 us" in out
+    assert "### Critical path" in markdown and "achievable ~" in markdown
+
+
+def test_critical_path_against_itself_and_one_sided(path_pair):
+    base, _ = path_pair
+    same = diff_reports(base, base)
+    assert same.critical_path and not any(p.significant for p in same.critical_path)
+    assert all(c.change.status == "unchanged" for p in same.critical_path for c in p.categories)
+    assert "no significant change in the critical path" in to_text(same)
+    from cp_synthetic import without_critical_path
+
+    plain = without_critical_path(base)
+    one_sided = diff_reports(plain, base)
+    assert all(p.path.status == "only_new" and p.base_bound_by is None for p in one_sided.critical_path)
+    assert not any(p.bound_changed for p in one_sided.critical_path)
+    to_text(one_sided), to_markdown(one_sided), to_json(one_sided)  # every format renders it
+
+
+def test_the_analysis_path_in_the_pair_diff(pair_reports, pair_diff):
+    """On the analysis itself: the path of each step is the step, so its change is the step time's."""
+    if not _analysis_landed():
+        pytest.skip("the critical_path analysis is not on this branch yet")
+    assert [p.rank for p in pair_diff.critical_path] == pair_diff.base.ranks
+    for p in pair_diff.critical_path:
+        step = pair_diff.metric("step_time_ns", p.rank)
+        assert step is not None and p.path.delta == pytest.approx(step.change.delta, abs=1)
+        parts = sum(c.change.new or 0.0 for c in p.categories)
+        assert parts == pytest.approx(p.path.new, rel=1e-9)  # the composition adds up to the path
+        assert p.new_bound_by in ("host", "gpu", "communication")

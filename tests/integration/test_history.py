@@ -175,7 +175,7 @@ def test_migration_v1_to_v2(tmp_path):
     with pytest.raises(TraceviewError, match="needs a migration"):  # read-only (the app): not migrated
         open_history(path, read_only=True)
     con = open_history(path)
-    assert schema.version_of(con) == 2
+    assert schema.version_of(con) == schema.SCHEMA_VERSION  # v1 -> v2 -> v3, one step at a time
     assert sorted(con.execute("SELECT run_id, key, value FROM run_tags").fetchall()) == [
         (1, "branch", "main"), (1, "commit", "abc"), (2, "branch", "dev")]
     assert list(store.runs(con, store.Selection(tags=(("branch", "dev"),)))["name"]) == ["b"]
@@ -307,6 +307,10 @@ def test_shared_trace_added_and_shown(tmp_path):
     assert "A100" in run["gpu_model"]
     kinds = set(con.execute("SELECT kind FROM series_names").df()["kind"])
     assert {"kernel", "collective"} <= kinds
+    if _analysis_landed():  # the run's critical-path figures, as its report's summary has them
+        summary = traceview.analyze(str(trace)).summary
+        assert run["achievable_step_ns"] == pytest.approx(summary["achievable_step_ns"], abs=1)
+        assert run["critical_path_bound_by"] == summary["critical_path_bound_by"]
     con.close()
     assert run_cli("add", str(trace), "--db", db, cwd=tmp_path).returncode == 2
 
@@ -325,3 +329,93 @@ def test_k_is_chosen_for_the_number_of_tests():
     values = np.random.default_rng(3).normal(100_000, 2_500, size=(40, 2000))
     found = change_points(values, DetectOptions())
     assert found.k == pytest.approx(effective_k(DetectOptions(), 2000 * 20))
+
+
+# ------------------------------------------------------------------------------ the critical path
+
+
+def _analysis_landed() -> bool:
+    import traceview.analyses  # noqa: F401  (registers every analysis)
+    from traceview.registry import ANALYSES
+
+    return "critical_path" in ANALYSES
+
+
+def test_migration_v2_to_v3_adds_the_critical_path_columns(tmp_path):
+    import duckdb
+
+    path = tmp_path / "v2.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(schema.SCHEMA_V1)
+    con.execute(schema.V2_ADDITIONS)
+    con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    con.execute("INSERT INTO runs (run_id, name, added_at, identity, gpu_model, tags, steps, step_time_ns) VALUES "
+                "(1, 'old', TIMESTAMP '2026-01-01', 'id-old', 'H100', '{}', 5, 1000000.0)")
+    con.close()
+    con = open_history(path)
+    assert schema.version_of(con) == 3
+    run = store.runs(con).iloc[0]
+    assert run["name"] == "old" and run["step_time_ns"] == 1_000_000
+    for column in ("achievable_step_ns", "critical_path_step_ns", "critical_path_bound_share"):
+        assert np.isnan(run[column])  # the run's report is not kept: nothing to fill them from
+    assert run["critical_path_bound_by"] is None
+    out = show(con, last=5)
+    from traceview.history.render import render_show
+    assert "achievable" in render_show(out, "table")
+    assert json.loads(render_show(out, "json"))["runs"][0]["achievable_step_ns"] is None
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def path_summaries():
+    """The pair's base and new reports with contract-shaped critical paths (tests/cp_synthetic.py),
+    the new one bound by the host with a 300 us longer achievable step, as history summaries."""
+    from cp_synthetic import changed, synthetic_result, with_critical_path
+
+    out = []
+    for side, kwargs in (("base", {}), ("new", {"achievable_ns": 300_000, "bound_by": "host"})):
+        report = traceview.analyze(str(PAIR / side), use_cache=False)
+        result = synthetic_result(report.trace, report.table("temporal", "steps"))
+        report = with_critical_path(report, changed(result, **kwargs))
+        files = find_trace_files([str(PAIR / side)])
+        out.append((report, summarize(report, identity=files_identity(files), name=side, paths=[str(PAIR / side)],
+                                      tags={})))
+    return out
+
+
+def test_runs_record_the_critical_path(tmp_path, path_summaries):
+    con = open_history(tmp_path / "h.duckdb")
+    add_runs(con, [s for _, s in path_summaries])
+    runs = store.runs(con)
+    for (report, _), run in zip(path_summaries, runs.itertuples()):
+        s = report.summary
+        assert run.achievable_step_ns == pytest.approx(s["achievable_step_ns"])
+        assert run.critical_path_step_ns == pytest.approx(s["critical_path_step_ns"])
+        assert run.critical_path_bound_by == s["critical_path_bound_by"]
+        assert run.critical_path_bound_share == pytest.approx(s["critical_path_bound_share"])
+    assert runs["achievable_step_ns"].iloc[1] > runs["achievable_step_ns"].iloc[0]
+    from traceview.history.render import render_show
+    from traceview.units import fmt_ns
+    result = show(con, last=5)
+    table = render_show(result, "table")
+    assert "bound by" in table and "achievable" in table
+    for run in runs.itertuples():
+        assert fmt_ns(run.achievable_step_ns) in table and run.critical_path_bound_by in table
+    assert "| bound by | achievable |" in render_show(result, "markdown")
+    rows = json.loads(render_show(result, "json"))["runs"]
+    assert [r["critical_path_bound_by"] for r in rows] == list(runs["critical_path_bound_by"])
+    assert [r["achievable_step_ns"] for r in rows] == [pytest.approx(v) for v in runs["achievable_step_ns"]]
+    con.close()
+
+
+def test_cli_add_stores_the_analysis_path(tmp_path):
+    if not _analysis_landed():
+        pytest.skip("the critical_path analysis is not on this branch yet")
+    db = str(tmp_path / "h.duckdb")
+    assert run_cli("add", str(PAIR / "base"), "--db", db, cwd=tmp_path).returncode == 0
+    shown = run_cli("show", "--db", db, "--format", "json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    run = json.loads(shown.stdout)["runs"][0]
+    summary = traceview.analyze(str(PAIR / "base")).summary
+    assert run["achievable_step_ns"] == pytest.approx(summary["achievable_step_ns"], abs=1)
+    assert run["critical_path_bound_by"] == summary["critical_path_bound_by"]

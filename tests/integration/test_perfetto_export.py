@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import SAMPLE_TRACES, require_shared
@@ -190,3 +191,147 @@ def test_the_8rank_job_exports_and_validates():
     names = [e["args"]["name"] for e in by_phase["M"] if e["name"] == "process_name"]
     assert sum(n.endswith(f"GPU {r}") and n.startswith(f"rank {r}:") for r in range(8) for n in names) == 8
     assert len(by_phase["s"]) == report.trace.launch_links()[0].size
+    if _analysis_landed():  # the critical path of every rank, its events marked
+        doc = {"traceEvents": [e for phase in by_phase.values() for e in phase]}
+        segments = report.table("critical_path", "segments")
+        assert set(_path_slices(doc)) == set(range(8))
+        assert sum(len(v) for v in _path_slices(doc).values()) == len(segments)
+        assert _marked(doc) == _expected_marks(report.trace, [int(r) for r in segments["row"] if r >= 0])
+
+
+# ------------------------------------------------------------------------------ the critical path
+
+
+def _analysis_landed() -> bool:
+    import traceview.analyses  # noqa: F401  (registers every analysis)
+    from traceview.registry import ANALYSES
+
+    return "critical_path" in ANALYSES
+
+
+@pytest.fixture(scope="module")
+def path_report(sample_report):
+    """The sample's report with a contract-shaped critical path (tests/cp_synthetic.py)."""
+    from cp_synthetic import synthetic_result, with_critical_path
+
+    return with_critical_path(sample_report, synthetic_result(sample_report.trace,
+                                                              sample_report.table("temporal", "steps")))
+
+
+def _marked(doc: dict[str, Any]) -> list[tuple[float, str]]:
+    return sorted((e["ts"], e["name"]) for e in doc["traceEvents"]
+                  if e["ph"] == "X" and e.get("args", {}).get("critical_path") is True)
+
+
+def _expected_marks(trace, rows) -> list[tuple[float, str]]:
+    names = trace.events.column("name").to_pylist()
+    starts = trace.column("start_ns")
+    return sorted((round((int(starts[r]) - trace.start_ns) / 1000, 3), str(names[r])) for r in set(rows))
+
+
+def _path_slices(doc: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """rank -> the slices of its critical-path process."""
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in doc["traceEvents"]:
+        name = names.get(e["pid"], "")
+        if e["ph"] == "X" and name.endswith(": critical path"):
+            out[int(name.split()[1].rstrip(":"))].append(e)
+    return out
+
+
+def test_critical_path_events_marked_and_one_track_per_rank(path_report):
+    trace = path_report.trace
+    segments = path_report.table("critical_path", "segments")
+    doc = json.loads(export_chrome_trace(trace, path_report))
+    validate_chrome_trace(doc)  # the path's slices nest on their track
+    rows = [int(r) for r in segments["row"] if r >= 0]
+    assert rows and _marked(doc) == _expected_marks(trace, rows)  # exactly the events on the path
+    slices = _path_slices(doc)
+    assert set(slices) == set(trace.rank_ids)
+    for rank, group in segments.groupby("rank"):
+        drawn = slices[int(rank)]
+        assert len(drawn) == len(group)
+        # the segments partition the steps: the track covers exactly the step time
+        steps = path_report.table("critical_path", "steps")
+        assert sum(e["args"]["dur_ns"] for e in drawn) == int(steps.loc[steps["rank"] == rank, "step_ns"].sum())
+        labels = {e["name"] for e in drawn}
+        assert {f"{c}: {n}" if n else c for c, n in zip(group["category"], group["name"])} == labels
+    assert doc["otherData"]["critical_path"] == {"segments": len(segments), "exported": len(segments),
+                                                 "complete": True}
+
+
+def test_critical_path_process_is_listed_above_its_rank(path_report):
+    doc = json.loads(export_chrome_trace(path_report.trace, path_report))
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    order = [names[e["pid"]] for e in sorted((e for e in doc["traceEvents"] if e["name"] == "process_sort_index"),
+                                             key=lambda e: e["args"]["sort_index"])]
+    for rank in path_report.trace.rank_ids:
+        at = order.index(f"rank {rank}: critical path")
+        assert order[at + 1].startswith(f"rank {rank}:") and not order[at + 1].endswith("critical path")
+        assert at == 0 or not order[at - 1].startswith(f"rank {rank}:")
+
+
+def test_critical_path_within_a_window(path_report):
+    trace = path_report.trace
+    window = window_from_ms(trace, 1.0, 3.0)
+    doc = json.loads(export_chrome_trace(trace, path_report, window))
+    validate_chrome_trace(doc)
+    segments = path_report.table("critical_path", "segments")
+    rel_start, rel_end = segments["start_ns"] - trace.start_ns, segments["end_ns"] - trace.start_ns
+    inside = (rel_end > window.start_ns) & (rel_start < window.end_ns)
+    assert 0 < inside.sum() < len(segments)
+    assert doc["otherData"]["critical_path"]["exported"] == int(inside.sum())
+    assert sum(len(v) for v in _path_slices(doc).values()) == int(inside.sum())
+    for e in sum(_path_slices(doc).values(), []):
+        assert 1000 <= e["ts"] and e["ts"] + e["dur"] <= 3000 + 1e-6
+
+
+def test_overlapping_steps_get_their_own_lane(path_report):
+    """Step windows that overlap (PyTorch's ProfilerStep can) never partly overlap on one thread."""
+    from cp_synthetic import with_critical_path
+    from traceview.findings import AnalysisResult
+
+    segments = path_report.table("critical_path", "segments")
+    first = segments[(segments["rank"] == 0) & (segments["step"] == segments["step"].min())]
+    shifted = first.assign(step=first["step"] + 100, start_ns=first["start_ns"] + 500_000,
+                           end_ns=first["end_ns"] + 500_000, row=-1)
+    result = AnalysisResult(name="critical_path", tables={**path_report.results["critical_path"].tables,
+                                                          "segments": pd.concat([segments, shifted])})
+    report = with_critical_path(path_report, result)
+    doc = json.loads(export_chrome_trace(report.trace, report))
+    validate_chrome_trace(doc)
+    lanes = {e["tid"] for e in _path_slices(doc)[0]}
+    assert lanes == {1, 2}
+    named = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert all((e["pid"], e["tid"]) in named for e in _path_slices(doc)[0])
+
+
+def test_a_report_as_json_marks_the_rows_it_kept(path_report):
+    """From a report's JSON (bounded tables) only its kept rows are marked, and the export says so."""
+    data = json.loads(path_report.to_json())
+    kept = data["analyses"]["critical_path"]["tables"]["segments"]
+    doc = json.loads(export_chrome_trace(path_report.trace, data))
+    assert kept["shown_rows"] < kept["total_rows"]
+    assert _marked(doc) == _expected_marks(path_report.trace, [r["row"] for r in kept["rows"] if r["row"] >= 0])
+    assert doc["otherData"]["critical_path"] == {"segments": kept["total_rows"], "exported": kept["shown_rows"],
+                                                 "complete": False}
+
+
+def test_without_a_critical_path_nothing_is_added(sample_report):
+    from cp_synthetic import without_critical_path
+
+    report = without_critical_path(sample_report)
+    doc = json.loads(export_chrome_trace(report.trace, report))
+    assert not _marked(doc) and not _path_slices(doc) and "critical_path" not in doc["otherData"]
+
+
+def test_the_analysis_path_reaches_the_export(sample_report):
+    """On the analysis itself: the marked events are exactly the rows of its segments table."""
+    if not _analysis_landed():
+        pytest.skip("the critical_path analysis is not on this branch yet")
+    segments = sample_report.table("critical_path", "segments")
+    doc = json.loads(export_chrome_trace(sample_report.trace, sample_report))
+    validate_chrome_trace(doc)
+    assert _marked(doc) == _expected_marks(sample_report.trace, [int(r) for r in segments["row"] if r >= 0])
+    assert sum(len(v) for v in _path_slices(doc).values()) == len(segments)

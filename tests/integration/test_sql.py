@@ -68,10 +68,18 @@ def test_events_view_is_the_events_table() -> None:
     assert (picked["end_ns"] - picked["start_ns"]).tolist() == [int(dur[r]) for r in rows]
 
 
+def available_views() -> list:
+    """The views whose analysis this branch has (an analysis's table is a view only where it runs)."""
+    import traceview.analyses  # noqa: F401
+    from traceview.registry import ANALYSES
+
+    return [v for v in VIEWS if v.table_of is None or v.table_of[0] in ANALYSES]
+
+
 def test_declared_columns_are_the_views_columns() -> None:
     """VIEWS (what --views and docs/sql.md list) names exactly the columns each view has, in order."""
     conn = SqlSession(four_rank())
-    for view in VIEWS:
+    for view in available_views():
         assert [c for c, _ in conn.columns(view.name)] == [c for c, _ in view.columns], view.name
 
 
@@ -446,7 +454,7 @@ def shared_inputs() -> list[str]:
 def test_every_view_on_every_shared_trace(name: str) -> None:
     trace = traceview.load(require_shared() / name)
     conn = SqlSession(trace)
-    counts = {v: conn.arrow(f"SELECT count(*) FROM {v}").column(0)[0].as_py() for v in VIEW_NAMES}
+    counts = {v.name: conn.arrow(f"SELECT count(*) FROM {v.name}").column(0)[0].as_py() for v in available_views()}
     assert counts["events"] == trace.num_events and counts["links"] == trace.links.num_rows
     assert counts["ranks"] == len(trace.ranks) and counts["steps"] == trace.steps.num_rows
     assert counts["memory"] == trace.memory.num_rows and counts["counters"] == trace.counters.num_rows
@@ -464,3 +472,113 @@ def test_options_reach_the_computed_views() -> None:
     opts = Options(step_marker="^nothing$")
     assert SqlSession(trace, opts).arrow("SELECT count(*) FROM kernels WHERE step IS NOT NULL").column(0)[0].as_py() \
         == 0
+
+
+# ------------------------------------------------------------------------------ the critical path
+
+PATH_VIEWS = {"critical_path_segments": "segments", "critical_path_steps": "steps", "critical_path_whatif": "whatif"}
+
+
+@pytest.fixture
+def critical_path(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The critical_path analysis: the real one when this branch has it, else a contract-shaped
+    stand-in registered for the test (tests/cp_synthetic.py); which one, as the fixture's value."""
+    import traceview.analyses  # noqa: F401
+    from traceview.registry import ANALYSES, AnalysisSpec
+
+    if "critical_path" in ANALYSES:
+        return "real"
+    from cp_synthetic import synthetic_result
+
+    def run(ctx):  # the steps as the temporal analysis has them: the trace's step ranges
+        steps_table = ctx.trace.find_steps(ctx.options.step_marker).to_pandas()
+        return synthetic_result(ctx.trace, steps_table[["rank", "step", "start_ns", "end_ns"]])
+
+    monkeypatch.setitem(ANALYSES, "critical_path", AnalysisSpec(name="critical_path", title="Critical path", run=run))
+    return "stand-in"
+
+
+def test_critical_path_views_are_the_analysis_tables(critical_path: str) -> None:
+    trace = four_rank()
+    report = traceview.analyze(trace, use_cache=False)
+    conn = SqlSession(trace)
+    declared = {v.name: [c for c, _ in v.columns] for v in VIEWS}
+    for view, table in PATH_VIEWS.items():
+        expected = report.table("critical_path", table)
+        assert len(expected), (critical_path, table)
+        got = conn.df(f"SELECT * FROM {view}")
+        assert list(got.columns) == declared[view]
+        assert len(got) == len(expected)
+        keys = [c for c in ("rank", "step", "start_ns", "scenario") if c in got]
+        got = got.sort_values(keys).reset_index(drop=True)
+        want = expected.sort_values(keys).reset_index(drop=True)[declared[view]]
+        for column in ("rank", "start_ns", "dur_ns", "step_ns", "path_ns", "saving_ns", "row"):
+            if column in got:
+                assert got[column].astype("int64").tolist() == want[column].astype("int64").tolist(), column
+    assert sorted(conn.computed) == sorted(PATH_VIEWS) and list(conn.results) == ["critical_path"]
+
+
+def test_critical_path_segments_add_up_to_the_steps(critical_path: str) -> None:
+    df = four_rank().sql("""
+        SELECT s.rank, s.step, s.step_ns, sum(g.dur_ns) AS path_ns, count(*) AS segments
+        FROM critical_path_steps s JOIN critical_path_segments g ON g.rank = s.rank AND g.step = s.step
+        GROUP BY ALL ORDER BY s.rank, s.step""")
+    assert len(df) == 12  # 4 ranks x 3 steps
+    assert (df["path_ns"] == df["step_ns"]).all() and (df["segments"] > 0).all()
+    kernels = four_rank().sql("""
+        SELECT count(*) AS n FROM critical_path_segments g JOIN events e ON e.row = g.row
+        WHERE g.row >= 0 AND (e.rank <> g.rank OR e.name <> g.name)""")
+    assert kernels["n"][0] == 0  # every segment's row is its event
+
+
+def test_critical_path_is_computed_once_and_only_when_named(critical_path: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import traceview.sqlviews as sqlviews
+
+    calls = []
+    real = sqlviews.analysis_result
+    monkeypatch.setattr(sqlviews, "analysis_result", lambda ctx, name: calls.append(name) or real(ctx, name))
+    conn = SqlSession(four_rank())
+    conn.arrow("SELECT count(*) FROM steps")
+    conn.arrow("SELECT 'critical_path_steps' AS x FROM events LIMIT 1")
+    assert conn.computed == [] and calls == []
+    conn.arrow("SELECT count(*) FROM critical_path_steps")
+    conn.arrow("SELECT count(*) FROM critical_path_whatif w JOIN critical_path_segments s USING (rank)")
+    assert calls == ["critical_path"] and sorted(conn.computed) == sorted(PATH_VIEWS)
+
+
+def test_critical_path_names_are_scrubbed(critical_path: str) -> None:
+    b = TraceBuilder()
+    b.step(1, 0, 1000)
+    b.launched("cudaLaunchKernel", 100, 10, 150, 700, name=f"gemm_{TOKEN}")
+    trace = b.build()
+    conn = SqlSession(trace)
+    text = " ".join(conn.df(f"SELECT * FROM {v}").astype(str).to_string() for v in PATH_VIEWS)
+    assert TOKEN not in text and TOKEN[3:] not in text
+    names = set(conn.df("SELECT name FROM critical_path_segments WHERE row >= 0")["name"])
+    assert names and all("<redacted>" in n for n in names if n.startswith("gemm_"))
+
+
+def test_without_the_analysis_a_path_view_is_one_line() -> None:
+    import traceview.analyses  # noqa: F401
+    from traceview.registry import ANALYSES
+
+    if "critical_path" in ANALYSES:
+        pytest.skip("the critical_path analysis is on this branch")
+    with pytest.raises(SqlError, match="no critical_path analysis") as err:
+        four_rank().sql("SELECT * FROM critical_path_segments")
+    assert "\n" not in str(err.value)
+
+
+def test_cli_queries_the_critical_path() -> None:
+    import traceview.analyses  # noqa: F401
+    from traceview.registry import ANALYSES
+
+    if "critical_path" not in ANALYSES:
+        pytest.skip("the critical_path analysis is not on this branch yet")
+    result = cli(str(FOUR_RANK), "SELECT category, sum(dur_ns) AS ns FROM critical_path_segments GROUP BY category "
+                 "ORDER BY ns DESC", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    steps = traceview.analyze(FOUR_RANK, use_cache=False).table("critical_path", "steps")
+    assert sum(r["ns"] for r in rows) == int(steps.loc[steps["step"].notna(), "step_ns"].sum())

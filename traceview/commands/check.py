@@ -37,6 +37,9 @@ def command(
         None, "--max-exposed-comm", help="Exposed communication: share of the window (10%) or per step (2ms)."),
     max_launch_delay_p50: Optional[str] = typer.Option(
         None, "--max-launch-delay-p50", help="Median launch delay, launch call end to GPU start (50us)."),
+    max_achievable_gap: Optional[str] = typer.Option(
+        None, "--max-achievable-gap", help="Step time above the achievable step of the critical path's what-if: "
+        "share of the step (40%) or per step (2ms)."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML rules file ([check] table; options "
                                           "override it)."),
     fmt: str = typer.Option("text", "--format", "-f", help="Output format: text or json."),
@@ -61,10 +64,11 @@ def command(
         "max-exposed-comm": max_exposed_comm,
         "max-launch-delay-p50": max_launch_delay_p50,
         "max-regression": max_regression,
+        "max-achievable-gap": max_achievable_gap,
     }, config)
     if not rules:
         raise RuleError("no rules given: use --max-idle, --min-overlap, --max-exposed-comm, "
-                        "--max-launch-delay-p50, --max-regression or --config rules.toml")
+                        "--max-launch-delay-p50, --max-regression, --max-achievable-gap or --config rules.toml")
     baseline_path = baseline or (str(config_baseline) if config_baseline is not None else None)
     wants_baseline = "max-regression" in rules
     if wants_baseline and baseline_path is None:

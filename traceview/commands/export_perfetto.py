@@ -1,8 +1,8 @@
 """``traceview export-perfetto PATH -o OUT.json [--from MS --to MS]``: the trace (or a window of it)
 as Chrome trace JSON for the Perfetto UI, with traceview's findings and idle gaps as annotation
-tracks (traceview/export_perfetto.py). The report comes from the one entry point (from the report
-cache when the same files were analysed with the same options, by any front end), with its trace;
-nothing is recomputed for the export."""
+tracks and the critical path marked (traceview/export_perfetto.py). The report comes from the one
+entry point (from the report cache when the same files were analysed with the same options, by any
+front end), with its trace; nothing is recomputed for the export."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ def command(
     analysis: AnalysisArgs = ANALYSIS_OPTIONS,
 ) -> None:
     """Write the trace, or a time window of it, as Chrome trace JSON that the Perfetto UI opens:
-    processes and threads per rank, CPU ops, runtime calls, GPU streams, launch -> kernel flows, and
-    traceview's findings and idle gaps as annotation tracks.
+    processes and threads per rank, CPU ops, runtime calls, GPU streams, launch -> kernel flows,
+    traceview's findings and idle gaps as annotation tracks, and the critical path (a track per rank;
+    its events carry the arg critical_path: true).
 
     Example: traceview export-perfetto run/ -o run.perfetto.json --from 100 --to 250
     """

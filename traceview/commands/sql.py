@@ -50,7 +50,8 @@ def command(
     analysis: AnalysisArgs = ANALYSIS_OPTIONS,
 ) -> None:
     """Query traces with SQL (DuckDB) over the views events, kernels, launches, ops, gaps, steps,
-    collectives, ranks, links, memory and counters (docs/sql.md).
+    collectives, critical_path_segments, critical_path_steps, critical_path_whatif, ranks, links, memory
+    and counters (docs/sql.md).
 
     Example: traceview sql run/ "SELECT name, count(*) AS n, sum(dur_ns) AS total_ns FROM kernels
     GROUP BY name ORDER BY total_ns DESC LIMIT 10" -o top.csv
@@ -122,7 +123,7 @@ def run_query(paths: list[str], query: str, *, views: bool, options: Options, us
     these traces instead (None). The views the analyses compute use ``options``."""
     from rich.console import Console
 
-    from traceview.sqlviews import VIEWS, SqlSession
+    from traceview.sqlviews import VIEWS, SqlError, SqlSession
 
     trace = load_with_progress(paths, use_cache=use_cache, step_marker=options.step_marker,
                                console=Console(stderr=True), jobs=jobs)
@@ -130,8 +131,12 @@ def run_query(paths: list[str], query: str, *, views: bool, options: Options, us
     try:
         if views:
             for view in VIEWS:
-                cols = conn.columns(view.name)
                 typer.echo(f"{view.name}: {view.row}")
+                try:
+                    cols = conn.columns(view.name)
+                except SqlError as exc:  # a view of an analysis this traceview lacks: said, the rest listed
+                    typer.echo(f"  (not available on these traces: {exc})")
+                    continue
                 typer.echo("\n".join(f"  {name:<22} {kind}" for name, kind in cols))
             return None
         if max_rows is not None:

@@ -9,7 +9,8 @@ when a rule is malformed or the input is unusable (docs/diff_and_check.md).
 a step-time increase above the limit that is within noise passes (and says so). Traces without steps
 are judged on the GPU window instead of the step time. Figures are whole-trace, as the findings are
 (idle between steps counts); per-step costs are whole-trace figures divided by the rank's number of
-steps. Figures come from the report's tables (the temporal breakdown and steps, the launches).
+steps. Figures come from the report's tables (the temporal breakdown and steps, the launches, the
+critical path's what-if rows).
 """
 
 from __future__ import annotations
@@ -191,6 +192,32 @@ def _launch_delay_rule(limit: Limit, report: Report) -> tuple[list[RuleResult], 
     return out, []
 
 
+def _achievable_rule(limit: Limit, report: Report) -> tuple[list[RuleResult], list[str]]:
+    """max-achievable-gap on each rank's ``achievable`` what-if row (step null: the mean over its
+    steps; a rank without steps has only its whole-trace row), the worst step named."""
+    spec = RULES["max-achievable-gap"]
+    table = report.table("critical_path", "whatif")
+    rows = table[table["scenario"] == "achievable"] if len(table) else table
+    if rows.empty:
+        return [], ["max-achievable-gap: the report has no critical path (no GPU activity, or no critical_path "
+                    "analysis); the rule does not apply"]
+    out = []
+    for rank, group in rows.groupby("rank", sort=True):
+        steps = group[group["step"].notna()]
+        whole = group[group["step"].isna()]
+        row = (whole if len(whole) else group).iloc[0]
+        value = float(row["saving_share"] if limit.form == "share" else row["saving_ns"])
+        detail = f"step {fmt_ns(row['step_ns'])}, achievable {fmt_ns(row['whatif_ns'])}"
+        if not pd.isna(row.get("modelled_share")):
+            detail += f", {_share(float(row['modelled_share']))} of the kernel time modelled"
+        if len(steps) > 1:
+            worst = steps.loc[steps["saving_share"].idxmax()]
+            detail += f"; worst step {int(worst['step'])}: {_share(float(worst['saving_share']))} of its time"
+        out.append(RuleResult("max-achievable-gap", limit.text, limit.form, value, _measured(limit.form, value),
+                              _passes(spec, value, limit), int(rank), None, None, detail))
+    return out, []
+
+
 def _signed(value: float, form: str) -> str:
     """``+9.12%`` (a share) or ``+68.2 us`` (a time)."""
     sign = "+" if value >= 0 else "-"
@@ -248,6 +275,8 @@ def evaluate(rules: Mapping[str, Limit], report: Report, baseline: Report | None
             rows, notes = _overlap_rule(limit, report)
         elif name == "max-launch-delay-p50":
             rows, notes = _launch_delay_rule(limit, report)
+        elif name == "max-achievable-gap":
+            rows, notes = _achievable_rule(limit, report)
         else:  # max-regression
             if baseline is None:
                 raise RuleError("max-regression needs a baseline: --baseline PATH (or baseline = \"...\" in the "

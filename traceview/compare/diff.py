@@ -19,7 +19,12 @@ repeated here.
   name, dtype, unit) its GPU time, efficiency and achieved TFLOP/s in each report (its ``op_types``
   table), and per rank and device the modelled share of the op-linked kernel time (``coverage``) and
   the whole-trace HFU (``steps``). These are whole-trace ratios with no per-step samples: they are
-  shown side by side, not judged by the noise rule, and do not enter the verdict.
+  shown side by side, not judged by the noise rule, and do not enter the verdict;
+* the critical path (the critical_path analysis, docs/metrics.md "Critical path";
+  :mod:`traceview.compare.critical_path`): per rank, the path's time per segment category and the
+  achievable step time (per-step samples, judged by the noise rule), what bounds most of its
+  steps, and the report summary's figures side by side. A significant change there, or a changed
+  bound, makes the verdict ``changed`` when the step time did not move.
 
 **Samples.** Each per-step row of a report is one sample; the value compared is the mean of the
 samples (activity outside every step is not in them). A trace without steps gives one sample, the
@@ -53,6 +58,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from traceview.compare.critical_path import PathDelta, diff_critical_path, summary_figures
 from traceview.compare.names import normalize_kernel_name
 from traceview.compare.noise import Change, DiffOptions, compare, pooled_std
 from traceview.errors import TraceviewError
@@ -223,6 +229,9 @@ class TraceDiff:
     #: efficiency per op type and per rank (shown, not judged: see the module docstring)
     op_types: list[OpTypeDelta] = field(default_factory=list)
     efficiency: list[EfficiencyOverall] = field(default_factory=list)
+    #: the critical path per rank, and the reports' job-wide critical-path figures side by side
+    critical_path: list[PathDelta] = field(default_factory=list)
+    critical_path_summary: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def metric(self, metric: str, rank: int, device: int | None = None) -> MetricDelta | None:
         for m in self.metrics:
@@ -259,6 +268,9 @@ class TraceDiff:
             "findings_fixed": findings("fixed"),
             "findings_worse": findings("worse"),
             "findings_better": findings("better"),
+            "critical_path_bound_changed": sum(1 for p in self.critical_path if p.bound_changed),
+            "achievable_worse": sum(1 for p in self.critical_path if p.achievable.status == "worse"),
+            "achievable_better": sum(1 for p in self.critical_path if p.achievable.status == "better"),
         }
         s["noise_estimated"] = all(m.change.noise_estimated for m in self.metrics) if self.metrics else False
         s["verdict"] = self.verdict()
@@ -275,7 +287,8 @@ class TraceDiff:
         if "better" in statuses:
             return "improved"
         if any(m.change.significant for m in self.metrics) or any(k.change.significant for k in self.kernels) \
-                or any(f.status in ("new", "fixed", "worse", "better") for f in self.findings):
+                or any(f.status in ("new", "fixed", "worse", "better") for f in self.findings) \
+                or any(p.significant for p in self.critical_path):
             return "changed"
         return "no significant change"
 
@@ -312,8 +325,18 @@ class TraceDiff:
                                                                                "new_hfu")}
                             for e in self.efficiency],
             },
+            "critical_path": {"summary": self.critical_path_summary,
+                              "ranks": [_path_dict(p) for p in self.critical_path]},
             "notes": list(self.notes),
         }
+
+
+def _path_dict(p: PathDelta) -> dict[str, Any]:
+    return {"rank": p.rank, "base_bound_by": p.base_bound_by, "new_bound_by": p.new_bound_by,
+            "base_bound_steps": p.base_bound_steps, "new_bound_steps": p.new_bound_steps,
+            "base_steps": p.base_steps, "new_steps": p.new_steps, "bound_changed": p.bound_changed,
+            "path": _change_dict(p.path, "ns"), "achievable": _change_dict(p.achievable, "ns"),
+            "categories": [{"category": c.category, **_change_dict(c.change, "ns")} for c in p.categories]}
 
 
 def _round(x: float | None, digits: int) -> float | None:
@@ -503,7 +526,7 @@ def diff_reports(base: Report, new: Report, *, options: DiffOptions | None = Non
     findings = _diff_findings(finding_groups(base), finding_groups(new), options, step_noise)
     op_types, overall = diff_efficiency(base, new)
     return TraceDiff(side_b, side_n, options, metrics, kernels, findings, _notes(side_b, side_n, metrics), op_types,
-                     overall)
+                     overall, diff_critical_path(base, new, options), summary_figures(base, new))
 
 
 def _notes(b: Side, n: Side, metrics: list[MetricDelta]) -> list[str]:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from traceview.compare.check import CheckReport
+from traceview.compare.critical_path import PATH_CATEGORIES, PathDelta, shown_categories
 from traceview.compare.diff import METRICS, Change, EfficiencyOverall, FindingDelta, KernelDelta, OpTypeDelta, Side, \
     TraceDiff
 from traceview.compare.rules import RULES
@@ -205,6 +206,64 @@ def _overall_cells(e: EfficiencyOverall) -> list[str]:
 _OVERALL_HEAD = ("where", "modelled base", "modelled new", "HFU base", "HFU new")
 
 
+#: the critical-path section's title
+_PATH_TITLE = "Critical path per step (mean; what bounds the step, docs/metrics.md)"
+_PATH_HEAD = ("figure", "where", "base", "new", "delta", "delta %", "noise threshold", "verdict")
+
+
+def _bound_text(bound: str | None, steps: int, total: int) -> str:
+    if bound is None:
+        return "-"
+    return f"{bound} ({steps} of {total} step{'s' if total != 1 else ''})" if total > 1 else bound
+
+
+def _path_rows(p: PathDelta) -> list[tuple[list[str], Change | None]]:
+    """One rank's rows: what bounds it, the path, each category with time on it, the achievable
+    step (cells up to the verdict, and the change the verdict is of; None for the bound row)."""
+    where = _where(p.rank, None)
+    bound = ["bound by", where, _bound_text(p.base_bound_by, p.base_bound_steps, p.base_steps),
+             _bound_text(p.new_bound_by, p.new_bound_steps, p.new_steps), "", "", "",
+             "changed" if p.bound_changed else "same"]
+    rows: list[tuple[list[str], Change | None]] = [(bound, None)]
+    parts = [(f"  {PATH_CATEGORIES[c.category]}", c.change) for c in shown_categories(p)]
+    figures = [("path (= step)", p.path), *parts, ("achievable step", p.achievable)]
+    for label, c in figures:
+        rows.append(([label, where, _value(c.base, "ns"), _value(c.new, "ns"), _delta(c, "ns"), _delta_pct(c, "ns"),
+                      _threshold(c, "ns")], c))
+    return rows
+
+
+def _path_ranks(diff: TraceDiff, top: int) -> tuple[list[PathDelta], str]:
+    """The ranks whose critical path changed (bound, achievable step or a category beyond noise),
+    the largest change of the path first, at most ``top``; and a line about the others."""
+    changed = sorted((p for p in diff.critical_path if p.significant),
+                     key=lambda p: (-abs(p.path.delta or 0.0), p.rank))
+    quiet = len(diff.critical_path) - len(changed)
+    more = max(0, len(changed) - top)
+    parts = [f"{quiet} rank(s) with no significant change in the critical path"] if quiet else []
+    if more:
+        parts.append(f"{more} more changed rank(s) not shown (--format json lists all)")
+    return changed[:top], "; ".join(parts)
+
+
+def _path_headline(diff: TraceDiff) -> str:
+    """The job-wide figures: ``step 4.1 ms -> 4.3 ms, bound by gpu 42% -> host 51%; achievable ...``."""
+    s = diff.critical_path_summary
+
+    def pair(key: str, fmt: Any) -> str:
+        side = s.get(key) or {}
+        return " -> ".join(fmt(side.get(x)) if side.get(x) is not None else "-" for x in ("base", "new"))
+
+    if not s:
+        return ""
+    share = s.get("critical_path_bound_share") or {}
+    bound = s.get("critical_path_bound_by") or {}
+    bounds = " -> ".join(f"{bound.get(x) or '-'}" + (f" {fmt_pct(100 * share[x], 0)}" if share.get(x) is not None
+                                                       else "") for x in ("base", "new"))
+    return (f"critical path (median step): {pair('critical_path_step_ns', fmt_ns)}, bound by {bounds}; "
+            f"achievable ~{pair('achievable_step_ns', fmt_ns)}")
+
+
 def _finding_cost(f: FindingDelta, arrow: str = "->") -> str:
     b = fmt_ns(f.base_cost_ns) if f.base_cost_ns else "-"
     n = fmt_ns(f.new_cost_ns) if f.new_cost_ns else "-"
@@ -251,6 +310,26 @@ def _findings_table(diff: TraceDiff) -> Table:
     return table
 
 
+def _path_text(diff: TraceDiff, console: Console, top: int) -> None:
+    if not diff.critical_path:
+        return
+    shown, others = _path_ranks(diff, top)
+    headline = _path_headline(diff)
+    if shown:
+        table = Table(title=_PATH_TITLE, title_justify="left")
+        for col in _PATH_HEAD:
+            table.add_column(col, justify="left" if col in ("figure", "where", "verdict") else "right")
+        for p in shown:
+            for cells, change in _path_rows(p):
+                status = _styled_status(change) if change is not None else \
+                    (f"[yellow]{cells[-1]}[/]" if p.bound_changed else cells[-1])
+                table.add_row(*cells[:7], status)
+        console.print(table)
+    for line in (headline, others):
+        if line:
+            console.print(f"  {line}", highlight=False)
+
+
 def _efficiency_text(diff: TraceDiff, console: Console, top: int) -> None:
     if not diff.op_types:
         console.print("Efficiency: no modelled op types in either trace.", highlight=False)
@@ -280,6 +359,7 @@ def render_text(diff: TraceDiff, console: Console, top: int = DEFAULT_TOP) -> No
                   soft_wrap=True)
     console.print(f"Verdict: [{_VERDICT_STYLE.get(diff.verdict(), 'green')}]{_headline(diff)}[/]", highlight=False)
     console.print(_metrics_table(diff))
+    _path_text(diff, console, top)
     rows, quiet = _kernel_rows(diff, top)
     if rows:
         console.print(_kernels_table(rows))
@@ -327,6 +407,24 @@ def _md_metrics(diff: TraceDiff) -> list[str]:
                    f"{_value(c.new, m.unit)} | {_delta(c, m.unit)} | {_delta_pct(c, m.unit)} | "
                    f"{_threshold(c, m.unit)} | {verdict} |")
     return out + [""]
+
+
+def _md_critical_path(diff: TraceDiff, top: int) -> list[str]:
+    if not diff.critical_path:
+        return []
+    shown, others = _path_ranks(diff, top)
+    out = ["### Critical path", "", f"_{_md(_PATH_TITLE)}_", ""]
+    out += [f"{_md(line)}." for line in (_path_headline(diff), others) if line] + [""]
+    if not shown:
+        return out
+    rows = []
+    for p in shown:
+        for cells, change in _path_rows(p):
+            status = cells[-1] if change is None else _status(change)
+            if (change is None and p.bound_changed) or (change is not None and change.status in ("worse", "better")):
+                status = f"**{status}**"
+            rows.append([_md(x) for x in cells[:7]] + [status])
+    return out + _md_table(_PATH_HEAD, rows, 2) + [""]
 
 
 def _md_kernels(diff: TraceDiff, top: int) -> list[str]:
@@ -389,7 +487,8 @@ def to_markdown(diff: TraceDiff, top: int = DEFAULT_TOP) -> str:
     icon = _VERDICT_ICON.get(diff.verdict(), "⚪")
     out = ["## traceview diff", "", f"**{_md(_side(diff.base))}** → **{_md(_side(diff.new))}**", "",
            f"**Verdict: {icon} {_md(_headline(diff))}**", ""]
-    out += _md_metrics(diff) + _md_kernels(diff, top) + _md_findings(diff) + _md_efficiency(diff, top)
+    out += _md_metrics(diff) + _md_critical_path(diff, top) + _md_kernels(diff, top) + _md_findings(diff)
+    out += _md_efficiency(diff, top)
     if diff.notes:
         out.append("")
         out += [f"> **Note:** {_md(note)}" for note in diff.notes]

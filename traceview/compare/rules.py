@@ -9,6 +9,10 @@ or a time such as ``5ms``), and rules files (TOML). Judging them on a report is
 | ``max-exposed-comm`` | exposed communication / GPU window | exposed communication per step |
 | ``max-launch-delay-p50`` | - | median launch delay (launch call end to GPU start), per rank |
 | ``max-regression`` | mean step time increase / baseline step time, per rank | increase per step |
+| ``max-achievable-gap`` | (step - achievable step) / step, mean over steps, per rank | step - achievable, per step |
+
+``max-achievable-gap`` reads the critical_path analysis's ``achievable`` what-if (docs/metrics.md):
+how much of the step the speed-of-light step of the same program would save.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ RULES: dict[str, RuleSpec] = {
         RuleSpec("max-launch-delay-p50", ("time",), "max", "median launch delay (50us)"),
         RuleSpec("max-regression", ("share", "time"), "max",
                  "step time increase over the baseline (5%, or 2ms per step); needs --baseline"),
+        RuleSpec("max-achievable-gap", ("share", "time"), "max",
+                 "step time above the achievable step (critical path what-if): share of the step (40%) or "
+                 "time per step (2ms)"),
     )
 }
 CONFIG_KEYS = set(RULES) | {"baseline"}

@@ -48,7 +48,10 @@ def _num(x: Any) -> Any:
         return None
     if isinstance(x, (np.integer, int)):
         return int(x)
-    value = float(x)
+    try:
+        value = float(x)
+    except TypeError:  # pandas' NA: a nullable integer column's missing value (a run stored without it)
+        return None
     if math.isnan(value):
         return None
     if math.isinf(value):
@@ -61,12 +64,23 @@ def _tags(text: Any) -> str:
     return " ".join(f"{k}={v}" for k, v in tags.items())
 
 
+def _bound(r: Any) -> str:
+    """``host 41%``: what bounds the run's steps (the critical path), "-" when the run has no path
+    (no GPU activity, or stored before version 3 of the history)."""
+    bound = getattr(r, "critical_path_bound_by", None)
+    if not isinstance(bound, str) or not bound:
+        return "-"
+    share = _num(getattr(r, "critical_path_bound_share", None))
+    return bound if share is None else f"{bound} {fmt_pct(100 * share, 0)}"
+
+
 def _run_rows(runs: Any) -> list[list[str]]:
     return [[str(r.run_id), _short(str(r.name), 30), str(r.added_at)[:19], str(r.gpu_model or "-"),
-             _tags(r.tags), str(r.steps), fmt_ns(r.step_time_ns)] for r in runs.itertuples()]
+             _tags(r.tags), str(r.steps), fmt_ns(r.step_time_ns), _bound(r), fmt_ns(r.achievable_step_ns)]
+            for r in runs.itertuples()]
 
 
-RUN_HEADER = ("run", "name", "added (UTC)", "GPU", "tags", "steps", "step time")
+RUN_HEADER = ("run", "name", "added (UTC)", "GPU", "tags", "steps", "step time", "bound by", "achievable")
 
 
 def _runs_json(runs: Any) -> list[dict[str, Any]]:
@@ -74,7 +88,10 @@ def _runs_json(runs: Any) -> list[dict[str, Any]]:
              "tags": json.loads(r.tags or "{}"), "paths": json.loads(r.paths or "[]"),
              "traceview_version": r.traceview_version, "steps": _num(r.steps), "gpus": _num(r.gpus),
              "step_time_ns": _num(r.step_time_ns), "idle_ns_per_step": _num(r.idle_ns_per_step),
-             "utilization": _num(r.utilization)} for r in runs.itertuples()]
+             "utilization": _num(r.utilization), "critical_path_step_ns": _num(r.critical_path_step_ns),
+             "achievable_step_ns": _num(r.achievable_step_ns),
+             "critical_path_bound_by": r.critical_path_bound_by if isinstance(r.critical_path_bound_by, str) else None,
+             "critical_path_bound_share": _num(r.critical_path_bound_share)} for r in runs.itertuples()]
 
 
 def _trend_pct(values: np.ndarray) -> np.ndarray:

@@ -8,7 +8,10 @@ than this code knows is refused with one line.
 
 Version 1 kept a run's tags only as a JSON text column of ``runs``. Version 2 adds the ``run_tags``
 table (one row per run and tag), which ``--tag k=v`` filters use, filled from that column by the
-v1 -> v2 migration; the JSON column stays (it is the tags as given, in order).
+v1 -> v2 migration; the JSON column stays (it is the tags as given, in order). Version 3 adds the
+critical path's run figures to ``runs`` (the report summary's ``critical_path_step_ns``,
+``achievable_step_ns``, ``critical_path_bound_by``, ``critical_path_bound_share``: docs/metrics.md);
+runs stored before it have them null (their reports are not kept, so nothing can fill them).
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import json
 from typing import Any, Callable
 
 #: the version this code writes and reads
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: the columns of a run summary's ``series`` frame, in the database's order
 SERIES_COLUMNS = ("kind", "key", "calls", "calls_per_step", "total_ns", "per_step_ns", "mean_ns", "median_ns",
                   "p90_ns", "spread_ns")
 #: the run-level figures of ``runs`` (per GPU and step where the name says so)
 RUN_FIGURES = ("ranks", "gpus", "steps", "step_time_ns", "step_p90_ns", "step_spread_ns", "window_ns_per_step",
                "busy_ns_per_step", "idle_ns_per_step", "compute_ns_per_step", "communication_ns_per_step",
-               "exposed_comm_ns_per_step", "utilization")
+               "exposed_comm_ns_per_step", "utilization", "critical_path_step_ns", "achievable_step_ns",
+               "critical_path_bound_share")
+#: the run-level text figures of ``runs`` (version 3)
+RUN_TEXT = ("critical_path_bound_by",)
 
 #: the tables of version 1 (kept verbatim: the migration test builds a version-1 database from it)
 SCHEMA_V1 = """
@@ -86,6 +92,15 @@ CREATE TABLE run_tags (run_id INTEGER NOT NULL, key VARCHAR NOT NULL, value VARC
 """
 
 
+#: what version 3 adds to version 2: the critical path's figures of each run (the report summary's)
+V3_ADDITIONS = """
+ALTER TABLE runs ADD COLUMN critical_path_step_ns DOUBLE;   -- median step's critical path (= the step)
+ALTER TABLE runs ADD COLUMN achievable_step_ns DOUBLE;      -- median over steps of the achievable step
+ALTER TABLE runs ADD COLUMN critical_path_bound_by VARCHAR; -- host, gpu or communication
+ALTER TABLE runs ADD COLUMN critical_path_bound_share DOUBLE;
+"""
+
+
 def _migrate_1_to_2(con: Any) -> None:
     """v1 -> v2: the ``run_tags`` table, filled from each run's JSON tags."""
     con.execute(V2_ADDITIONS)
@@ -95,8 +110,13 @@ def _migrate_1_to_2(con: Any) -> None:
         con.executemany("INSERT INTO run_tags VALUES (?, ?, ?)", pairs)
 
 
+def _migrate_2_to_3(con: Any) -> None:
+    """v2 -> v3: the critical-path columns of ``runs`` (null for the runs stored before)."""
+    con.execute(V3_ADDITIONS)
+
+
 #: from-version -> the function that brings a database to the next version (inside a transaction)
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _migrate_1_to_2}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
 
 
 def create(con: Any) -> None:

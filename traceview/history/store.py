@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from traceview.errors import TraceviewError
 from traceview.history import schema
-from traceview.history.schema import RUN_FIGURES, SERIES_COLUMNS
+from traceview.history.schema import RUN_FIGURES, RUN_TEXT, SERIES_COLUMNS
 
 if TYPE_CHECKING:  # summary imports traceview.compare: show and check never need it
     from traceview.history.summary import RunSummary
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # summary imports traceview.compare: show and check never nee
 DEFAULT_DB = Path(".traceview") / "history.duckdb"
 #: the ``runs`` columns read back for listing and filtering
 RUN_COLUMNS = ("run_id", "name", "added_at", "identity", "gpu_model", "traceview_version", "paths", "tags",
-               *RUN_FIGURES)
+               *RUN_FIGURES, *RUN_TEXT)
 
 
 class DuplicateRunError(TraceviewError):
@@ -132,12 +132,14 @@ def add_runs(con: Any, summaries: Sequence[RunSummary]) -> list[int]:
 def _runs_frame(summaries: Sequence[RunSummary], ids: list[int]) -> pd.DataFrame:
     rows = [{"run_id": rid, "name": s.name, "added_at": s.added_at, "identity": s.identity, "gpu_model": s.gpu_model,
              "traceview_version": s.traceview_version, "paths": json.dumps(s.paths), "tags": json.dumps(s.tags),
-             **{k: s.figures.get(k) for k in RUN_FIGURES}} for rid, s in zip(ids, summaries)]
+             **{k: s.figures.get(k) for k in (*RUN_FIGURES, *RUN_TEXT)}} for rid, s in zip(ids, summaries)]
     frame = pd.DataFrame(rows)
     for column in ("ranks", "gpus", "steps"):
         frame[column] = frame[column].astype("Int32")
     for column in RUN_FIGURES[3:]:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(np.float64)
+    for column in RUN_TEXT:
+        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     return frame
 
 

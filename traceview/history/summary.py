@@ -46,7 +46,7 @@ class RunSummary:
     traceview_version: str
     paths: list[str]
     tags: dict[str, str]
-    figures: dict[str, float | int | None]
+    figures: dict[str, float | int | str | None]
     series: pd.DataFrame  # SERIES_COLUMNS
     raw_names: pd.DataFrame  # kind, key, name
     findings: pd.DataFrame = field(default_factory=pd.DataFrame)  # code, rank, severity, cost_ns_per_step, title
@@ -131,13 +131,13 @@ def _step_series(samples: np.ndarray) -> pd.DataFrame:
                           "spread_ns": float(np.median(np.abs(samples - median)))}])
 
 
-def _figures(report: Report, samples: np.ndarray) -> dict[str, float | int | None]:
+def _figures(report: Report, samples: np.ndarray) -> dict[str, float | int | str | None]:
     s = report.summary
     gpus = max(int(s.get("gpus") or 0), 1)
     steps = int(s.get("steps") or 0)
     per = gpus * max(steps, 1)
     step = _step_series(samples)
-    out: dict[str, float | int | None] = {"ranks": int(s.get("num_ranks") or 0), "gpus": int(s.get("gpus") or 0),
+    out: dict[str, float | int | str | None] = {"ranks": int(s.get("num_ranks") or 0), "gpus": int(s.get("gpus") or 0),
                                           "steps": steps}
     for name, column in (("step_time_ns", "median_ns"), ("step_p90_ns", "p90_ns"), ("step_spread_ns", "spread_ns")):
         out[name] = float(step[column].iloc[0]) if len(step) else None
@@ -145,6 +145,12 @@ def _figures(report: Report, samples: np.ndarray) -> dict[str, float | int | Non
         value = s.get(f"{name}_ns")
         out[f"{name}_ns_per_step"] = None if value is None else float(value) / per
     out["utilization"] = s.get("utilization")
+    # the critical path's figures, as the report summary holds them (None without GPU activity)
+    for name in ("critical_path_step_ns", "achievable_step_ns", "critical_path_bound_share"):
+        value = s.get(name)
+        out[name] = None if value is None else float(value)
+    bound = s.get("critical_path_bound_by")
+    out["critical_path_bound_by"] = None if bound is None else str(bound)
     return out
 
 
