@@ -137,7 +137,8 @@ def _windows(graph: DependencyGraph, act: Activity) -> pd.DataFrame:
                            "end_ns": graph.times[n_h + candidates], "host": candidates})
     events = events.drop_duplicates(["rank", "start_ns", "end_ns"])
     frame = frame.merge(events, on=["rank", "start_ns", "end_ns"], how="left")
-    frame = frame[frame["rank"].isin(np.unique(graph.rank))]
+    # a rank without GPU activity has no critical path to speak of (every figure would be the host's)
+    frame = frame[frame["rank"].isin(np.unique(act.rank))]
     host = frame["host"].fillna(-1).to_numpy(np.int64)
     start_point, end_point = host.copy(), np.where(host >= 0, n_h + host, -1)
     missing = np.flatnonzero(host < 0)
@@ -164,16 +165,14 @@ def _nearest_point(graph: DependencyGraph, rank: np.ndarray, t: np.ndarray, afte
 
 def _whole_windows(graph: DependencyGraph, with_steps: set[int]) -> pd.DataFrame:
     """The whole-trace window of each rank without steps: its GPU window (first activity start to the
-    activity that ends last), as every whole-trace figure of the report; a rank without GPU activity,
-    its host events' span."""
+    activity that ends last), as every whole-trace figure of the report."""
     gpu = np.arange(graph.times.size) >= 2 * graph.hosts
-    frame = pd.DataFrame({"rank": graph.rank, "t": graph.times, "point": np.arange(graph.times.size), "gpu": gpu})
+    frame = pd.DataFrame({"rank": graph.rank[gpu], "t": graph.times[gpu],
+                          "point": np.flatnonzero(gpu)})
     frame = frame[~frame["rank"].isin(list(with_steps))]
     if frame.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64")
                              for c in ("rank", "step", "start_ns", "end_ns", "start_point", "end_point")})
-    has_gpu = frame.groupby("rank")["gpu"].transform("any").to_numpy(bool)
-    frame = frame[~has_gpu | frame["gpu"].to_numpy(bool)]
     first = frame.loc[frame.groupby("rank")["t"].idxmin()].set_index("rank")
     last = frame.loc[frame.groupby("rank")["t"].idxmax()].set_index("rank")
     return pd.DataFrame({"rank": first.index.to_numpy(np.int64), "step": NO_STEP,
