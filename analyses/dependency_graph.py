@@ -209,7 +209,7 @@ def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.
     order = np.lexsort((tie, is_start, point_time, point_thread))
     same = point_thread[order[1:]] == point_thread[order[:-1]]
     src, dst = order[:-1][same], order[1:][same]
-    owner = _open_event(order, n, hs, he)[:-1][same]
+    owner = _open_event(order, n)[:-1][same]
     # events that overlap without nesting (malformed traces) break the stack the owner is read from:
     # those intervals ask the nesting index instead
     t0, t1 = point_time[src], point_time[dst]
@@ -224,7 +224,7 @@ def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.
     return src, dst, category
 
 
-def _open_event(order: np.ndarray, n: int, hs: np.ndarray, he: np.ndarray) -> np.ndarray:
+def _open_event(order: np.ndarray, n: int) -> np.ndarray:
     """For each point in thread order (``order``: points of host event ``i`` are ``i`` and ``n + i``),
     the innermost event open just after it (-1 for none), read off the nesting depth: the latest
     start at or before it that brought the thread to its current depth. Exact for nested events."""
