@@ -220,11 +220,11 @@ def _merged(frame: pd.DataFrame) -> pd.DataFrame:
     keys = frame[["window", "category", "row"]].to_numpy(np.int64)
     touching = np.concatenate([[False], frame["start_ns"].to_numpy()[1:] == frame["end_ns"].to_numpy()[:-1]])
     same = np.concatenate([[False], (keys[1:] == keys[:-1]).all(axis=1)]) & touching
-    group = np.cumsum(~same)
-    agg = frame.groupby(group, sort=False).agg(window=("window", "first"), start_ns=("start_ns", "first"),
-                                               end_ns=("end_ns", "last"), category=("category", "first"),
-                                               row=("row", "first"), lane=("lane", "first"))
-    return agg.reset_index(drop=True)
+    first = np.flatnonzero(~same)
+    last = np.append(first[1:] - 1, len(frame) - 1)
+    out = {c: frame[c].to_numpy()[first] for c in ("window", "start_ns", "category", "row", "lane")}
+    out["end_ns"] = frame["end_ns"].to_numpy()[last]
+    return pd.DataFrame(out)[["window", "start_ns", "end_ns", "category", "row", "lane"]]
 
 
 def _with_lanes(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFrame,
@@ -355,48 +355,53 @@ def scenario_lags(graph: DependencyGraph, factor: np.ndarray) -> dict[str, np.nd
             "achievable": achievable}
 
 
-def _gpu_spans(graph: DependencyGraph, act: Activity, windows: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+def activity_windows(act: Activity, windows: pd.DataFrame) -> np.ndarray:
+    """The window of each activity (its rank's step; a rank without steps: its whole-trace window),
+    -1 for activity in no window."""
+    w_rank, w_step = windows["rank"].to_numpy(np.int64), windows["step"].to_numpy(np.int64)
+    codes, _ = iv.combine_keys(np.concatenate([w_rank, act.rank]), np.concatenate([w_step, act.step]))
+    of_code = np.full(int(codes.max()) + 1 if codes.size else 0, -1, dtype=np.int64)
+    of_code[codes[:w_rank.size]] = np.arange(w_rank.size, dtype=np.int64)
+    return of_code[codes[w_rank.size:]]
+
+
+def _gpu_extent(graph: DependencyGraph, windows: pd.DataFrame, act_window: np.ndarray,
+                times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per window: its activities' first start and last end in ``times`` (int64 min/max sentinels for
+    a window without activity)."""
+    first = np.full(len(windows), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(windows), np.iinfo(np.int64).min, dtype=np.int64)
+    inside = act_window >= 0
+    np.minimum.at(first, act_window[inside], times[graph.activity_start()][inside])
+    np.maximum.at(last, act_window[inside], times[graph.activity_end()][inside])
+    return first, last
+
+
+def _gpu_spans(windows: pd.DataFrame, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """Per window: how long the GPU work of its step takes on its own: the end of its last activity
     minus the previous window's (ends kept increasing along the rank's windows), the first window from
     its first activity's start; 0 for a window without activity."""
-    spans = np.zeros(len(windows), dtype=np.int64)
-    if len(act) == 0 or windows.empty:
-        return spans
-    base = int(times.min())  # offsets from it are exact in float64 (the NaNs of absent steps below)
-    frame = pd.DataFrame({"rank": act.rank, "step": act.step, "start": times[graph.activity_start()] - base,
-                          "end": times[graph.activity_end()] - base})
-    whole = windows["step"].to_numpy(np.int64) == NO_STEP
-    keys = pd.MultiIndex.from_arrays([windows["rank"].to_numpy(np.int64), windows["step"].to_numpy(np.int64)])
-    by_step = frame.groupby(["rank", "step"]).agg(first=("start", "min"), last=("end", "max")).reindex(keys)
-    by_rank = frame.groupby("rank").agg(first=("start", "min"), last=("end", "max")).reindex(
-        windows["rank"].to_numpy(np.int64))
-    first = np.where(whole, by_rank["first"].to_numpy(np.float64), by_step["first"].to_numpy(np.float64))
-    last = np.where(whole, by_rank["last"].to_numpy(np.float64), by_step["last"].to_numpy(np.float64))
-    has = ~np.isnan(last)
+    has = last > np.iinfo(np.int64).min
     rank = windows["rank"].to_numpy(np.int64)
-    done = pd.Series(np.where(has, last, -np.inf)).groupby(rank).cummax().to_numpy(np.float64)
-    previous = pd.Series(done).groupby(rank).shift(1).to_numpy(np.float64)
-    begin = np.where(np.isnan(previous) | ~np.isfinite(previous), first, previous)
-    spans[has] = np.maximum(done[has] - begin[has], 0).astype(np.int64)
-    return spans
+    done = pd.Series(last).groupby(rank).cummax().to_numpy(np.int64)
+    previous = pd.Series(done).groupby(rank).shift(1, fill_value=np.iinfo(np.int64).min).to_numpy(np.int64)
+    begin = np.where(previous > np.iinfo(np.int64).min, previous, first)
+    return np.where(has, np.maximum(done - np.where(has, begin, 0), 0), 0).astype(np.int64)
 
 
-def _whatif_span(graph: DependencyGraph, act: Activity, windows: pd.DataFrame, times: np.ndarray,
+def _whatif_span(graph: DependencyGraph, windows: pd.DataFrame, act_window: np.ndarray, times: np.ndarray,
                  host_free: bool) -> np.ndarray:
     """A window's time in a re-timed graph: its range (start point to end point; a whole-trace window
     to the last event); with the host infinitely fast (``host_free``) at least its GPU work's span,
     which then bounds it."""
     start = times[windows["start_point"].to_numpy(np.int64)]
-    end = times[windows["end_point"].to_numpy(np.int64)].copy()
+    end = times[windows["end_point"].to_numpy(np.int64)]
+    first, last = _gpu_extent(graph, windows, act_window, times)
     whole = windows["step"].to_numpy(np.int64) == NO_STEP
-    if whole.any() and len(act):
-        last = pd.Series(times[graph.activity_end()]).groupby(act.rank).max()
-        rank_last = windows["rank"].map(last).to_numpy(np.float64)
-        known = whole & ~np.isnan(rank_last)
-        end[known] = np.maximum(end[known], rank_last[known].astype(np.int64))
+    end = np.where(whole, np.maximum(end, last), end)
     span = end - start
     if host_free:
-        span = np.maximum(span, _gpu_spans(graph, act, windows, times))
+        span = np.maximum(span, _gpu_spans(windows, first, last))
     return span
 
 
@@ -404,7 +409,8 @@ def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
              factor: np.ndarray) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """Per window and graph scenario: the saving and the what-if step time (docs/metrics.md)."""
     lags = scenario_lags(graph, factor)
-    base = _whatif_span(graph, act, windows, graph.times, host_free=False)
+    act_window = activity_windows(act, windows)
+    base = _whatif_span(graph, windows, act_window, graph.times, host_free=False)
     step_ns = (windows["end_ns"] - windows["start_ns"]).to_numpy(np.int64)
     kernel = act.cls == classify.COMPUTE
     kernel_ns = np.bincount(act.rank[kernel], weights=(act.end - act.start)[kernel]) if kernel.any() else np.zeros(1)
@@ -417,7 +423,8 @@ def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
     frames = []
     for scenario in GRAPH_SCENARIOS:
         times = relaxed_times(graph.incoming, lags[scenario], graph.times)
-        span = _whatif_span(graph, act, windows, times, host_free=scenario in ("no_host_overhead", "achievable"))
+        span = _whatif_span(graph, windows, act_window, times,
+                            host_free=scenario in ("no_host_overhead", "achievable"))
         saving = np.clip(base - span, 0, step_ns)  # a what-if never makes a step slower
         frames.append(pd.DataFrame({
             "window": np.arange(len(windows), dtype=np.int64), "rank": rank,
@@ -466,17 +473,20 @@ def _row_factor(graph: DependencyGraph, factor: np.ndarray, rows: np.ndarray) ->
 def _cut_to(seg: pd.DataFrame, length: np.ndarray, saving: pd.Series, scenario: str,
             main_device: dict[int, int]) -> pd.DataFrame:
     """The trailing ``length`` of each segment, latest segments first, until the window's saving."""
-    frame = pd.DataFrame({"window": seg["window"].to_numpy(np.int64), "rank": seg["rank"].to_numpy(np.int64),
-                          "step": seg["step"].to_numpy(np.int64), "end_ns": seg["end_ns"].to_numpy(np.int64),
-                          "length": length})
-    frame = frame[frame["length"] > 0].sort_values(["window", "end_ns"], ascending=[True, False])
-    budget = frame["window"].map(saving).fillna(0).clip(lower=0).to_numpy(np.int64)
-    before = frame.groupby("window")["length"].cumsum().to_numpy(np.int64) - frame["length"].to_numpy(np.int64)
-    take = np.clip(budget - before, 0, frame["length"].to_numpy(np.int64))
-    frame = frame.assign(start_ns=frame["end_ns"].to_numpy(np.int64) - take, scenario=scenario)
-    frame = frame[take > 0]
-    frame["device"] = frame["rank"].map(main_device).fillna(-1).astype(np.int64)
-    return frame
+    window, end = seg["window"].to_numpy(np.int64), seg["end_ns"].to_numpy(np.int64)
+    keep = np.flatnonzero(length > 0)
+    keep = keep[np.lexsort((-end[keep], window[keep]))]  # per window, latest first
+    window, end, length = window[keep], end[keep], length[keep]
+    budget = np.clip(np.nan_to_num(saving.reindex(window).to_numpy(np.float64)), 0, None).astype(np.int64)
+    total = np.cumsum(length)
+    first = np.concatenate([[True], window[1:] != window[:-1]]) if window.size else np.zeros(0, dtype=bool)
+    before = total - length - np.maximum.accumulate(np.where(first, total - length, 0)) if window.size else total
+    take = np.clip(budget - before, 0, length)
+    rank = seg["rank"].to_numpy(np.int64)[keep]
+    frame = pd.DataFrame({"rank": rank, "device": pd.Series(rank).map(main_device).fillna(-1).to_numpy(np.int64),
+                          "step": seg["step"].to_numpy(np.int64)[keep], "scenario": scenario,
+                          "start_ns": end - take, "end_ns": end})
+    return frame[take > 0]
 
 
 def _collectives(ctx: AnalysisContext, act: Activity, segments: pd.DataFrame) -> pd.DataFrame:

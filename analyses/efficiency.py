@@ -785,7 +785,7 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     """The per-rank tables, findings and warnings (each warning for the ranks it is about)."""
     k = attribute(ctx)
     step_counts = activity(ctx).steps.counts()
-    roofed = with_roofs(ctx, k.ops)
+    roofed: pd.DataFrame = ctx.input("efficiency.roofs")
     windows = ctx.input("temporal.breakdown")
     op_types = op_type_table(roofed, step_counts)
     steps, mfu_warnings = with_mfu(step_table(roofed, windows[["rank", "device", "step", "window_ns"]]), ctx)
@@ -1035,7 +1035,7 @@ def kernel_roofline_factor(ctx: AnalysisContext) -> np.ndarray:
     attributed: OpKernels = ctx.input("efficiency.attribute")
     if attributed.ops.empty:
         return out
-    roofed = with_roofs(ctx, attributed.ops)
+    roofed = ctx.input("efficiency.roofs")
     roofed = roofed[roofed["roofline_ns"].notna()]
     per_instance = np.full(len(attributed.ops), np.nan)
     gpu_ns = roofed["gpu_ns"].to_numpy(np.float64)
@@ -1048,8 +1048,12 @@ def kernel_roofline_factor(ctx: AnalysisContext) -> np.ndarray:
 
 
 register_input("efficiency.gpu_specs", lambda ctx: gpu_specs(ctx.options.gpu_specs))
+# the modelled op instances with their roofs, once per context (this analysis and the critical
+# path's what-if read them)
+register_input("efficiency.roofs", lambda ctx: with_roofs(ctx, attribute(ctx).ops),
+               requires=("efficiency.attribute", "efficiency.gpu_specs"))
 register_input("efficiency.kernel_roofline_factor", kernel_roofline_factor,
-               requires=("activity", "efficiency.attribute", "efficiency.gpu_specs"))
+               requires=("activity", "efficiency.attribute", "efficiency.roofs"))
 register_input("efficiency.attribute", _attribute,
                requires=("activity", "launch_overhead.kinds", "links.runtime_ops", "cpu_op_nesting",
                          "classify.codes.name"))
@@ -1058,7 +1062,7 @@ SPEC = AnalysisSpec(
     name=NAME,
     title="Efficiency",
     run=analyze,
-    requires=("activity", "efficiency.attribute", "efficiency.gpu_specs", "temporal.breakdown",
+    requires=("activity", "efficiency.attribute", "efficiency.gpu_specs", "efficiency.roofs", "temporal.breakdown",
               "communication.cross_rank_inputs"),
     order=90,
     tables=(

@@ -199,3 +199,16 @@ def test_the_main_thread_waiting_for_the_backward_thread_is_woken_by_it():
     assert "autograd::engine::evaluate_function" in set(result.tables["segments"]["name"])
     edges = result.tables["edges"].set_index("edge")
     assert edges.loc["wake", "count"] == 2 and edges.loc["wake", "rule"] == "inferred"
+
+
+def test_each_what_ifs_claims_are_the_path_it_shortens_cut_to_its_saving():
+    trace, _ = synthetic_4rank()
+    ctx = context(trace)
+    import traceview.analyses  # noqa: F401  (declares the inputs)
+    parts = ctx.input("critical_path.result").parts
+    claims = parts.claims.assign(dur=lambda f: f["end_ns"] - f["start_ns"])
+    for scenario in ("comm_overlapped", "no_host_overhead", "roofline"):
+        saving = parts.whatif[parts.whatif["scenario"] == scenario].groupby(["rank", "step"])["saving_ns"].sum()
+        claimed = claims[claims["scenario"] == scenario].groupby(["rank", "step"])["dur"].sum()
+        assert saving.sum() > 0
+        assert (claimed.reindex(saving.index, fill_value=0) == saving).all(), scenario
