@@ -186,17 +186,15 @@ def _host_categories(ctx: AnalysisContext, hrows: np.ndarray) -> np.ndarray:
     blocking = (classify.is_sync_call(ctx) | classify.name_matches(ctx, classify.BLOCKING_COPY))[hrows] & runtime
     api_rows, _ = launch_links(ctx)
     launched = np.isin(hrows, api_rows) & runtime
-    # time inside an annotation (a step range, record_function) with no op open is the program's own
-    # untraced host time; the annotation names it
-    annotation = kinds == int(Kind.ANNOTATION)
-    return np.select([blocking, launched, annotation], [SYNC, LAUNCH_OVERHEAD, HOST_UNTRACED],
-                     HOST_COMPUTE).astype(np.int8)
+    # time inside an annotation (record_function, NVTX) with no op open is host work the annotation
+    # names: host compute (a step's own range is untraced host time: the critical path says so)
+    return np.select([blocking, launched], [SYNC, LAUNCH_OVERHEAD], HOST_COMPUTE).astype(np.int8)
 
 
 def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.ndarray, hrows: np.ndarray,
                       host_category: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Consecutive points of each thread; the time between is owned by the innermost event open.
-    Returns the edges' (source, destination, category)."""
+    Returns the edges' (source, destination, owning host event or -1)."""
     n = hrows.size
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8)
@@ -221,7 +219,7 @@ def _host_order_edges(edges: _Edges, thread: np.ndarray, hs: np.ndarray, he: np.
     has = (owner >= 0) & (point_time[dst] > point_time[src])
     category = np.where(has, host_category[np.maximum(owner, 0)], HOST_UNTRACED).astype(np.int8)
     edges.add(src, dst, HOST_ORDER, category, np.where(has, hrows[np.maximum(owner, 0)], -1))
-    return src, dst, category
+    return src, dst, np.where(has, owner, -1)
 
 
 def _thread_time_key(thread: np.ndarray, t: np.ndarray, is_start: np.ndarray) -> np.ndarray:
@@ -262,12 +260,15 @@ def _wake_edges(ctx: AnalysisContext, edges: _Edges, chain: tuple[np.ndarray, np
                 thread: np.ndarray, times: np.ndarray, hrows: np.ndarray, rules: dict[str, int]) -> None:
     """Threads woken by another thread of their rank (inferred: the trace records no dependency
     between threads): see :data:`WAKE_MIN_GAP_NS`."""
-    src, dst, category = chain
+    src, dst, owner = chain
     n_h = hrows.size
+    # no op or call open: untraced time, or only an annotation (a step range, record_function)
+    annotation = ctx.trace.kind_codes()[hrows] == int(Kind.ANNOTATION)
+    free = (owner < 0) | annotation[np.maximum(owner, 0)]
     api_rows, _ = launch_links(ctx)
     launching = np.unique(thread[np.isin(hrows, api_rows)])
     point_thread = np.concatenate([thread, thread])
-    gap = (category == HOST_UNTRACED) & (times[dst] - times[src] >= WAKE_MIN_GAP_NS)
+    gap = free & (times[dst] - times[src] >= WAKE_MIN_GAP_NS)
     gap &= np.isin(point_thread[dst], launching)
     # a thread's first point has no predecessor at all: it may have been started by another thread
     has_pred = np.zeros(2 * n_h, dtype=bool)

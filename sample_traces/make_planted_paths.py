@@ -43,8 +43,9 @@ activity it waits for; runtime calls that are neither launches nor syncs (``cuda
 ``cudaStreamWaitEvent``) never lie on a path; a step annotation owns at most ~1 us of its step, and
 steps are 400 ns apart (so the readings of the spec that differ on those, a step range's own time
 as untraced or an inter-step gap in a what-if, differ by less than the tolerance). The own time of
-other annotations (``Optimizer.step#SGD.step``, ``vllm:execute_model``) is ``ANNOTATION_CATEGORY``:
-host_compute, as the contract says ("CPU op / annotation innermost"). As a script:
+other annotations (``Optimizer.step#SGD.step``, ``vllm:execute_model``) is ``ANNOTATION_CATEGORY``,
+host_compute (host work the annotation names), a step range's own ``STEP_CATEGORY``, host_untraced
+(docs/metrics.md). As a script:
 ``python sample_traces/make_planted_paths.py OUT_DIR`` writes the traces and ``truth.json``.
 """
 
@@ -89,9 +90,10 @@ FLOOR_SHARE = 0.0025
 
 LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaGraphLaunch"})
 SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize"})
-#: what an annotation's own time (no op open inside it) is: the program's untraced host time
-#: (docs/metrics.md, "Critical path and what-if")
-ANNOTATION_CATEGORY = "host_untraced"
+#: what an annotation's own time (no op open inside it) is: host work it names; a step's own range:
+#: the program's untraced host time (docs/metrics.md, "Critical path and what-if")
+ANNOTATION_CATEGORY = "host_compute"
+STEP_CATEGORY = "host_untraced"
 CLASS_CATEGORY = {"compute": "gpu_compute", "memory": "memory", "communication": "communication"}
 CBID = mp.CBID
 
@@ -185,7 +187,8 @@ class PathRank(mp.RankTrace):
         ev_args = {"External id": ext, "Record function id": 0, **a} if cat != "python_function" else a
         self.events.append(self._x(cat, name, self.pid, self.tid, start, self.host - start, ev_args))
         if cat in ("cpu_op", "user_annotation"):
-            self.host_events.append((start, self.host, "host_compute" if cat == "cpu_op" else ANNOTATION_CATEGORY))
+            own = "host_compute" if cat == "cpu_op" else ANNOTATION_CATEGORY
+            self.host_events.append((start, self.host, STEP_CATEGORY if name.startswith("ProfilerStep#") else own))
 
     def call(self, api: str, dur: int) -> mp.Call:
         self.corr += 1 + (2 if self.rng.random() < 0.2 else 0)
