@@ -29,10 +29,16 @@ def visible_columns(columns: list[str]) -> list[str]:
     return [c for c in columns if c not in HIDDEN_COLUMNS]
 
 
+#: headers that the suffix rule would make ambiguous (``step_ns`` beside ``step``, the step number)
+COLUMN_LABELS = {"step_ns": "step time"}
+
+
 def column_label(col: str) -> str:
     """A column's header as people read it; the unit the cells are formatted in is in the cells
     (``total_ns`` -> ``total``, whose cells read ``1.23 ms``), so no header names a unit its cells
     do not use."""
+    if col in COLUMN_LABELS:
+        return COLUMN_LABELS[col]
     label = col
     for suffix, replacement in (("_ns_per_step", " / step"), ("_ns", ""), ("_bytes", ""), ("_pct", " %")):
         if label.endswith(suffix) and label != suffix.lstrip("_"):
