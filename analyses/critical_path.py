@@ -45,6 +45,8 @@ INFERRED_WARNINGS = {
     "wake": "critical path: threads woken by another thread inferred (the trace records no dependency between "
             "threads; counts in the edges table, rule in docs/metrics.md)",
 }
+#: the graph's rules whose count means some path may be wrong (the others are counted for the record)
+UNTRUSTED_RULES = ("edges left out: source after destination (clock skew)", "points on cycles (placed last)")
 GRAPH_SCENARIOS = ("comm_overlapped", "no_host_overhead", "roofline", "achievable")
 HOST_CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync")
 SEGMENT_COLUMNS = ["rank", "step", "start_ns", "end_ns", "dur_ns", "category", "name", "row", "tid", "device",
@@ -58,6 +60,7 @@ class PathResult:
     segments: pd.DataFrame
     edges: pd.DataFrame
     gpu_categories: pd.DataFrame
+    rules: pd.DataFrame
     parts: ranks_step.CriticalPathParts
 
 
@@ -66,9 +69,14 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     out = AnalysisResult(name=NAME, tables={"segments": result.segments,
                                             "contributors": contributors(result.segments, ctx.options.top_n),
                                             "gpu_categories": result.gpu_categories,
-                                            "edges": result.edges})
+                                            "edges": result.edges, "rules": result.rules})
     rules = result.edges
     inferred = rules[(rules["rule"] == "inferred") & (rules["count"] > 0)]
+    rules = result.rules
+    for rule in UNTRUSTED_RULES:
+        ranks = rules.loc[(rules["rule"] == rule) & (rules["count"] > 0), "rank"].unique()
+        out.warn(f"critical path: {rule}: the paths through them may be wrong (counts in the rules table)",
+                 [int(r) for r in ranks])
     for edge, message in INFERRED_WARNINGS.items():
         ranks = inferred.loc[inferred["edge"] == edge, "rank"].unique()
         out.warn(message, [int(r) for r in ranks])  # the pipeline says which ranks; counts: the edges table
@@ -95,7 +103,15 @@ def build_result(ctx: AnalysisContext) -> PathResult:
     del scenario_lags
     categories = _gpu_categories(segments, act, ctx.input("kernels.activity_categories"))
     return PathResult(segments=_public_segments(segments), edges=_edge_table(graph), gpu_categories=categories,
-                      parts=parts)
+                      rules=_rule_table(graph), parts=parts)
+
+
+def _rule_table(graph: DependencyGraph) -> pd.DataFrame:
+    """What the graph could not link, or linked by a rule, counted per rank (docs/metrics.md)."""
+    rows = [(int(r), rule, int(n)) for rule, ranks in graph.rules.items()
+            for r, n in zip(*np.unique(np.asarray(ranks, dtype=np.int64), return_counts=True))]
+    frame = pd.DataFrame(rows, columns=["rank", "rule", "count"])
+    return frame.astype({"rank": "int64", "count": "int64"}).sort_values(["rank", "rule"]).reset_index(drop=True)
 
 
 def _gpu_categories(segments: pd.DataFrame, act: Activity,
@@ -541,6 +557,7 @@ SPEC = AnalysisSpec(
         TableSpec("contributors", "Events with the most time on the critical path", sort_by="path_ns"),
         TableSpec("gpu_categories", "GPU compute on the critical path by kernel category, per step"),
         TableSpec("edges", "The dependency graph's edges by kind"),
+        TableSpec("rules", "What the dependency graph could not link, or linked by a rule, per rank"),
     ),
     finding_codes=ranks_step.FINDING_CODES,
     finding_parents=ranks_step.FINDING_PARENTS,

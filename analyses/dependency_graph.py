@@ -76,7 +76,7 @@ class DependencyGraph:
     covers) and, per point, its ``binding`` edge (-1 for a point without incoming edges). Host event
     ``i`` has points ``i`` (start) and ``hosts + i`` (end); activity ``j`` of the ``activity`` input
     has ``2 * hosts + j`` and ``2 * hosts + activities + j``. ``rules`` counts what was inferred or
-    left out."""
+    left out: the rank of every counted item, by rule."""
 
     times: np.ndarray
     row: np.ndarray
@@ -93,7 +93,7 @@ class DependencyGraph:
     incoming: IncomingEdges
     host_rows: np.ndarray
     host_thread: np.ndarray  # (rank, pid, tid) code of each host event
-    rules: dict[str, int] = field(default_factory=dict)
+    rules: dict[str, np.ndarray] = field(default_factory=dict)
 
     def activity_start(self, j: np.ndarray | slice = slice(None)) -> np.ndarray:
         return (2 * self.hosts + np.arange(self.activities, dtype=np.int64))[j]
@@ -148,11 +148,11 @@ def build_dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
     ranks = np.concatenate([rank_all[hrows], rank_all[hrows], act.rank, act.rank]).astype(np.int64)
     host_index = np.full(trace.num_events, -1, dtype=np.int64)
     host_index[hrows] = np.arange(n_h)
-    rules: dict[str, int] = {}
+    rules: dict[str, np.ndarray] = {}
     edges = _Edges()
     host_category = _host_categories(ctx, hrows)
     chain = _host_order_edges(edges, thread, hs, he, hrows, host_category)
-    _wake_edges(ctx, edges, chain, thread, times, hrows, rules)
+    _wake_edges(ctx, edges, chain, thread, times, hrows)
     g_start = 2 * n_h + np.arange(n_g, dtype=np.int64)
     g_end = g_start + n_g
     gpu_category = np.select([act.cls == classify.COMMUNICATION, act.cls == classify.MEMORY],
@@ -160,19 +160,19 @@ def build_dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
     edges.add(g_start, g_end, DURATION, gpu_category, act.row)
     api_host = np.where(act.api_row >= 0, host_index[np.maximum(act.api_row, 0)], -1)
     linked = api_host >= 0
-    rules["activities without a launch call"] = int((~linked).sum())
+    rules["activities without a launch call"] = act.rank[~linked]
     edges.add(api_host[linked], g_start[linked], LAUNCH, LAUNCH_OVERHEAD, act.api_row[linked])
     stream_prev = _stream_order_edges(edges, act, g_start, g_end, rules)
     _sync_wait_edges(ctx, edges, act, hrows, hs, he, g_end, n_h, rules)
-    _stream_wait_edges(ctx, edges, act, stream_prev, api_host, g_start, g_end, times, rules)
+    _stream_wait_edges(ctx, edges, act, stream_prev, api_host, g_start, g_end, times)
     src, dst, kind, category, owner = edges.columns()
     backwards = times[src] > times[dst]
-    rules["edges left out: source after destination (clock skew)"] = int(backwards.sum())
+    rules["edges left out: source after destination (clock skew)"] = ranks[dst[backwards]]
     keep = ~backwards
     src, dst, kind, category, owner = src[keep], dst[keep], kind[keep], category[keep], owner[keep]
     binding, lag = _binding_and_lags(times, src, dst, kind, act, n_h)
     incoming = IncomingEdges.of(times.size, src, dst)
-    rules["points on cycles"] = incoming.cyclic
+    rules["points on cycles (placed last)"] = ranks[incoming.order[times.size - incoming.cyclic:]]
     return DependencyGraph(times=times, row=rows, rank=ranks, hosts=n_h, activities=n_g, src=src, dst=dst,
                            kind=kind, lag=lag, category=category, owner=owner, binding=binding, incoming=incoming,
                            host_rows=hrows, host_thread=thread, rules=rules)
@@ -257,7 +257,7 @@ def _open_event(order: np.ndarray, n: int) -> np.ndarray:
 
 
 def _wake_edges(ctx: AnalysisContext, edges: _Edges, chain: tuple[np.ndarray, np.ndarray, np.ndarray],
-                thread: np.ndarray, times: np.ndarray, hrows: np.ndarray, rules: dict[str, int]) -> None:
+                thread: np.ndarray, times: np.ndarray, hrows: np.ndarray) -> None:
     """Threads woken by another thread of their rank (inferred: the trace records no dependency
     between threads): see :data:`WAKE_MIN_GAP_NS`."""
     src, dst, owner = chain
@@ -279,7 +279,6 @@ def _wake_edges(ctx: AnalysisContext, edges: _Edges, chain: tuple[np.ndarray, np
     rank = ctx.trace.column("rank")[hrows].astype(np.int64)
     ends = n_h + np.flatnonzero(np.isin(thread, launching))  # end points of the launching threads' events
     if targets.size == 0 or ends.size == 0:
-        rules["thread wake-ups inferred"] = 0
         return
     order = ends[np.lexsort((times[ends], rank[ends - n_h]))]
     target_rank = rank[np.where(targets < n_h, targets, targets - n_h)]
@@ -290,12 +289,11 @@ def _wake_edges(ctx: AnalysisContext, edges: _Edges, chain: tuple[np.ndarray, np
     found = _latest_before(rank[order - n_h], times[order], target_rank, times[targets], other_thread_in_gap)
     ok = found >= 0
     ok[ok] &= times[targets[ok]] - times[order[found[ok]]] <= WAKE_MAX_NS
-    rules["thread wake-ups inferred"] = int(ok.sum())
     edges.add(order[found[ok]], targets[ok], WAKE, HOST_UNTRACED, np.full(int(ok.sum()), -1, dtype=np.int64))
 
 
 def _stream_order_edges(edges: _Edges, act: Activity, g_start: np.ndarray, g_end: np.ndarray,
-                        rules: dict[str, int]) -> np.ndarray:
+                        rules: dict[str, np.ndarray]) -> np.ndarray:
     """On each (rank, device, stream): the activity that ended last at or before an activity's start
     (of those that started before it) -> that activity. On a serial stream that is the previous one;
     where activities overlap on one stream (the concurrent branches of a graph replay), it is the
@@ -306,8 +304,8 @@ def _stream_order_edges(edges: _Edges, act: Activity, g_start: np.ndarray, g_end
     key, _ = iv.combine_keys(act.rank, act.device, act.stream)
     by_start = np.lexsort((act.end, act.start, key))
     same = key[by_start[1:]] == key[by_start[:-1]]
-    rules["activities overlapping the previous one on their stream"] = int(
-        (same & (act.end[by_start[:-1]] > act.start[by_start[1:]])).sum())
+    overlapping = same & (act.end[by_start[:-1]] > act.start[by_start[1:]])
+    rules["activities overlapping the previous one on their stream"] = act.rank[by_start[1:][overlapping]]
     order = np.lexsort((act.start, act.end, key))
 
     def started_before(q: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -348,7 +346,7 @@ def _latest_before(keys: np.ndarray, times: np.ndarray, query_keys: np.ndarray, 
 
 
 def _sync_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, hrows: np.ndarray, hs: np.ndarray,
-                     he: np.ndarray, g_end: np.ndarray, n_h: int, rules: dict[str, int]) -> None:
+                     he: np.ndarray, g_end: np.ndarray, n_h: int, rules: dict[str, np.ndarray]) -> None:
     """A synchronising call (or blocking copy) waits for the rank's activity, launched before the
     call started, that ended last before the call ended."""
     trace = ctx.trace
@@ -361,7 +359,7 @@ def _sync_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, hrows: 
     order = np.lexsort((act.end, act.rank))
     call_rank = trace.column("rank")[hrows[calls]].astype(np.int64)
     call_stream = _synchronized_stream(ctx, hrows[calls])
-    rules["synchronising calls whose stream is recorded"] = int((call_stream >= 0).sum())
+    rules["synchronising calls whose stream is recorded"] = call_rank[call_stream >= 0]
 
     def launched_before(q: np.ndarray, p: np.ndarray) -> np.ndarray:
         j = order[p]
@@ -369,7 +367,7 @@ def _sync_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, hrows: 
 
     found = _latest_before(act.rank[order], act.end[order], call_rank, he[calls], launched_before)
     has = found >= 0
-    rules["synchronising calls with no GPU work to wait for"] = int((~has).sum())
+    rules["synchronising calls with no GPU work to wait for"] = call_rank[~has]
     j = order[found[has]]
     edges.add(g_end[j], n_h + calls[has], SYNC_WAIT, SYNC, hrows[calls[has]])
 
@@ -396,8 +394,7 @@ def _synchronized_stream(ctx: AnalysisContext, call_rows: np.ndarray) -> np.ndar
 
 
 def _stream_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, stream_prev: np.ndarray,
-                       api_host: np.ndarray, g_start: np.ndarray, g_end: np.ndarray, times: np.ndarray,
-                       rules: dict[str, int]) -> None:
+                       api_host: np.ndarray, g_start: np.ndarray, g_end: np.ndarray, times: np.ndarray) -> None:
     """cudaStreamWaitEvent / hipStreamWaitEvent, inferred (the events' ids are not in the trace): an
     activity that starts later than its stream and its launch allow, launched after a wait-event call
     that followed its stream predecessor's launch, waits for the activity of another stream of its
@@ -405,7 +402,6 @@ def _stream_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, strea
     trace = ctx.trace
     waits = np.flatnonzero((trace.kind_codes() == int(Kind.RUNTIME)) & classify.name_matches(ctx, STREAM_WAIT_API))
     if waits.size == 0 or len(act) == 0:
-        rules["stream waits inferred"] = 0
         return
     ready = np.where(api_host >= 0, times[np.where(api_host >= 0, api_host, 0)], np.iinfo(np.int64).min)
     has_prev = stream_prev >= 0
@@ -422,7 +418,6 @@ def _stream_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, strea
     upto = iv.searchsorted_by(wait_rank, wait_start, act.rank[cand], act.api_start[cand], side="right")
     cand = cand[upto > after]
     if cand.size == 0:
-        rules["stream waits inferred"] = 0
         return
     gpu, _ = iv.combine_keys(act.rank, act.device)
     order = np.lexsort((act.end, gpu))
@@ -435,7 +430,6 @@ def _stream_wait_edges(ctx: AnalysisContext, edges: _Edges, act: Activity, strea
     j, src = cand[ok], order[found[ok]]
     useful = act.end[src] > ready[j]  # it explains some of the delay
     j, src = j[useful], src[useful]
-    rules["stream waits inferred"] = int(j.size)
     edges.add(g_end[src], g_start[j], STREAM_WAIT, GPU_WAIT, act.row[j])
 
 

@@ -28,18 +28,19 @@ def critical_path(trace):
     return run_all(trace, only=["critical_path"])["critical_path"]
 
 
-def gpu_bound_with_sync() -> TraceBuilder:
+def gpu_bound_with_sync(api: str = "cuda") -> TraceBuilder:
     """Two 400 us kernels queued at once, then a device synchronize the host waits in."""
     b = TraceBuilder()
     b.step(1, 0, 850 * US)
-    b.launched("cudaLaunchKernel", 10 * US, 5 * US, 20 * US, 400 * US)
-    b.launched("cudaLaunchKernel", 20 * US, 5 * US, 420 * US, 400 * US)
-    b.runtime("cudaDeviceSynchronize", 30 * US, 800 * US)
+    b.launched(f"{api}LaunchKernel", 10 * US, 5 * US, 20 * US, 400 * US)
+    b.launched(f"{api}LaunchKernel", 20 * US, 5 * US, 420 * US, 400 * US)
+    b.runtime(f"{api}DeviceSynchronize", 30 * US, 800 * US)
     return b
 
 
-def test_a_gpu_bound_step_runs_through_its_kernels_and_the_sync():
-    result = critical_path(gpu_bound_with_sync().build())
+@pytest.mark.parametrize("api", ["cuda", "hip"])
+def test_a_gpu_bound_step_runs_through_its_kernels_and_the_sync(api):
+    result = critical_path(gpu_bound_with_sync(api).build())
     steps = result.tables["steps"]
     assert len(steps) == 1
     row = steps.iloc[0]
@@ -90,6 +91,8 @@ def test_a_stream_waiting_for_another_stream_is_inferred_from_the_wait_event_cal
     assert waits["dur_ns"].sum() == 2 * US  # slow_chain ends at 1030, joined starts at 1032
     edges = result.tables["edges"].set_index("edge")
     assert edges.loc["stream_wait", "count"] == 1 and edges.loc["stream_wait", "rule"] == "inferred"
+    rules = result.tables["rules"].set_index("rule")["count"]
+    assert rules.get("synchronising calls with no GPU work to wait for", 0) == 0
     assert any("cudaStreamWaitEvent" in w for _, w in result.rank_warnings)
 
 
