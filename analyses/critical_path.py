@@ -210,71 +210,70 @@ def _segments(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFram
         return _empty_segments()
     flat = np.concatenate(runs)
     window = np.repeat(np.arange(len(runs), dtype=np.int64), lengths)
-    last = np.cumsum(lengths) - 1
     is_last = np.zeros(flat.size, dtype=bool)
-    is_last[last] = True
-    dst_at = np.flatnonzero(~is_last)
+    is_last[np.cumsum(lengths) - 1] = True
+    dst_at = np.flatnonzero(~is_last)[::-1]  # each window's segments in time order
     dst, src, w = flat[dst_at], flat[dst_at + 1], window[dst_at]
     edge = np.where(src >= 0, graph.binding[dst], -1)
-    seg_end = graph.times[dst]
-    seg_start = np.maximum(np.where(src >= 0, graph.times[np.maximum(src, 0)], starts[w]), starts[w])
-    category = np.where(edge >= 0, graph.category[np.maximum(edge, 0)], UNLINKED).astype(np.int8)
-    owner = np.where(edge >= 0, graph.owner[np.maximum(edge, 0)], -1)
-    # the lane a segment is drawn on: the launch call's thread for a launch latency, else the point it ends at
-    lane = np.where((edge >= 0) & (graph.kind[np.maximum(edge, 0)] == LAUNCH), src, dst)
-    frame = pd.DataFrame({"window": w, "start_ns": seg_start, "end_ns": seg_end, "category": category,
-                          "row": owner, "lane": lane})
-    frame = frame[frame["end_ns"] > frame["start_ns"]]
-    frame = _merged(frame.iloc[::-1].reset_index(drop=True))
-    return _with_lanes(ctx, graph, windows, frame)
+    safe = np.maximum(edge, 0)
+    columns = {
+        "window": w,
+        "start_ns": np.maximum(np.where(src >= 0, graph.times[np.maximum(src, 0)], starts[w]), starts[w]),
+        "end_ns": graph.times[dst],
+        "category": np.where(edge >= 0, graph.category[safe], UNLINKED).astype(np.int64),
+        "row": np.where(edge >= 0, graph.owner[safe], -1),
+        # drawn on the launch call's thread for a launch latency, else on the point it ends at
+        "lane": np.where((edge >= 0) & (graph.kind[safe] == LAUNCH), src, dst),
+    }
+    order = np.argsort(w, kind="stable")  # windows in order, each in time order
+    keep = order[columns["end_ns"][order] > columns["start_ns"][order]]
+    return _with_lanes(ctx, graph, windows, _merged({k: v[keep] for k, v in columns.items()}))
 
 
-def _merged(frame: pd.DataFrame) -> pd.DataFrame:
+def _merged(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Consecutive segments (in time) of one window, category and owner joined into one."""
-    if frame.empty:
-        return frame
-    keys = frame[["window", "category", "row"]].to_numpy(np.int64)
-    touching = np.concatenate([[False], frame["start_ns"].to_numpy()[1:] == frame["end_ns"].to_numpy()[:-1]])
-    same = np.concatenate([[False], (keys[1:] == keys[:-1]).all(axis=1)]) & touching
-    first = np.flatnonzero(~same)
-    last = np.append(first[1:] - 1, len(frame) - 1)
-    out = {c: frame[c].to_numpy()[first] for c in ("window", "start_ns", "category", "row", "lane")}
-    out["end_ns"] = frame["end_ns"].to_numpy()[last]
-    return pd.DataFrame(out)[["window", "start_ns", "end_ns", "category", "row", "lane"]]
+    n = columns["window"].size
+    if n == 0:
+        return columns
+    same = np.ones(n - 1, dtype=bool)
+    for key in ("window", "category", "row"):
+        same &= columns[key][1:] == columns[key][:-1]
+    same &= columns["start_ns"][1:] == columns["end_ns"][:-1]
+    first = np.flatnonzero(np.concatenate([[True], ~same]))
+    last = np.append(first[1:] - 1, n - 1)
+    out = {k: v[first] for k, v in columns.items()}
+    out["end_ns"] = columns["end_ns"][last]
+    return out
 
 
 def _with_lanes(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFrame,
-                frame: pd.DataFrame) -> pd.DataFrame:
+                columns: dict[str, np.ndarray]) -> pd.DataFrame:
     """Segments with rank, step, name and the lane (host thread ``tid``, or GPU ``device``/``stream``)."""
     trace = ctx.trace
-    lane = frame["lane"].to_numpy(np.int64)
+    lane = columns["lane"]
     lane_row = graph.row[lane]
     on_host = lane < 2 * graph.hosts
-    row = frame["row"].to_numpy(np.int64)
-    category = frame["category"].to_numpy(np.int64)
+    row, category = columns["row"], columns["category"]
     # time inside a step's own range event (a ProfilerStep CPU op in older traces) with no op open
     # is untraced host time, as inside an annotation
     step_rows = graph.row[windows["start_point"].to_numpy(np.int64)]
     category = np.where((category == HOST_COMPUTE) & np.isin(row, step_rows), HOST_UNTRACED, category)
-    names = _segment_names(ctx, row, category)
-    w = frame["window"].to_numpy(np.int64)
-    out = pd.DataFrame({
+    w = columns["window"]
+    return pd.DataFrame({
         "window": w,
         "rank": windows["rank"].to_numpy(np.int64)[w],
         "step": windows["step"].to_numpy(np.int64)[w],
-        "start_ns": frame["start_ns"].to_numpy(np.int64),
-        "end_ns": frame["end_ns"].to_numpy(np.int64),
+        "start_ns": columns["start_ns"],
+        "end_ns": columns["end_ns"],
         "category_code": category,
-        "name": names,
+        "name": _segment_names(ctx, row, category),
         "row": row,
         "tid": np.where(on_host, trace.column("tid")[lane_row], -1).astype(np.int64),
         "device": np.where(on_host, -1, trace.column("device")[lane_row]).astype(np.int64),
         "stream": np.where(on_host, -1, trace.column("stream")[lane_row]).astype(np.int64),
+        "dur_ns": columns["end_ns"] - columns["start_ns"],
+        "category": pd.Categorical.from_codes(category, categories=list(CATEGORIES)),
     })
-    out["dur_ns"] = out["end_ns"] - out["start_ns"]
-    out["category"] = pd.Categorical.from_codes(category, categories=list(CATEGORIES))
-    out["category_code"] = category
-    return out
 
 
 def _segment_names(ctx: AnalysisContext, row: np.ndarray, category: np.ndarray) -> pd.Categorical:
@@ -299,6 +298,10 @@ def _empty_segments() -> pd.DataFrame:
 def _public_segments(segments: pd.DataFrame) -> pd.DataFrame:
     out = segments[SEGMENT_COLUMNS].copy()
     out["step"] = step_column(out["step"].to_numpy(np.int64))
+    rank, start = out["rank"].to_numpy(), out["start_ns"].to_numpy()
+    ordered = bool(((rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (start[1:] >= start[:-1]))).all())
+    if ordered:  # windows in order, each in time order: nothing to sort unless windows overlap
+        return out.reset_index(drop=True)
     return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
 
 
@@ -458,11 +461,12 @@ def _claims(segments: pd.DataFrame, whatif: pd.DataFrame, graph: DependencyGraph
     columns = ["rank", "device", "step", "scenario", "start_ns", "end_ns"]
     if segments.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "scenario" else "int64") for c in columns})
-    cat = segments["category"].to_numpy(object)
+    cat = segments["category_code"].to_numpy(np.int64)
+    host = [CATEGORIES.index(c) for c in HOST_CATEGORIES]
     parts = []
-    for scenario, shortened in (("comm_overlapped", cat == "communication"),
-                                ("no_host_overhead", np.isin(cat, HOST_CATEGORIES)),
-                                ("roofline", cat == "gpu_compute")):
+    for scenario, shortened in (("comm_overlapped", cat == COMMUNICATION),
+                                ("no_host_overhead", np.isin(cat, host)),
+                                ("roofline", cat == GPU_COMPUTE)):
         seg = segments[shortened]
         length = seg["dur_ns"].to_numpy(np.float64)
         if scenario == "roofline":

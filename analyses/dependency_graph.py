@@ -121,9 +121,12 @@ class _Edges:
                            owner.astype(np.int64)))
 
     def columns(self) -> tuple[np.ndarray, ...]:
+        """The edges as columns; the parts are let go (the graph's largest arrays are not held twice)."""
         if not self.parts:
             return tuple(np.zeros(0, dtype=t) for t in (np.int64, np.int64, np.int8, np.int8, np.int64))
-        return tuple(np.concatenate([p[i] for p in self.parts]) for i in range(5))
+        out = tuple(np.concatenate([p[i] for p in self.parts]) for i in range(5))
+        self.parts.clear()
+        return out
 
 
 def dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
