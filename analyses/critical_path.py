@@ -96,11 +96,10 @@ def build_result(ctx: AnalysisContext) -> PathResult:
     main_device = _main_device(act)
     steps = _composition(windows, segments, main_device)
     factor = ctx.input("efficiency.kernel_roofline_factor")
-    whatif, scenario_lags = _whatifs(graph, act, windows, factor)
+    whatif = _whatifs(graph, act, windows, factor)
     claims = _claims(segments, whatif, graph, factor, main_device)
     parts = ranks_step.CriticalPathParts(steps=steps, whatif=whatif, claims=claims,
                                          collectives=_collectives(ctx, act, segments))
-    del scenario_lags
     categories = _gpu_categories(segments, act, ctx.input("kernels.activity_categories"))
     return PathResult(segments=_public_segments(segments), edges=_edge_table(graph), gpu_categories=categories,
                       rules=_rule_table(graph), parts=parts)
@@ -425,7 +424,7 @@ def _whatif_span(graph: DependencyGraph, windows: pd.DataFrame, act_window: np.n
 
 
 def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
-             factor: np.ndarray) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+             factor: np.ndarray) -> pd.DataFrame:
     """Per window and graph scenario: the saving and the what-if step time (docs/metrics.md)."""
     lags = scenario_lags(graph, factor)
     act_window = activity_windows(act, windows)
@@ -441,7 +440,7 @@ def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
     modelled_share = np.where(rank < kernel_ns.size, modelled_ns[safe] / np.maximum(kernel_ns[safe], 1), np.nan)
     frames = []
     for scenario in GRAPH_SCENARIOS:
-        times = relaxed_times(graph.incoming, lags[scenario], graph.times)
+        times = relaxed_times(graph.incoming, lags.pop(scenario), graph.times)  # each let go once used
         span = _whatif_span(graph, windows, act_window, times,
                             host_free=scenario in ("no_host_overhead", "achievable"))
         saving = np.clip(base - span, 0, step_ns)  # a what-if never makes a step slower
@@ -451,7 +450,7 @@ def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
             "saving_ns": saving.astype(np.int64),
             "modelled_share": modelled_share if scenario in ("roofline", "achievable") else np.nan,
         }))
-    return pd.concat(frames, ignore_index=True), lags
+    return pd.concat(frames, ignore_index=True)
 
 
 def _claims(segments: pd.DataFrame, whatif: pd.DataFrame, graph: DependencyGraph, factor: np.ndarray,

@@ -37,7 +37,7 @@ from traceview.registry import register_input
 
 from . import classify
 from .paths import IncomingEdges
-from .steps import Activity, activity, analysed_ranks, launch_links
+from .steps import Activity, activity, analysed_ranks, cpu_op_nesting, launch_links
 
 EDGE_KINDS = ("duration", "host_order", "launch", "stream_order", "sync_wait", "stream_wait", "wake")
 DURATION, HOST_ORDER, LAUNCH, STREAM_ORDER, SYNC_WAIT, STREAM_WAIT, WAKE = range(len(EDGE_KINDS))
@@ -141,6 +141,7 @@ def build_dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
     kinds = trace.kind_codes()
     rank_all = trace.column("rank").astype(np.int64)
     host = np.isin(kinds, [int(k) for k in HOST_KINDS]) & np.isin(rank_all, analysed_ranks(ctx))
+    host[_folded_ops(ctx)] = False
     hrows = np.flatnonzero(host)
     hs = trace.column("start_ns")[hrows].astype(np.int64)
     he = hs + np.maximum(trace.column("dur_ns")[hrows], 0)
@@ -179,6 +180,31 @@ def build_dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
     return DependencyGraph(times=times, row=rows, rank=ranks, hosts=n_h, activities=n_g, src=src, dst=dst,
                            kind=kind, lag=lag, category=category, owner=owner, binding=binding, incoming=incoming,
                            host_rows=hrows, host_thread=thread, rules=rules)
+
+
+def _folded_ops(ctx: AnalysisContext) -> np.ndarray:
+    """Rows of the CPU ops nested in another op that contain no runtime call: their time is host
+    compute of the op around them, the same on any path, so they are not points (on a training trace
+    about half the ops: ``aten::empty``, ``aten::view`` ... under the op that launches)."""
+    trace = ctx.trace
+    nest = cpu_op_nesting(ctx)
+    inner = np.flatnonzero(nest.depth > 0)
+    if inner.size == 0:
+        return inner
+    calls = np.flatnonzero(trace.kind_codes() == int(Kind.RUNTIME))
+    ops = nest.rows[inner]
+    start = trace.column("start_ns")[ops]
+    end = start + np.maximum(trace.column("dur_ns")[ops], 0)
+    call_thread = nest.thread_codes(trace.column("rank")[calls].astype(np.int64), trace.column("pid")[calls],
+                                    trace.column("tid")[calls])
+    known = call_thread >= 0
+    call_thread, call_start = call_thread[known], trace.column("start_ns")[calls[known]]
+    order = np.lexsort((call_start, call_thread))
+    call_thread, call_start = call_thread[order], call_start[order]
+    op_thread = nest.codes[inner]
+    first = iv.searchsorted_by(call_thread, call_start, op_thread, start, side="left")
+    after = iv.searchsorted_by(call_thread, call_start, op_thread, end, side="left")
+    return ops[after == first]  # no call starts inside [start, end) on the op's thread
 
 
 def _host_categories(ctx: AnalysisContext, hrows: np.ndarray) -> np.ndarray:
@@ -470,6 +496,6 @@ def _binding_and_lags(times: np.ndarray, src: np.ndarray, dst: np.ndarray, kind:
 
 
 register_input("dependency_graph", build_dependency_graph,
-               requires=("activity", "links.launch", "classify.codes.name", "classify.comm_rule_of"))
+               requires=("activity", "links.launch", "classify.codes.name", "classify.comm_rule_of", "cpu_op_nesting"))
 
 __all__ = ["CATEGORIES", "EDGE_KINDS", "DependencyGraph", "dependency_graph"]
