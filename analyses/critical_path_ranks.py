@@ -221,7 +221,9 @@ def _findings(steps: pd.DataFrame, whatif: pd.DataFrame, claims: pd.DataFrame) -
             recommendation=RECOMMENDATIONS[scenario],
             evidence={"scenario": scenario, "step_ns": int(round(mean_step)), "saving_ns": int(round(saving)),
                       "whatif_ns": int(round(mean_step - saving)), "assumption": ASSUMPTIONS[scenario],
-                      "basis": unit, "per_rank": per_rank},
+                      "basis": unit, "per_rank": per_rank,
+                      "cost_note": "the cost counts the part of this saving that is time no finding ranked before "
+                                   "it (or its umbrella) already claims: the report never counts an instant twice"},
             claims=Claims.of(mine["rank"].to_numpy(np.int64), mine["device"].to_numpy(np.int64),
                              mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)),
         ))
