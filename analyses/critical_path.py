@@ -564,7 +564,8 @@ SPEC = AnalysisSpec(
     ),
     finding_codes=ranks_step.FINDING_CODES,
     finding_parents=ranks_step.FINDING_PARENTS,
-    finding_precedence=tuple((code, 300) for code in ranks_step.FINDING_CODES),
+    # a what-if restates time other findings name: it takes only what none of them claimed
+    finding_precedence=tuple((code, 250) for code in ranks_step.CODES.values()),
     gather=gather,
     reduce=ranks_step.reduce_parts,
     headline_table="steps",

@@ -55,12 +55,12 @@ MAX_CHART_RANKS = 8
 
 def page(ctx: RunContext) -> list[Any]:
     """The page of the critical_path analysis."""
-    from .pages import _finding_rows, _warnings_block, finding_card
+    from .pages import finding_rows, warnings_block, finding_card
 
     rep = ctx.report
     if ANALYSIS not in rep["analyses"]:
         return [message("The critical path was not computed for this selection (the analysis gave no results).")]
-    out: list[Any] = _warnings_block(ctx, (ANALYSIS,))
+    out: list[Any] = warnings_block(ctx, (ANALYSIS,))
     steps = numbers(ctx.table(ANALYSIS, "steps"))
     whatif = numbers(ctx.table(ANALYSIS, "whatif"))
     if not len(steps):
@@ -85,7 +85,7 @@ def page(ctx: RunContext) -> list[Any]:
         _as_pct(contributors, "share"), "cp-contributors", page_size=15, filter_=True,
         columns=["rank", "category", "name", "path_ns", "count", "share_pct"],
         rename={"share_pct": "share of the path %"}, tooltips={"name": "name"})))
-    cards: list[Any] = [finding_card(f, origin_ns=ctx.origin_ns) for f in _finding_rows(rep, ANALYSIS)]
+    cards: list[Any] = [finding_card(f, origin_ns=ctx.origin_ns) for f in finding_rows(rep, ANALYSIS)]
     out.append(section("Findings", *(cards or [message("No findings.")])))
     edges = ctx.table(ANALYSIS, "edges")
     if len(edges):

@@ -88,7 +88,7 @@ def _whole(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["step"].isna()].reset_index(drop=True)
 
 
-def _warnings_block(ctx: RunContext, analyses: tuple[str, ...]) -> list[Any]:
+def warnings_block(ctx: RunContext, analyses: tuple[str, ...]) -> list[Any]:
     """The report's warnings of these analyses (merged across ranks by the pipeline)."""
     out = []
     sections = ctx.report["analyses"]
@@ -99,7 +99,7 @@ def _warnings_block(ctx: RunContext, analyses: tuple[str, ...]) -> list[Any]:
     return out
 
 
-def _finding_rows(report: Any, analysis: str | None = None, limit: int | None = None) -> list[dict]:
+def finding_rows(report: Any, analysis: str | None = None, limit: int | None = None) -> list[dict]:
     """The report's findings (of one analysis), in the report's order."""
     rows = [f for f in report["findings"] if analysis is None or f.get("analysis") == analysis]
     return rows[:limit] if limit else rows
@@ -313,7 +313,7 @@ def _step_time_figure(steps: pd.DataFrame, breakdown: pd.DataFrame) -> Any:
 def gaps(ctx: RunContext) -> list[Any]:
     rep = ctx.report
     g = ctx.table("idle_gaps", "gaps")
-    out: list[Any] = _warnings_block(ctx, ("idle_gaps",))
+    out: list[Any] = warnings_block(ctx, ("idle_gaps",))
     out.append(section("Idle gaps by duration and cause", graph(figures.gap_histogram_figure(rep), "gap-hist")))
     by_cause = _whole(ctx.table("idle_gaps", "by_cause"))
     if by_cause is not None and len(by_cause):
@@ -350,8 +350,8 @@ def gaps(ctx: RunContext) -> list[Any]:
 
 def launch(ctx: RunContext) -> list[Any]:
     rep = ctx.report
-    out: list[Any] = _warnings_block(ctx, ("launch_overhead",))
-    for f in _finding_rows(rep, "launch_overhead"):
+    out: list[Any] = warnings_block(ctx, ("launch_overhead",))
+    for f in finding_rows(rep, "launch_overhead"):
         out.append(finding_card(f))
     out.append(section("Kernel duration vs launch cost", graph(figures.launch_scatter_figure(rep), "launch-scatter"),
                        note="Left: kernels below the diagonal are shorter than the call that launched them."))
@@ -377,8 +377,8 @@ def launch(ctx: RunContext) -> list[Any]:
 
 def communication(ctx: RunContext) -> list[Any]:
     rep = ctx.report
-    out: list[Any] = _warnings_block(ctx, ("communication",))
-    for f in _finding_rows(rep, "communication"):
+    out: list[Any] = warnings_block(ctx, ("communication",))
+    for f in finding_rows(rep, "communication"):
         out.append(finding_card(f))
     out.append(section("Overlap of communication with compute, per rank",
                        graph(figures.overlap_figure(rep), "comm-overlap")))
@@ -419,7 +419,7 @@ def kernels(ctx: RunContext) -> list[Any]:
     """The Kernels page: the kernels of every rank by normalised name (the report's
     ``kernel_summary``), a chart of the largest, each one's per-rank figures on row select
     (``kernel_ranks``), then categories, tiny kernels and every full name per rank (folded)."""
-    out: list[Any] = _warnings_block(ctx, ("kernels",))
+    out: list[Any] = warnings_block(ctx, ("kernels",))
     summary = ctx.table("kernels", "kernel_summary")
     if summary is None or summary.empty:
         return [*out, message("No GPU activity (kernels, memcpy, memset) in this selection.")]
@@ -537,8 +537,8 @@ def efficiency(ctx: RunContext) -> list[Any]:
     collectives' bandwidth, all from the efficiency analysis's tables in the report."""
     if "efficiency" not in ctx.report["analyses"]:
         return [message("The efficiency analysis gave no results for this selection.")]
-    out: list[Any] = _warnings_block(ctx, ("efficiency",))
-    out.extend(finding_card(f) for f in _finding_rows(ctx.report, "efficiency"))
+    out: list[Any] = warnings_block(ctx, ("efficiency",))
+    out.extend(finding_card(f) for f in finding_rows(ctx.report, "efficiency"))
     op_types = ctx.table("efficiency", "op_types")
     out.append(section("Roofline: op types against the GPU's peaks", *_roofline_body(ctx, op_types),
                        note="One point per op type (rank, GPU, op, dtype, unit), its area proportional to its GPU "
@@ -712,8 +712,8 @@ def generic(ctx: RunContext, analysis: str) -> list[Any]:
     if analysis not in sections:
         return [message(f"The analysis {analysis!r} gave no results for this selection.")]
     about = sections[analysis]
-    out: list[Any] = _warnings_block(ctx, (analysis,))
-    cards: list[Any] = [finding_card(f) for f in _finding_rows(ctx.report, analysis)]
+    out: list[Any] = warnings_block(ctx, (analysis,))
+    cards: list[Any] = [finding_card(f) for f in finding_rows(ctx.report, analysis)]
     out.append(section(f"Findings of {about['title']}", *(cards or [message("No findings.")])))
     spec = ANALYSES.get(analysis)
     names = list(about["tables"])

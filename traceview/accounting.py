@@ -53,6 +53,7 @@ PRECEDENCE_SCALE: tuple[tuple[int, str], ...] = (
     (100, "busy time above the roofline (analyses/efficiency.py)"),
     (190, "umbrella: exposed communication"),
     (200, "umbrella: idle GPU"),
+    (250, "a what-if's saving (critical path): time the findings above already name, restated as step time"),
 )
 
 #: (severity, minimum cost share): the first row whose share the finding reaches; else "info"
