@@ -15,7 +15,9 @@ export (no cache, one process, so that its CPU time is the process's own) and ru
 registry (as ``bench_critical_path.py --overhead`` removes ``critical_path``); medians of wall and
 CPU time for the load and the analyses, the peak RSS of each process (``VmHWM``), and in the "with"
 runs the modules analysis's own time: its derived inputs (``modules.*``: the range tree and the
-attribution), its run and its report summary, each timed where the pipeline calls it.
+attribution), its run and its report summary, each timed where the pipeline calls it (the run asks
+for its inputs, so they are built inside it: each part is printed inclusive, and the total counts
+each second once).
 
 The "with" runs also check the projection against the generator's truth (``<name>.truth.json``):
 every range is in the ``ranges`` table, all GPU time is attributed, and the inclusive GPU time of
@@ -47,15 +49,22 @@ import traceview, traceview.analyses
 from traceview.registry import ANALYSES, DERIVED_INPUTS
 NAME = {name!r}
 own = {{}}
+depth = [0]
 
 def timed(label, fn):
+    # the run builds the derived inputs it asks for inside itself: each part is timed inclusively,
+    # and "total" only at the outermost timed call, so nothing is counted twice
     def run(*a, **k):
         t0, c0 = time.perf_counter(), time.process_time()
+        depth[0] += 1
         try:
             return fn(*a, **k)
         finally:
-            w, c = own.get(label, (0.0, 0.0))
-            own[label] = (w + time.perf_counter() - t0, c + time.process_time() - c0)
+            depth[0] -= 1
+            dw, dc = time.perf_counter() - t0, time.process_time() - c0
+            for key in (label, "total") if depth[0] == 0 else (label,):
+                w, c = own.get(key, (0.0, 0.0))
+                own[key] = (w + dw, c + dc)
     return run
 
 spec = ANALYSES.get(NAME)
@@ -143,13 +152,13 @@ def print_own(runs: dict[str, list[dict[str, Any]]]) -> None:
     if not with_runs[0]["registered"]:
         print(f"no {NAME!r} analysis registered: both kinds ran the same analyses")
         return
-    labels = list(with_runs[0]["own"])
-    parts = ", ".join(f"{k} {_med(with_runs, lambda r: r['own'].get(k, (0, 0))[0]):.2f} s" for k in labels)
-    own_s = _med(with_runs, lambda r: sum(w for w, _ in r["own"].values()))
-    own_cpu = _med(with_runs, lambda r: sum(c for _, c in r["own"].values()))
+    labels = [k for k in with_runs[0]["own"] if k != "total"]
+    parts = ", ".join(f"{k} {_med(with_runs, lambda r: r['own'].get(k, (0, 0))[1]):.2f}" for k in labels)
+    own_s = _med(with_runs, lambda r: r["own"]["total"][0])
+    own_cpu = _med(with_runs, lambda r: r["own"]["total"][1])
     without_cpu = _med(runs["without"], lambda r: r["cpu_seconds"])
     rss = [max(r["peak_rss"] for r in runs[k]) for k in ("with", "without")]
-    print(f"{NAME} itself: {own_s:.2f} s wall, {own_cpu:.2f} s CPU ({parts}) = "
+    print(f"{NAME} itself: {own_s:.2f} s wall, {own_cpu:.2f} s CPU (CPU s of each part, inclusive: {parts}) = "
           f"{100 * own_cpu / without_cpu:.1f}% of the CPU time without it; peak RSS {rss[0] / 1e6:,.0f} MB "
           f"vs {rss[1] / 1e6:,.0f} MB ({100 * (rss[0] / rss[1] - 1):+.1f}%)")
 
