@@ -124,10 +124,10 @@ def _paths(parent: np.ndarray, depth: np.ndarray, name_code: np.ndarray, names: 
     name) gets one code and one string, so repeated layers cost nothing per range. ``strip``: the
     type path (each name without its trailing ``_<index>``: names that differ only by it share one)."""
     if strip:
-        labels, canonical = np.unique(np.asarray([INDEX_SUFFIX.sub("", str(n)) for n in names], dtype=object)
-                                      .astype(str), return_inverse=True)
-        name_code = canonical.reshape(-1)[name_code]
-        labels = labels.astype(object)
+        # factorized as objects: a fixed-width string array is (names x the longest name) bytes
+        canonical, uniques = pd.factorize(np.asarray([INDEX_SUFFIX.sub("", str(n)) for n in names], dtype=object))
+        name_code = canonical[name_code]
+        labels = np.asarray(uniques, dtype=object)
     else:
         labels = names
     code = np.full(parent.size, -1, dtype=np.int64)
@@ -356,7 +356,7 @@ def type_path_steps(tree: RangeTree, attribution: Attribution, act: Any, busy: d
         return pd.DataFrame({c: pd.Series(dtype=object if c == "type_path" else "int64") for c in columns})
     key, (rank, step, type_path) = iv.combine_keys(tree.rank[ranges], act.step[acts], tree.type_path[ranges])
     total = _union_by(key, act.start[acts], act.end[acts], rank.size)
-    frame = pd.DataFrame({"rank": rank, "step": step_column(step), "type_path": tree.type_paths[type_path].astype(str),
+    frame = pd.DataFrame({"rank": rank, "step": step_column(step), "type_path": tree.type_paths[type_path],
                           "inclusive_ns": total})
     frame["share"] = frame["inclusive_ns"] / frame["rank"].map(busy).fillna(0).clip(lower=1).to_numpy(np.float64)
     return frame.sort_values(["rank", "step", "inclusive_ns"], ascending=[True, True, False],
