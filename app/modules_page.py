@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 from dash import dcc, html
 
+from traceview.render.common import layers_text
 from traceview.units import fmt_ns, fmt_share
 
 from .components import CARD, frame_table, graph, message, section, stat_cards
@@ -44,7 +45,9 @@ ROOT_COLOR, OUTSIDE_COLOR = "#D5DBE1", "#EEEEEE"
 RULES = {"range": "inside a range (launched under it)",
          "backward": "backward: to the range of its forward op",
          "graph_replay": "graph replay: to the range around the launch, not to the ops inside the graph",
-         "none": "unattributed (outside every range)"}
+         "none": "no range (its activities' union may overlap attributed time)",
+         "attributed": "in some range, by any rule",
+         "unattributed": "outside every range: the busy time no attributed activity covers"}
 #: most sectors drawn in one rank's icicle (the largest ranges and all their ancestors; the
 #: ranges table below has them all)
 MAX_SECTORS = 3000
@@ -89,6 +92,7 @@ def headline(rep: Any) -> html.Div:
     """The summary's keys as cards: the share of GPU time inside ranges, the largest layers."""
     s = rep.get("summary", {})
     top = [t for t in (s.get("top_layers") or []) if isinstance(t, dict)]
+    layers = layers_text(rep)
     share = s.get("attributed_share")
     items: list[tuple[str, str, str | None]] = [
         ("GPU time in ranges", fmt_share(share) if share is not None else "-", "of the GPU busy time, whole job")]
@@ -97,9 +101,8 @@ def headline(rep: Any) -> html.Div:
         items.append(("largest layer", str(first.get("type_path")),
                       f"{fmt_ns(first.get('inclusive_ns'))} · {fmt_share(first.get('share'))} of GPU busy"))
     out: list[Any] = [stat_cards(items)]
-    if top:
-        out.append(html.Div("by layer: " + " · ".join(f"{t.get('type_path')} {fmt_share(t.get('share'), 0)}"
-                                                     for t in top), id="mod-by-layer",
+    if layers:  # the terminal's first-screen line
+        out.append(html.Div("by layer: " + layers, id="mod-by-layer",
                             style={"color": "#444", "fontSize": "14px", "margin": "0 0 10px 2px"}))
     return html.Div(out)
 
@@ -167,9 +170,9 @@ def rank_tree(ctx: Any, rank: int) -> pd.DataFrame:
         parent = ranges["parent_id"].reindex(gpu["range_id"]).to_numpy()
         name = ranges["name"].reindex(gpu["range_id"]).to_numpy()
         parent_id = pd.Series(parent, index=gpu.index).fillna(-1).astype("int64")
-        # a parent without GPU activity cannot be (its child's time is its own): defensively, the top
-        parent_id = parent_id.where(parent_id.isin(gpu["range_id"]), -1)
-        gpu = gpu.assign(parent_id=parent_id, name=pd.Series(name, index=gpu.index))
+        domain = ranges["domain"].reindex(gpu["range_id"]).to_numpy() if "domain" in ranges else None
+        gpu = gpu.assign(parent_id=parent_id, name=pd.Series(name, index=gpu.index),
+                         domain=pd.Series(domain, index=gpu.index) if domain is not None else None)
     else:  # no ranges table: every range at the top, named by its path's last component
         gpu = gpu.assign(parent_id=-1, name=None)
     last = gpu["path"].astype(str).str.rsplit("/", n=1).str[-1]
@@ -187,20 +190,22 @@ def busy_ns(ctx: Any, rank: int) -> int | None:
 
 
 def outside_ns(ctx: Any, rank: int) -> int:
-    """The rank's GPU time outside every range (the ``attribution`` table's ``none`` row)."""
+    """The rank's GPU time outside every range: the ``attribution`` table's ``unattributed`` row
+    (busy time not covered by attributed activity), or its ``none`` row where it has no such row."""
     att = ctx.table(ANALYSIS, "attribution")
     if not len(att):
         return 0
-    vals = pd.to_numeric(att.loc[(pd.to_numeric(att["rank"]) == rank) & (att["rule"] == "none"), "gpu_ns"],
-                         errors="coerce").dropna()
+    mine = att[pd.to_numeric(att["rank"]) == rank]
+    rule = "unattributed" if (mine["rule"] == "unattributed").any() else "none"
+    vals = pd.to_numeric(mine.loc[mine["rule"] == rule, "gpu_ns"], errors="coerce").dropna()
     return int(vals.sum())
 
 
 def _kept(tree: pd.DataFrame, limit: int) -> pd.DataFrame:
-    """The ``limit`` largest ranges whose ancestors are all kept too (a child is never wider than
-    its parent's union, so the largest are mostly whole subtrees)."""
-    if len(tree) <= limit:
-        return tree
+    """Of the ``limit`` largest ranges, those whose ancestors are all there too (a child is never
+    wider than its parent's union, so the largest are mostly whole subtrees; a range whose parent
+    the table does not hold, e.g. a report whose table was cut to its largest rows, is left out)."""
+    tree = tree[tree["range_id"].isin(_closed(tree))]  # the orphans first: they take no place
     top = tree.sort_values(["inclusive_ns", "depth"], ascending=[False, True], kind="stable").head(limit)
     return tree[tree["range_id"].isin(_closed(top))]
 
@@ -297,7 +302,7 @@ def icicle_figure(tree: pd.DataFrame, rank: int, root_ns: int | None, outside: i
     labels = [f"rank {rank}", "outside every range"] + [str(n) for n in shown["name"]]
     root_hover = (f"<b>rank {rank}</b><br>GPU busy {fmt_ns(root_ns)}" if root_ns is not None
                   else f"<b>rank {rank}</b>")
-    hover = [root_hover, f"outside every range: {fmt_ns(outside)} of GPU time (rule none)"] + \
+    hover = [root_hover, f"outside every range: {fmt_ns(outside)} of GPU busy time"] + \
         [_hover(r, origin_ns) for r in shown.itertuples()]
     fig = go.Figure(go.Icicle(
         ids=ids, parents=parents, labels=labels, values=[root_size, float(outside)] + [size[r] for r in rid],
