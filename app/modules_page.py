@@ -296,18 +296,19 @@ def icicle_figure(tree: pd.DataFrame, rank: int, root_ns: int | None, outside: i
     shown = _kept(tree, MAX_SECTORS)
     size, root_size = drawn_sizes(shown, root_ns, outside)
     rid = shown["range_id"].astype(int).tolist()
-    ids = [f"{rank}/root", f"{rank}/none"] + [f"{rank}/{r}" for r in rid]
-    parents = ["", f"{rank}/root"] + [f"{rank}/root" if p == -1 else f"{rank}/{p}"
-                                      for p in shown["parent_id"].astype(int)]
-    labels = [f"rank {rank}", "outside every range"] + [str(n) for n in shown["name"]]
+    # the ranges in start order, the time outside every range after them (sort=False keeps it)
+    ids = [f"{rank}/root"] + [f"{rank}/{r}" for r in rid] + [f"{rank}/none"]
+    parents = [""] + [f"{rank}/root" if p == -1 else f"{rank}/{p}" for p in shown["parent_id"].astype(int)] + \
+        [f"{rank}/root"]
+    labels = [f"rank {rank}"] + [str(n) for n in shown["name"]] + ["outside every range"]
     root_hover = (f"<b>rank {rank}</b><br>GPU busy {fmt_ns(root_ns)}" if root_ns is not None
                   else f"<b>rank {rank}</b>")
-    hover = [root_hover, f"outside every range: {fmt_ns(outside)} of GPU busy time"] + \
-        [_hover(r, origin_ns) for r in shown.itertuples()]
+    hover = [root_hover] + [_hover(r, origin_ns) for r in shown.itertuples()] + \
+        [f"outside every range: {fmt_ns(outside)} of GPU busy time"]
     fig = go.Figure(go.Icicle(
-        ids=ids, parents=parents, labels=labels, values=[root_size, float(outside)] + [size[r] for r in rid],
+        ids=ids, parents=parents, labels=labels, values=[root_size] + [size[r] for r in rid] + [float(outside)],
         branchvalues="total", sort=False, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
-        marker={"colors": [ROOT_COLOR, OUTSIDE_COLOR] + _colors(shown, color_by)},
+        marker={"colors": [ROOT_COLOR] + _colors(shown, color_by) + [OUTSIDE_COLOR]},
         tiling={"orientation": "v"}, pathbar={"visible": False}, textinfo="label"))
     levels = int(pd.to_numeric(shown["depth"]).max()) + 2 if len(shown) else 1
     fig.update_layout(template="plotly_white", height=min(120 + 64 * levels, 900),

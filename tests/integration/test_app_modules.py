@@ -69,6 +69,13 @@ def _sectors(fig: Any) -> pd.DataFrame:
                          "value": list(trace.values), "color": list(trace.marker.colors)})
 
 
+def gpu_order(ctl: AppController, rank: int) -> list[int]:
+    """The range ids of a rank's ``range_gpu`` rows in start order (an outer range before the ranges
+    it contains when they start together)."""
+    gpu = _rank_rows(ctl, "range_gpu", rank)
+    return gpu.sort_values(["start_ns", "depth"], kind="stable")["range_id"].tolist()
+
+
 def _rank_rows(ctl: AppController, table: str, rank: int) -> pd.DataFrame:
     frame = ctl._context(0).table(mp.ANALYSIS, table)  # noqa: SLF001
     return frame[frame["rank"] == rank]
@@ -93,7 +100,12 @@ def test_the_icicle_draws_every_range_under_its_parent_as_wide_as_its_time(
     controller = ctl if which == "sample" else request.getfixturevalue("qwen")
     body = _body(controller)
     rank = _by_id(body, mp.RANK_ID).value
-    sectors = _sectors(_by_id(body, mp.ICICLE_ID).figure).set_index("id")
+    sectors = _sectors(_by_id(body, mp.ICICLE_ID).figure)
+    assert sectors["id"].iloc[0] == f"{rank}/root" and sectors["id"].iloc[-1] == f"{rank}/none"
+    # left to right in start order (the icicle keeps the given order)
+    drawn = [int(i.split("/")[1]) for i in sectors["id"].iloc[1:-1]]
+    assert drawn == gpu_order(controller, rank)
+    sectors = sectors.set_index("id")
     gpu = _rank_rows(controller, "range_gpu", rank)
     ranges = _rank_rows(controller, "ranges", rank).set_index("range_id")
     att = _rank_rows(controller, "attribution", rank).set_index("rule")
@@ -125,9 +137,9 @@ def test_the_icicle_draws_every_range_under_its_parent_as_wide_as_its_time(
 def test_colours_by_kind_or_by_type_path(ctl: AppController) -> None:
     ctx = ctl._context(0)  # noqa: SLF001
     tree = mp.rank_tree(ctx, 0)
-    by_kind = _sectors(mp.icicle_figure(tree, 0, 1, 0, "kind", ctx.origin_ns)[0]).iloc[2:]
+    by_kind = _sectors(mp.icicle_figure(tree, 0, 1, 0, "kind", ctx.origin_ns)[0]).iloc[1:-1]
     assert by_kind["color"].tolist() == [mp.KIND_COLORS[k] for k in tree["kind"]]
-    by_type = _sectors(mp.icicle_figure(tree, 0, 1, 0, "type_path", ctx.origin_ns)[0]).iloc[2:]
+    by_type = _sectors(mp.icicle_figure(tree, 0, 1, 0, "type_path", ctx.origin_ns)[0]).iloc[1:-1]
     colour_of = dict(zip(tree["type_path"], by_type["color"]))
     assert len(colour_of) > 1 and len(set(colour_of.values())) == len(colour_of)  # one colour per type path
     assert by_type["color"].tolist() == [colour_of[t] for t in tree["type_path"]]
