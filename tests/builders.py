@@ -137,16 +137,21 @@ class TraceBuilder:
     def issued_by(self, op_row: int, runtime_row: int) -> None:
         self.links.append(("cpu_op", op_row, runtime_row))
 
+    def flow(self, src_row: int, dst_row: int, category: str = "fwdbwd") -> None:
+        """A Chrome-trace flow link of ``category`` (``fwdbwd``: forward op -> its backward op)."""
+        self.links.append((f"flow:{category}", src_row, dst_row))
+
     def build(self) -> Trace:
         events = make_events_table(self._columns(), len(self.rows))
         tables = []
-        for link_type in ("launch", "cpu_op"):
-            pairs = [(s, d) for t, s, d in self.links if t == link_type]
-            if pairs:
-                src = np.array([p[0] for p in pairs], dtype=np.int64)
-                dst = np.array([p[1] for p in pairs], dtype=np.int64)
-                rank = np.array([self.rows[s]["rank"] for s in src])
-                tables.append(make_links_table(rank, link_type, link_type, src, dst))
+        kinds = {t for t, _, _ in self.links}
+        for kind in [k for k in ("launch", "cpu_op") if k in kinds] + sorted(kinds - {"launch", "cpu_op"}):
+            pairs = [(s, d) for t, s, d in self.links if t == kind]
+            link_type, _, category = kind.partition(":")
+            src = np.array([p[0] for p in pairs], dtype=np.int64)
+            dst = np.array([p[1] for p in pairs], dtype=np.int64)
+            rank = np.array([self.rows[s]["rank"] for s in src])
+            tables.append(make_links_table(rank, link_type, category or link_type, src, dst))
         links = (pa.concat_tables(tables).unify_dictionaries().combine_chunks() if tables
                  else make_links_table(np.empty(0), "launch", "launch", np.empty(0), np.empty(0)))
         ranks = sorted({r["rank"] for r in self.rows}) or [self.rank]

@@ -666,6 +666,43 @@ def innermost_covering(
     return NestedIndex(keys, starts, ends, depth).covering(query_keys, query_lo, query_hi)
 
 
+def nesting_parents(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each interval, the innermost other interval of its group that contains it (-1 at the top):
+    one sort of the intervals' start and end points, then the nesting depth read off it (the latest
+    start that brought the group to the depth just before this start). Exact for nested intervals;
+    of two with the same start and end, the first (by index) is the parent of the second."""
+    n = _arr(keys).size
+    if n == 0:
+        return _EMPTY.copy()
+    k, s, e = _arr(keys), _arr(starts), np.maximum(_arr(ends), _arr(starts))
+    point_key = np.concatenate([k, k])
+    point_time = np.concatenate([s, e])
+    is_start = np.concatenate([np.ones(n, dtype=np.int8), np.zeros(n, dtype=np.int8)])
+    # at one time: ends before starts; of two starts the outer (longer, then earlier index) first
+    tie = np.concatenate([-(e - s), e - s])
+    index = np.concatenate([np.arange(n), -np.arange(n)])
+    order = np.lexsort((index, tie, is_start, point_time, point_key))
+    depth = np.cumsum(np.where(order < n, 1, -1))  # balanced per group: 0 between groups
+    position = np.arange(order.size, dtype=_I64)
+    width = _I64(order.size + 1)
+    starts_at = position[order < n]
+    keys_sorted = depth[order < n] * width + starts_at
+    by_key = np.argsort(keys_sorted, kind="stable")
+    keys_sorted, starts_at = keys_sorted[by_key], starts_at[by_key]
+    # the interval open just before each start: the latest start at or before the previous point
+    # that reached the depth the group had there
+    own = np.flatnonzero(order < n)
+    before = own - 1
+    depth_before = np.where(before >= 0, depth[np.maximum(before, 0)], 0)
+    same_group = (before >= 0) & (point_key[order[np.maximum(before, 0)]] == point_key[order[own]])
+    found = np.searchsorted(keys_sorted, depth_before * width + before, side="right") - 1
+    ok = same_group & (depth_before > 0) & (found >= 0)
+    ok[ok] &= keys_sorted[found[ok]] // width == depth_before[ok]
+    out = np.full(n, -1, dtype=_I64)
+    out[order[own[ok]]] = order[starts_at[found[ok]]]
+    return out
+
+
 def searchsorted_by(
     keys: np.ndarray, times: np.ndarray, query_keys: np.ndarray, query_times: np.ndarray,
     side: Literal["left", "right"] = "left",
@@ -686,6 +723,7 @@ def searchsorted_by(
 
 __all__ = [
     "NestedIndex",
+    "nesting_parents",
     "clip",
     "clip_by",
     "combine_keys",

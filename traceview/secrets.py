@@ -313,11 +313,15 @@ def _shannon_bits(text: str) -> float:
     return -sum(k / n * math.log2(k / n) for k in Counter(text).values())
 
 
+#: a path of CamelCase identifiers (a module path such as ``Qwen2Model/Qwen2DecoderLayer/Qwen2RMSNorm``)
+_IDENTIFIER_PATH = re.compile(r"^(?:[A-Z][a-z]+\d*|[A-Z]+\d*)+(?:/(?:[A-Z][a-z]+\d*|[A-Z]+\d*)+)+$")
+
+
 def _random_looking(token: str) -> bool:
     """The ``high_entropy`` test (module docstring) for one candidate run of base64 characters."""
     t = token.rstrip("=")
     n = len(t)
-    if n < HIGH_ENTROPY_MIN_LENGTH or t.startswith("_Z"):
+    if n < HIGH_ENTROPY_MIN_LENGTH or t.startswith("_Z") or _IDENTIFIER_PATH.match(t):
         return False
     if (t.count("_") + t.count("-")) * 10 > n or t.count("/") * 10 > n:
         return False

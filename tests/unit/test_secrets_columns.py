@@ -134,3 +134,13 @@ def test_column_rows_of_a_frame_with_every_kind_of_column():
     assert got.rows()[0]["i"] == 1 and list(got.rows()[0])[0] == "i"
     assert column_rows(frame.iloc[:0], columns).rows() == []
     assert column_rows(pd.DataFrame(index=range(3)), []).rows() == []
+
+
+def test_a_module_path_is_not_a_random_token_but_a_random_one_with_slashes_is():
+    """A layer's type path (issue 28) is CamelCase identifiers joined by slashes: no secret; base64
+    with slashes in it still is."""
+    from traceview.secrets import looks_secret
+
+    assert not looks_secret("Qwen2Model/Qwen2DecoderLayer/Qwen2RMSNorm")
+    assert not looks_secret("LlamaForCausalLM/LlamaModel/LlamaDecoderLayer/LlamaMLP")
+    assert looks_secret("aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5zA7bC9/dE1fG3hI5jK7lM9nO1pQ3")

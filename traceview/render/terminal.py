@@ -22,6 +22,7 @@ from rich.text import Text
 from traceview.registry import ANALYSES, Renderer, register_renderer
 from traceview.render.common import (
     critical_path_text,
+    layers_text,
     cost_heading,
     nested_note,
     column_label,
@@ -119,6 +120,9 @@ def print_headline(report: Mapping[str, Any], console: Console) -> None:
     path = critical_path_text(report)
     if path:
         console.print(f"[bold]critical path[/bold] {safe(path)}", highlight=False)
+    layers = layers_text(report)
+    if layers:
+        console.print(f"[bold]by layer[/bold] {safe(layers)}", highlight=False)
     for key, note in (s.get("notes") or {}).items():
         console.print(f"[yellow]note:[/yellow] {safe(str(note))}", highlight=False)
     execution = report.get("execution") or {}
