@@ -88,6 +88,17 @@ def type_paths_of(range_gpu: pd.DataFrame, busy: dict[int, int]) -> pd.DataFrame
     return out
 
 
+def type_path_steps_of(range_gpu: pd.DataFrame, temporal_steps: pd.DataFrame, busy: dict[int, int]) -> pd.DataFrame:
+    """The ``type_path_steps`` table: per rank, step (the one holding the instance: the synthetic
+    tree's ranges lie inside steps) and type path, the sum over its instances there."""
+    steps = temporal_steps[["rank", "step", "start_ns"]].rename(columns={"start_ns": "step_start_ns"})
+    placed = pd.merge_asof(range_gpu.sort_values("start_ns"), steps.sort_values("step_start_ns"), by="rank",
+                           left_on="start_ns", right_on="step_start_ns")
+    out = placed.groupby(["rank", "step", "type_path"], as_index=False)["inclusive_ns"].sum()
+    out["share"] = out["inclusive_ns"] / out["rank"].map(busy).clip(lower=1)
+    return out
+
+
 def synthetic_result(trace: Trace, temporal_steps: pd.DataFrame) -> AnalysisResult:
     """The contract's tables for ``trace`` (see the module docstring)."""
     ranges: list[dict[str, Any]] = []
@@ -107,7 +118,8 @@ def synthetic_result(trace: Trace, temporal_steps: pd.DataFrame) -> AnalysisResu
         covered = np.zeros(len(starts), dtype=bool)
         for r in top:
             covered |= (starts >= r["start_ns"]) & (starts < r["end_ns"])
-        for rule, mask in (("range", covered), ("none", ~covered)):
+        for rule, mask in (("range", covered), ("none", ~covered), ("attributed", covered),
+                           ("unattributed", ~covered)):
             gpu_ns = total(starts[mask], ends[mask])
             attribution.append({"rank": rank, "rule": rule, "activities": int(mask.sum()), "gpu_ns": gpu_ns,
                                 "busy_ns": busy[rank], "share": gpu_ns / max(busy[rank], 1)})
@@ -115,7 +127,9 @@ def synthetic_result(trace: Trace, temporal_steps: pd.DataFrame) -> AnalysisResu
         gpu += rows
     range_gpu = pd.DataFrame(gpu)
     tables = {"ranges": pd.DataFrame(ranges, columns=list(RANGE_COLUMNS)), "range_gpu": range_gpu,
-              "type_paths": type_paths_of(range_gpu, busy), "attribution": pd.DataFrame(attribution)}
+              "type_paths": type_paths_of(range_gpu, busy),
+              "type_path_steps": type_path_steps_of(range_gpu, temporal_steps, busy),
+              "attribution": pd.DataFrame(attribution)}
     return AnalysisResult(name="modules", tables=tables)
 
 
@@ -131,7 +145,7 @@ def summary_keys(result: AnalysisResult) -> dict[str, Any]:
     held = job[job["share"] >= 0.10]
     deepest = held[[not any(o.startswith(p + "/") for o in held["type_path"]) for p in held["type_path"]]]
     top = deepest.sort_values("inclusive_ns", ascending=False).head(5)
-    attributed = float(att.loc[att["rule"] != "none", "gpu_ns"].sum()) / max(busy, 1.0)
+    attributed = float(att.loc[att["rule"] == "attributed", "gpu_ns"].sum()) / max(busy, 1.0)
     return {"top_layers": [{"type_path": str(r.type_path), "inclusive_ns": int(r.inclusive_ns),
                             "share": float(r.share)} for r in top.itertuples()], "attributed_share": attributed}
 
@@ -150,7 +164,7 @@ def with_modules(report: Report, result: AnalysisResult | None = None) -> Report
     return Report(data, {**report.results, "modules": result}, report.trace)
 
 
-def changed(result: AnalysisResult, type_path: str, add_ns: int) -> AnalysisResult:
+def changed(result: AnalysisResult, temporal_steps: pd.DataFrame, type_path: str, add_ns: int) -> AnalysisResult:
     """A copy of ``result`` whose every instance of ``type_path`` (and so each of its ancestors) has
     ``add_ns`` more inclusive GPU time: the "after" side of a diff with a known answer."""
     gpu = result.tables["range_gpu"].copy()
@@ -164,8 +178,9 @@ def changed(result: AnalysisResult, type_path: str, add_ns: int) -> AnalysisResu
             lineage
         gpu.loc[above, "inclusive_ns"] += add_ns
     busy = result.tables["attribution"].groupby("rank")["busy_ns"].first().to_dict()
+    per_step = type_path_steps_of(gpu, temporal_steps, busy)
     return AnalysisResult(name="modules", tables={**result.tables, "range_gpu": gpu,
-                                                  "type_paths": type_paths_of(gpu, busy)})
+                                                  "type_paths": type_paths_of(gpu, busy), "type_path_steps": per_step})
 
 
 def without_modules(report: Report) -> Report:

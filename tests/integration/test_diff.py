@@ -605,7 +605,8 @@ def layer_pair():
 
     report = analyze(SAMPLE_TRACES / "synthetic_4rank", use_cache=False)
     result = synthetic_result(report.trace, report.table("temporal", "steps"))
-    return with_modules(report, result), with_modules(report, changed(result, "Model/Layer/Attention", 2_000_000))
+    after = changed(result, report.table("temporal", "steps"), "Model/Layer/Attention", 2_000_000)
+    return with_modules(report, result), with_modules(report, after)
 
 
 def test_layers_known_answer(layer_pair):
@@ -659,7 +660,7 @@ def test_a_layer_only_in_one_report(layer_pair):
     paths = result.tables["type_paths"]
     fewer = AnalysisResult(name="modules", tables={**result.tables,
                                                    "type_paths": paths[paths["type_path"] != "Model/Layer/Attention"],
-                                                   "range_gpu": result.tables["range_gpu"].query(
+                                                   "type_path_steps": result.tables["type_path_steps"].query(
                                                        "type_path != 'Model/Layer/Attention'")})
     diff = diff_reports(with_modules(base, fewer), base)
     appeared = [x for x in diff.layers if x.match == "appeared"]

@@ -457,7 +457,9 @@ def layer_summaries():
     for side, add_ns in (("base", 0), ("new", 2_000_000)):
         report = traceview.analyze(str(PAIR / side), use_cache=False)
         result = synthetic_result(report.trace, report.table("temporal", "steps"))
-        report = with_modules(report, changed(result, "Model/Layer/Attention", add_ns) if add_ns else result)
+        if add_ns:
+            result = changed(result, report.table("temporal", "steps"), "Model/Layer/Attention", add_ns)
+        report = with_modules(report, result)
         files = find_trace_files([str(PAIR / side)])
         out.append((report, summarize(report, identity=files_identity(files), name=side, paths=[str(PAIR / side)],
                                       tags={})))

@@ -6,12 +6,11 @@ never recomputed:
 * ``type_paths`` (per rank and type path: ``depth``, ``inclusive_ns`` summed over its instances,
   ``share`` of the rank's GPU busy time) says which type paths a rank has and, for a rank without
   steps, is its one sample;
-* ``range_gpu`` (one row per range with GPU activity: ``type_path``, ``start_ns``,
-  ``inclusive_ns``) gives the per-step samples of a rank with steps: each range counts in the step
-  (temporal ``steps``) its start falls in, and a type path's sample in a step is the sum of its
-  instances' ``inclusive_ns`` there (so the samples over the steps sum to the type path's
-  ``inclusive_ns`` when every instance is inside a step). A type path with no instance in a step
-  counts 0 there; ranges outside every step are not in the samples, as for every per-step figure.
+* ``type_path_steps`` (per rank, step and type path: ``inclusive_ns``, the union of the GPU time
+  attributed at or below its instances in that step, activity in a step by its launch) gives the
+  per-step samples of a rank with steps (temporal ``steps``, in start order). A type path with no
+  time in a step counts 0 there; activity outside every step is not in the samples, as for every
+  per-step figure.
 
 Each type path is judged by the diff's noise rule (:func:`traceview.compare.noise.compare`: more
 time is worse). A type path in one report only is ``appeared`` or ``vanished`` (significant when
@@ -66,20 +65,9 @@ def has_layers(report: Report) -> bool:
     return not report.table(ANALYSIS, "type_paths").empty
 
 
-def _step_positions(starts_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """The position (in start order) of the step each start falls in; -1 outside every step."""
-    ordered = steps.sort_values("start_ns", kind="stable")
-    s_start = ordered["start_ns"].to_numpy(dtype=np.int64)
-    s_end = ordered["end_ns"].to_numpy(dtype=np.int64)
-    pos = np.searchsorted(s_start, starts_ns, side="right") - 1
-    inside = pos >= 0
-    inside[inside] = starts_ns[inside] < s_end[pos[inside]]
-    return np.where(inside, pos, -1)
-
-
-def _rank_samples(paths: pd.DataFrame, ranges: pd.DataFrame, steps: pd.DataFrame) -> dict[str, LayerSamples]:
-    """type path -> its samples on one rank (``paths``: its type_paths rows; ``ranges``: its
-    range_gpu rows; ``steps``: its temporal steps, empty when it has none)."""
+def _rank_samples(paths: pd.DataFrame, per_step: pd.DataFrame, steps: pd.DataFrame) -> dict[str, LayerSamples]:
+    """type path -> its samples on one rank (``paths``: its type_paths rows; ``per_step``: its
+    type_path_steps rows; ``steps``: its temporal steps, empty when it has none)."""
     names = [str(p) for p in paths["type_path"]]
     depths = [int(d) for d in paths["depth"]]
     shares = [None if pd.isna(s) else float(s) for s in paths["share"]]
@@ -87,11 +75,14 @@ def _rank_samples(paths: pd.DataFrame, ranges: pd.DataFrame, steps: pd.DataFrame
         values = paths["inclusive_ns"].to_numpy(dtype=np.float64)
         return {n: LayerSamples(d, s, [float(v)]) for n, d, s, v in zip(names, depths, shares, values)}
     matrix = np.zeros((len(names), len(steps)))
-    if len(ranges):
-        step_pos = _step_positions(ranges["start_ns"].to_numpy(dtype=np.int64), steps)
-        path_pos = pd.Index(names).get_indexer(ranges["type_path"].astype(str))
+    if len(per_step):
+        order = pd.Index(steps.sort_values("start_ns", kind="stable")["step"].astype("int64"))
+        numbers = pd.to_numeric(per_step["step"], errors="coerce")
+        step_pos = order.get_indexer(numbers.fillna(-1).astype("int64"))
+        step_pos[numbers.isna().to_numpy()] = -1  # the whole-trace rows, if any
+        path_pos = pd.Index(names).get_indexer(per_step["type_path"].astype(str))
         ok = (step_pos >= 0) & (path_pos >= 0)
-        np.add.at(matrix, (path_pos[ok], step_pos[ok]), ranges["inclusive_ns"].to_numpy(dtype=np.float64)[ok])
+        np.add.at(matrix, (path_pos[ok], step_pos[ok]), per_step["inclusive_ns"].to_numpy(dtype=np.float64)[ok])
     return {n: LayerSamples(d, s, [float(x) for x in matrix[i]])
             for i, (n, d, s) in enumerate(zip(names, depths, shares))}
 
@@ -101,7 +92,7 @@ def layer_samples(report: Report) -> dict[int, dict[str, LayerSamples]]:
     paths = report.table(ANALYSIS, "type_paths")
     if paths.empty:
         return {}
-    ranges = report.table(ANALYSIS, "range_gpu")
+    ranges = report.table(ANALYSIS, "type_path_steps")
     steps = report.table("temporal", "steps")
     range_groups = dict(iter(ranges.groupby("rank", sort=False))) if len(ranges) else {}
     step_groups = dict(iter(steps.groupby("rank", sort=False))) if len(steps) else {}
