@@ -319,20 +319,22 @@ _CASE_RUNS = re.compile(r"[A-Z]+|[a-z]+|[0-9]+|[^A-Za-z0-9]+")
 def _identifier_path(token: str) -> bool:
     """A path of CamelCase identifiers (a module path such as
     ``Qwen2Model/Qwen2DecoderLayer/Qwen2RMSNorm``): two or more parts, each starting with a capital,
-    letters and digits only, every run of small letters at least two long and every single capital
-    followed by small letters (random base64 changes case every character or two). Linear: one
-    scan of case runs, no backtracking."""
+    letters and digits only, at most one lone small letter, every lone capital followed by small
+    letters or digits (random base64 changes case every character or two). Linear: one scan of
+    case runs, no backtracking."""
     parts = token.split("/")
     if len(parts) < 2:
         return False
     for part in parts:
         runs = _CASE_RUNS.findall(part)
-        if not runs or not runs[0][0].isupper():
+        if not runs or not runs[0][0].isupper() or not all(run.isalnum() for run in runs):
             return False
-        for i, run in enumerate(runs):
-            if not run.isalnum() or (run.islower() and len(run) < 2):
-                return False
-            if run.isupper() and len(run) == 1 and not (i + 1 < len(runs) and runs[i + 1].islower()):
+        # one lone small letter is a name's (``SiLU``, ``ReLU``); random text has several
+        if sum(run.islower() and len(run) == 1 for run in runs) > 1:
+            return False
+        for i, run in enumerate(runs):  # a lone capital starts a word or precedes a number (``T5Block``)
+            after = runs[i + 1] if i + 1 < len(runs) else ""
+            if run.isupper() and len(run) == 1 and not (after.islower() or after.isdigit()):
                 return False
     return True
 
