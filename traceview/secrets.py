@@ -316,7 +316,7 @@ def _shannon_bits(text: str) -> float:
 _CASE_RUNS = re.compile(r"[A-Z]+|[a-z]+|[0-9]+|[^A-Za-z0-9]+")
 
 
-def _identifier_path(token: str) -> bool:
+def is_identifier_path(token: str) -> bool:
     """A path of CamelCase identifiers (a module path such as
     ``Qwen2Model/Qwen2DecoderLayer/Qwen2RMSNorm``): two or more parts, each starting with a capital,
     letters and digits only, at most one lone small letter, every lone capital followed by small
@@ -343,7 +343,7 @@ def _random_looking(token: str) -> bool:
     """The ``high_entropy`` test (module docstring) for one candidate run of base64 characters."""
     t = token.rstrip("=")
     n = len(t)
-    if n < HIGH_ENTROPY_MIN_LENGTH or t.startswith("_Z") or _identifier_path(t):
+    if n < HIGH_ENTROPY_MIN_LENGTH or t.startswith("_Z") or is_identifier_path(t):
         return False
     if (t.count("_") + t.count("-")) * 10 > n or t.count("/") * 10 > n:
         return False
