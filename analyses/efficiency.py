@@ -1047,11 +1047,37 @@ def kernel_roofline_factor(ctx: AnalysisContext) -> np.ndarray:
     return out
 
 
+def kernel_flops(ctx: AnalysisContext) -> np.ndarray:
+    """Per entry of the ``activity`` input: the FLOPs of its op's cost model shared among the op's
+    kernels by their time, NaN where the op is not modelled (the derived input
+    ``efficiency.kernel_flops``, which the modules analysis sums per range)."""
+    act = activity(ctx)
+    out = np.full(len(act), np.nan)
+    attributed: OpKernels = ctx.input("efficiency.attribute")
+    if attributed.ops.empty:
+        return out
+    roofed = ctx.input("efficiency.roofs")
+    flops = np.full(len(attributed.ops), np.nan)
+    gpu_ns = np.full(len(attributed.ops), np.nan)
+    instance = roofed["instance"].to_numpy(np.int64)
+    flops[instance] = roofed["flops"].to_numpy(np.float64)
+    gpu_ns[instance] = roofed["gpu_ns"].to_numpy(np.float64)
+    sel = np.flatnonzero((act.kind == int(Kind.KERNEL)) & (act.cls == classify.COMPUTE))
+    has = attributed.instance >= 0
+    op = attributed.instance[has]
+    dur = (act.end - act.start)[sel[has]].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[sel[has]] = np.where(gpu_ns[op] > 0, flops[op] * dur / gpu_ns[op], np.nan)
+    return out
+
+
 register_input("efficiency.gpu_specs", lambda ctx: gpu_specs(ctx.options.gpu_specs))
 # the modelled op instances with their roofs, once per context (this analysis and the critical
 # path's what-if read them)
 register_input("efficiency.roofs", lambda ctx: with_roofs(ctx, attribute(ctx).ops),
                requires=("efficiency.attribute", "efficiency.gpu_specs"))
+register_input("efficiency.kernel_flops", kernel_flops,
+               requires=("activity", "efficiency.attribute", "efficiency.roofs"))
 register_input("efficiency.kernel_roofline_factor", kernel_roofline_factor,
                requires=("activity", "efficiency.attribute", "efficiency.roofs"))
 register_input("efficiency.attribute", _attribute,

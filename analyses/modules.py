@@ -33,7 +33,7 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.report_inputs import ReportInputs
 
 from . import classify
-from .steps import activity, analysed_ranks
+from .steps import activity, analysed_ranks, step_column
 
 NAME = "modules"
 MODULE = re.compile(r"^nn\.Module: ")
@@ -124,10 +124,10 @@ def _paths(parent: np.ndarray, depth: np.ndarray, name_code: np.ndarray, names: 
     name) gets one code and one string, so repeated layers cost nothing per range. ``strip``: the
     type path (each name without its trailing ``_<index>``: names that differ only by it share one)."""
     if strip:
-        labels, canonical = np.unique(np.asarray([INDEX_SUFFIX.sub("", str(n)) for n in names], dtype=object)
-                                      .astype(str), return_inverse=True)
-        name_code = canonical.reshape(-1)[name_code]
-        labels = labels.astype(object)
+        # factorized as objects: a fixed-width string array is (names x the longest name) bytes
+        canonical, uniques = pd.factorize(np.asarray([INDEX_SUFFIX.sub("", str(n)) for n in names], dtype=object))
+        name_code = canonical[name_code]
+        labels = np.asarray(uniques, dtype=object)
     else:
         labels = names
     code = np.full(parent.size, -1, dtype=np.int64)
@@ -248,8 +248,11 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     attribution: Attribution = ctx.input("modules.attribution")
     act = activity(ctx)
     busy = _busy_by_rank(act)
-    gpu = range_gpu(tree, attribution, act, busy)
+    models = KernelModels(flops=ctx.input("efficiency.kernel_flops"),
+                          roofline_factor=ctx.input("efficiency.kernel_roofline_factor"))
+    gpu = range_gpu(tree, attribution, act, busy, models)
     tables = {"ranges": _range_table(tree), "range_gpu": gpu, "type_paths": type_path_table(gpu),
+              "type_path_steps": type_path_steps(tree, attribution, act, busy),
               "attribution": _attribution_table(act, attribution, busy)}
     result = AnalysisResult(name=NAME, tables=tables)
     ranks_without = sorted(set(np.unique(act.rank).tolist()) - set(np.unique(tree.rank).tolist()))
@@ -287,8 +290,19 @@ def _union_by(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, size: int)
     return out
 
 
-def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[int, int]) -> pd.DataFrame:
-    """Per range with GPU activity: inclusive and exclusive unions, per class and rule (docs/metrics.md)."""
+@dataclass(frozen=True)
+class KernelModels:
+    """Per entry of the ``activity`` input, the efficiency analysis's figures: the FLOPs its op's
+    cost model gives it and the share of its time the op's roofline allows (NaN: not modelled)."""
+
+    flops: np.ndarray
+    roofline_factor: np.ndarray
+
+
+def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[int, int],
+              models: KernelModels) -> pd.DataFrame:
+    """Per range with GPU activity: inclusive and exclusive unions, per class and rule, and the
+    modelled kernels' FLOPs and roofline time (docs/metrics.md)."""
     n = len(tree)
     ranges, acts = _pairs(tree, attribution)
     start, end = act.start[acts], act.end[acts]
@@ -306,6 +320,7 @@ def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[in
     for name, code in (("backward_ns", BACKWARD), ("graph_replay_ns", GRAPH_REPLAY)):
         sel = rule == code
         columns[name] = _union_by(ranges[sel], start[sel], end[sel], n)
+    columns.update(_modelled(ranges, acts, act, models, n))
     frame = pd.DataFrame({"rank": tree.rank, "range_id": _range_ids(tree), "depth": tree.depth,
                           "kind": np.asarray(KINDS, dtype=object)[tree.kind],
                           "path": pd.Categorical.from_codes(tree.path, categories=pd.Index(tree.paths)),
@@ -314,6 +329,38 @@ def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[in
                           "start_ns": tree.start, "end_ns": tree.end, **columns})
     frame["share"] = frame["inclusive_ns"] / frame["rank"].map(busy).fillna(0).clip(lower=1).to_numpy(np.float64)
     return frame[frame["kernels"] > 0].reset_index(drop=True)
+
+
+def _modelled(ranges: np.ndarray, acts: np.ndarray, act: Any, models: KernelModels, n: int) -> dict[str, Any]:
+    """Per range (inclusive): the kernel time with a cost model and roof, its roofline time, the
+    modelled FLOPs, and efficiency = roofline / modelled time (NaN without a model)."""
+    factor = models.roofline_factor[acts]
+    roofed = ~np.isnan(factor)
+    dur = (act.end - act.start)[acts].astype(np.float64)
+    modelled = np.bincount(ranges[roofed], weights=dur[roofed], minlength=n)
+    roofline = np.bincount(ranges[roofed], weights=(dur * factor)[roofed], minlength=n)
+    flops = models.flops[acts]
+    counted = ~np.isnan(flops)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        efficiency = np.where(modelled > 0, roofline / modelled, np.nan)
+    return {"modelled_ns": np.round(modelled).astype(np.int64), "roofline_ns": np.round(roofline).astype(np.int64),
+            "flops": np.bincount(ranges[counted], weights=flops[counted], minlength=n), "efficiency": efficiency}
+
+
+def type_path_steps(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[int, int]) -> pd.DataFrame:
+    """Per rank, step and type path: the union of the GPU time attributed at or below its instances
+    in that step (activity in a step by its launch, as everywhere)."""
+    columns = ["rank", "step", "type_path", "inclusive_ns", "share"]
+    ranges, acts = _pairs(tree, attribution)
+    if ranges.size == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "type_path" else "int64") for c in columns})
+    key, (rank, step, type_path) = iv.combine_keys(tree.rank[ranges], act.step[acts], tree.type_path[ranges])
+    total = _union_by(key, act.start[acts], act.end[acts], rank.size)
+    frame = pd.DataFrame({"rank": rank, "step": step_column(step), "type_path": tree.type_paths[type_path],
+                          "inclusive_ns": total})
+    frame["share"] = frame["inclusive_ns"] / frame["rank"].map(busy).fillna(0).clip(lower=1).to_numpy(np.float64)
+    return frame.sort_values(["rank", "step", "inclusive_ns"], ascending=[True, True, False],
+                             kind="stable").reset_index(drop=True)[columns]
 
 
 def _range_ids(tree: RangeTree) -> np.ndarray:
@@ -340,14 +387,18 @@ def type_path_table(gpu: pd.DataFrame) -> pd.DataFrame:
     """Per rank and type path: its instances' times summed (instances of one type path do not
     overlap on a thread), largest first."""
     columns = ["rank", "type_path", "depth", "instances", "inclusive_ns", "exclusive_ns", "kernels", "backward_ns",
-               "share"]
+               "share", "modelled_ns", "roofline_ns", "flops", "efficiency"]
     if gpu.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "type_path" else "int64") for c in columns})
     grouped = (gpu.groupby(["rank", "type_path"], observed=True, sort=False)
                .agg(depth=("depth", "min"), instances=("range_id", "size"), inclusive_ns=("inclusive_ns", "sum"),
                     exclusive_ns=("exclusive_ns", "sum"), kernels=("kernels", "sum"),
-                    backward_ns=("backward_ns", "sum"), share=("share", "sum"))
+                    backward_ns=("backward_ns", "sum"), modelled_ns=("modelled_ns", "sum"),
+                    roofline_ns=("roofline_ns", "sum"), flops=("flops", "sum"), share=("share", "sum"))
                .reset_index())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        grouped["efficiency"] = np.where(grouped["modelled_ns"] > 0, grouped["roofline_ns"] / grouped["modelled_ns"],
+                                         np.nan)
     grouped["type_path"] = grouped["type_path"].astype(str)
     return grouped.sort_values(["rank", "inclusive_ns", "type_path"], ascending=[True, False, True],
                                kind="stable").reset_index(drop=True)[columns]
@@ -410,13 +461,15 @@ SPEC = AnalysisSpec(
     name=NAME,
     title="Modules and ranges",
     run=analyze,
-    requires=("modules.ranges", "modules.attribution", "activity"),
+    requires=("modules.ranges", "modules.attribution", "activity", "efficiency.kernel_flops",
+              "efficiency.kernel_roofline_factor"),
     order=28,
     tables=(
         TableSpec("type_paths", "GPU time by layer type (every instance of a module or range path)",
                   sort_by="inclusive_ns"),
         TableSpec("range_gpu", "GPU time per module and range: inclusive and exclusive", sort_by="inclusive_ns",
                   keep_rows=2000),
+        TableSpec("type_path_steps", "GPU time by layer type, per step", sort_by="inclusive_ns"),
         TableSpec("attribution", "How the GPU time was attributed to ranges"),
         TableSpec("ranges", "The range tree (nn.Module, record_function, NVTX)", sort_by="end_ns", per_event=True),
     ),

@@ -27,7 +27,7 @@ from traceview.tables import top_order
 from traceview.render.common import per_step_text
 from traceview.units import fmt_bytes, fmt_ns, fmt_share
 
-from . import critical_path_page
+from . import critical_path_page, modules_page
 from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards, time_unit
 from .features import figures
 from .roofline import plotted, roofline_figure, roofs
@@ -735,6 +735,7 @@ ANALYSIS_VIEWS: dict[str, Callable[[RunContext], list[Any]]] = {
     "kernels": kernels,
     "efficiency": efficiency,
     "critical_path": critical_path_page.page,
+    "modules": modules_page.page,
 }
 
 

@@ -18,7 +18,7 @@ from dash import Input, Output, State, dcc, html
 
 from traceview.findings import Options
 
-from . import critical_path, history, pages, timeline_view
+from . import critical_path, history, modules_page, pages, timeline_view
 from .runs import RunStore, discover_runs
 from .views import AppController
 
@@ -217,6 +217,36 @@ def _add_step_callback(app: dash.Dash, controller: AppController) -> None:
         return controller.step_clicked(cell, run, ranks, steps, t0, t1)
 
 
+def _add_modules_callbacks(app: dash.Dash, controller: AppController) -> None:
+    """The Modules page: its rank and colouring redraw the rank's sections; a range clicked in the
+    icicle or a row of its ranges table opens the timeline on that range."""
+    @app.callback(
+        Output(modules_page.RANK_BOX_ID, "children"), Output(modules_page.VIEW_MSG_ID, "children"),
+        Input(modules_page.RANK_ID, "value"), Input(modules_page.COLOR_ID, "value"), State("run", "value"),
+        *_filter_states(), prevent_initial_call=True,
+    )
+    def _modules_view(rank: Any, color: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.modules_view(rank, color, run, ranks, steps, t0, t1)
+
+    @app.callback(
+        Output("url", "pathname", allow_duplicate=True), Output("url", "search", allow_duplicate=True),
+        Output(modules_page.CLICK_MSG_ID, "children"),
+        Input(modules_page.ICICLE_ID, "clickData"), State("run", "value"), *_filter_states(),
+        prevent_initial_call=True,
+    )
+    def _range_clicked(click: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.range_clicked(click, run, ranks, steps, t0, t1)
+
+    @app.callback(
+        Output("url", "pathname", allow_duplicate=True), Output("url", "search", allow_duplicate=True),
+        Output(modules_page.ROW_MSG_ID, "children"),
+        Input(modules_page.RANGES_ID, "active_cell"), State("run", "value"), *_filter_states(),
+        prevent_initial_call=True,
+    )
+    def _range_row_clicked(cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.range_row_clicked(cell, run, ranks, steps, t0, t1)
+
+
 def _add_kernel_callback(app: dash.Dash, controller: AppController) -> None:
     """A row selected in the Kernels table: that kernel per rank and GPU."""
     @app.callback(Output("kern-detail", "children"), Input("kern-table", "active_cell"), State("run", "value"),
@@ -276,6 +306,7 @@ def create_app(paths: Sequence[str | os.PathLike[str]] | None = None, *, store: 
     _add_timeline_callbacks(app, controller)
     _add_kernel_callback(app, controller)
     _add_step_callback(app, controller)
+    _add_modules_callbacks(app, controller)
     _add_compare_callback(app, controller)
     for fmt in ("md", "html", "json"):
         _add_download_callback(app, controller, fmt)

@@ -25,7 +25,7 @@ from .features import DOWNLOADS, diff_reports, metric_label, perfetto_trace, ren
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .validate import BadValue
-from . import critical_path, critical_path_page, timeline_view
+from . import critical_path, critical_path_page, modules_page, timeline_view
 from .timeline import clamp_window
 from .timeline import locate as timeline_locate
 from .timeline_view import SEARCH_TRIGGERS as SEARCH
@@ -426,6 +426,47 @@ class AppController:
             row_id = validate.row_id(active_cell.get("row_id"))
             ctx = self._context(run, ranks, steps, t0, t1)
             return "/timeline", critical_path_page.step_search(ctx, row_id), None
+        except (RunError, BadValue) as exc:
+            return no_update, no_update, message(str(exc), "error")
+
+    # ------------------------------------------------------------------ modules
+    def modules_view(self, rank: Any, color: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                     t1: Any = None) -> tuple:
+        """The Modules page's rank or colouring changed: that rank's icicle and tables, or a message
+        (and the page as it was) for a value that is not one of the controls' options."""
+        try:
+            ctx = self._context(run, ranks, steps, t0, t1)
+            chosen_rank, color_by = modules_page.choice(ctx, rank, color)
+        except (RunError, BadValue) as exc:
+            return no_update, message(str(exc), "error")
+        return modules_page.rank_sections(ctx, chosen_rank, color_by), None
+
+    def range_clicked(self, click: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                      t1: Any = None) -> tuple:
+        """A range of the Modules page's icicle was clicked: the timeline on that range (its rank
+        opened, the range highlighted); a click that opens nothing says why beside the icicle."""
+        if click is None:
+            return no_update, no_update, None
+        try:
+            rank, range_id = modules_page.clicked_sector(click)
+            ctx = self._context(run, ranks, steps, t0, t1)
+            return "/timeline", modules_page.range_search(ctx, rank, range_id), None
+        except (RunError, BadValue) as exc:
+            return no_update, no_update, message(str(exc), "error")
+
+    def range_row_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                          t1: Any = None) -> tuple:
+        """A row of the Modules page's ranges table was clicked: the timeline on that range."""
+        if active_cell is None:
+            return no_update, no_update, None
+        if not isinstance(active_cell, dict):
+            return no_update, no_update, message(f"clicked cell: {validate.quote(active_cell)} is not a table cell",
+                                                 "error")
+        try:
+            row_id = validate.row_id(active_cell.get("row_id"))
+            ctx = self._context(run, ranks, steps, t0, t1)
+            rank, range_id = modules_page.row_range(ctx, row_id)
+            return "/timeline", modules_page.range_search(ctx, rank, range_id), None
         except (RunError, BadValue) as exc:
             return no_update, no_update, message(str(exc), "error")
 

@@ -313,15 +313,37 @@ def _shannon_bits(text: str) -> float:
     return -sum(k / n * math.log2(k / n) for k in Counter(text).values())
 
 
-#: a path of CamelCase identifiers (a module path such as ``Qwen2Model/Qwen2DecoderLayer/Qwen2RMSNorm``)
-_IDENTIFIER_PATH = re.compile(r"^(?:[A-Z][a-z]+\d*|[A-Z]+\d*)+(?:/(?:[A-Z][a-z]+\d*|[A-Z]+\d*)+)+$")
+_CASE_RUNS = re.compile(r"[A-Z]+|[a-z]+|[0-9]+|[^A-Za-z0-9]+")
+
+
+def is_identifier_path(token: str) -> bool:
+    """A path of CamelCase identifiers (a module path such as
+    ``Qwen2Model/Qwen2DecoderLayer/Qwen2RMSNorm``): two or more parts, each starting with a capital,
+    letters and digits only, at most one lone small letter, every lone capital followed by small
+    letters or digits (random base64 changes case every character or two). Linear: one scan of
+    case runs, no backtracking."""
+    parts = token.split("/")
+    if len(parts) < 2:
+        return False
+    for part in parts:
+        runs = _CASE_RUNS.findall(part)
+        if not runs or not runs[0][0].isupper() or not all(run.isalnum() for run in runs):
+            return False
+        # one lone small letter is a name's (``SiLU``, ``ReLU``); random text has several
+        if sum(run.islower() and len(run) == 1 for run in runs) > 1:
+            return False
+        for i, run in enumerate(runs):  # a lone capital starts a word or precedes a number (``T5Block``)
+            after = runs[i + 1] if i + 1 < len(runs) else ""
+            if run.isupper() and len(run) == 1 and not (after.islower() or after.isdigit()):
+                return False
+    return True
 
 
 def _random_looking(token: str) -> bool:
     """The ``high_entropy`` test (module docstring) for one candidate run of base64 characters."""
     t = token.rstrip("=")
     n = len(t)
-    if n < HIGH_ENTROPY_MIN_LENGTH or t.startswith("_Z") or _IDENTIFIER_PATH.match(t):
+    if n < HIGH_ENTROPY_MIN_LENGTH or t.startswith("_Z") or is_identifier_path(t):
         return False
     if (t.count("_") + t.count("-")) * 10 > n or t.count("/") * 10 > n:
         return False

@@ -19,6 +19,8 @@ The views (docs/sql.md lists their columns and meaning; :data:`VIEWS` is the sam
   that analysis and the analyses it requires run on the session's trace, then its cross-rank step,
   as the pipeline runs them (:func:`analysis_result`): computed once per session when a query
   names one of them.
+* ``ranges`` and ``range_gpu``: the modules analysis's range tree and GPU time per range
+  (docs/metrics.md, "Modules and ranges"), computed the same way when a query names one of them.
 
 Secrets: every string that enters the database (names, categories, op arguments, process groups,
 file names) is first scrubbed by :mod:`traceview.secrets` exactly as the report scrubs the names it
@@ -115,6 +117,28 @@ CRITICAL_PATH_VIEWS: tuple[View, ...] = (
     ), analysis=True, table_of=("critical_path", "whatif")),
 )
 
+#: the modules analysis's tables (docs/metrics.md, "Modules and ranges"; docs/sql.md)
+MODULE_VIEWS: tuple[View, ...] = (
+    View("ranges", "one range of one rank's range tree (nn.Module, annotation or NVTX; the modules analysis's "
+         "ranges table)", (
+        ("rank", ""), ("range_id", "0.. per rank, in start order"), ("parent_id", "the enclosing range (-1: top)"),
+        ("depth", "0 at the top"), ("kind", "module, annotation or nvtx"), ("domain", "the NVTX domain ('' else)"),
+        ("name", ""), ("path", "names from the root joined by /"),
+        ("type_path", "the path with each name's trailing _<number> removed"), ("tid", "the thread"),
+        ("start_ns", ""), ("end_ns", ""), ("row", "the range's event in events"),
+    ), analysis=True, table_of=("modules", "ranges")),
+    View("range_gpu", "one range with GPU activity attributed at or below it (the modules analysis's range_gpu "
+         "table)", (
+        ("rank", ""), ("range_id", "as in ranges"), ("depth", ""), ("kind", ""), ("path", ""), ("type_path", ""),
+        ("start_ns", ""), ("end_ns", ""), ("inclusive_ns", "|union| of the activity at or below the range"),
+        ("exclusive_ns", "|union| of the activity attributed to it alone"), ("kernels", "inclusive count"),
+        ("compute_ns", "inclusive, per class"), ("communication_ns", ""), ("memory_ns", ""),
+        ("backward_ns", "inclusive time of backward kernels (attributed through the fwdbwd flow)"),
+        ("graph_replay_ns", "inclusive time of graph replays attributed to the range around the launch"),
+        ("share", "inclusive_ns / the rank's GPU busy time"),
+    ), analysis=True, table_of=("modules", "range_gpu")),
+)
+
 VIEWS: tuple[View, ...] = (
     View("events", "one event (docs/schema.md, Trace.events)", (
         ("row", "the event's row: what *_row columns of other views refer to"),
@@ -180,6 +204,7 @@ VIEWS: tuple[View, ...] = (
         ("bytes", "sum of msg_bytes where known"), ("group_size", ""),
     ), analysis=True),
     *CRITICAL_PATH_VIEWS,
+    *MODULE_VIEWS,
     View("ranks", "one rank (RankInfo)", (
         ("rank", ""), ("file", "the input file's name (no folders)"), ("format", "kineto or nsys"),
         ("format_version", ""), ("rank_source", "how the rank was found"), ("world_size", ""),

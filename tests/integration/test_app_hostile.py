@@ -133,16 +133,24 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
         "download.fmt": lambda v: ctl.download(v, 0),
         "download_perfetto": lambda v: ctl.download_perfetto(v),
         "download_perfetto.filters": lambda v: ctl.download_perfetto(0, v, v, v, v),
+        "modules_view.rank": lambda v: ctl.modules_view(v, "kind", 0),
+        "modules_view.color": lambda v: ctl.modules_view(None, v, 0),
+        "modules_view.filters": lambda v: ctl.modules_view(None, "kind", 0, v, v, v, v),
+        "range_clicked": lambda v: ctl.range_clicked({"points": [{"customdata": v}]}, 0),
+        "range_clicked.click": lambda v: ctl.range_clicked(v, 0),
+        "range_row_clicked": lambda v: ctl.range_row_clicked({"row_id": v}, 0),
+        "range_row_clicked.cell": lambda v: ctl.range_row_clicked(v, 0),
     }
 
 
 def test_every_callback_is_covered(ctl: AppController) -> None:
     """Each ``@app.callback`` of server.py is driven below (a new callback needs its hostile test)."""
     source = (Path(runs_mod.__file__).with_name("server.py")).read_text()
-    assert source.count("@app.callback(") == 11
+    assert source.count("@app.callback(") == 14
     names = {k.split(".")[0] for k in _callbacks(ctl)}
     assert names >= {"run_changed", "render_page", "overview_poll", "nav", "timeline", "gap_clicked",
-                     "kernel_selected", "compare", "download", "download_perfetto", "step_clicked"}
+                     "kernel_selected", "compare", "download", "download_perfetto", "step_clicked",
+                     "modules_view", "range_clicked", "range_row_clicked"}
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=_short)

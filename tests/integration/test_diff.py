@@ -325,7 +325,7 @@ def test_single_step_says_noise_cannot_be_estimated(tmp_path):
 def test_json_is_stable_with_int_ns(pair_diff):
     data = json.loads(to_json(pair_diff))
     assert list(data) == ["schema_version", "base", "new", "options", "summary", "metrics", "kernels", "findings",
-                          "efficiency", "critical_path", "notes"]
+                          "efficiency", "critical_path", "layers", "notes"]
     assert data["summary"]["verdict"] == "regressed"
     for row in data["metrics"]:
         assert list(row)[:4] == ["metric", "unit", "rank", "device"]
@@ -591,3 +591,96 @@ def test_the_analysis_path_in_the_pair_diff(pair_reports, pair_diff):
         parts = sum(c.change.new or 0.0 for c in p.categories)
         assert parts == pytest.approx(p.path.new, rel=1e-9)  # the composition adds up to the path
         assert p.new_bound_by in ("host", "gpu", "communication")
+
+
+# ------------------------------------------------------------------------------ layers (modules)
+
+
+@pytest.fixture(scope="module")
+def layer_pair():
+    """The 4-rank sample with contract-shaped module ranges (tests/mod_synthetic.py), and the same
+    report whose every ``Model/Layer/Attention`` instance (so each of its ancestors) has 2 ms more
+    GPU time: a diff with a known answer (the step time does not move)."""
+    from mod_synthetic import changed, synthetic_result, with_modules
+
+    report = analyze(SAMPLE_TRACES / "synthetic_4rank", use_cache=False)
+    result = synthetic_result(report.trace, report.table("temporal", "steps"))
+    after = changed(result, report.table("temporal", "steps"), "Model/Layer/Attention", 2_000_000)
+    return with_modules(report, result), with_modules(report, after)
+
+
+def test_layers_known_answer(layer_pair):
+    base, new = layer_pair
+    diff = diff_reports(base, new)
+    paths = base.table("modules", "type_paths")
+    steps = base.table("temporal", "steps").groupby("rank").size()
+    assert len(diff.layers) == len(paths)  # every type path of every rank, both sides
+    for x in diff.layers:
+        row = paths[(paths["rank"] == x.rank) & (paths["type_path"] == x.type_path)].iloc[0]
+        attention = paths[(paths["rank"] == x.rank) & (paths["type_path"] == "Model/Layer/Attention")].iloc[0]
+        # the base: the type path's inclusive time per step; the change: 2 ms per attention instance
+        assert x.change.base == pytest.approx(row["inclusive_ns"] / steps[x.rank])
+        assert x.change.delta == pytest.approx(2_000_000 * attention["instances"] / steps[x.rank])
+        assert x.change.status == "worse" and x.base_share == pytest.approx(row["share"])
+    # the largest change first, the deepest type path first among equal changes: it names the cause
+    assert diff.layers[0].type_path == "Model/Layer/Attention"
+    assert diff.verdict() == "changed" and diff.summary()["layers_worse"] == len(paths)
+
+
+def test_layers_in_every_format(layer_pair):
+    diff = diff_reports(*layer_pair)
+    data = json.loads(to_json(diff))
+    first = data["layers"][0]
+    assert first["type_path"] == "Model/Layer/Attention" and first["status"] == "worse"
+    assert isinstance(first["delta"], int) and first["depth"] == 2 and first["match"] == "both"
+    text, markdown = to_text(diff), to_markdown(diff)
+    for out in (text, markdown):
+        assert "Layers: GPU time per step by module type path" in out and "Model/Layer/Attention" in out
+    assert "### Layers" in markdown and "`Model/Layer/Attention`" in markdown
+
+
+def test_layers_against_itself_and_one_sided(layer_pair):
+    base, _ = layer_pair
+    same = diff_reports(base, base)
+    assert same.layers and all(x.change.status == "unchanged" for x in same.layers)
+    assert "Layers: all" in to_text(same)
+    from mod_synthetic import without_modules
+
+    one_sided = diff_reports(without_modules(base), base)
+    assert one_sided.layers == [] and one_sided.verdict() == "no significant change"
+    assert any("base trace has no module ranges" in n for n in one_sided.notes)
+
+
+def test_a_layer_only_in_one_report(layer_pair):
+    from mod_synthetic import with_modules
+    from traceview.findings import AnalysisResult
+
+    base, _ = layer_pair
+    result = base.results["modules"]
+    paths = result.tables["type_paths"]
+    fewer = AnalysisResult(name="modules", tables={**result.tables,
+                                                   "type_paths": paths[paths["type_path"] != "Model/Layer/Attention"],
+                                                   "type_path_steps": result.tables["type_path_steps"].query(
+                                                       "type_path != 'Model/Layer/Attention'")})
+    diff = diff_reports(with_modules(base, fewer), base)
+    appeared = [x for x in diff.layers if x.match == "appeared"]
+    assert sorted(x.rank for x in appeared) == sorted(paths["rank"].unique())
+    assert all(x.type_path == "Model/Layer/Attention" and x.change.significant for x in appeared)
+    assert diff.summary()["layers_appeared"] == len(appeared) and diff.verdict() == "changed"
+
+
+def test_layers_of_a_real_trace_against_itself():
+    """On the analysis itself (once it is on this branch): a trace with nn.Module ranges."""
+    import traceview.analyses  # noqa: F401
+    from traceview.registry import ANALYSES
+
+    if "modules" not in ANALYSES:
+        pytest.skip("the modules analysis is not on this branch yet")
+    path = require_shared() / "kineto" / "tracelens_qwen05b_h100.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    report = analyze(path, use_cache=False)
+    diff = diff_reports(report, report)
+    assert diff.layers and all(x.change.status == "unchanged" for x in diff.layers)
+    paths = report.table("modules", "type_paths")
+    assert {x.type_path for x in diff.layers} <= set(paths["type_path"].astype(str))

@@ -353,7 +353,7 @@ def test_migration_v2_to_v3_adds_the_critical_path_columns(tmp_path):
                 "(1, 'old', TIMESTAMP '2026-01-01', 'id-old', 'H100', '{}', 5, 1000000.0)")
     con.close()
     con = open_history(path)
-    assert schema.version_of(con) == 3
+    assert schema.version_of(con) == schema.SCHEMA_VERSION  # v2 -> v3 -> v4
     run = store.runs(con).iloc[0]
     assert run["name"] == "old" and run["step_time_ns"] == 1_000_000
     for column in ("achievable_step_ns", "critical_path_step_ns", "critical_path_bound_share"):
@@ -419,3 +419,118 @@ def test_cli_add_stores_the_analysis_path(tmp_path):
     summary = traceview.analyze(str(PAIR / "base")).summary
     assert run["achievable_step_ns"] == pytest.approx(summary["achievable_step_ns"], abs=1)
     assert run["critical_path_bound_by"] == summary["critical_path_bound_by"]
+
+
+# ------------------------------------------------------------------------------ layers (modules)
+
+
+def test_migration_v3_to_v4_adds_the_layers_table(tmp_path):
+    import duckdb
+
+    path = tmp_path / "v3.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(schema.SCHEMA_V1)
+    con.execute(schema.V2_ADDITIONS)
+    con.execute(schema.V3_ADDITIONS)
+    con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    con.execute("INSERT INTO runs (run_id, name, added_at, identity, gpu_model, tags, steps, step_time_ns) VALUES "
+                "(1, 'old', TIMESTAMP '2026-01-01', 'id-old', 'H100', '{}', 5, 1000000.0)")
+    con.close()
+    con = open_history(path)
+    assert schema.version_of(con) == 4 == schema.SCHEMA_VERSION
+    assert con.execute("SELECT count(*) FROM layers").fetchall()[0][0] == 0  # nothing to fill it from
+    out = show(con, last=5, layers=True)
+    assert out.layers is not None and out.layers.empty
+    assert any("no layers stored" in n for n in out.notes)
+    from traceview.history.render import render_show
+    assert json.loads(render_show(out, "json"))["layers"] == []
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def layer_summaries():
+    """The pair's base and new reports with contract-shaped module ranges (tests/mod_synthetic.py),
+    every ``Model/Layer/Attention`` instance of the new one 2 ms longer, as history summaries."""
+    from mod_synthetic import changed, synthetic_result, with_modules
+
+    out = []
+    for side, add_ns in (("base", 0), ("new", 2_000_000)):
+        report = traceview.analyze(str(PAIR / side), use_cache=False)
+        result = synthetic_result(report.trace, report.table("temporal", "steps"))
+        if add_ns:
+            result = changed(result, report.table("temporal", "steps"), "Model/Layer/Attention", add_ns)
+        report = with_modules(report, result)
+        files = find_trace_files([str(PAIR / side)])
+        out.append((report, summarize(report, identity=files_identity(files), name=side, paths=[str(PAIR / side)],
+                                      tags={})))
+    return out
+
+
+def test_runs_record_their_largest_layers(tmp_path, layer_summaries):
+    con = open_history(tmp_path / "h.duckdb")
+    add_runs(con, [s for _, s in layer_summaries])
+    stored = con.execute("SELECT run_id, position, type_path, depth, instances, inclusive_ns, per_step_ns, share "
+                         "FROM layers ORDER BY run_id, position").df()
+    for run_id, (report, summary) in enumerate(layer_summaries, start=1):
+        paths = report.table("modules", "type_paths")
+        busy = report.table("modules", "attribution").groupby("rank")["busy_ns"].first().sum()
+        per_gpu_step = summary.figures["gpus"] * summary.figures["steps"]
+        mine = stored[stored["run_id"] == run_id]
+        assert len(mine) == min(paths["type_path"].nunique(), schema.LAYERS_KEPT)
+        assert list(mine["position"]) == list(range(1, len(mine) + 1))
+        assert mine["inclusive_ns"].is_monotonic_decreasing
+        for r in mine.itertuples():
+            rows = paths[paths["type_path"] == r.type_path]
+            assert r.inclusive_ns == rows["inclusive_ns"].sum() and r.instances == rows["instances"].sum()
+            assert r.per_step_ns == pytest.approx(rows["inclusive_ns"].sum() / per_gpu_step, abs=1)
+            assert r.share == pytest.approx(rows["inclusive_ns"].sum() / busy)
+    result = show(con, last=5, layers=True)
+    assert result.layers is not None and result.layer_values is not None
+    at = list(result.layers["type_path"]).index("Model/Layer/Attention")
+    base_v, new_v = result.layer_values[at]
+    report, summary = layer_summaries[0]
+    instances = report.table("modules", "type_paths").query("type_path == 'Model/Layer/Attention'")["instances"].sum()
+    per_gpu_step = summary.figures["gpus"] * summary.figures["steps"]
+    # the planted 2 ms per instance, give or take the pair's own small differences in those kernels
+    assert new_v - base_v == pytest.approx(2_000_000 * instances / per_gpu_step, rel=0.01)
+    from traceview.history.render import render_show
+    table = render_show(result, "table")
+    assert "Time by layer per GPU and step" in table and "Model/Layer/Attention" in table
+    assert "| layer (type path) |" in render_show(result, "markdown")
+    data = json.loads(render_show(result, "json"))
+    entry = next(x for x in data["layers"] if x["type_path"] == "Model/Layer/Attention")
+    assert entry["trend_pct"] > 0 and entry["depth"] == 2 and len(entry["values_ns"]) == 2
+    assert "layers" not in json.loads(render_show(show(con, last=5), "json"))  # only with --layers
+    con.close()
+
+
+def test_cli_show_layers(tmp_path, layer_summaries):
+    db = tmp_path / "h.duckdb"
+    con = open_history(db)
+    add_runs(con, [s for _, s in layer_summaries])
+    con.close()
+    shown = run_cli("show", "--layers", "--top", "3", "--db", str(db), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "Time by layer per GPU and step" in shown.stdout and "Model/Layer/Attention" in shown.stdout
+    refused = run_cli("check", "--layers", "--db", str(db), cwd=tmp_path)
+    assert refused.returncode == 2 and "--layers is an option of `history show`" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_cli_add_stores_the_analysis_layers(tmp_path):
+    import traceview.analyses  # noqa: F401
+    from traceview.registry import ANALYSES
+
+    if "modules" not in ANALYSES:
+        pytest.skip("the modules analysis is not on this branch yet")
+    path = require_shared() / "kineto" / "tracelens_qwen05b_h100.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    db = str(tmp_path / "h.duckdb")
+    added = run_cli("add", str(path), "--db", db, cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    data = json.loads(run_cli("show", "--layers", "--db", db, "--format", "json", cwd=tmp_path).stdout)
+    top = traceview.analyze(str(path)).summary["top_layers"]
+    assert data["layers"] and top
+    # the summary's top layers hold >= 10% each: among the run's largest type paths
+    assert {t["type_path"] for t in top} <= {x["type_path"] for x in data["layers"]}

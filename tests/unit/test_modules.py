@@ -134,3 +134,19 @@ def test_on_real_traces_the_attribution_adds_up_and_a_recount_agrees(name):
     by_rule = rules.set_index("rule")
     backward = int(by_rule.loc["backward", "activities"].sum()) if "backward" in by_rule.index else 0
     assert counted - backward == recount
+
+
+def test_the_summary_names_the_layers_and_the_first_screen_prints_them():
+    path = SHARED / "kineto/tracelens_qwen05b_h100.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared real traces are not on this machine)")
+    import traceview
+    from traceview.render.common import layers_text, short_path
+
+    report = traceview.analyze(path, cache=False)
+    layers = report["summary"]["top_layers"]
+    assert layers[0]["type_path"] == "Qwen2Model/Qwen2DecoderLayer/Qwen2Attention"
+    assert all(layer["share"] >= 0.10 for layer in layers)
+    assert 0.5 < report["summary"]["attributed_share"] <= 1.0
+    assert layers_text(report).startswith("…/Qwen2DecoderLayer/Qwen2Attention 34.")
+    assert short_path("A/B") == "A/B" and short_path("A/B/C") == "…/B/C"

@@ -55,6 +55,8 @@ def command(
                                          "regex (default: the newest run's largest)."),
     last: int = typer.Option(10, "--last", min=1, help="show: the last N runs."),
     top: int = typer.Option(10, "--top", min=1, help="show: how many kernels without --kernel."),
+    layers: bool = typer.Option(False, "--layers", help="show: also the largest layers (module type paths: "
+                                "inclusive GPU time per GPU and step, share) of each run."),
     fmt: str = typer.Option("table", "--format", "-f", help="show/check: table, markdown or json."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="check: compare the newest run with this run "
                                            "(id or name) or the runs tagged key=value, instead of the change-point "
@@ -78,6 +80,7 @@ def command(
     Examples:
       traceview history add traces/ --run nightly-1432 --tag commit=$GIT_SHA --tag branch=main
       traceview history show --kernel 'gemm|flash' --last 20
+      traceview history show --layers --top 8    # the largest layers (module type paths)
       traceview history check --max-regression 5% --format markdown   # exit 1 when something regressed
       traceview history check --baseline branch=main
     """
@@ -89,7 +92,7 @@ def command(
                              "traces/)")
     _refuse_foreign_options(action, {
         "--run": run_name is not None, **analysis.given(),
-        "--kernel": kernel is not None, "--last": last != 10, "--top": top != 10,
+        "--kernel": kernel is not None, "--last": last != 10, "--top": top != 10, "--layers": layers,
         "--baseline": baseline is not None, "--max-regression": max_regression != "5%",
         "--noise-k": noise_k is not None, "--min-delta": min_delta != "1us", "--window": window != 20,
         "--any-gpu": any_gpu})
@@ -102,7 +105,7 @@ def command(
     require_format(fmt, render.SHOW_FORMATS)
     if action == "show":
         with _opened(db) as con:
-            result = query.show(con, kernel=kernel, tags=tags, last=last, top=top)
+            result = query.show(con, kernel=kernel, tags=tags, last=last, top=top, layers=layers)
         typer.echo(render.render_show(result, fmt), nl=False)
         return
     if noise_k is not None:
@@ -117,7 +120,7 @@ def command(
 
 #: the actions each action-specific option applies to
 _OPTION_ACTIONS = {**dict.fromkeys(("--run", *AnalysisArgs().given()), "add"),
-                   **dict.fromkeys(("--kernel", "--last", "--top"), "show"),
+                   **dict.fromkeys(("--kernel", "--last", "--top", "--layers"), "show"),
                    **dict.fromkeys(("--baseline", "--max-regression", "--noise-k", "--min-delta", "--window",
                                     "--any-gpu"), "check")}
 

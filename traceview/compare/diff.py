@@ -24,7 +24,11 @@ repeated here.
   :mod:`traceview.compare.critical_path`): per rank, the path's time per segment category and the
   achievable step time (per-step samples, judged by the noise rule), what bounds most of its
   steps, and the report summary's figures side by side. A significant change there, or a changed
-  bound, makes the verdict ``changed`` when the step time did not move.
+  bound, makes the verdict ``changed`` when the step time did not move;
+* layers (the modules analysis, docs/metrics.md "Modules and ranges";
+  :mod:`traceview.compare.modules`): per rank, each module type path's inclusive GPU time per step
+  (per-step samples, judged by the noise rule), its share of the rank's GPU busy time side by side.
+  A significant change of a layer makes the verdict ``changed`` when the step time did not move.
 
 **Samples.** Each per-step row of a report is one sample; the value compared is the mean of the
 samples (activity outside every step is not in them). A trace without steps gives one sample, the
@@ -59,6 +63,7 @@ import numpy as np
 import pandas as pd
 
 from traceview.compare.critical_path import PathDelta, diff_critical_path, summary_figures
+from traceview.compare.modules import LayerDelta, diff_layers, layer_notes
 from traceview.compare.names import normalize_kernel_name
 from traceview.compare.noise import Change, DiffOptions, compare, pooled_std
 from traceview.errors import TraceviewError
@@ -232,6 +237,8 @@ class TraceDiff:
     #: the critical path per rank, and the reports' job-wide critical-path figures side by side
     critical_path: list[PathDelta] = field(default_factory=list)
     critical_path_summary: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per rank and module type path, its inclusive GPU time per step (the largest change first)
+    layers: list[LayerDelta] = field(default_factory=list)
 
     def metric(self, metric: str, rank: int, device: int | None = None) -> MetricDelta | None:
         for m in self.metrics:
@@ -271,6 +278,10 @@ class TraceDiff:
             "critical_path_bound_changed": sum(1 for p in self.critical_path if p.bound_changed),
             "achievable_worse": sum(1 for p in self.critical_path if p.achievable.status == "worse"),
             "achievable_better": sum(1 for p in self.critical_path if p.achievable.status == "better"),
+            "layers_worse": count(self.layers, "worse"),
+            "layers_better": count(self.layers, "better"),
+            "layers_appeared": sum(1 for x in self.layers if x.match == "appeared" and x.change.significant),
+            "layers_vanished": sum(1 for x in self.layers if x.match == "vanished" and x.change.significant),
         }
         s["noise_estimated"] = all(m.change.noise_estimated for m in self.metrics) if self.metrics else False
         s["verdict"] = self.verdict()
@@ -288,7 +299,7 @@ class TraceDiff:
             return "improved"
         if any(m.change.significant for m in self.metrics) or any(k.change.significant for k in self.kernels) \
                 or any(f.status in ("new", "fixed", "worse", "better") for f in self.findings) \
-                or any(p.significant for p in self.critical_path):
+                or any(p.significant for p in self.critical_path) or any(x.change.significant for x in self.layers):
             return "changed"
         return "no significant change"
 
@@ -327,6 +338,9 @@ class TraceDiff:
             },
             "critical_path": {"summary": self.critical_path_summary,
                               "ranks": [_path_dict(p) for p in self.critical_path]},
+            "layers": [{"rank": x.rank, "type_path": x.type_path, "depth": x.depth, "match": x.match,
+                        "base_share": _round(x.base_share, 4), "new_share": _round(x.new_share, 4),
+                        **_change_dict(x.change, "ns")} for x in self.layers],
             "notes": list(self.notes),
         }
 
@@ -525,8 +539,10 @@ def diff_reports(base: Report, new: Report, *, options: DiffOptions | None = Non
     step_noise = {m.rank: m.change.pooled_std for m in metrics if m.metric == "step_time_ns"}
     findings = _diff_findings(finding_groups(base), finding_groups(new), options, step_noise)
     op_types, overall = diff_efficiency(base, new)
-    return TraceDiff(side_b, side_n, options, metrics, kernels, findings, _notes(side_b, side_n, metrics), op_types,
-                     overall, diff_critical_path(base, new, options), summary_figures(base, new))
+    notes = _notes(side_b, side_n, metrics) + layer_notes(base, new)
+    return TraceDiff(side_b, side_n, options, metrics, kernels, findings, notes, op_types, overall,
+                     diff_critical_path(base, new, options), summary_figures(base, new),
+                     diff_layers(base, new, options))
 
 
 def _notes(b: Side, n: Side, metrics: list[MetricDelta]) -> list[str]:

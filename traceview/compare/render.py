@@ -14,6 +14,7 @@ from rich.table import Table
 
 from traceview.compare.check import CheckReport
 from traceview.compare.critical_path import PATH_CATEGORIES, PathDelta, shown_categories
+from traceview.compare.modules import LayerDelta
 from traceview.compare.diff import METRICS, Change, EfficiencyOverall, FindingDelta, KernelDelta, OpTypeDelta, Side, \
     TraceDiff
 from traceview.compare.rules import RULES
@@ -264,6 +265,35 @@ def _path_headline(diff: TraceDiff) -> str:
             f"achievable ~{pair('achievable_step_ns', fmt_ns)}")
 
 
+#: the layers section's title
+_LAYER_TITLE = "Layers: GPU time per step by module type path (inclusive; the largest changes; docs/metrics.md)"
+_LAYER_HEAD = ("layer (type path)", "where", "share base", "share new", "base", "new", "delta", "delta %",
+               "noise threshold", "verdict")
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else fmt_pct(100 * share, 1)
+
+
+def _layer_cells(x: LayerDelta) -> list[str]:
+    """One layer's cells up to the verdict."""
+    c = x.change
+    return [_short(x.type_path), _where(x.rank, None), _share(x.base_share), _share(x.new_share),
+            _value(c.base, "ns"), _value(c.new, "ns"), _delta(c, "ns"), _delta_pct(c, "ns"), _threshold(c, "ns")]
+
+
+def _layer_rows(diff: TraceDiff, top: int) -> tuple[list[LayerDelta], str]:
+    """The layers whose time changed beyond noise (appeared and vanished ones included), the
+    largest change first, at most ``top``; and a line about the others."""
+    changed = [x for x in diff.layers if x.change.significant]
+    quiet = len(diff.layers) - len(changed)
+    more = max(0, len(changed) - top)
+    parts = [f"{quiet} layer row(s) within noise or unchanged"] if quiet else []
+    if more:
+        parts.append(f"{more} more changed layer row(s) not shown (--format json lists all)")
+    return changed[:top], "; ".join(parts)
+
+
 def _finding_cost(f: FindingDelta, arrow: str = "->") -> str:
     b = fmt_ns(f.base_cost_ns) if f.base_cost_ns else "-"
     n = fmt_ns(f.new_cost_ns) if f.new_cost_ns else "-"
@@ -330,6 +360,24 @@ def _path_text(diff: TraceDiff, console: Console, top: int) -> None:
             console.print(f"  {line}", highlight=False)
 
 
+def _layers_text(diff: TraceDiff, console: Console, top: int) -> None:
+    if not diff.layers:
+        return
+    shown, others = _layer_rows(diff, top)
+    if shown:
+        table = Table(title=_LAYER_TITLE, title_justify="left")
+        for col in _LAYER_HEAD:
+            table.add_column(col, overflow="fold", justify="left" if col in ("layer (type path)", "where", "verdict")
+                             else "right")
+        for x in shown:
+            table.add_row(*_layer_cells(x), _styled_status(x.change))
+        console.print(table)
+    else:
+        console.print(f"Layers: all {len(diff.layers)} layer rows are within noise or unchanged.", highlight=False)
+    if others and shown:
+        console.print(f"  {others}", style="dim", highlight=False)
+
+
 def _efficiency_text(diff: TraceDiff, console: Console, top: int) -> None:
     if not diff.op_types:
         console.print("Efficiency: no modelled op types in either trace.", highlight=False)
@@ -360,6 +408,7 @@ def render_text(diff: TraceDiff, console: Console, top: int = DEFAULT_TOP) -> No
     console.print(f"Verdict: [{_VERDICT_STYLE.get(diff.verdict(), 'green')}]{_headline(diff)}[/]", highlight=False)
     console.print(_metrics_table(diff))
     _path_text(diff, console, top)
+    _layers_text(diff, console, top)
     rows, quiet = _kernel_rows(diff, top)
     if rows:
         console.print(_kernels_table(rows))
@@ -427,6 +476,23 @@ def _md_critical_path(diff: TraceDiff, top: int) -> list[str]:
     return out + _md_table(_PATH_HEAD, rows, 2) + [""]
 
 
+def _md_layers(diff: TraceDiff, top: int) -> list[str]:
+    if not diff.layers:
+        return []
+    shown, others = _layer_rows(diff, top)
+    out = ["### Layers", "", f"_{_md(_LAYER_TITLE)}_", ""]
+    if not shown:
+        return out + [f"All {len(diff.layers)} layer rows are within noise or unchanged.", ""]
+    rows = []
+    for x in shown:
+        cells = _layer_cells(x)
+        status = _status(x.change)
+        rows.append([_md_code(cells[0])] + [_md(c) for c in cells[1:]]
+                    + [f"**{status}**" if x.change.status in ("worse", "better") else status])
+    out += _md_table(_LAYER_HEAD, rows, 2) + [""]
+    return out + ([f"{_md(others)}.", ""] if others else [])
+
+
 def _md_kernels(diff: TraceDiff, top: int) -> list[str]:
     rows, quiet = _kernel_rows(diff, top)
     out = ["### Kernels", ""]
@@ -487,7 +553,8 @@ def to_markdown(diff: TraceDiff, top: int = DEFAULT_TOP) -> str:
     icon = _VERDICT_ICON.get(diff.verdict(), "⚪")
     out = ["## traceview diff", "", f"**{_md(_side(diff.base))}** → **{_md(_side(diff.new))}**", "",
            f"**Verdict: {icon} {_md(_headline(diff))}**", ""]
-    out += _md_metrics(diff) + _md_critical_path(diff, top) + _md_kernels(diff, top) + _md_findings(diff)
+    out += _md_metrics(diff) + _md_critical_path(diff, top) + _md_layers(diff, top) + _md_kernels(diff, top)
+    out += _md_findings(diff)
     out += _md_efficiency(diff, top)
     if diff.notes:
         out.append("")

@@ -46,6 +46,11 @@ class ShowResult:
     series: pd.DataFrame  # series_id, kind, key
     values: np.ndarray  # series x runs, ns per GPU and step (NaN: absent)
     notes: list[str] = field(default_factory=list)
+    #: with ``--layers``: the type paths shown (type_path, depth), and per type path and run its
+    #: inclusive GPU time per GPU and step and its share (NaN: not among that run's stored layers)
+    layers: pd.DataFrame | None = None
+    layer_values: np.ndarray | None = None  # type paths x runs
+    layer_shares: np.ndarray | None = None
 
 
 def parse_tags(items: Sequence[str], option: str = "--tag") -> tuple[tuple[str, str], ...]:
@@ -155,8 +160,26 @@ def _regressions(con: Any, runs: pd.DataFrame, ids: np.ndarray, found: detect.De
         columns="_o").reset_index(drop=True)
 
 
+def _layer_trends(con: Any, run_ids: list[int], top: int) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The ``top`` largest type paths in any of ``run_ids`` (by time per GPU and step; deeper first
+    among equals) and their type paths x runs matrices of time per GPU and step and of share."""
+    stored = store.layers(con, run_ids)
+    if stored.empty:
+        return pd.DataFrame(columns=["type_path", "depth"]), np.zeros((0, len(run_ids))), np.zeros((0, len(run_ids)))
+    largest = stored.groupby("type_path", as_index=False).agg(depth=("depth", "max"), v=("per_step_ns", "max"))
+    chosen = largest.sort_values(["v", "depth", "type_path"], ascending=[False, False, True]).head(top)
+    rows = pd.Index(chosen["type_path"]).get_indexer(stored["type_path"])
+    cols = pd.Index(run_ids).get_indexer(stored["run_id"])
+    ok = (rows >= 0) & (cols >= 0)
+    values = np.full((len(chosen), len(run_ids)), np.nan)
+    shares = np.full((len(chosen), len(run_ids)), np.nan)
+    values[rows[ok], cols[ok]] = stored["per_step_ns"].to_numpy(dtype=np.float64)[ok]
+    shares[rows[ok], cols[ok]] = pd.to_numeric(stored["share"], errors="coerce").to_numpy(dtype=np.float64)[ok]
+    return chosen[["type_path", "depth"]].reset_index(drop=True), values, shares
+
+
 def show(con: Any, *, kernel: str | None = None, tags: tuple[tuple[str, str], ...] = (), last: int = 10,
-         top: int = 10) -> ShowResult:
+         top: int = 10, layers: bool = False) -> ShowResult:
     """The selected runs and the trends of the step time and of the kernels matching ``kernel`` (a
     regex over normalised names; default: the ``top`` largest kernels, and half as many collectives,
     in any of the runs shown)."""
@@ -185,4 +208,10 @@ def show(con: Any, *, kernel: str | None = None, tags: tuple[tuple[str, str], ..
         values, ids = every[:, picked["column"].to_numpy()], every_ids[picked["column"].to_numpy()]
     series = _series_frame(con, np.asarray(ids))
     notes = [] if len(series) > 1 or kernel is None else [f"no kernel matches --kernel {kernel!r}"]
-    return ShowResult(selected, series, values.T, notes)
+    result = ShowResult(selected, series, values.T, notes)
+    if layers:
+        result.layers, result.layer_values, result.layer_shares = _layer_trends(con, run_ids, top)
+        if result.layers.empty:
+            notes.append("no layers stored for these runs (traces without module ranges, or runs added before "
+                         "history schema version 4)")
+    return result

@@ -104,16 +104,45 @@ def _trend_pct(values: np.ndarray) -> np.ndarray:
         return np.where(base > 0, 100.0 * (values[:, -1] - base) / base, np.nan)
 
 
+def _layers_json(result: ShowResult) -> list[dict[str, Any]]:
+    assert result.layers is not None and result.layer_values is not None and result.layer_shares is not None
+    trend = _trend_pct(result.layer_values)
+    return [{"type_path": str(p), "depth": _num(d), "values_ns": [_num(v) for v in values],
+             "shares": [_num(x) for x in shares], "trend_pct": _num(t)}
+            for p, d, values, shares, t in zip(result.layers["type_path"], result.layers["depth"],
+                                               result.layer_values, result.layer_shares, trend)]
+
+
+def _layers_section(result: ShowResult, fmt: str, run_ids: list[str]) -> list[str]:
+    """``--layers``: per type path its time per GPU and step in each run (and its share of the GPU
+    busy time in the newest run), the newest against the runs before."""
+    if result.layers is None or result.layers.empty:
+        return []
+    assert result.layer_values is not None and result.layer_shares is not None
+    trend = _trend_pct(result.layer_values)
+    header = ["layer (type path)", *(f"run {r}" for r in run_ids), "share (newest)", "newest vs before"]
+    rows = [[_short(str(p)), *(fmt_ns(v) for v in values), "-" if np.isnan(shares[-1]) else
+             fmt_pct(100 * shares[-1], 1), "-" if np.isnan(t) else f"{t:+.1f}%"]
+            for p, values, shares, t in zip(result.layers["type_path"], result.layer_values, result.layer_shares,
+                                            trend)]
+    title = "## " if fmt == "markdown" else ""
+    table = _md_table if fmt == "markdown" else _text_table
+    return [f"\n{title}Time by layer per GPU and step (inclusive GPU time of each module type path)\n\n",
+            table(header, rows)]
+
+
 def render_show(result: ShowResult, fmt: str) -> str:
     """The runs and the trends of ``history show`` in ``fmt`` (table, markdown, json)."""
     trend = _trend_pct(result.values)
     run_ids = [str(r) for r in result.runs["run_id"]]
     if fmt == "json":
-        return json.dumps({
+        data: dict[str, Any] = {
             "runs": _runs_json(result.runs),
             "series": [{"kind": k, "name": n, "values_ns": [_num(v) for v in row], "trend_pct": _num(t)}
-                       for k, n, row, t in zip(result.series["kind"], result.series["key"], result.values, trend)],
-            "notes": result.notes}, indent=1) + "\n"
+                       for k, n, row, t in zip(result.series["kind"], result.series["key"], result.values, trend)]}
+        if result.layers is not None:
+            data["layers"] = _layers_json(result)
+        return json.dumps({**data, "notes": result.notes}, indent=1) + "\n"
     header = ["kind", "name", *(f"run {r}" for r in run_ids), "newest vs before"]
     rows = [[str(k), _short(str(n)), *(fmt_ns(v) for v in row), "-" if np.isnan(t) else f"{t:+.1f}%"]
             for k, n, row, t in zip(result.series["kind"], result.series["key"], result.values, trend)]
@@ -121,6 +150,7 @@ def render_show(result: ShowResult, fmt: str) -> str:
     title = "## " if fmt == "markdown" else ""
     parts = [f"{title}Runs ({len(run_ids)})\n\n", table(RUN_HEADER, _run_rows(result.runs)),
              f"\n{title}Time per GPU and step\n\n", table(header, rows)]
+    parts += _layers_section(result, fmt, run_ids)
     parts += [f"\nnote: {n}\n" for n in result.notes]
     return "".join(parts)
 

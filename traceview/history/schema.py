@@ -12,6 +12,9 @@ v1 -> v2 migration; the JSON column stays (it is the tags as given, in order). V
 critical path's run figures to ``runs`` (the report summary's ``critical_path_step_ns``,
 ``achievable_step_ns``, ``critical_path_bound_by``, ``critical_path_bound_share``: docs/metrics.md);
 runs stored before it have them null (their reports are not kept, so nothing can fill them).
+Version 4 adds the ``layers`` table: per run its :data:`LAYERS_KEPT` largest module type paths (the
+modules analysis's ``type_paths``, docs/metrics.md "Modules and ranges"), empty for the runs stored
+before it and for runs without module ranges.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 from typing import Any, Callable
 
 #: the version this code writes and reads
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: the columns of a run summary's ``series`` frame, in the database's order
 SERIES_COLUMNS = ("kind", "key", "calls", "calls_per_step", "total_ns", "per_step_ns", "mean_ns", "median_ns",
                   "p90_ns", "spread_ns")
@@ -29,6 +32,10 @@ RUN_FIGURES = ("ranks", "gpus", "steps", "step_time_ns", "step_p90_ns", "step_sp
                "busy_ns_per_step", "idle_ns_per_step", "compute_ns_per_step", "communication_ns_per_step",
                "exposed_comm_ns_per_step", "utilization", "critical_path_step_ns", "achievable_step_ns",
                "critical_path_bound_share")
+#: how many type paths a run keeps in ``layers`` (its largest by inclusive GPU time)
+LAYERS_KEPT = 20
+#: the columns of a run summary's ``layers`` frame, in the database's order
+LAYER_COLUMNS = ("position", "type_path", "depth", "instances", "inclusive_ns", "per_step_ns", "share")
 #: the run-level text figures of ``runs`` (version 3)
 RUN_TEXT = ("critical_path_bound_by",)
 
@@ -101,6 +108,21 @@ ALTER TABLE runs ADD COLUMN critical_path_bound_share DOUBLE;
 """
 
 
+#: what version 4 adds to version 3: each run's largest module type paths (layers)
+V4_ADDITIONS = """
+CREATE TABLE layers (
+    run_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,         -- 1 = the run's largest type path
+    type_path VARCHAR NOT NULL,        -- module names from the root, indices dropped (Model/Layer/Attention)
+    depth INTEGER,                     -- 0 at the top
+    instances BIGINT,                  -- ranges of that type path, all ranks
+    inclusive_ns BIGINT,               -- inclusive GPU time, whole trace, all ranks
+    per_step_ns BIGINT,                -- the same per GPU and step
+    share DOUBLE                       -- of the GPU busy time of all ranks
+);
+"""
+
+
 def _migrate_1_to_2(con: Any) -> None:
     """v1 -> v2: the ``run_tags`` table, filled from each run's JSON tags."""
     con.execute(V2_ADDITIONS)
@@ -115,8 +137,13 @@ def _migrate_2_to_3(con: Any) -> None:
     con.execute(V3_ADDITIONS)
 
 
+def _migrate_3_to_4(con: Any) -> None:
+    """v3 -> v4: the ``layers`` table (no rows for the runs stored before)."""
+    con.execute(V4_ADDITIONS)
+
+
 #: from-version -> the function that brings a database to the next version (inside a transaction)
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
 
 
 def create(con: Any) -> None:

@@ -167,7 +167,7 @@ def _insert_children(con: Any, summaries: Sequence[RunSummary], ids: list[int]) 
                            ON CONFLICT (series_id, name) DO UPDATE SET last_run = excluded.last_run""")
         finally:
             con.unregister("tv_raw")
-    for table, attr in (("findings", "findings"), ("efficiency", "efficiency")):
+    for table, attr in (("findings", "findings"), ("efficiency", "efficiency"), ("layers", "layers")):
         parts = [getattr(s, attr).assign(run_id=rid) for rid, s in zip(ids, summaries) if len(getattr(s, attr))]
         if parts:
             _insert_frame(con, table, pd.concat(parts, ignore_index=True))
@@ -248,3 +248,14 @@ def raw_names(con: Any, series_ids: Sequence[int]) -> dict[int, list[str]]:
     finally:
         con.unregister("tv_sids")
     return {int(k): list(g["name"]) for k, g in frame.groupby("series_id", sort=False)}
+
+
+def layers(con: Any, run_ids: Sequence[int]) -> pd.DataFrame:
+    """The stored layers of ``run_ids`` (run_id, position, type_path, depth, per_step_ns, share),
+    by run and position."""
+    con.register("tv_runs", pa.table({"run_id": pa.array(list(run_ids), pa.int32())}))
+    try:
+        return con.execute("SELECT run_id, position, type_path, depth, per_step_ns, share FROM layers "
+                           "SEMI JOIN tv_runs USING (run_id) ORDER BY run_id, position").df()
+    finally:
+        con.unregister("tv_runs")

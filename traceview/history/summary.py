@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from traceview.compare.names import normalize_kernel_name
-from traceview.history.schema import SERIES_COLUMNS
+from traceview.history.schema import LAYER_COLUMNS, LAYERS_KEPT, SERIES_COLUMNS
 from traceview.trace_cache import digest_file_ends
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class RunSummary:
     raw_names: pd.DataFrame  # kind, key, name
     findings: pd.DataFrame = field(default_factory=pd.DataFrame)  # code, rank, severity, cost_ns_per_step, title
     efficiency: pd.DataFrame = field(default_factory=pd.DataFrame)
+    layers: pd.DataFrame = field(default_factory=pd.DataFrame)  # LAYER_COLUMNS
     added_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc).replace(tzinfo=None))
 
 
@@ -175,6 +176,24 @@ def _efficiency(report: Report) -> pd.DataFrame:
     return table.reindex(columns=columns)
 
 
+def _layers(report: Report, gpus: int, steps: int) -> pd.DataFrame:
+    """The run's :data:`LAYERS_KEPT` largest module type paths over all ranks, from the modules
+    analysis's ``type_paths`` (summed over ranks) and ``attribution`` (each rank's GPU busy time,
+    the denominator of the share); empty without module ranges."""
+    paths = report.table("modules", "type_paths")
+    if paths.empty:
+        return pd.DataFrame(columns=list(LAYER_COLUMNS))
+    attribution = report.table("modules", "attribution")
+    busy = float(attribution.groupby("rank")["busy_ns"].first().sum()) if len(attribution) else 0.0
+    job = paths.assign(type_path=paths["type_path"].astype(str)).groupby("type_path", as_index=False).agg(
+        depth=("depth", "first"), instances=("instances", "sum"), inclusive_ns=("inclusive_ns", "sum"))
+    job = job.sort_values(["inclusive_ns", "depth", "type_path"], ascending=[False, False, True]).head(LAYERS_KEPT)
+    job["per_step_ns"] = job["inclusive_ns"] / (gpus * max(steps, 1))
+    job["share"] = job["inclusive_ns"] / busy if busy > 0 else np.nan
+    job["position"] = np.arange(1, len(job) + 1)
+    return job[list(LAYER_COLUMNS)].reset_index(drop=True)
+
+
 def summarize(report: Report, *, identity: str, name: str, paths: Sequence[str],
               tags: dict[str, str]) -> RunSummary:
     """The history's summary of ``report`` (see the module docstring)."""
@@ -213,7 +232,7 @@ def summarize(report: Report, *, identity: str, name: str, paths: Sequence[str],
     return RunSummary(identity=identity, name=name, gpu_model=", ".join(sorted(set(models))),
                       traceview_version=str(traceview.__version__), paths=[str(p) for p in paths], tags=dict(tags),
                       figures=_figures(report, samples), series=series, raw_names=raw, findings=_findings(report),
-                      efficiency=_efficiency(report))
+                      efficiency=_efficiency(report), layers=_layers(report, gpus, steps))
 
 
 def as_records(value: Any) -> Any:

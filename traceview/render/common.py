@@ -250,6 +250,13 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 BOUND_TEXT = {"host": "host thread", "gpu": "GPU work", "communication": "communication"}
 
 
+def short_path(path: str, keep: int = 2, width: int = 60) -> str:
+    """A range path as a headline shows it: its last ``keep`` parts (``…/Qwen2DecoderLayer/Qwen2Attention``),
+    each part cut to ``width`` characters; the tables have the whole path."""
+    parts = [p if len(p) <= width else p[: width - 1] + "…" for p in path.split("/")]
+    return "/".join(parts) if len(parts) <= keep else "…/" + "/".join(parts[-keep:])
+
+
 def layers_text(report: Mapping[str, Any]) -> str:
     """Where the GPU time goes by layer in one line ("Qwen2Model/Qwen2DecoderLayer/Qwen2Attention 34% ·
     ..."), from the summary's ``top_layers``; empty when the report has none."""
@@ -257,7 +264,7 @@ def layers_text(report: Mapping[str, Any]) -> str:
     layers = s.get("top_layers") or []
     if not layers:
         return ""
-    text = " · ".join(f"{layer['type_path']} {fmt_share(layer.get('share'))}" for layer in layers)
+    text = " · ".join(f"{short_path(str(layer['type_path']))} {fmt_share(layer.get('share'))}" for layer in layers)
     attributed = s.get("attributed_share")
     return text + (f" (of the GPU busy time; {fmt_share(attributed)} attributed to a layer or range)"
                    if attributed is not None else "")
