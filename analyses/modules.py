@@ -90,10 +90,12 @@ def build_tree(ctx: AnalysisContext) -> RangeTree:
     rank = rank_all[rows]
     thread, threads = iv.combine_keys(rank, trace.column("pid")[rows], trace.column("tid")[rows])
     category_codes, categories = classify.dictionary_codes_at(ctx, "category", rows)
-    category = np.asarray([c or "" for c in categories] + [""], dtype=object)[category_codes]
-    nvtx = np.asarray([c.startswith("nvtx") for c in category], dtype=bool) if rows.size else np.zeros(0, bool)
+    # per distinct category, not per range (10 M NVTX ranges share a few)
+    labels = [c or "" for c in categories] + [""]
+    nvtx = np.asarray([c.startswith("nvtx") for c in labels], dtype=bool)[category_codes]
     kind = np.where(module[rows], 0, np.where(nvtx, 2, 1)).astype(np.int8)
-    domain = np.where(nvtx, [c.partition(":")[2] for c in category] if rows.size else [], "").astype(object)
+    domain = np.asarray([c.partition(":")[2] if c.startswith("nvtx") else "" for c in labels],
+                        dtype=object)[category_codes]
     name_codes, dictionary = classify.dictionary_codes(ctx)
     names = np.asarray([MODULE.sub("", n or "") for n in dictionary] + [""], dtype=object)
     name_code = name_codes[rows]
@@ -314,14 +316,14 @@ def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[in
     exclusive = _union_by(attribution.range[own], act.start[own], act.end[own], n)
     columns: dict[str, Any] = {"inclusive_ns": inclusive, "exclusive_ns": exclusive,
                                "kernels": np.bincount(ranges, minlength=n).astype(np.int64)}
-    cls = act.cls[acts]
+    # one union keyed (range, class): one sort, not one per class
+    by_class = _union_by(ranges * 3 + act.cls[acts], start, end, 3 * n).reshape(n, 3)
     for name, code in (("compute_ns", classify.COMPUTE), ("communication_ns", classify.COMMUNICATION),
                        ("memory_ns", classify.MEMORY)):
-        sel = cls == code
-        columns[name] = _union_by(ranges[sel], start[sel], end[sel], n)
+        columns[name] = by_class[:, code]
     rule = attribution.rule[acts]
     for name, code in (("backward_ns", BACKWARD), ("graph_replay_ns", GRAPH_REPLAY)):
-        sel = rule == code
+        sel = rule == code  # few of the pairs: a union of those alone
         columns[name] = _union_by(ranges[sel], start[sel], end[sel], n)
     columns.update(_modelled(ranges, acts, act, models, n))
     frame = pd.DataFrame({"rank": tree.rank, "range_id": _range_ids(tree), "depth": tree.depth,
