@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from traceview import intervals as iv
+from traceview.claims import gpu_key
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult
 from traceview.model import Kind
@@ -321,6 +322,7 @@ def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[in
     for name, code in (("compute_ns", classify.COMPUTE), ("communication_ns", classify.COMMUNICATION),
                        ("memory_ns", classify.MEMORY)):
         columns[name] = by_class[:, code]
+    columns["exposed_comm_ns"] = _exposed_comm(ranges, acts, act, n)
     rule = attribution.rule[acts]
     for name, code in (("backward_ns", BACKWARD), ("graph_replay_ns", GRAPH_REPLAY)):
         sel = rule == code  # few of the pairs: a union of those alone
@@ -334,6 +336,28 @@ def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[in
                           "start_ns": tree.start, "end_ns": tree.end, **columns})
     frame["share"] = frame["inclusive_ns"] / frame["rank"].map(busy).fillna(0).clip(lower=1).to_numpy(np.float64)
     return frame[frame["kernels"] > 0].reset_index(drop=True)
+
+
+def _exposed_comm(ranges: np.ndarray, acts: np.ndarray, act: Any, n: int) -> np.ndarray:
+    """Per range (inclusive): the union of its communication kernels' time that no compute on their
+    GPU overlapped (exposed communication, "Communication"), by cutting each kernel to its GPU's
+    exposed intervals (one sorted search per kernel, no loop)."""
+    comm = act.cls[acts] == classify.COMMUNICATION
+    if not comm.any():
+        return np.zeros(n, dtype=np.int64)
+    exposed = classify.exposed_claims(act.cls, act.rank, act.device, act.start, act.end)
+    r, a = ranges[comm], acts[comm]
+    key = gpu_key(act.rank[a], act.device[a])
+    s, e = act.start[a], act.end[a]
+    lo = iv.searchsorted_by(exposed.key, exposed.end_ns, key, s, side="right")  # first exposed ending after s
+    hi = iv.searchsorted_by(exposed.key, exposed.start_ns, key, e, side="left")  # past the last starting before e
+    count = np.maximum(hi - lo, 0)
+    piece = np.repeat(np.arange(r.size), count)
+    at = np.repeat(lo, count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
+    start = np.maximum(exposed.start_ns[at], s[piece])
+    end = np.minimum(exposed.end_ns[at], e[piece])
+    keep = end > start
+    return _union_by(r[piece][keep], start[keep], end[keep], n)
 
 
 def _modelled(ranges: np.ndarray, acts: np.ndarray, act: Any, models: KernelModels, n: int) -> dict[str, Any]:

@@ -150,3 +150,16 @@ def test_the_summary_names_the_layers_and_the_first_screen_prints_them():
     assert 0.5 < report["summary"]["attributed_share"] <= 1.0
     assert layers_text(report).startswith("…/Qwen2DecoderLayer/Qwen2Attention 34.")
     assert short_path("A/B") == "A/B" and short_path("A/B/C") == "…/B/C"
+
+
+def test_exposed_communication_inside_a_range():
+    b = TraceBuilder()
+    b.step(1, 0, 1000 * US)
+    b.op("nn.Module: Block_0", 10 * US, 500 * US, kind=Kind.PYTHON_FUNCTION)
+    b.launched("cudaLaunchKernel", 20 * US, 5 * US, 100 * US, 100 * US, stream=7)  # compute 100-200
+    api = b.runtime("ncclKernel launch", 30 * US, 5 * US)
+    kernel = b.nccl(150 * US, 200 * US)  # 150-350: 50 us under compute, 150 us exposed
+    b.launch(api, kernel)
+    gpu = modules(b.build()).tables["range_gpu"].set_index("path")
+    assert gpu.loc["Block_0", "communication_ns"] == 200 * US
+    assert gpu.loc["Block_0", "exposed_comm_ns"] == 150 * US
