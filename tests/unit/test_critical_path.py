@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.builders import TraceBuilder, synthetic_4rank
-from tests.conftest import context
+from builders import TraceBuilder, synthetic_4rank
+from conftest import context
 from traceview.analyses import run_all
 from traceview.analyses.dependency_graph import build_dependency_graph
 from traceview.analyses.paths import IncomingEdges, relaxed_times, walk_back

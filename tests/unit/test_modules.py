@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.builders import TraceBuilder
+from builders import TraceBuilder
 from traceview import intervals as iv
 from traceview.analyses import run_all
 from traceview.loading import load
