@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs
 
 import pandas as pd
@@ -388,11 +388,12 @@ class AppController:
             a, b = _button_window(trig, a, b, (lo, hi))
         return clamp_window(a, b, lo, hi, MIN_WINDOW_NS), new_focus
 
-    # ------------------------------------------------------------------ gaps
-    def gap_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
-                    t1: Any = None) -> tuple:
-        """A row of the largest-gaps table was clicked: open the timeline around that gap. A click
-        that cannot be opened stays on the page and says why beside the table."""
+    # ------------------------------------------------------------------ table rows -> timeline
+    def _row_to_timeline(self, active_cell: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any,
+                         search: Callable[[RunContext, int], str]) -> tuple:
+        """A clicked table row opened on the timeline: (pathname, search, message beside the table).
+        ``search(ctx, row_id)`` gives the timeline's query for the row, or raises ``BadValue``. A
+        cleared selection opens nothing; a click that cannot be opened says why beside the table."""
         if active_cell is None:  # the selection was cleared (or the table redrawn): nothing to open
             return no_update, no_update, None
         if not isinstance(active_cell, dict):
@@ -401,33 +402,29 @@ class AppController:
         try:
             row_id = validate.row_id(active_cell.get("row_id"))
             ctx = self._context(run, ranks, steps, t0, t1)
+            return "/timeline", search(ctx, row_id), None
         except (RunError, BadValue) as exc:
             return no_update, no_update, message(str(exc), "error")
-        gaps = ctx.table("idle_gaps", "gaps")
-        if gaps is None or row_id not in gaps.index:
-            return no_update, no_update, message(
-                f"row {row_id} is not a gap of this selection: the table may be stale; reload the page", "error")
-        g = gaps.loc[row_id]
-        s, e = int(g["start_ns"]) - ctx.origin_ns, int(g["end_ns"]) - ctx.origin_ns
-        return "/timeline", gap_search(s, e), None
+
+    # ------------------------------------------------------------------ gaps
+    def gap_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
+                    t1: Any = None) -> tuple:
+        """A row of the largest-gaps table was clicked: open the timeline around that gap."""
+        def search(ctx: RunContext, row_id: int) -> str:
+            gaps = ctx.table("idle_gaps", "gaps")
+            if gaps is None or row_id not in gaps.index:
+                raise BadValue(f"row {row_id} is not a gap of this selection: the table may be stale; reload the page")
+            g = gaps.loc[row_id]
+            return gap_search(int(g["start_ns"]) - ctx.origin_ns, int(g["end_ns"]) - ctx.origin_ns)
+
+        return self._row_to_timeline(active_cell, run, ranks, steps, t0, t1, search)
 
     # ------------------------------------------------------------------ critical path
     def step_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                      t1: Any = None) -> tuple:
         """A row of the Critical path page's steps table was clicked: open the timeline on that step
-        (its rank opened, the step highlighted, the path drawn); a click that cannot be opened says
-        why beside the table."""
-        if active_cell is None:
-            return no_update, no_update, None
-        if not isinstance(active_cell, dict):
-            return no_update, no_update, message(f"clicked cell: {validate.quote(active_cell)} is not a table cell",
-                                                 "error")
-        try:
-            row_id = validate.row_id(active_cell.get("row_id"))
-            ctx = self._context(run, ranks, steps, t0, t1)
-            return "/timeline", critical_path_page.step_search(ctx, row_id), None
-        except (RunError, BadValue) as exc:
-            return no_update, no_update, message(str(exc), "error")
+        (its rank opened, the step highlighted, the path drawn)."""
+        return self._row_to_timeline(active_cell, run, ranks, steps, t0, t1, critical_path_page.step_search)
 
     # ------------------------------------------------------------------ modules
     def modules_view(self, rank: Any, color: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
@@ -457,18 +454,10 @@ class AppController:
     def range_row_clicked(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                           t1: Any = None) -> tuple:
         """A row of the Modules page's ranges table was clicked: the timeline on that range."""
-        if active_cell is None:
-            return no_update, no_update, None
-        if not isinstance(active_cell, dict):
-            return no_update, no_update, message(f"clicked cell: {validate.quote(active_cell)} is not a table cell",
-                                                 "error")
-        try:
-            row_id = validate.row_id(active_cell.get("row_id"))
-            ctx = self._context(run, ranks, steps, t0, t1)
-            rank, range_id = modules_page.row_range(ctx, row_id)
-            return "/timeline", modules_page.range_search(ctx, rank, range_id), None
-        except (RunError, BadValue) as exc:
-            return no_update, no_update, message(str(exc), "error")
+        def search(ctx: RunContext, row_id: int) -> str:
+            return modules_page.range_search(ctx, *modules_page.row_range(ctx, row_id))
+
+        return self._row_to_timeline(active_cell, run, ranks, steps, t0, t1, search)
 
     # ------------------------------------------------------------------ kernels
     def kernel_selected(self, active_cell: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
