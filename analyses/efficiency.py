@@ -84,7 +84,7 @@ from traceview.units import fmt_ns
 from . import classify
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
-from .steps import NO_STEP, activity, issuing_cpu_op, per_step, step_column
+from .steps import NO_STEP, activity, flow_links, issuing_cpu_op, per_step, step_column
 
 NAME = "efficiency"
 
@@ -362,29 +362,15 @@ def _callers(trace: Trace, rows: np.ndarray, name_codes: np.ndarray, names: list
     return out
 
 
-def _equals(table: Any, column: str, value: str) -> np.ndarray:
-    """Rows of a dictionary column of ``table`` equal to ``value`` (compared by dictionary code)."""
-    if table.num_rows == 0:
-        return np.zeros(0, dtype=bool)
-    col = table.column(column).combine_chunks()
-    words = col.dictionary.to_pylist()
-    if value not in words:
-        return np.zeros(table.num_rows, dtype=bool)
-    return col.indices.fill_null(-1).to_numpy(zero_copy_only=False) == words.index(value)
-
-
 def _backward_nodes(trace: Trace, rows: np.ndarray, name_codes: np.ndarray, names: list[Any]) -> np.ndarray:
     """Per op row of ``rows``: for the ops of ``OUTPUT_FROM_BACKWARD``, the autograd node that a
     ``fwdbwd`` flow link pairs with the op or with an op of its chain enclosing it on its thread
     (``FORWARD_CHAINS``: PyTorch links the op that created the node, e.g. aten::convolution over
     aten::cudnn_convolution); -1 for none or other ops."""
     out = np.full(rows.size, -1, dtype=np.int64)
-    links = trace.links
-    flow = _equals(links, "type", "flow") & _equals(links, "category", "fwdbwd")
-    if not flow.any():
+    src, dst = flow_links(trace, "fwdbwd")
+    if src.size == 0:
         return out
-    src = links.column("src_row").to_numpy()[flow]
-    dst = links.column("dst_row").to_numpy()[flow]
     wanted = [i for i, n in enumerate(names) if n in OUTPUT_FROM_BACKWARD]
     inner = np.flatnonzero(np.isin(name_codes[rows], wanted))
     chain = [i for i, n in enumerate(names) if n in FORWARD_CHAINS]

@@ -34,7 +34,7 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.report_inputs import ReportInputs
 
 from . import classify
-from .steps import activity, analysed_ranks, step_column
+from .steps import activity, analysed_ranks, flow_links, step_column
 
 NAME = "modules"
 MODULE = re.compile(r"^nn\.Module: ")
@@ -187,14 +187,8 @@ def attribute(ctx: AnalysisContext) -> Attribution:
 
 def _thread_codes(trace: Any, tree: RangeTree, rows: np.ndarray) -> np.ndarray:
     """The code of each event's thread among the ranges' threads (-1 for a thread without ranges)."""
-    t_rank, t_pid, t_tid = tree.threads
-    n = t_rank.size
-    codes, _ = iv.combine_keys(np.concatenate([t_rank, trace.column("rank")[rows].astype(np.int64)]),
-                               np.concatenate([t_pid, trace.column("pid")[rows]]),
-                               np.concatenate([t_tid, trace.column("tid")[rows]]))
-    known = np.full(int(codes.max()) + 1 if codes.size else 0, -1, dtype=np.int64)
-    known[codes[:n]] = np.arange(n, dtype=np.int64)
-    return known[codes[n:]]
+    return iv.codes_among(tree.threads, (trace.column("rank")[rows].astype(np.int64), trace.column("pid")[rows],
+                                         trace.column("tid")[rows]))
 
 
 def _stab(trace: Any, tree: RangeTree, index: iv.NestedIndex, rows: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -210,40 +204,24 @@ def _forward_ranges(ctx: AnalysisContext, tree: RangeTree, index: iv.NestedIndex
     op): the innermost range open at the forward op's start on its thread; -1 for others."""
     trace = ctx.trace
     out = np.full(api_rows.size, -1, dtype=np.int64)
-    links = trace.links
-    if links.num_rows == 0:
+    fwd, bwd = flow_links(trace, "fwdbwd")
+    if fwd.size == 0:
         return out
-    kind = np.asarray(links.column("type").to_pylist(), dtype=object)
-    category = np.asarray(links.column("category").to_pylist(), dtype=object)
-    flow = (kind == "flow") & (category == "fwdbwd")
-    if not flow.any():
-        return out
-    fwd = links.column("src_row").to_numpy()[flow].astype(np.int64)
-    bwd = links.column("dst_row").to_numpy()[flow].astype(np.int64)
     bwd, first = np.unique(bwd, return_index=True)
     fwd = fwd[first]
     b_start = trace.column("start_ns")[bwd]
     b_end = b_start + np.maximum(trace.column("dur_ns")[bwd], 0)
-    b_thread, _ = iv.combine_keys(trace.column("rank")[bwd].astype(np.int64), trace.column("pid")[bwd],
-                                  trace.column("tid")[bwd])
+    b_thread, b_threads = iv.combine_keys(trace.column("rank")[bwd].astype(np.int64), trace.column("pid")[bwd],
+                                          trace.column("tid")[bwd])
     backward_ops = iv.NestedIndex(b_thread, b_start, b_end)
     # the calls' threads among the backward ops' threads
-    call_thread = _codes_among(trace, bwd, b_thread, api_rows)
+    call_thread = iv.codes_among(tuple(b_threads), (trace.column("rank")[api_rows].astype(np.int64),
+                                                    trace.column("pid")[api_rows], trace.column("tid")[api_rows]))
     hit = backward_ops.covering(call_thread, api_start, api_start + 1)
     ok = (call_thread >= 0) & (hit >= 0)
     forward_op = fwd[hit[ok]]
     out[ok] = _stab(trace, tree, index, forward_op, trace.column("start_ns")[forward_op].astype(np.int64))
     return out
-
-
-def _codes_among(trace: Any, rows: np.ndarray, row_codes: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """The thread code (of ``rows``' threads, given as ``row_codes``) of each ``query`` event; -1 else."""
-    both = np.concatenate([rows, query])
-    codes, _ = iv.combine_keys(trace.column("rank")[both].astype(np.int64), trace.column("pid")[both],
-                               trace.column("tid")[both])
-    known = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-    known[codes[:rows.size]] = row_codes
-    return known[codes[rows.size:]]
 
 
 # ------------------------------------------------------------------------------------ tables

@@ -138,6 +138,27 @@ def cpu_op_links(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
     return links
 
 
+def column_equals(table: pa.Table, column: str, value: str) -> np.ndarray:
+    """Rows of a dictionary column of ``table`` (events, links) equal to ``value``, compared by
+    dictionary code (not by decoding every row)."""
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=bool)
+    col = table.column(column).combine_chunks()
+    words = col.dictionary.to_pylist()
+    if value not in words:
+        return np.zeros(table.num_rows, dtype=bool)
+    return col.indices.fill_null(-1).to_numpy(zero_copy_only=False) == words.index(value)
+
+
+def flow_links(trace: Trace, category: str) -> tuple[np.ndarray, np.ndarray]:
+    """(source rows, destination rows) of the trace's flow links of ``category`` (``fwdbwd``: a
+    forward op -> its backward op)."""
+    links = trace.links
+    flow = column_equals(links, "type", "flow") & column_equals(links, "category", category)
+    return (links.column("src_row").to_numpy()[flow].astype(np.int64),
+            links.column("dst_row").to_numpy()[flow].astype(np.int64))
+
+
 def links_of(trace: Trace, link_type: str) -> tuple[np.ndarray, np.ndarray]:
     """The links of one type, selected on the type column's dictionary codes (comparing the
     decoded strings of every link cost more than the rest of the lookup)."""
@@ -368,12 +389,7 @@ class CpuOpNesting:
 
     def thread_codes(self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
         """The code of each query's thread among the ops' threads; -1 for a thread with no op."""
-        n = self.threads[0].size
-        codes, _ = iv.combine_keys(np.concatenate([self.threads[0], np.asarray(rank, dtype=np.int64)]),
-                                   np.concatenate([self.threads[1], pid]), np.concatenate([self.threads[2], tid]))
-        known = np.full(int(codes.max()) + 1 if codes.size else 0, -1, dtype=np.int64)
-        known[codes[:n]] = np.arange(n, dtype=np.int64)
-        return known[codes[n:]]
+        return iv.codes_among(self.threads, (np.asarray(rank, dtype=np.int64), pid, tid))
 
 
 def cpu_op_nesting(ctx: AnalysisContext) -> CpuOpNesting:
@@ -454,7 +470,9 @@ __all__ = [
     "fold_step_name",
     "issuing_cpu_op",
     "step_marker_candidates",
+    "column_equals",
     "cpu_op_links",
+    "flow_links",
     "launch_links",
     "per_step",
     "step_column",

@@ -666,6 +666,19 @@ def innermost_covering(
     return NestedIndex(keys, starts, ends, depth).covering(query_keys, query_lo, query_hi)
 
 
+def codes_among(known: tuple[np.ndarray, ...], query: tuple[np.ndarray, ...]) -> np.ndarray:
+    """For each query key (a tuple of columns, e.g. rank, pid, tid), the position of the same key
+    among the distinct ``known`` keys (given as parallel columns, each key once); -1 for a key not
+    among them. One joint factorization of both, no per-key Python."""
+    n = _arr(known[0]).size
+    codes, _ = combine_keys(*(np.concatenate([_arr(k), _arr(q)]) for k, q in zip(known, query)))
+    if codes.size == 0:
+        return _EMPTY.copy()
+    position = np.full(int(codes.max()) + 1, -1, dtype=_I64)
+    position[codes[:n]] = np.arange(n, dtype=_I64)
+    return position[codes[n:]]
+
+
 def nesting_parents(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each interval, the innermost other interval of its group that contains it (-1 at the top):
     one sort of the intervals' start and end points, then the nesting depth read off it (the latest
@@ -723,6 +736,7 @@ def searchsorted_by(
 
 __all__ = [
     "NestedIndex",
+    "codes_among",
     "nesting_parents",
     "clip",
     "clip_by",
