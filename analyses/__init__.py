@@ -34,11 +34,13 @@ def specs() -> list[AnalysisSpec]:
     return analysis_specs()
 
 
-def run_all(trace: Trace, options: Options | None = None, only: list[str] | None = None) -> dict[str, AnalysisResult]:
+def run_all(trace: Trace, options: Options | None = None, only: list[str] | None = None, *,
+            context: AnalysisContext | None = None) -> dict[str, AnalysisResult]:
     """Run every analysis (or ``only`` those, with the analyses they require) on ``trace`` in memory
-    and return the results by name (of ``only`` when given)."""
+    and return the results by name (of ``only`` when given), each with its cross-rank step. On
+    ``context`` when given (a context of ``trace``, whose derived inputs other callers share)."""
     chosen = [s for s in specs() if only is None or s.name in only]
-    ctx = AnalysisContext(trace, options or Options())
+    ctx = context if context is not None else AnalysisContext(trace, options or Options())
     results: dict[str, AnalysisResult] = {}
 
     def keep(spec: AnalysisSpec, result: AnalysisResult) -> None:

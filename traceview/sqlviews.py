@@ -371,31 +371,14 @@ def gaps_table(ctx: AnalysisContext) -> pa.Table:
 
 def analysis_result(ctx: AnalysisContext, name: str) -> "AnalysisResult":
     """The result of the registered analysis ``name`` on every rank of ``ctx``: it and the analyses
-    it requires run in order on the context, then its cross-rank step (``gather`` and ``reduce``), as
-    the pipeline runs them for one batch (so the tables are the report's). A name no analysis has is
-    a :class:`SqlError`."""
-    import traceview.analyses  # noqa: F401  (registers every analysis)
-    from traceview.context import run_analyses
-    from traceview.pipeline import cross_rank_step
-    from traceview.registry import ANALYSES, AnalysisSpec, with_requirements
+    it requires, then its cross-rank step, as ``traceview.analyses.run_all`` runs them (so the tables
+    are the report's), on the session's context. A name no analysis has is a :class:`SqlError`."""
+    from traceview.analyses import run_all  # registers every analysis
+    from traceview.registry import ANALYSES
 
-    spec = ANALYSES.get(name)
-    if spec is None:
+    if name not in ANALYSES:
         raise SqlError(f"this traceview has no {name} analysis, which the view needs")
-    found: dict[str, AnalysisResult] = {}
-
-    def keep(ran: AnalysisSpec, result: AnalysisResult) -> None:
-        if ran.name != name:
-            return
-        parts = None
-        if ran.gather is not None:
-            with ctx.limited_to(ran.requires):
-                parts = [ran.gather(ctx).compact()]
-        cross_rank_step(ran, result, parts, {}, ctx.options)
-        found[name] = result
-
-    run_analyses(ctx, with_requirements([spec]), keep)
-    return found[name]
+    return run_all(ctx.trace, ctx.options, only=[name], context=ctx)[name]
 
 
 def collectives_table(ctx: AnalysisContext) -> pa.Table:
