@@ -246,3 +246,17 @@ def json_differences(a: Any, b: Any, where: str = "") -> list[str]:
         return out
     return [] if a == b else [f"{where}: {str(a)[:120]!r} != {str(b)[:120]!r}"]
 
+
+def with_analysis_result(report: Any, name: str, title: str, result: Any, summary: dict[str, Any]) -> Any:
+    """``report`` (a :class:`traceview.report.Report`) with ``result`` as analysis ``name``: in its
+    results, its report section (tables as bounded records, titled ``title``) and ``summary``'s keys
+    in its summary; for front-end tests of an analysis's contract on synthetic results."""
+    from traceview.report import Report, table_records
+
+    data = dict(report.data)
+    data["summary"] = {**report.summary, **summary}
+    section = {"title": title, "warnings": [], "findings": 0,
+               "tables": {t: {**table_records(frame), "title": t} for t, frame in result.tables.items()}}
+    data["analyses"] = {**report["analyses"], name: section}
+    return Report(data, {**report.results, name: result}, report.trace)
+

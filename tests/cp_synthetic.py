@@ -20,7 +20,8 @@ import pandas as pd
 
 from traceview.findings import AnalysisResult
 from traceview.model import Kind, Trace
-from traceview.report import Report, table_records
+from builders import with_analysis_result
+from traceview.report import Report
 
 CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync", "gpu_compute", "memory", "communication",
               "gpu_wait", "waiting_on_rank", "unlinked")
@@ -143,12 +144,7 @@ def with_critical_path(report: Report, result: AnalysisResult | None = None) -> 
     if result is None:
         assert report.trace is not None, "a synthetic path needs the report's trace"
         result = synthetic_result(report.trace, report.table("temporal", "steps"))
-    data = dict(report.data)
-    data["summary"] = {**report.summary, **summary_keys(result)}
-    section = {"title": "Critical path", "warnings": [], "findings": 0,
-               "tables": {name: {**table_records(frame), "title": name} for name, frame in result.tables.items()}}
-    data["analyses"] = {**report["analyses"], "critical_path": section}
-    return Report(data, {**report.results, "critical_path": result}, report.trace)
+    return with_analysis_result(report, "critical_path", "Critical path", result, summary_keys(result))
 
 
 def changed(result: AnalysisResult, *, gpu_compute_ns: int = 0, host_untraced_ns: int = 0,

@@ -22,7 +22,8 @@ import pandas as pd
 from traceview.findings import AnalysisResult
 from traceview.intervals import total
 from traceview.model import Kind, Trace
-from traceview.report import Report, table_records
+from builders import with_analysis_result
+from traceview.report import Report
 
 RANGE_COLUMNS = ("rank", "range_id", "parent_id", "depth", "kind", "domain", "name", "path", "type_path", "tid",
                  "start_ns", "end_ns", "row")
@@ -156,12 +157,7 @@ def with_modules(report: Report, result: AnalysisResult | None = None) -> Report
     if result is None:
         assert report.trace is not None, "synthetic modules need the report's trace"
         result = synthetic_result(report.trace, report.table("temporal", "steps"))
-    data = dict(report.data)
-    data["summary"] = {**report.summary, **summary_keys(result)}
-    section = {"title": "Modules and ranges", "warnings": [], "findings": 0,
-               "tables": {name: {**table_records(frame), "title": name} for name, frame in result.tables.items()}}
-    data["analyses"] = {**report["analyses"], "modules": section}
-    return Report(data, {**report.results, "modules": result}, report.trace)
+    return with_analysis_result(report, "modules", "Modules and ranges", result, summary_keys(result))
 
 
 def changed(result: AnalysisResult, temporal_steps: pd.DataFrame, type_path: str, add_ns: int) -> AnalysisResult:

@@ -531,13 +531,19 @@ def test_critical_path_segments_add_up_to_the_steps(critical_path: str) -> None:
     assert kernels["n"][0] == 0  # every segment's row is its event
 
 
-def test_critical_path_is_computed_once_and_only_when_named(critical_path: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def counted_analyses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the analyses the SQL views run from now on, in order (``analysis_result`` wrapped)."""
     import traceview.sqlviews as sqlviews
 
-    calls = []
+    calls: list[str] = []
     real = sqlviews.analysis_result
     monkeypatch.setattr(sqlviews, "analysis_result", lambda ctx, name: calls.append(name) or real(ctx, name))
+    return calls
+
+
+def test_critical_path_is_computed_once_and_only_when_named(critical_path: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counted_analyses(monkeypatch)
     conn = SqlSession(four_rank())
     conn.arrow("SELECT count(*) FROM steps")
     conn.arrow("SELECT 'critical_path_steps' AS x FROM events LIMIT 1")
@@ -653,11 +659,7 @@ def test_module_views_join_the_tree(modules_analysis: str) -> None:
 
 def test_module_views_are_computed_once_and_only_when_named(modules_analysis: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    import traceview.sqlviews as sqlviews
-
-    calls = []
-    real = sqlviews.analysis_result
-    monkeypatch.setattr(sqlviews, "analysis_result", lambda ctx, name: calls.append(name) or real(ctx, name))
+    calls = counted_analyses(monkeypatch)
     conn = SqlSession(module_trace())
     conn.arrow("SELECT 'ranges' AS x FROM events LIMIT 1")
     assert conn.computed == [] and calls == []
