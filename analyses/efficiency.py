@@ -84,7 +84,7 @@ from traceview.units import fmt_ns
 from . import classify
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
-from .steps import NO_STEP, activity, flow_links, issuing_cpu_op, per_step, step_column
+from .steps import NO_STEP, Activity, activity, flow_links, issuing_cpu_op, per_step, step_column
 
 NAME = "efficiency"
 
@@ -1023,10 +1023,18 @@ def kernel_roofline_factor(ctx: AnalysisContext) -> np.ndarray:
         return out
     roofed = ctx.input("efficiency.roofs")
     roofed = roofed[roofed["roofline_ns"].notna()]
-    per_instance = np.full(len(attributed.ops), np.nan)
     gpu_ns = roofed["gpu_ns"].to_numpy(np.float64)
-    per_instance[roofed["instance"].to_numpy(np.int64)] = np.where(
-        gpu_ns > 0, np.minimum(1.0, roofed["roofline_ns"].to_numpy(np.float64) / np.maximum(gpu_ns, 1.0)), np.nan)
+    share = np.where(gpu_ns > 0, np.minimum(1.0, roofed["roofline_ns"].to_numpy(np.float64) / np.maximum(gpu_ns, 1.0)),
+                     np.nan)
+    return _of_op_instance(act, attributed, roofed["instance"].to_numpy(np.int64), share)
+
+
+def _of_op_instance(act: Activity, attributed: OpKernels, instance: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per entry of the ``activity`` input: ``value`` of its op instance (``value[i]`` belongs to
+    instance ``instance[i]``), NaN for activity that is no modelled op's compute kernel."""
+    per_instance = np.full(len(attributed.ops), np.nan)
+    per_instance[instance] = value
+    out = np.full(len(act), np.nan)
     sel = np.flatnonzero((act.kind == int(Kind.KERNEL)) & (act.cls == classify.COMPUTE))
     has = attributed.instance >= 0
     out[sel[has]] = per_instance[attributed.instance[has]]
@@ -1043,18 +1051,11 @@ def kernel_flops(ctx: AnalysisContext) -> np.ndarray:
     if attributed.ops.empty:
         return out
     roofed = ctx.input("efficiency.roofs")
-    flops = np.full(len(attributed.ops), np.nan)
-    gpu_ns = np.full(len(attributed.ops), np.nan)
     instance = roofed["instance"].to_numpy(np.int64)
-    flops[instance] = roofed["flops"].to_numpy(np.float64)
-    gpu_ns[instance] = roofed["gpu_ns"].to_numpy(np.float64)
-    sel = np.flatnonzero((act.kind == int(Kind.KERNEL)) & (act.cls == classify.COMPUTE))
-    has = attributed.instance >= 0
-    op = attributed.instance[has]
-    dur = (act.end - act.start)[sel[has]].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out[sel[has]] = np.where(gpu_ns[op] > 0, flops[op] * dur / gpu_ns[op], np.nan)
-    return out
+    flops = _of_op_instance(act, attributed, instance, roofed["flops"].to_numpy(np.float64))
+    gpu_ns = _of_op_instance(act, attributed, instance, roofed["gpu_ns"].to_numpy(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN (no model) stays NaN
+        return np.where(gpu_ns > 0, flops * (act.end - act.start).astype(np.float64) / gpu_ns, np.nan)
 
 
 register_input("efficiency.gpu_specs", lambda ctx: gpu_specs(ctx.options.gpu_specs))
