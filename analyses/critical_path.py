@@ -478,14 +478,12 @@ def _claims(segments: pd.DataFrame, whatif: pd.DataFrame, graph: DependencyGraph
 
 def _row_factor(graph: DependencyGraph, factor: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The roofline factor of the activity at each event row (NaN for none)."""
-    act_rows = graph.row[2 * graph.hosts: 2 * graph.hosts + graph.activities]
-    order = np.argsort(act_rows, kind="stable")
-    pos = np.clip(np.searchsorted(act_rows[order], rows), 0, max(act_rows.size - 1, 0))
-    hit = act_rows.size > 0 and True
+    act_rows = graph.row[2 * graph.hosts: 2 * graph.hosts + graph.activities]  # ascending, as activity's
     out = np.full(rows.size, np.nan)
-    if hit:
-        ok = act_rows[order][pos] == rows
-        out[ok] = factor[order[pos[ok]]]
+    if act_rows.size:
+        pos = np.clip(np.searchsorted(act_rows, rows), 0, act_rows.size - 1)
+        ok = act_rows[pos] == rows
+        out[ok] = factor[pos[ok]]
     return out
 
 

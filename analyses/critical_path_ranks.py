@@ -156,6 +156,11 @@ def rank_waits(collectives: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return waits, claims
 
 
+def group_totals(steps: pd.DataFrame) -> dict[str, int]:
+    """The time of every window's path in each bound-by group (host, gpu, communication)."""
+    return {g: int(steps[[f"{c}_ns" for c in cats]].to_numpy(np.int64).sum()) for g, cats in GROUPS.items()}
+
+
 def _bound(steps: pd.DataFrame) -> pd.DataFrame:
     """``bound_by``: the largest of the host, GPU and communication groups; ``bound_share`` its share."""
     sums = np.stack([steps[[f"{c}_ns" for c in cats]].to_numpy(np.int64).sum(axis=1) for cats in GROUPS.values()],
@@ -246,7 +251,7 @@ def _findings(steps: pd.DataFrame, whatif: pd.DataFrame, claims: pd.DataFrame) -
 
 
 def _bound_finding(steps: pd.DataFrame, has_steps: bool) -> Finding:
-    totals = {g: int(steps[[f"{c}_ns" for c in cats]].to_numpy(np.int64).sum()) for g, cats in GROUPS.items()}
+    totals = group_totals(steps)
     path = max(int(steps["path_ns"].sum()), 1)
     group = max(totals, key=lambda g: totals[g])
     median_step = float(steps["step_ns"].median())
@@ -273,7 +278,7 @@ def report_summary(inputs: ReportInputs) -> tuple[dict[str, Any], dict[str, str]
             "critical_path_steps")
     if steps is None or steps.empty:
         return {k: None for k in keys}, {}
-    totals = {g: int(steps[[f"{c}_ns" for c in cats]].to_numpy(np.int64).sum()) for g, cats in GROUPS.items()}
+    totals = group_totals(steps)
     group = max(totals, key=lambda g: totals[g])
     path = max(int(steps["path_ns"].sum()), 1)
     notes = {}
