@@ -42,6 +42,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
     name: str = ""
+    launch_kernel: str = msgspec.field(default="", name="kernel")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     input_dims_old: Any = msgspec.field(default=None, name="Input dims")
     input_types: Any = msgspec.field(default=None, name="Input type")

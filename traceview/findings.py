@@ -49,10 +49,14 @@ class Options:
     model_flops_per_step: float | None = None
     #: the dtype whose dense tensor peak MFU divides by
     mfu_dtype: str = "bf16"
+    #: traces of the capture of the CUDA/HIP graphs a trace replays (CLI ``--graph-capture``): their
+    #: nodes' ops and ranges are given to the replayed kernels (analyses/graph_capture.py)
+    graph_capture: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key
         self.comm_patterns = tuple(self.comm_patterns)
+        self.graph_capture = tuple(str(p) for p in self.graph_capture)
 
 
 @dataclass

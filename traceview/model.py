@@ -82,6 +82,8 @@ EVENT_SCHEMA = pa.schema(
         pa.field("group_size", pa.int32()),
         pa.field("process_group", NAME_TYPE),
         pa.field("process_group_ranks", NAME_TYPE),
+        # the kernel a launch call names (ROCm's ``kernel`` arg): a graph capture's nodes by name
+        pa.field("launch_kernel", NAME_TYPE),
         # the recorded inputs of an op (Kineto ``record_shapes=True``), each the JSON text of the arg
         # as written: shapes per argument, dtypes, strides, scalar arguments (analyses/opmodels.py)
         pa.field("input_dims", NAME_TYPE),

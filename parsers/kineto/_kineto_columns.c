@@ -572,10 +572,11 @@ static const char *INT_ARG_COLUMNS[N_INT_ARGS] = {
     "external_id", "external_id_old", "correlation", "stream", "device", "bytes", "in_nelems", "out_nelems",
     "group_size", "sequence_number", "fwd_thread_id", "mem_bytes", "total_allocated", "total_reserved",
     "device_id", "device_type", "addr"};
-enum { S_COLLECTIVE, S_DTYPE, S_PG_NAME, S_PG_RANKS, S_NAME, N_STR_ARGS };
+enum { S_COLLECTIVE, S_DTYPE, S_PG_NAME, S_PG_RANKS, S_NAME, S_KERNEL, N_STR_ARGS };
 static const char *STR_ARG_KEYS[N_STR_ARGS] = {"Collective name", "dtype", "Process Group Name",
-                                               "Process Group Ranks", "name"};
-static const char *STR_ARG_COLUMNS[N_STR_ARGS] = {"collective", "dtype", "pg_name", "pg_ranks", "arg_name"};
+                                               "Process Group Ranks", "name", "kernel"};
+static const char *STR_ARG_COLUMNS[N_STR_ARGS] = {"collective", "dtype", "pg_name", "pg_ranks", "arg_name",
+                                                  "launch_kernel"};
 /* args kept as their raw JSON text (an op's recorded inputs, record_shapes=True; "Input dims" is
  * the 2021 spelling): the text is validated and interned like a string, Python decodes the
  * distinct texts */

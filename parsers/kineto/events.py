@@ -99,6 +99,8 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
     name: str = ""  # metadata events: process_name / thread_name
+    # a launch call's kernel (ROCm's hipLaunchKernel & co.): names the graph nodes a capture records
+    launch_kernel: str = msgspec.field(default="", name="kernel")
     # an op's recorded inputs (record_shapes=True), any JSON: kept as canonical JSON text
     # (``OP_INPUT_COLUMNS``); "Input dims" is the 2021 spelling
     input_dims: Any = msgspec.field(default=None, name="Input Dims")

@@ -266,8 +266,21 @@ def layers_text(report: Mapping[str, Any]) -> str:
         return ""
     text = " · ".join(f"{short_path(str(layer['type_path']))} {fmt_share(layer.get('share'))}" for layer in layers)
     attributed = s.get("attributed_share")
-    return text + (f" (of the GPU busy time; {fmt_share(attributed)} attributed to a layer or range)"
-                   if attributed is not None else "")
+    text += (f" (of the GPU busy time; {fmt_share(attributed)} attributed to a layer or range)"
+             if attributed is not None else "")
+    return text + replay_text(s)
+
+
+def replay_text(summary: Mapping[str, Any]) -> str:
+    """How much of the graph-replayed GPU time a capture gave ops and ranges ("; graph replays 85%
+    of it: 100% matched to the capture's nodes"), empty without graph replays."""
+    replayed, matched = summary.get("graph_replay_share"), summary.get("graph_replay_matched_share")
+    if not replayed:
+        return ""
+    if not matched:
+        return (f"; graph replays {fmt_share(replayed)} of it: not attributed to ops inside the graphs "
+                "(--graph-capture CAPTURE_TRACE gives them)")
+    return f"; graph replays {fmt_share(replayed)} of it: {fmt_share(matched)} matched to the capture's nodes"
 
 
 def critical_path_text(report: Mapping[str, Any]) -> str:
