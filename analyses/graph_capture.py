@@ -222,6 +222,37 @@ class Match:
     rule: np.ndarray
 
 
+def recorded_node_ids(ctx: AnalysisContext, act: Any, acts: np.ndarray) -> np.ndarray:
+    """Each activity's recorded graph node id (-1: none)."""
+    if "graph_node_id" not in ctx.trace.events.column_names:
+        return np.full(acts.size, -1, dtype=np.int64)
+    column = ctx.trace.events.column("graph_node_id")
+    if column.null_count == len(column):
+        return np.full(acts.size, -1, dtype=np.int64)
+    return column.take(act.row[acts]).fill_null(-1).to_numpy().astype(np.int64)
+
+
+def node_table(ctx: AnalysisContext, act: Any, graph_replayed: np.ndarray) -> pd.DataFrame:
+    """Per rank, graph id and node id the trace records (newer Kineto, Nsight with
+    ``--cuda-graph-trace=node``): the node's kernel, how many replays ran it, its total and mean
+    GPU time (a node followed across replays)."""
+    columns = ["rank", "graph_id", "graph_node_id", "name", "replays", "gpu_ns", "mean_ns"]
+    acts = np.flatnonzero(graph_replayed)
+    node_id = recorded_node_ids(ctx, act, acts)
+    acts, node_id = acts[node_id >= 0], node_id[node_id >= 0]
+    if acts.size == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "name" else "int64") for c in columns})
+    graph_id = ctx.trace.events.column("graph_id").take(act.row[acts]).fill_null(-1).to_numpy().astype(np.int64)
+    frame = pd.DataFrame({"rank": act.rank[acts].astype(np.int64), "graph_id": graph_id, "graph_node_id": node_id,
+                          "name": pd.Categorical(activity_labels(ctx, act, acts)),
+                          "dur": (act.end - act.start)[acts].astype(np.int64)})
+    out = (frame.groupby(["rank", "graph_id", "graph_node_id"], sort=True, observed=True)
+           .agg(name=("name", "first"), replays=("dur", "size"), gpu_ns=("dur", "sum")).reset_index())
+    out["mean_ns"] = (out["gpu_ns"] / out["replays"]).round().astype(np.int64)
+    out["name"] = out["name"].astype(object)
+    return out.sort_values(["rank", "gpu_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)[columns]
+
+
 def activity_labels(ctx: AnalysisContext, act: Any, acts: np.ndarray) -> np.ndarray:
     """What a replayed activity is matched on: its kernel name, or the memcpy/memset token."""
     codes, names = classify.dictionary_codes(ctx)
@@ -238,11 +269,14 @@ def match_replays(ctx: AnalysisContext, act: Any, graph_replayed: np.ndarray, te
     none = np.full(acts.size, -1, dtype=np.int64)
     if acts.size == 0 or templates.graph.size == 0:
         return Match(acts, none, none.copy(), np.full(acts.size, None, dtype=object))
-    order = np.lexsort((act.start[acts], act.api_row[acts]))
-    acts = acts[order]
+    node_id = recorded_node_ids(ctx, act, acts)
+    # in node id order where the trace records ids (the same order in every replay, whatever the
+    # streams' timing), else in start order
+    order = np.lexsort((act.start[acts], node_id, act.api_row[acts]))
+    acts, node_id = acts[order], node_id[order]
     launch = act.api_row[acts]
     replay = pd.DataFrame({"launch": launch, "label": activity_labels(ctx, act, acts), "i": np.arange(acts.size),
-                           "stream": act.stream[acts]})
+                           "stream": act.stream[acts], "node_id": node_id})
     replay["occurrence"] = replay.groupby(["launch", "label"], sort=False, dropna=False).cumcount()
     replay["position"] = replay.groupby("launch", sort=False).cumcount()
     named = templates.kernel != None  # noqa: E711 (element-wise)
@@ -270,13 +304,15 @@ def _match_by_position(replay: pd.DataFrame, templates: Templates, named: np.nda
                        graph: np.ndarray, rule: np.ndarray) -> None:
     """Replays no named node matched, given the unnamed graph with exactly as many nodes (the
     first such), node by node in order: only replays on one stream, whose start order is the
-    capture's order (concurrent streams interleave nodes in any order)."""
+    capture's order (concurrent streams interleave nodes in any order), or whose every activity has
+    a recorded node id (node ids number a graph's nodes as they are added)."""
     unnamed_graphs = np.setdiff1d(np.unique(templates.graph[~named]), np.unique(templates.graph[named]))
     if unnamed_graphs.size == 0:
         return
     by_launch = replay.groupby("launch", sort=False)
     open_launch = by_launch["i"].transform("size")
-    one_stream = by_launch["stream"].transform("nunique").to_numpy() == 1
+    one_stream = (by_launch["stream"].transform("nunique").to_numpy() == 1) | \
+        (by_launch["node_id"].transform("min").to_numpy() >= 0)
     matched = pd.Series(graph >= 0).groupby(replay["launch"].to_numpy()).transform("any").to_numpy() | ~one_stream
     size_to_graph: dict[int, int] = {}
     for g in unnamed_graphs.tolist():  # one per captured graph: a handful

@@ -314,7 +314,8 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
               "type_path_steps": type_path_steps(tree, attribution, act, busy),
               "attribution": _attribution_table(act, attribution, busy),
               "graph_capture": graph_capture.match_table(act, match, captured=bool(ctx.options.graph_capture)),
-              "graph_ops": graph_capture.op_table(act, match, templates)}
+              "graph_ops": graph_capture.op_table(act, match, templates),
+              "graph_nodes": graph_capture.node_table(ctx, act, ctx.input("launch_overhead.kinds").graph)}
     result = AnalysisResult(name=NAME, tables=tables)
     ranks_without = sorted(set(np.unique(act.rank).tolist()) - set(np.unique(tree.rank).tolist()))
     result.warn("modules: no nn.Module, record_function or NVTX range on this rank (profile with with_modules=True "
@@ -581,7 +582,8 @@ SPEC = AnalysisSpec(
     title="Modules and ranges",
     run=analyze,
     requires=("modules.ranges", "modules.attribution", "activity", "efficiency.kernel_flops",
-              "efficiency.kernel_roofline_factor", "modules.capture_match", "modules.graph_capture"),
+              "efficiency.kernel_roofline_factor", "modules.capture_match", "modules.graph_capture",
+              "launch_overhead.kinds"),
     order=28,
     tables=(
         TableSpec("type_paths", "GPU time by layer type (every instance of a module or range path)",
@@ -593,6 +595,8 @@ SPEC = AnalysisSpec(
         TableSpec("graph_capture", "Graph replays matched to a capture (--graph-capture): how, and what was not",
                   sort_by="gpu_ns"),
         TableSpec("graph_ops", "Graph replays: GPU time by the captured op of each node", sort_by="gpu_ns"),
+        TableSpec("graph_nodes", "Graph replays: GPU time per graph node the trace identifies (graph node ids)",
+                  sort_by="gpu_ns"),
         TableSpec("ranges", "The range tree (nn.Module, record_function, NVTX)", sort_by="end_ns", per_event=True),
     ),
     headline_table="type_paths",

@@ -12,6 +12,8 @@ as ``nn.Module`` python functions, ops under them, one kernel per op):
   does not have (``EXTRA_KERNEL``): both must be counted, never guessed.
 * ``cuda/``: the same program on CUDA, whose launch calls name no kernel, on one stream: matched
   by position, as many replayed kernels as captured nodes.
+* ``cuda_nodes/``: the CUDA program on two streams, its replayed kernels carrying ``graph id`` and
+  ``graph node id`` args (newer Kineto): matched by position in node id order.
 
 ``truth.json`` holds, per pair, the replayed activities, those that must be matched and the GPU
 time per module path, summed over the replays (``decode/Model_0/Layer_1/MLP_0``: the replay
@@ -93,7 +95,7 @@ def capture_events(named: bool) -> list[dict[str, Any]]:
     return events
 
 
-def replay_events(named: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def replay_events(named: bool, node_ids: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The replays, and their known answer."""
     launch_api = "hipGraphLaunch" if named else "cudaGraphLaunch"
     events: list[dict[str, Any]] = []
@@ -107,14 +109,16 @@ def replay_events(named: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                                  {"correlation": corr}))
         gpu = {STREAM: t + 20_000, SIDE_STREAM: t + 20_000}
         kernels = [n for n in node_list() if not named or (n[0], n[1]) != DROPPED_NODE]
-        for layer, _, (module, _, kernel, dur, stream) in kernels:
-            # CUDA: one stream (matching by position needs the capture's order)
-            stream = stream if named else STREAM
+        for node_id, (layer, _, (module, _, kernel, dur, stream)) in enumerate(kernels):
+            # CUDA without node ids: one stream (matching by position needs the capture's order)
+            stream = stream if named or node_ids else STREAM
             start = gpu[stream]
             # the side stream runs ahead: its kernels start out of the capture's order
             gpu[stream] = start + dur + (1_000 if stream == STREAM else 500)
-            events.append(kw.x_event("kernel", kernel, DEVICE, stream, kw.micros(start), kw.micros(dur),
-                                     {"device": DEVICE, "stream": stream, "correlation": corr}))
+            args: dict[str, Any] = {"device": DEVICE, "stream": stream, "correlation": corr}
+            if node_ids:
+                args.update({"graph id": 7, "graph node id": 1000 + node_id})
+            events.append(kw.x_event("kernel", kernel, DEVICE, stream, kw.micros(start), kw.micros(dur), args))
             replayed += 1
             matched += 1
             path = f"decode/Model_0/Layer_{layer}/{module}"
@@ -136,10 +140,10 @@ def replay_events(named: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def write(out: pathlib.Path) -> dict[str, Any]:
     truth: dict[str, Any] = {}
-    for folder, named in (("hip", True), ("cuda", False)):
+    for folder, named, node_ids in (("hip", True, False), ("cuda", False, False), ("cuda_nodes", False, True)):
         target = out / folder
         target.mkdir(parents=True, exist_ok=True)
-        replay, answer = replay_events(named)
+        replay, answer = replay_events(named, node_ids)
         for name, events in (("capture", capture_events(named)), ("replay", replay)):
             doc = kw.document(header(), events, trace_name=name, base_time_ns=BASE_TIME_NS)
             (target / f"{name}.json.gz").write_bytes(kw.gzip_bytes(kw.dumps(doc).encode()))

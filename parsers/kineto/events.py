@@ -95,6 +95,9 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     # autograd: a forward op's node number and a backward op's forward thread (autograd.py)
     sequence_number: int = msgspec.field(default=-1, name="Sequence number")
     fwd_thread_id: int = msgspec.field(default=-1, name="Fwd thread id")
+    # a graph-replayed kernel's graph and node (newer Kineto, CUPTI's graphId/graphNodeId)
+    graph_id: int = msgspec.field(default=-1, name="graph id")
+    graph_node_id: int = msgspec.field(default=-1, name="graph node id")
     dtype: str = ""
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")

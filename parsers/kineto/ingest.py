@@ -377,6 +377,10 @@ class ChunkIngest(TableBuilder):
         self._launch_geometry(cols, kind, fields, m)
         self._collective_columns(cols, fields, m)
         self._launch_kernel_column(cols, fields, m)
+        for key in ("graph_id", "graph_node_id"):  # CUPTI's ids are never negative: -1 is absent
+            ids = fields.int_arg(key, self.counts)
+            if (ids >= 0).any():
+                cols[key] = pa.array(ids, mask=ids < 0)
         for key in OP_INPUT_COLUMNS:  # int32 codes in the column's memo, -1 absent
             cols[key] = fields.op_input_codes(key, getattr(self, op_input_memo(key)))
         memcpy_rows = np.flatnonzero(kind == int(Kind.MEMCPY))

@@ -40,7 +40,7 @@ def analyze(replay: Path, capture: Path | None) -> traceview.Report:
     return traceview.analyze(str(replay), options, cache=False)
 
 
-@pytest.mark.parametrize("variant", ["hip", "cuda"])
+@pytest.mark.parametrize("variant", ["hip", "cuda", "cuda_nodes"])
 def test_generated_pair_known_answer(pair: tuple[Path, dict], variant: str) -> None:
     out, truth = pair
     answer = truth[variant]
@@ -102,6 +102,17 @@ def test_position_matching_needs_one_stream(pair: tuple[Path, dict], tmp_path: P
     assert "not matched: no captured graph shares a kernel with its replay" in set(matches["rule"])
 
 
+def test_recorded_node_ids_give_the_order_and_a_node_table(pair: tuple[Path, dict]) -> None:
+    """Two streams: start order is not the capture's order, node ids are; each node in every replay."""
+    out, _ = pair
+    report = analyze(out / "cuda_nodes" / "replay.json.gz", out / "cuda_nodes" / "capture.json.gz")
+    nodes = report.table("modules", "graph_nodes")
+    assert len(nodes) == 12 and set(nodes["replays"]) == {4} and set(nodes["graph_id"]) == {7}
+    assert nodes["graph_node_id"].is_unique
+    plain = analyze(out / "cuda" / "replay.json.gz", None)
+    assert plain.table("modules", "graph_nodes").empty
+
+
 def test_missing_capture_file_is_one_line(pair: tuple[Path, dict], tmp_path: Path) -> None:
     out, _ = pair
     run = subprocess.run([sys.executable, "-m", "traceview.cli", "analyze", str(out / "hip" / "replay.json.gz"),
@@ -142,3 +153,25 @@ def test_shared_xdit_pair_matches_at_least_95_percent() -> None:
     ops = after.table("modules", "graph_ops")
     assert ops.iloc[0]["op"] == "aten::mm"
     assert np.isclose(float(after["summary"]["attributed_share"]), 1.0)
+
+
+def test_nsight_graph_node_ids_are_read(tmp_path: Path) -> None:
+    """An export with --cuda-graph-trace=node has graphId/graphNodeId kernel columns (0: none)."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "graph_nodes.sqlite"
+    shutil.copy(ROOT / "sample_traces" / "synthetic_nsys.sqlite", path)
+    with sqlite3.connect(path) as db:
+        columns = {r[1] for r in db.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+        assert {"graphId", "graphNodeId"} <= columns  # the export's own columns, 0 or NULL off graphs
+        rowids = [r[0] for r in db.execute("SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 5")]
+        for i, rowid in enumerate(rowids):
+            db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphId = 3, graphNodeId = ? WHERE rowid = ?",
+                       (100 + i, rowid))
+    trace = traceview.load(str(path), use_cache=False)
+    node_ids = trace.events.column("graph_node_id")
+    assert len(node_ids) - node_ids.null_count == 5
+    assert sorted(v for v in node_ids.to_pylist() if v is not None) == list(range(100, 105))
+    graph_ids = trace.events.column("graph_id")
+    assert {v for v in graph_ids.to_pylist() if v is not None} == {3}
