@@ -574,3 +574,36 @@ def test_cli_model_flops_is_checked_before_any_work(value: str, ok: bool):
             checked_model_flops(value, "bf16")
     with pytest.raises(TraceviewError, match="--mfu-dtype"):
         checked_model_flops(value, "float13")
+
+
+def test_integer_bookkeeping_ops_are_not_judged_and_no_warning(options: Options):
+    """Index arithmetic (an int64 add) has no published peak: it is not judged, and that is not a
+    warning (the V100 job's Efficiency page had one 'dtype int64 has no peak' per rank)."""
+    int64 = ([[4096], [4096]], ["long int", "long int"], [[1], [1]], ["", ""])
+    result = run_all(ops_trace("aten::add", int64, [5_000]), options, only=["efficiency"])["efficiency"]
+    row = result.tables["op_types"].iloc[0]
+    assert (row["dtype"], row["unit"]) == ("int64", "vector") and row["flops"] > 0
+    assert np.isnan(row["efficiency"]) and "integer (index or bookkeeping) op" in row["roof"]
+    assert warning_messages(result) == []
+    assert efficiency.is_bookkeeping("int32", "vector") and efficiency.is_bookkeeping("bool", "vector")
+    assert not efficiency.is_bookkeeping("int8", "tensor") and not efficiency.is_bookkeeping("fp32", "vector")
+
+
+def test_one_warning_per_distinct_cause_whatever_the_rank(options: Options):
+    """The same missing roof on every rank is one message (no rank or GPU in its text), given by each
+    rank: the report then prints it once with the ranks that gave it."""
+    from traceview.pipeline import merge_messages
+
+    traces = []
+    for rank in range(3):  # one process per rank, each its own GPU (device = rank), named alike
+        b = TraceBuilder(rank=rank)
+        op = b.op("aten::mm", 0, 50_000)
+        b.launched("cudaLaunchKernel", 1_000, 1_000, 1_000_000, 20_000, op=op)
+        traces.append(with_inputs(b.build(), {op: mm_inputs(256, 512, 1024)}, device_name="Mystery Accelerator 9000"))
+    result = run_all(concat_traces(traces), options, only=["efficiency"])["efficiency"]
+    per_rank = list(result.rank_warnings)
+    assert {r for r, _ in per_rank} == {0, 1, 2}
+    assert per_rank and all("rank" not in m and "GPU 0" not in m for _, m in per_rank)
+    lines = merge_messages(per_rank, 3)
+    assert len(lines) == len({m for _, m in per_rank}) == 1
+    assert lines[0].endswith("(all ranks)") and "unknown GPU 'Mystery Accelerator 9000'" in lines[0]
