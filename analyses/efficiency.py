@@ -84,6 +84,7 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
 
 from . import classify
+from .efficiency_rollup import family_table, report_summary
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
 from .steps import NO_STEP, Activity, activity, flow_links, issuing_cpu_op, per_step, step_column
@@ -789,8 +790,8 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     windows = ctx.input("temporal.breakdown")
     op_types = op_type_table(roofed, step_counts)
     steps, mfu_warnings = with_mfu(step_table(roofed, windows[["rank", "device", "step", "window_ns"]]), ctx)
-    tables = {"op_types": op_types, "steps": steps, "coverage": coverage_table(ctx, k),
-              "unmodelled": unmodelled_table(k)}
+    tables = {"op_types": op_types, "families": family_table(roofed), "steps": steps,
+              "coverage": coverage_table(ctx, k), "unmodelled": unmodelled_table(k)}
     findings = below_roofline_findings(k, roofed, windows, step_counts) if len(roofed) else []
     result = AnalysisResult(name=NAME, tables=tables, findings=findings)
     # one line per distinct cause: no rank or GPU in a message (the report says which ranks gave it)
@@ -1096,6 +1097,8 @@ SPEC = AnalysisSpec(
     order=90,
     tables=(
         TableSpec("op_types", "Op types against the roofline, per rank and GPU", sort_by="gpu_ns"),
+        TableSpec("families", "Roll-up per model family and dtype: share of peak FLOP/s and of memory bandwidth",
+                  sort_by="gpu_ns"),
         TableSpec("steps", "FLOPs utilisation per step (HFU; MFU with --model-flops)"),
         TableSpec("coverage", "Modelled share of the op-linked kernel time"),
         TableSpec("unmodelled", "Op-linked kernel time without a cost model", sort_by="gpu_ns"),
@@ -1109,5 +1112,6 @@ SPEC = AnalysisSpec(
     gather=collective_inputs,
     reduce=reduce_collectives,
     headline_table="op_types",
+    summary=report_summary,
     page=("/efficiency", "Efficiency"),
 )

@@ -35,7 +35,7 @@ from traceview.plain import column_rows, plain
 from traceview.report_inputs import ReportInputs
 
 #: the report format version (see docs/reports.md for the rule)
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 #: rows kept per table (the largest first for tables with a sort key: see
 #: ``traceview.registry.TableSpec``); the total is stated
 REPORT_TABLE_ROWS = 50

@@ -607,3 +607,41 @@ def test_one_warning_per_distinct_cause_whatever_the_rank(options: Options):
     lines = merge_messages(per_rank, 3)
     assert len(lines) == len({m for _, m in per_rank}) == 1
     assert lines[0].endswith("(all ranks)") and "unknown GPU 'Mystery Accelerator 9000'" in lines[0]
+
+
+def test_rollup_per_family_and_dtype_known_answer(options: Options):
+    """Issue 30.11: GEMMs at X% of peak, elementwise at W% of the memory bandwidth, per family and
+    dtype (families table), over the job (summary) and in the headline (every front end)."""
+    from traceview.pipeline import analyze
+    from traceview.render.common import efficiency_text, headline_rows
+
+    trace, _ = planted()
+    report = analyze(trace, options)
+    fam = report.table("efficiency", "families").set_index(["family", "dtype"])
+    assert sorted(fam.index) == [("GEMM", "bf16"), ("elementwise", "fp32")]  # aten::cat has no model
+    gemm, add = fam.loc[("GEMM", "bf16")], fam.loc[("elementwise", "fp32")]
+    assert (gemm["calls"], gemm["gpu_ns"], gemm["flops"]) == (2, 20_000, 2 * MM_FLOPS)
+    assert gemm["peak_share"] == pytest.approx(2 * MM_FLOPS / PEAK_BF16 * 1e9 / 20_000)  # 26.8%
+    assert gemm["bandwidth_share"] == pytest.approx(2 * MM_BYTES / BANDWIDTH * 1e9 / 20_000)
+    assert gemm["achieved_tflops"] == pytest.approx(2 * MM_FLOPS / 20_000 / 1e3)
+    assert add["bandwidth_share"] == pytest.approx(ADD_BYTES / BANDWIDTH * 1e9 / 24_000)  # 50%
+    assert add["peak_share"] == pytest.approx(ADD_FLOPS / PEAK_FP32 * 1e9 / 24_000)
+    rows = report["summary"]["efficiency_families"]
+    assert [(r["family"], r["dtype"], r["judged_by"]) for r in rows] == [
+        ("elementwise", "fp32", "bandwidth"), ("GEMM", "bf16", "peak")]  # largest GPU time first
+    assert rows[1]["peak_share"] == pytest.approx(gemm["peak_share"]) and rows[0]["gpu_share"] == pytest.approx(24 / 44)
+    text = efficiency_text(report)
+    assert text == ("elementwise fp32 at 500 GB/s = 50.0% of memory bandwidth · GEMM bf16 537 MFLOP at 26.8 TFLOP/s "
+                    "= 26.8% of peak")
+    assert ("efficiency", text) in [(label, value) for label, value, _ in headline_rows(report)]
+
+
+def test_rollup_without_a_verified_roof_says_so(options: Options):
+    from traceview.pipeline import analyze
+    from traceview.render.common import efficiency_text
+
+    trace, _ = planted(device_name="Mystery Accelerator 9000")
+    report = analyze(trace, options)
+    rows = report["summary"]["efficiency_families"]
+    assert all(r["peak_share"] is None and r["bandwidth_share"] is None and r["roofed_share"] == 0 for r in rows)
+    assert efficiency_text(report).count("(no verified roof)") == 2
