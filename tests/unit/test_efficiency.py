@@ -645,3 +645,16 @@ def test_rollup_without_a_verified_roof_says_so(options: Options):
     rows = report["summary"]["efficiency_families"]
     assert all(r["peak_share"] is None and r["bandwidth_share"] is None and r["roofed_share"] == 0 for r in rows)
     assert efficiency_text(report).count("(no verified roof)") == 2
+
+
+def test_v100_job_efficiency_warnings_are_one_line_per_cause():
+    """The 8-rank V100 job: its Efficiency page had 24 warnings (an unverified fp32 peak and int64 /
+    int32 'no peak' on every rank); now each distinct cause is one line naming its ranks, and the
+    integer bookkeeping ops are none."""
+    job = require_shared() / "kineto" / "param_dlrm_8ranks_v100"
+    report = traceview.analyze(str(job))
+    lines = [w["message"] for w in report["warnings"] if w.get("scope") == "efficiency"]
+    assert lines and len(lines) == len(set(lines)) <= 2, lines
+    assert not any("int64" in m or "int32" in m for m in lines)
+    assert all("rank " not in m.split(" (")[0] for m in lines)
+    assert any(m.endswith("(all ranks)") and "fp32 vector peak is not verified" in m for m in lines)
