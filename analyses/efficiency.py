@@ -84,7 +84,7 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
 
 from . import classify
-from .efficiency_rollup import family_table, report_summary
+from .efficiency_rollup import INTEGER_DTYPES, family_table, report_summary
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
 from .steps import NO_STEP, Activity, activity, flow_links, issuing_cpu_op, per_step, step_column
@@ -175,8 +175,6 @@ def roof_of(name: str, spec: hw.GpuSpec | None, dtype: str, unit: str, flops: in
 
 
 _OPMATH_FP32 = ("bf16", "fp16")
-#: integer and boolean dtypes: on the vector units they are indices, masks, offsets and counters
-INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 BOOKKEEPING_ROOF = "an integer (index or bookkeeping) op: no vendor publishes an integer vector peak, not judged"
 
 

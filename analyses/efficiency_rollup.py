@@ -37,6 +37,9 @@ FAMILY_OF_MODEL = {
 }
 #: families judged by their FLOP rate in the headline (the others by their memory bandwidth)
 COMPUTE_FAMILIES = ("GEMM", "attention", "conv")
+#: integer and boolean dtypes: off the tensor units they are indices, masks, offsets and counters,
+#: which have no published peak and are not judged (efficiency.is_bookkeeping)
+INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 #: a share above this is not a result (op_types' rule)
 OVER_ROOF = 1.05
 #: the summary lists at most this many (family, dtype) rows
@@ -101,8 +104,16 @@ def report_summary(inputs: ReportInputs) -> tuple[dict[str, Any], dict[str, str]
                      "achieved_gbs": _num(r.achieved_gbs), "peak_share": _num(r.peak_share),
                      "bandwidth_share": _num(r.bandwidth_share), "efficiency": _num(r.efficiency),
                      "roofed_share": float(r.roofed_gpu_ns) / max(float(r.gpu_ns), 1.0),
-                     "judged_by": "peak" if r.family in COMPUTE_FAMILIES else "bandwidth"})
+                     "judged_by": _judged_by(str(r.family), str(r.dtype))})
     return {"efficiency_families": rows}, {}
+
+
+def _judged_by(family: str, dtype: str) -> str:
+    """Which share the headline gives: the peak for products, the bandwidth for the others, none
+    for integer bookkeeping (an integer op off the tensor units)."""
+    if family in COMPUTE_FAMILIES:
+        return "peak"
+    return "none" if dtype in INTEGER_DTYPES else "bandwidth"
 
 
 def _num(value: Any) -> float | None:

@@ -658,3 +658,15 @@ def test_v100_job_efficiency_warnings_are_one_line_per_cause():
     assert not any("int64" in m or "int32" in m for m in lines)
     assert all("rank " not in m.split(" (")[0] for m in lines)
     assert any(m.endswith("(all ranks)") and "fp32 vector peak is not verified" in m for m in lines)
+
+
+def test_rollup_integer_bookkeeping_is_counted_not_judged(options: Options):
+    from traceview.pipeline import analyze
+    from traceview.render.common import efficiency_text
+
+    int64 = ([[4096], [4096]], ["long int", "long int"], [[1], [1]], ["", ""])
+    report = analyze(ops_trace("aten::add", int64, [5_000]), options)
+    [row] = report["summary"]["efficiency_families"]
+    assert (row["family"], row["dtype"], row["judged_by"]) == ("elementwise", "int64", "none")
+    assert row["bandwidth_share"] is None and row["gpu_ns"] == 5_000
+    assert efficiency_text(report).endswith("(integer op: not judged)")

@@ -293,6 +293,9 @@ def efficiency_text(report: Mapping[str, Any], top: int = HEADLINE_FAMILIES) -> 
     parts = []
     for r in rows:
         name = f"{r['family']} {r['dtype']}"
+        if r.get("judged_by") == "none":
+            parts.append(f"{name} at {r.get('achieved_gbs') or 0:.4g} GB/s (integer op: not judged)")
+            continue
         by_peak = r.get("judged_by") == "peak"
         share = r.get("peak_share") if by_peak else r.get("bandwidth_share")
         of = "of peak" if by_peak else "of memory bandwidth"
