@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceview.errors import TraceFormatError
-from traceview.model import (DeviceInfo, Kind, RankInfo, Trace, dictionary_column, empty_counters, join_on_keys,
+from traceview.model import (DeviceInfo, Kind, RankInfo, Trace, empty_counters, join_on_keys,
                              kind_array, make_counters_table, make_events_table, make_links_table,
                              steps_from_annotations)
 from traceview.parsers.rocprof.files import RunFiles, read_table
@@ -183,8 +183,9 @@ def counter_table(counters: list[tuple[Path, pa.Table]], kernels: pa.Table | Non
             same = pc.equal(table.column("Kernel_Name").take(pa.array(left)),
                             kernels.column("Kernel_Name").take(pa.array(right))).to_numpy(zero_copy_only=False)
             if not same.all():
-                raise TraceFormatError(path, f"is a counter collection of another program: dispatch "
-                                             f"{int(dispatch[left[~same][0]])} ran another kernel than in the kernel trace",
+                first = int(dispatch[left[~same][0]])
+                raise TraceFormatError(path, f"is a counter collection of another program: dispatch {first} "
+                                             "ran another kernel than in the kernel trace",
                                        "give the folder of one run: move each run's files to a folder of its own")
             ts[left] = int_col(kernels, "Start_Timestamp")[right]
             matched[left] = True

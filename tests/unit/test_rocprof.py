@@ -1,0 +1,230 @@
+"""The rocprofv3 CSV parser (parsers/rocprof): the shared llama.cpp run recounted from its raw CSVs
+with the csv module, a generated run (ROCTx ranges, copies, counters) against its construction, and
+bad inputs as one line."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import require_shared
+
+import traceview
+from traceview.discovery import discover
+from traceview.errors import TraceFormatError
+from traceview.model import Kind
+from traceview.parsers.rocprof import parse_rocprof
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_rocprof", REPO / "sample_traces" / "make_rocprof.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _generator()
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def kinds_of(trace: traceview.Trace) -> Counter[str]:
+    return Counter(trace.events.column("kind").to_pylist())
+
+
+# ------------------------------------------------------------------------------- the shared run
+
+
+@pytest.fixture(scope="module")
+def shared() -> Path:
+    return require_shared() / "rocprof"
+
+
+def test_shared_run_is_one_input(shared: Path) -> None:
+    inputs = discover([shared])
+    assert [f.path.name for f in inputs.files] == ["rocprofv3_llamacpp_decode_kernel_trace.csv"]
+    assert inputs.files[0].format is not None and inputs.files[0].format.name == "rocprof"
+    assert sorted(p.name for p in inputs.files[0].companions) == sorted(
+        p.name for p in shared.glob("*.csv") if not p.name.endswith("_kernel_trace.csv"))
+    assert not inputs.skipped
+    # any file of the run, named alone or with the others, is the same one input
+    named = discover(sorted(shared.glob("*.csv")))
+    assert [f.path for f in named.files] == [f.path for f in inputs.files]
+
+
+def test_shared_run_recounted_from_the_raw_csvs(shared: Path) -> None:
+    kernels = rows(shared / "rocprofv3_llamacpp_decode_kernel_trace.csv")
+    hip = rows(shared / "rocprofv3_llamacpp_decode_hip_api_trace.csv")
+    counters = [r for p in sorted(shared.glob("*_counter_collection.csv")) for r in rows(p)]
+    trace = traceview.load(shared, use_cache=False)
+    assert kinds_of(trace) == {"kernel": len(kernels), "runtime": len(hip)}
+    assert trace.num_events == len(kernels) + len(hip)
+    counts = trace.ranks[0].event_counts
+    # every row read is accounted for: it became an event or a counter sample
+    assert counts["events_read"] == len(kernels) + len(hip) + len(counters)
+    assert counts["mapped"] + counts["counter"] == counts["events_read"]
+    assert trace.counters.num_rows == len(counters)
+    assert sorted(set(trace.counters.column("name").to_pylist())) == sorted({r["Counter_Name"] for r in counters})
+    # kernels by name, and their busy time (the union of their intervals)
+    names = Counter(np.asarray(trace.names())[trace.mask(Kind.KERNEL)].tolist())
+    assert names == Counter(r["Kernel_Name"] for r in kernels)
+    busy = union_ns([(int(r["Start_Timestamp"]), int(r["End_Timestamp"])) for r in kernels])
+    report = traceview.analyze(shared, cache=False)
+    assert report["summary"]["busy_ns"] == busy
+    assert report["summary"]["events"] == len(kernels) + len(hip)
+    # launch links: each HIP call to every kernel of its correlation id
+    by_corr = Counter(r["Correlation_Id"] for r in kernels)
+    assert len(trace.launch_links()[0]) == sum(by_corr[r["Correlation_Id"]] for r in hip)
+
+
+def test_shared_counters_sit_at_their_kernels(shared: Path) -> None:
+    kernels = {r["Dispatch_Id"]: r for r in rows(shared / "rocprofv3_llamacpp_decode_kernel_trace.csv")}
+    trace = traceview.load(shared, use_cache=False)
+    series = trace.counters.column("series").to_pylist()
+    ts = trace.counters.column("ts_ns").to_numpy()
+    fetch = rows(shared / "rocprofv3_llamacpp_decode_fetch_counter_collection.csv")
+    stall = rows(shared / "rocprofv3_llamacpp_decode_stall_counter_collection.csv")
+    raw = fetch + stall  # the run's counter collections in name order
+    assert series == [f"dispatch {r['Dispatch_Id']}" for r in raw]
+    expected = [int(kernels[r["Dispatch_Id"]]["Start_Timestamp"]) if r["Dispatch_Id"] in kernels
+                else int(r["Start_Timestamp"]) for r in raw]
+    assert ts.tolist() == expected
+    assert trace.counters.column("value").to_pylist() == [float(r["Counter_Value"]) for r in raw]
+    missing = sum(r["Dispatch_Id"] not in kernels for r in raw)
+    assert trace.ranks[0].event_counts["counter.dispatch_not_in_trace"] == missing > 0
+
+
+def test_shared_kernel_columns(shared: Path) -> None:
+    kernels = rows(shared / "rocprofv3_llamacpp_decode_kernel_trace.csv")
+    trace = traceview.load(shared, use_cache=False)
+    k = trace.to_pandas(kinds=(Kind.KERNEL,))
+    assert k["device"].tolist() == [int(r["Agent_Id"].split()[-1]) for r in kernels]
+    assert k["stream"].tolist() == [int(r["Stream_Id"]) for r in kernels]
+    assert k["block_x"].tolist() == [int(r["Workgroup_Size_X"]) for r in kernels]
+    assert k["grid_x"].tolist() == [-(-int(r["Grid_Size_X"]) // int(r["Workgroup_Size_X"])) for r in kernels]
+    assert trace.ranks[0].rank_source == "rocprofv3 run (process 2684120)"
+
+
+# ------------------------------------------------------------------------------- a generated run
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, traceview.Trace]:
+    folder = tmp_path_factory.mktemp("rocprof") / "run"
+    truth = gen.write_run(folder, steps=3, layers=4)
+    (folder / "truth.json").unlink()
+    return folder, truth, parse_rocprof(folder / "synth_kernel_trace.csv")
+
+
+def test_generated_run_against_its_construction(generated) -> None:
+    _, truth, trace = generated
+    kinds = kinds_of(trace)
+    assert kinds["kernel"] == truth["kernels"] and kinds["memcpy"] == truth["copies"]
+    assert kinds["runtime"] == truth["runtime_calls"] and kinds["annotation"] == truth["ranges"]
+    assert kinds["other"] == truth["other_markers"]
+    assert trace.steps.num_rows == truth["steps"]
+    assert len(trace.launch_links()[0]) == truth["launch_links"]
+    assert trace.counters.num_rows == truth["counter_samples"]
+    counts = trace.ranks[0].event_counts
+    assert counts["events_read"] == truth["rows"] == counts["mapped"] + counts["counter"]
+    copies = trace.to_pandas(kinds=(Kind.MEMCPY,))
+    assert set(copies["copy_kind"]) == {"HtoD"} and set(copies["name"]) == {"Memcpy HtoD"}
+    assert set(copies["device"]) == {truth["device"]}
+    other = trace.to_pandas(kinds=(Kind.OTHER,))
+    assert sorted(other["category"].astype(str)) == ["MARKER_CORE_API", "roctx_mark"]
+
+
+def test_generated_ranges_attribute_the_gpu_time(generated) -> None:
+    folder, truth, _ = generated
+    report = traceview.analyze(folder, cache=False)
+    assert report["summary"]["busy_ns"] == truth["kernel_busy_ns"] + truth["copy_busy_ns"]
+    assert report["summary"]["steps"] == truth["steps"]
+    ranges = report.table("modules", "range_gpu")
+    assert set(ranges["kind"]) == {"annotation"} and len(ranges) == truth["ranges"]
+    for layer, gpu_ns in truth["layer_gpu_ns"].items():
+        assert ranges.loc[ranges["path"].str.endswith("/" + layer), "inclusive_ns"].sum() == gpu_ns, layer
+
+
+def test_a_counter_collection_alone_gives_its_dispatches(generated, tmp_path: Path) -> None:
+    folder, truth, _ = generated
+    shutil.copy(folder / "synth_counter_collection.csv", tmp_path / "p_counter_collection.csv")
+    trace = traceview.load(tmp_path, use_cache=False)
+    assert kinds_of(trace) == {"kernel": truth["kernels"]}
+    counts = trace.ranks[0].event_counts
+    assert counts["counter"] == counts["events_read"] == truth["counter_samples"]
+    assert counts["counter.dispatch_kernels"] == truth["kernels"]
+
+
+# ------------------------------------------------------------------------------- bad inputs
+
+
+def copy_run(generated, tmp_path: Path) -> Path:
+    folder = tmp_path / "run"
+    shutil.copytree(generated[0], folder)
+    return folder
+
+
+def test_a_missing_column_is_one_line(generated, tmp_path: Path) -> None:
+    folder = copy_run(generated, tmp_path)
+    path = folder / "synth_kernel_trace.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[0] = lines[0].replace(',"Correlation_Id"', "")
+    path.write_text("".join(lines[:1] + [line.replace(",5,", ",", 1) for line in lines[1:]]))
+    with pytest.raises(TraceFormatError, match="without the column Correlation_Id"):
+        traceview.load(folder, use_cache=False)
+
+
+def test_a_truncated_csv_is_one_line(generated, tmp_path: Path) -> None:
+    folder = copy_run(generated, tmp_path)
+    path = folder / "synth_hip_api_trace.csv"
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        traceview.load(folder, use_cache=False)
+
+
+def test_two_runs_in_one_folder_are_refused(generated, tmp_path: Path) -> None:
+    folder = copy_run(generated, tmp_path)
+    shutil.copy(folder / "synth_kernel_trace.csv", folder / "other_kernel_trace.csv")
+    with pytest.raises(TraceFormatError, match="more than one rocprofv3 run"):
+        traceview.load(folder, use_cache=False)
+
+
+def test_counters_of_another_program_are_refused(generated, tmp_path: Path) -> None:
+    folder = copy_run(generated, tmp_path)
+    path = folder / "synth_counter_collection.csv"
+    path.write_text(path.read_text().replace('"layer_0_gemm"', '"another_kernel"'))
+    with pytest.raises(TraceFormatError, match="another program"):
+        traceview.load(folder, use_cache=False)
+
+
+def test_a_changed_companion_changes_the_cache_key(generated, tmp_path: Path) -> None:
+    folder = copy_run(generated, tmp_path)
+    before = discover([folder]).files[0].cache_key
+    hip = folder / "synth_hip_api_trace.csv"
+    hip.write_text(hip.read_text() + '"HIP_RUNTIME_API_EXT","hipGetDevice",7301,7301,999,5000009000000,5000009001000\n')
+    assert discover([folder]).files[0].cache_key != before
