@@ -86,6 +86,11 @@ class Inputs:
         return [f.path for f in self.files]
 
     @property
+    def every_path(self) -> list[Path]:
+        """Every file the inputs read: each file's path and the other files of its run."""
+        return [p for f in self.files for p in (f.path, *f.companions)]
+
+    @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
@@ -163,7 +168,7 @@ def run_input(path: Path, fmt: InputFormat, st: os.stat_result) -> InputFile:
     return InputFile(path=primary, format=fmt, stat=primary_stat, companions=tuple(others))
 
 
-def _one_per_run(files: list[InputFile]) -> list[InputFile]:
+def one_per_run(files: list[InputFile]) -> list[InputFile]:
     """Each run once: the files of a several-file run all stand for it, in its first file's place."""
     seen: set[Path] = set()
     out = []
@@ -198,7 +203,7 @@ def discover(paths: PathLike | Iterable[PathLike]) -> Inputs:
             found.files.append(inspect_file(path))
         else:
             raise TraceFormatError(path, "no such file or directory")
-    found.files = _one_per_run(found.files)
+    found.files = one_per_run(found.files)
     return found
 
 
