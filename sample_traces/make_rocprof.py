@@ -2,12 +2,14 @@
 
 ``python sample_traces/make_rocprof.py OUT_DIR [--steps N] [--layers N]`` writes, into OUT_DIR,
 ``synth_kernel_trace.csv``, ``synth_hip_api_trace.csv``, ``synth_memory_copy_trace.csv``,
-``synth_marker_api_trace.csv``, ``synth_counter_collection.csv`` and ``truth.json``. Made on the fly
+``synth_marker_api_trace.csv``, ``synth_counter_collection.csv``, ``synth_agent_info.csv`` and
+``truth.json``. Made on the fly
 (tests, ``tmp_path``), not stored.
 
 The columns follow rocprofv3's CSV output as its documentation shows it (ROCm 6.2-6.4: agents as
 ``Agent N``, a kernel trace with ``Stream_Id`` and per-axis sizes, work-item grid sizes). The run is one
-process (pid = tid = 7301) on one GPU (agent 2), the CPU being agent 0:
+process (pid = tid = 7301) on one GPU (agent 2, an MI300X with 304 compute units in
+``agent_info.csv``), the CPU being agent 0:
 
 * ``steps`` ROCTx ranges ``step_N`` (the default step marker), each holding ``layers`` ranges
   ``layer_L``; in each layer a ``hipLaunchKernel`` (with ``__hipPushCallConfiguration`` /
@@ -44,6 +46,10 @@ COUNTER_HEADER = ["Correlation_Id", "Dispatch_Id", "Agent_Id", "Queue_Id", "Proc
                   "Kernel_Id", "Kernel_Name", "Workgroup_Size", "LDS_Block_Size", "Scratch_Size", "VGPR_Count",
                   "Accum_VGPR_Count", "SGPR_Count", "Counter_Name", "Counter_Value", "Start_Timestamp",
                   "End_Timestamp"]
+AGENT_HEADER = ["Node_Id", "Logical_Node_Id", "Agent_Type", "Cpu_Cores_Count", "Simd_Count", "Wave_Front_Size",
+                "Num_Xcc", "Cu_Count", "Name", "Product_Name"]
+AGENTS = [[0, 0, "CPU", 96, 0, 0, 0, 0, "AMD EPYC 9454", "AMD EPYC 9454"],
+          [2, 2, "GPU", 0, 1216, 64, 8, 304, "gfx942", "AMD Instinct MI300X"]]
 
 
 class Run:
@@ -117,8 +123,9 @@ def build(steps: int, layers: int) -> tuple[Run, dict[str, Any]]:
         "kernels": len(run.kernels), "kernel_busy_ns": kernel_ns, "copies": len(run.copies), "copy_busy_ns": copy_ns,
         "runtime_calls": len(run.api), "ranges": steps * (layers + 1), "steps": steps, "marks": 1,
         "other_markers": 2, "launch_links": len(run.kernels) + len(run.copies), "counter_samples": len(run.counters),
-        "rows": len(run.kernels) + len(run.api) + len(run.copies) + len(run.markers) + len(run.counters),
-        "layer_gpu_ns": run.layer_gpu_ns, "pid": PID, "device": 2,
+        "rows": len(run.kernels) + len(run.api) + len(run.copies) + len(run.markers) + len(run.counters)
+        + len(AGENTS), "agents": len(AGENTS), "layer_gpu_ns": run.layer_gpu_ns, "pid": PID, "device": 2,
+        "device_name": AGENTS[1][-1], "compute_units": AGENTS[1][7],
     }
     return run, truth
 
@@ -139,6 +146,7 @@ def write_run(out: Path, steps: int = 3, layers: int = 4, prefix: str = "synth")
     write_csv(out / f"{prefix}_memory_copy_trace.csv", COPY_HEADER, run.copies)
     write_csv(out / f"{prefix}_marker_api_trace.csv", API_HEADER, run.markers)
     write_csv(out / f"{prefix}_counter_collection.csv", COUNTER_HEADER, run.counters)
+    write_csv(out / f"{prefix}_agent_info.csv", AGENT_HEADER, AGENTS)
     (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
     return truth
 

@@ -251,19 +251,36 @@ def build_trace(run: RunFiles, given: Path, step_marker: str | None) -> Trace:
     counter_samples = counter_table(counters, kernels, parts)
     read = sum(v for k, v in parts.counts.items() if k.endswith(".read"))
     mapped = sum(v for k, v in parts.counts.items() if k.endswith(".mapped"))
+    metadata = tables["agent_info"].num_rows if "agent_info" in tables else 0
     counts = {"events_read": read, "mapped": mapped, **({"counter": parts.counts["counter"]}
                                                         if "counter" in parts.counts else {}),
+              **({"metadata": metadata} if metadata else {}),
               **{k: v for k, v in parts.counts.items() if k != "counter"}}
-    info = rank_info(run, given, pid, events, counts)
+    info = rank_info(run, given, pid, events, counts, tables.get("agent_info"))
     return Trace(events=events, links=launch_links(events) if n else make_links_table(
         np.empty(0, np.int32), "launch", "correlation", np.empty(0, np.int64), np.empty(0, np.int64)),
         ranks={0: info}, steps=steps_from_annotations(events, step_marker), warnings=[], counters=counter_samples)
 
 
-def rank_info(run: RunFiles, given: Path, pid: int, events: pa.Table, counts: dict[str, int]) -> RankInfo:
-    """The rank's metadata: the run's files by role, its process, the agents its GPU rows ran on."""
+def devices_of(events: pa.Table, agents: pa.Table | None) -> list[DeviceInfo]:
+    """The GPU agents of ``agent_info.csv`` (``Logical_Node_Id`` is the ``N`` of ``Agent N``: name,
+    compute units), else the agents the GPU rows ran on, unnamed."""
+    if agents is not None and agents.num_rows:
+        out = []
+        for row in agents.to_pylist():  # one row per agent: a handful
+            if str(row.get("Agent_Type", "")).upper() != "GPU":
+                continue
+            name = row.get("Product_Name") or row.get("Name") or ""
+            out.append(DeviceInfo(id=int(row["Logical_Node_Id"]), name=str(name), sm_count=row.get("Cu_Count"),
+                                  extra={k: row[k] for k in ("Name", "Wave_Front_Size", "Node_Id") if k in row}))
+        return out
     device = events.column("device").to_numpy() if events.num_rows else np.empty(0, dtype=np.int32)
-    agents = sorted(int(d) for d in np.unique(device[device >= 0]))
+    return [DeviceInfo(id=int(a), name="", extra={"agent": f"Agent {int(a)}"}) for a in np.unique(device[device >= 0])]
+
+
+def rank_info(run: RunFiles, given: Path, pid: int, events: pa.Table, counts: dict[str, int],
+              agents: pa.Table | None = None) -> RankInfo:
+    """The rank's metadata: the run's files by role, its process, its GPU agents."""
     files = {role: p.name for role, p in run.files.items()}
     if run.counters:
         files["counter"] = ", ".join(p.name for p in run.counters)
@@ -276,6 +293,6 @@ def rank_info(run: RunFiles, given: Path, pid: int, events: pa.Table, counts: di
         warnings.append(f"{clamped:,} records end before they start: their duration is 0")
     return RankInfo(rank=0, source_path=str(given), source_format="rocprof", format_version=FORMAT_VERSION,
                     rank_source=f"rocprofv3 run (process {pid})" if pid >= 0 else "rocprofv3 run",
-                    devices=[DeviceInfo(id=a, name="", extra={"agent": f"Agent {a}"}) for a in agents],
+                    devices=devices_of(events, agents),
                     process_names={pid: ""} if pid >= 0 else {}, raw_metadata={"files": files},
                     event_counts=counts, warnings=warnings)

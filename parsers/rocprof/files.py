@@ -22,13 +22,15 @@ import pyarrow.csv as pacsv
 from traceview.errors import TraceFormatError, os_error
 
 #: the file roles, in the order that picks the file standing for the run (the first one present)
-ROLES = ("kernel", "hip_api", "hsa_api", "memory_copy", "marker_api", "counter")
+ROLES = ("kernel", "hip_api", "hsa_api", "memory_copy", "marker_api", "agent_info", "counter")
 #: roles of which a run has one file at most
 TRACE_ROLES = ROLES[:-1]
+#: roles whose file can stand for the run (agent info is the run's metadata only)
+EVENT_ROLES = ROLES[:5]
 #: the name ending rocprofv3 gives each role's file
 SUFFIXES = {"kernel": "_kernel_trace.csv", "hip_api": "_hip_api_trace.csv", "hsa_api": "_hsa_api_trace.csv",
             "memory_copy": "_memory_copy_trace.csv", "marker_api": "_marker_api_trace.csv",
-            "counter": "_counter_collection.csv"}
+            "agent_info": "_agent_info.csv", "counter": "_counter_collection.csv"}
 #: the columns each role's file must have (more are allowed and not read unless named in OPTIONAL)
 REQUIRED: dict[str, tuple[str, ...]] = {
     "kernel": ("Agent_Id", "Queue_Id", "Dispatch_Id", "Kernel_Name", "Correlation_Id", "Start_Timestamp",
@@ -39,16 +41,20 @@ REQUIRED: dict[str, tuple[str, ...]] = {
                     "End_Timestamp"),
     "counter": ("Correlation_Id", "Dispatch_Id", "Agent_Id", "Queue_Id", "Process_Id", "Thread_Id", "Kernel_Name",
                 "Grid_Size", "Workgroup_Size", "Counter_Name", "Counter_Value", "Start_Timestamp", "End_Timestamp"),
+    "agent_info": ("Logical_Node_Id", "Agent_Type"),
 }
 #: columns read where the file has them (rocprofv3 versions differ)
 OPTIONAL: dict[str, tuple[str, ...]] = {"kernel": ("Stream_Id", "Thread_Id"), "api": (),
-                                        "memory_copy": ("Stream_Id", "Thread_Id", "Bytes"), "counter": ()}
+                                        "memory_copy": ("Stream_Id", "Thread_Id", "Bytes"), "counter": (),
+                                        "agent_info": ("Node_Id", "Name", "Product_Name", "Cu_Count",
+                                                       "Wave_Front_Size")}
 #: columns that are text; the others are read as integers (``Counter_Value`` as a double)
 TEXT_COLUMNS = frozenset({"Kind", "Agent_Id", "Kernel_Name", "Domain", "Function", "Direction", "Source_Agent_Id",
-                          "Destination_Agent_Id", "Counter_Name"})
+                          "Destination_Agent_Id", "Counter_Name", "Agent_Type", "Name", "Product_Name"})
 #: the header columns that tell each role (checked in this order)
 SIGNATURES: tuple[tuple[str, frozenset[str]], ...] = (
     ("counter", frozenset({"Counter_Name", "Counter_Value", "Dispatch_Id"})),
+    ("agent_info", frozenset({"Logical_Node_Id", "Agent_Type", "Cu_Count"})),
     ("kernel", frozenset({"Kernel_Name", "Dispatch_Id", "Grid_Size_X"})),
     ("memory_copy", frozenset({"Direction", "Source_Agent_Id", "Destination_Agent_Id"})),
     ("api", frozenset({"Domain", "Function", "Correlation_Id", "Start_Timestamp"})),
@@ -104,7 +110,7 @@ class RunFiles:
     @property
     def primary(self) -> Path:
         """The file that stands for the run (a kernel trace where there is one)."""
-        return next((self.files[r] for r in TRACE_ROLES if r in self.files), None) or self.counters[0]
+        return next((self.files[r] for r in EVENT_ROLES if r in self.files), None) or self.counters[0]
 
     def all(self) -> list[Path]:
         return [*self.files.values(), *self.counters]
@@ -133,6 +139,9 @@ def run_of(path: Path) -> RunFiles:
                                    "give the folder of one run: move each run's files to a folder of its own")
         elif role is not None:
             files[role] = candidate
+    if not counters and not any(r in files for r in EVENT_ROLES):
+        raise TraceFormatError(path, "is rocprofv3's agent information alone, without a trace of the run beside it",
+                               "give the folder of the run (its *_kernel_trace.csv, *_hip_api_trace.csv, ...)")
     return RunFiles(folder=folder, files=files, counters=tuple(counters))
 
 

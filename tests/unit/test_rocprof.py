@@ -151,7 +151,10 @@ def test_generated_run_against_its_construction(generated) -> None:
     assert len(trace.launch_links()[0]) == truth["launch_links"]
     assert trace.counters.num_rows == truth["counter_samples"]
     counts = trace.ranks[0].event_counts
-    assert counts["events_read"] == truth["rows"] == counts["mapped"] + counts["counter"]
+    assert counts["events_read"] == truth["rows"] == counts["mapped"] + counts["counter"] + counts["metadata"]
+    assert counts["metadata"] == truth["agents"]
+    assert [(d.id, d.name, d.sm_count) for d in trace.ranks[0].devices] == [
+        (truth["device"], truth["device_name"], truth["compute_units"])]
     copies = trace.to_pandas(kinds=(Kind.MEMCPY,))
     assert set(copies["copy_kind"]) == {"HtoD"} and set(copies["name"]) == {"Memcpy HtoD"}
     assert set(copies["device"]) == {truth["device"]}
@@ -187,6 +190,12 @@ def copy_run(generated, tmp_path: Path) -> Path:
     folder = tmp_path / "run"
     shutil.copytree(generated[0], folder)
     return folder
+
+
+def test_agent_info_alone_is_not_a_run(generated, tmp_path: Path) -> None:
+    shutil.copy(generated[0] / "synth_agent_info.csv", tmp_path / "x_agent_info.csv")
+    with pytest.raises(TraceFormatError, match="agent information alone"):
+        traceview.load(tmp_path, use_cache=False)
 
 
 def test_a_missing_column_is_one_line(generated, tmp_path: Path) -> None:
