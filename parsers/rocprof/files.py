@@ -96,7 +96,8 @@ def role_of(path: Path, head: bytes) -> str | None:
         return family
     first = head.partition(b"\n")[2].partition(b"\n")[0].decode("utf-8", "replace")
     domain = next(csv.reader([first]), [""])[0] if first else ""
-    return next((role for prefix, role in DOMAIN_ROLES if domain.startswith(prefix)), "hip_api")
+    # another API's trace (RCCL, rocDecode, rocJPEG ...) or an empty one of unknown kind: not read
+    return next((role for prefix, role in DOMAIN_ROLES if domain.startswith(prefix)), None)
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,18 @@ def copy_run(generated, tmp_path: Path) -> Path:
     return folder
 
 
+def test_files_beside_the_run_that_it_does_not_read(generated, tmp_path: Path) -> None:
+    folder = copy_run(generated, tmp_path)
+    header = '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+    (folder / "synth_rccl_api_trace.csv").write_text(
+        header + '"RCCL_API","ncclAllReduce",7301,7301,9999,5000000000000,5000000001000\n')
+    (folder / "synth_kernel_stats.csv").write_text('"Name","Calls","TotalDurationNs"\n"k",1,5\n')
+    inputs = discover([folder])
+    assert len(inputs.files) == 1 and sorted(p.name for p in inputs.skipped) == [
+        "synth_kernel_stats.csv", "synth_rccl_api_trace.csv"]
+    assert traceview.load(inputs, use_cache=False).ranks[0].event_counts["events_read"] == generated[1]["rows"]
+
+
 def test_agent_info_alone_is_not_a_run(generated, tmp_path: Path) -> None:
     shutil.copy(generated[0] / "synth_agent_info.csv", tmp_path / "x_agent_info.csv")
     with pytest.raises(TraceFormatError, match="agent information alone"):
