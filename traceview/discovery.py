@@ -232,7 +232,7 @@ def _scan_folder(folder: Path, skipped: list[Path]) -> list[InputFile]:
             skipped.append(q)
     if not traces:
         raise TraceFormatError(folder, "directory holds no trace files",
-                               "expected PyTorch profiler *.json/*.json.gz or Nsight *.sqlite files")
+                               "expected PyTorch profiler *.json/*.json.gz, Nsight *.sqlite or rocprofv3 *.csv files")
     return traces
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from traceview.errors import TraceFormatError, os_error
+from traceview.secrets import scrub_text
 
 #: the file roles, in the order that picks the file standing for the run (the first one present)
 ROLES = ("kernel", "hip_api", "hsa_api", "memory_copy", "marker_api", "agent_info", "counter")
@@ -179,5 +180,9 @@ def read_table(path: Path, role: str) -> pa.Table:
                               convert_options=pacsv.ConvertOptions(column_types=types, include_columns=columns,
                                                                    strings_can_be_null=False))
     except pa.ArrowInvalid as exc:
-        detail = str(exc).splitlines()[0][:200]
-        raise TraceFormatError(path, f"is not a complete rocprofv3 CSV ({detail})", HINT) from None
+        # the parser's words, not the record it quotes (names from the trace reach output scrubbed only)
+        first = str(exc).splitlines()[0]
+        if first.startswith("CSV parse error: "):  # "...: Expected 22 columns, got 9: <the record>"
+            first = first.split(": ", 2)[1]
+        detail = scrub_text(first)[:200]
+        raise TraceFormatError(path, f"is not a well-formed rocprofv3 CSV ({detail})", HINT) from None

@@ -228,6 +228,17 @@ def test_a_truncated_csv_is_one_line(generated, tmp_path: Path) -> None:
         traceview.load(folder, use_cache=False)
 
 
+def test_a_value_of_the_wrong_type_is_one_line_without_the_record(generated, tmp_path: Path) -> None:
+    folder = copy_run(generated, tmp_path)
+    path = folder / "synth_kernel_trace.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace('"layer_1_gemm",9,', '"layer_1_gemm",9,"token=hunter2",')
+    path.write_text("".join(lines))
+    with pytest.raises(TraceFormatError, match="not a well-formed rocprofv3 CSV") as info:
+        traceview.load(folder, use_cache=False)
+    assert "hunter2" not in str(info.value) and "Expected 19 columns, got 20" in str(info.value)
+
+
 def test_two_runs_in_one_folder_are_refused(generated, tmp_path: Path) -> None:
     folder = copy_run(generated, tmp_path)
     shutil.copy(folder / "synth_kernel_trace.csv", folder / "other_kernel_trace.csv")
