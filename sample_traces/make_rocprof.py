@@ -22,6 +22,10 @@ process (pid = tid = 7301) on one GPU (agent 2, an MI300X with 304 compute units
   64, ``FETCH_SIZE`` = 1.5 per KiB of grid), with the kernel trace's dispatch ids.
 
 The truth is counted from this construction, never by reading the files back.
+
+``write_json_run(OUT_DIR)`` (``--json``) writes the same run as rocprofv3's JSON output instead
+(``synth_results.json``), in the layout rocprofiler-sdk's JSON writer and its tests use (no real JSON
+file was at hand to copy it from; see parsers/rocprof/json_output.py).
 """
 
 from __future__ import annotations
@@ -151,13 +155,89 @@ def write_run(out: Path, steps: int = 3, layers: int = 4, prefix: str = "synth")
     return truth
 
 
+def json_document(run: Run) -> dict[str, Any]:
+    """The run as rocprofv3's JSON output: string tables, agents, counters, buffer and callback records."""
+    kinds = [{"kind": "NONE", "operations": []},
+             {"kind": "HIP_RUNTIME_API_EXT", "operations": ["hipMemcpyAsync", "hipLaunchKernel",
+                                                            "hipStreamSynchronize"]},
+             {"kind": "HIP_COMPILER_API_EXT", "operations": ["__hipPushCallConfiguration",
+                                                             "__hipPopCallConfiguration"]},
+             {"kind": "MARKER_CORE_API", "operations": ["roctxMarkA", "roctxRangePushA", "roctxGetThreadId"]},
+             {"kind": "MEMORY_COPY", "operations": ["MEMORY_COPY_NONE", "MEMORY_COPY_HOST_TO_HOST",
+                                                    "MEMORY_COPY_HOST_TO_DEVICE"]},
+             {"kind": "KERNEL_DISPATCH", "operations": ["KERNEL_DISPATCH_COMPLETE"]}]
+    kind_of = {k["kind"]: i for i, k in enumerate(kinds)}
+    agent_handle = {0: 1000, 2: 3000}  # handles are not node ids
+
+    def span(corr: int, start: int, end: int) -> dict[str, Any]:
+        return {"correlation_id": {"internal": corr, "external": 0}, "start_timestamp": start, "end_timestamp": end}
+
+    def api(row: list[Any]) -> dict[str, Any]:
+        kind = kind_of[row[0]]
+        return {"kind": kind, "operation": kinds[kind]["operations"].index(row[1]), "thread_id": row[3],
+                **span(row[4], row[5], row[6])}
+
+    def marker(row: list[Any]) -> dict[str, Any]:
+        op = 2 if row[1] == "roctxGetThreadId" else 0 if row[5] == row[6] else 1
+        return {"kind": kind_of["MARKER_CORE_API"], "operation": op, "thread_id": row[3],
+                **span(row[4], row[5], row[6])}
+
+    def dispatch_info(row: list[Any]) -> dict[str, Any]:
+        return {"agent_id": {"handle": agent_handle[int(row[1].split()[-1])]}, "queue_id": {"handle": 777},
+                "kernel_id": row[6], "dispatch_id": row[5],
+                "workgroup_size": {"x": row[13], "y": row[14], "z": row[15]},
+                "grid_size": {"x": row[16], "y": row[17], "z": row[18]}}
+
+    counters = {"SQ_WAVES": 1, "FETCH_SIZE": 2}
+    by_dispatch: dict[int, list[list[Any]]] = {}
+    for row in run.counters:
+        by_dispatch.setdefault(row[1], []).append(row)
+    kernels = {k[5]: k for k in run.kernels}
+    return {"rocprofiler-sdk-tool": [{
+        "metadata": {"pid": PID},
+        "agents": [{"id": {"handle": agent_handle[a[1]]}, "type": 1 if a[2] == "CPU" else 2, "node_id": a[0],
+                    "logical_node_id": a[1], "name": a[8], "product_name": a[9], "cu_count": a[7],
+                    "wave_front_size": a[5]} for a in AGENTS],
+        "counters": [{"id": {"handle": h}, "name": n} for n, h in counters.items()],
+        "strings": {"buffer_records": kinds,
+                    "marker_api": [{"key": m[4], "value": m[1]} for m in run.markers if m[1] != "roctxGetThreadId"]},
+        "kernel_symbols": [{"kernel_id": 10 + i, "formatted_kernel_name": f"layer_{i}_gemm"}
+                           for i in range(len({k[7] for k in run.kernels}))],
+        "buffer_records": {
+            "kernel_dispatch": [{"kind": kind_of["KERNEL_DISPATCH"], "operation": 0, "thread_id": k[4],
+                                 "stream_id": {"handle": k[3]},
+                                 "dispatch_info": dispatch_info(k), **span(k[8], k[9], k[10])} for k in run.kernels],
+            "hip_api": [api(r) for r in sorted(run.api, key=lambda r: r[5])],
+            "marker_api": [marker(m) for m in run.markers],
+            "memory_copy": [{"kind": kind_of["MEMORY_COPY"], "operation": 2, "thread_id": PID,
+                             "stream_id": {"handle": c[2]},
+                             "src_agent_id": {"handle": agent_handle[0]}, "dst_agent_id": {"handle": agent_handle[2]},
+                             **span(c[5], c[6], c[7])} for c in run.copies],
+            "hsa_api": []},
+        "callback_records": {"counter_collection": [
+            {"thread_id": PID, "dispatch_data": {"dispatch_info": dispatch_info(kernels[d])},
+             "records": [{"counter_id": {"handle": counters[r[15]]}, "value": float(r[16])} for r in rows],
+             **span(rows[0][0], rows[0][17], rows[0][18])} for d, rows in by_dispatch.items()]},
+    }]}
+
+
+def write_json_run(out: Path, steps: int = 3, layers: int = 4, prefix: str = "synth") -> dict[str, Any]:
+    """The run as rocprofv3's JSON output (one file) and ``truth.json`` in ``out``; returns the truth."""
+    out.mkdir(parents=True, exist_ok=True)
+    run, truth = build(steps, layers)
+    (out / f"{prefix}_results.json").write_text(json.dumps(json_document(run), indent=2))
+    (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
+    return truth
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--json", action="store_true", help="write rocprofv3's JSON output instead of its CSVs")
     args = parser.parse_args()
-    write_run(args.out, args.steps, args.layers)
+    (write_json_run if args.json else write_run)(args.out, args.steps, args.layers)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""AMD rocprofv3 CSV output (``rocprofv3 --kernel-trace --hip-trace ... --output-format csv``).
+"""AMD rocprofv3 output: CSV (``rocprofv3 --kernel-trace --hip-trace ... --output-format csv``) and
+JSON (``--output-format json``, :mod:`.json_output`: the same tables, one file per run).
 
 A run is several files, ``<prefix>_<kind>.csv``, one per kind of record (:mod:`.files`). traceview
 reads a run as one input: given a folder, or any of its files, it reads every rocprofv3 CSV of that
@@ -53,12 +54,13 @@ from pathlib import Path
 from typing import Callable
 
 from traceview.model import Trace
-from traceview.parsers.rocprof.build import build_trace
+from traceview.parsers.rocprof.build import assemble, build_trace
 from traceview.parsers.rocprof.files import role_of, run_of
+from traceview.parsers.rocprof.json_output import looks_like_rocprof_json, read_json_run
 from traceview.parsing import NO_HOOKS, ParseHooks
 from traceview.registry import InputFormat, register_input_format
 
-__all__ = ["FORMAT", "parse_rocprof", "run_files"]
+__all__ = ["FORMAT", "JSON_FORMAT", "parse_rocprof", "parse_rocprof_json", "run_files"]
 
 
 def looks_like_rocprof(path: Path, head: bytes) -> bool:
@@ -79,6 +81,18 @@ def parse_rocprof(path: str | Path, *, step_marker: str | None = None) -> Trace:
     return build_trace(run_of(path), path, step_marker)
 
 
+def parse_rocprof_json(path: str | Path, *, step_marker: str | None = None) -> Trace:
+    """A rocprofv3 JSON output file (``--output-format json``) as a Trace of one rank."""
+    path = Path(path)
+    return assemble(read_json_run(path), path, step_marker)
+
+
+def _parse_json(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
+                jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
+    del progress, jobs, hooks  # the InputFormat.parse signature
+    return parse_rocprof_json(path, step_marker=step_marker)
+
+
 def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
            jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
     del progress, jobs, hooks  # the InputFormat.parse signature; a run's CSVs are small and read at once
@@ -90,3 +104,8 @@ FORMAT = register_input_format(InputFormat(
     name="rocprof", description="AMD rocprofv3 CSV output (a run's *_kernel_trace.csv, *_hip_api_trace.csv, ...)",
     sniff=looks_like_rocprof, parse=_parse, suffixes=(".csv",), order=40, producer="AMD rocprofv3 (CSV)",
     vendor="AMD", numbers_ranks=True, run_files=run_files))
+#: before Kineto's (order 20), which claims any JSON
+JSON_FORMAT = register_input_format(InputFormat(
+    name="rocprof-json", description="AMD rocprofv3 JSON output (--output-format json)",
+    sniff=looks_like_rocprof_json, parse=_parse_json, suffixes=(".json",), order=15,
+    producer="AMD rocprofv3 (JSON)", vendor="AMD", numbers_ranks=True))

@@ -220,43 +220,80 @@ def counter_kernels(counters: list[tuple[Path, pa.Table]]) -> pa.Table | None:
     return table.take(pa.array(np.sort(first)))
 
 
+@dataclass
+class RunTables:
+    """A run's records as tables with the CSV output's columns (from its CSVs, or from its JSON)."""
+
+    tables: dict[str, pa.Table]
+    counters: list[tuple[Path, pa.Table]]
+    #: the file each role came from (errors name it)
+    sources: dict[str, Path]
+    #: the run's files by role, as ``RankInfo.raw_metadata["files"]`` lists them
+    files: dict[str, str]
+    format_version: str = FORMAT_VERSION
+    #: the registered format's name (``RankInfo.source_format``)
+    source_format: str = "rocprof"
+
+
+def read_run(run: RunFiles) -> RunTables:
+    """The tables of a run's CSVs."""
+    files = {role: p.name for role, p in run.files.items()}
+    if run.counters:
+        files["counter"] = ", ".join(p.name for p in run.counters)
+    sources = dict(run.files)
+    if run.counters:
+        sources["counter"] = run.counters[0]
+    return RunTables(tables={role: read_table(p, role) for role, p in run.files.items()},
+                     counters=[(p, read_table(p, "counter")) for p in run.counters], sources=sources, files=files)
+
+
 def build_trace(run: RunFiles, given: Path, step_marker: str | None) -> Trace:
     """The run's Trace: one rank (the run's process), its files read and joined."""
-    parts = Parts()
-    tables = {role: read_table(p, role) for role, p in run.files.items()}
-    counters = [(p, read_table(p, "counter")) for p in run.counters]
-    for role, table in tables.items():
-        parts.count(f"{role}.read", table.num_rows)
-    parts.count("counter.read", sum(t.num_rows for _, t in counters))
-    pid = run_pid(tables, given)
+    return assemble(read_run(run), given, step_marker)
+
+
+def event_blocks(rt: RunTables, pid: int, parts: Parts) -> tuple[list[dict[str, object]], pa.Table | None]:
+    """Each role's events as a block of columns, and the kernels counters are joined to."""
+    tables = rt.tables
     kernels = tables.get("kernel")
     blocks: list[dict[str, object]] = []
     if kernels is not None:
-        blocks.append(kernel_block(kernels, run.files["kernel"], pid, parts, "kernel"))
+        blocks.append(kernel_block(kernels, rt.sources["kernel"], pid, parts, "kernel"))
     else:
-        kernels = counter_kernels(counters)
+        kernels = counter_kernels(rt.counters)
         if kernels is not None:
-            blocks.append(kernel_block(kernels, run.counters[0], pid, parts, "counter.dispatch_kernels"))
+            blocks.append(kernel_block(kernels, rt.sources["counter"], pid, parts, "counter.dispatch_kernels"))
             parts.counts.pop("counter.dispatch_kernels.mapped", None)
             parts.count("counter.dispatch_kernels", kernels.num_rows)
     for role in ("hip_api", "hsa_api"):
         if role in tables:
             blocks.append(api_block(tables[role], role, parts))
     if "memory_copy" in tables:
-        blocks.append(copy_block(tables["memory_copy"], run.files["memory_copy"], pid, parts))
+        blocks.append(copy_block(tables["memory_copy"], rt.sources["memory_copy"], pid, parts))
     if "marker_api" in tables:
         blocks.append(marker_block(tables["marker_api"], parts))
+    return blocks, kernels
+
+
+def assemble(rt: RunTables, given: Path, step_marker: str | None) -> Trace:
+    """The Trace of a run's tables: one rank, events, launch links, counters, every row counted."""
+    parts = Parts()
+    for role, table in rt.tables.items():
+        parts.count(f"{role}.read", table.num_rows)
+    parts.count("counter.read", sum(t.num_rows for _, t in rt.counters))
+    pid = run_pid(rt.tables, given)
+    blocks, kernels = event_blocks(rt, pid, parts)
     columns, n = concat_blocks(blocks)
     events = make_events_table(columns, n) if n else make_events_table({}, 0)
-    counter_samples = counter_table(counters, kernels, parts)
+    counter_samples = counter_table(rt.counters, kernels, parts)
     read = sum(v for k, v in parts.counts.items() if k.endswith(".read"))
     mapped = sum(v for k, v in parts.counts.items() if k.endswith(".mapped"))
-    metadata = tables["agent_info"].num_rows if "agent_info" in tables else 0
+    metadata = rt.tables["agent_info"].num_rows if "agent_info" in rt.tables else 0
     counts = {"events_read": read, "mapped": mapped, **({"counter": parts.counts["counter"]}
                                                         if "counter" in parts.counts else {}),
               **({"metadata": metadata} if metadata else {}),
               **{k: v for k, v in parts.counts.items() if k != "counter"}}
-    info = rank_info(run, given, pid, events, counts, tables.get("agent_info"))
+    info = rank_info(rt, given, pid, events, counts)
     return Trace(events=events, links=launch_links(events) if n else make_links_table(
         np.empty(0, np.int32), "launch", "correlation", np.empty(0, np.int64), np.empty(0, np.int64)),
         ranks={0: info}, steps=steps_from_annotations(events, step_marker), warnings=[], counters=counter_samples)
@@ -278,12 +315,8 @@ def devices_of(events: pa.Table, agents: pa.Table | None) -> list[DeviceInfo]:
     return [DeviceInfo(id=int(a), name="", extra={"agent": f"Agent {int(a)}"}) for a in np.unique(device[device >= 0])]
 
 
-def rank_info(run: RunFiles, given: Path, pid: int, events: pa.Table, counts: dict[str, int],
-              agents: pa.Table | None = None) -> RankInfo:
+def rank_info(rt: RunTables, given: Path, pid: int, events: pa.Table, counts: dict[str, int]) -> RankInfo:
     """The rank's metadata: the run's files by role, its process, its GPU agents."""
-    files = {role: p.name for role, p in run.files.items()}
-    if run.counters:
-        files["counter"] = ", ".join(p.name for p in run.counters)
     warnings = []
     if counts.get("counter.dispatch_not_in_trace"):
         warnings.append(f"{counts['counter.dispatch_not_in_trace']:,} counter samples measured dispatches the kernel "
@@ -291,8 +324,8 @@ def rank_info(run: RunFiles, given: Path, pid: int, events: pa.Table, counts: di
     clamped = sum(v for k, v in counts.items() if k.endswith("clamped_negative_duration"))
     if clamped:
         warnings.append(f"{clamped:,} records end before they start: their duration is 0")
-    return RankInfo(rank=0, source_path=str(given), source_format="rocprof", format_version=FORMAT_VERSION,
+    return RankInfo(rank=0, source_path=str(given), source_format=rt.source_format, format_version=rt.format_version,
                     rank_source=f"rocprofv3 run (process {pid})" if pid >= 0 else "rocprofv3 run",
-                    devices=devices_of(events, agents),
-                    process_names={pid: ""} if pid >= 0 else {}, raw_metadata={"files": files},
+                    devices=devices_of(events, rt.tables.get("agent_info")),
+                    process_names={pid: ""} if pid >= 0 else {}, raw_metadata={"files": rt.files},
                     event_counts=counts, warnings=warnings)

@@ -260,3 +260,39 @@ def test_a_changed_companion_changes_the_cache_key(generated, tmp_path: Path) ->
     hip = folder / "synth_hip_api_trace.csv"
     hip.write_text(hip.read_text() + '"HIP_RUNTIME_API_EXT","hipGetDevice",7301,7301,999,5000009000000,5000009001000\n')
     assert discover([folder]).files[0].cache_key != before
+
+
+# ------------------------------------------------------------------------------- the JSON output
+
+
+def test_json_output_gives_the_csv_runs_trace(generated, tmp_path: Path) -> None:
+    """The same run written as rocprofv3's JSON (in the layout its writer and tests use; no real
+    JSON file was available) loads to the CSV run's events, links, counters and steps."""
+    folder, truth, from_csv = generated
+    gen.write_json_run(tmp_path, steps=3, layers=4)
+    (tmp_path / "truth.json").unlink()
+    inputs = discover([tmp_path])
+    assert [f.format.name for f in inputs.files if f.format] == ["rocprof-json"]
+    from_json = traceview.load(inputs, use_cache=False)
+    columns = ["kind", "category", "name", "start_ns", "dur_ns", "pid", "tid", "device", "stream", "correlation",
+               "copy_kind", "grid_x", "block_x"]
+    order = ["start_ns", "kind", "name"]
+    a = from_csv.to_pandas()[columns].astype(str).sort_values(order).reset_index(drop=True)
+    b = from_json.to_pandas()[columns].astype(str).sort_values(order).reset_index(drop=True)
+    assert a.equals(b)
+    assert len(from_json.launch_links()[0]) == truth["launch_links"]
+    assert from_json.steps.num_rows == truth["steps"]
+    key = ["name", "series", "ts_ns", "value"]
+    assert sorted(from_json.counters.select(key).to_pylist(), key=str) == sorted(
+        from_csv.counters.select(key).to_pylist(), key=str)
+    assert [d.name for d in from_json.ranks[0].devices] == [truth["device_name"]]
+    counts = from_json.ranks[0].event_counts
+    assert counts["events_read"] == counts["mapped"] + counts["counter"] + counts["metadata"]
+
+
+def test_truncated_json_is_one_line(tmp_path: Path) -> None:
+    gen.write_json_run(tmp_path)
+    path = tmp_path / "synth_results.json"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        traceview.load(path, use_cache=False)
