@@ -213,7 +213,8 @@ def json_document(run: Run) -> dict[str, Any]:
                              "stream_id": {"handle": c[2]},
                              "src_agent_id": {"handle": agent_handle[0]}, "dst_agent_id": {"handle": agent_handle[2]},
                              **span(c[5], c[6], c[7])} for c in run.copies],
-            "hsa_api": []},
+            "hsa_api": [],
+            "scratch_memory": [{"kind": 9, "operation": 1, "thread_id": PID, **span(0, T0_NS, T0_NS + US)}]},
         "callback_records": {"counter_collection": [
             {"thread_id": PID, "dispatch_data": {"dispatch_info": dispatch_info(kernels[d])},
              "records": [{"counter_id": {"handle": counters[r[15]]}, "value": float(r[16])} for r in rows],

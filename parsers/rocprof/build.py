@@ -233,6 +233,8 @@ class RunTables:
     format_version: str = FORMAT_VERSION
     #: the registered format's name (``RankInfo.source_format``)
     source_format: str = "rocprof"
+    #: records read and not mapped, by reason (``skipped_<reason>`` fates: the JSON's other sections)
+    skipped: dict[str, int] = field(default_factory=dict)
 
 
 def read_run(run: RunFiles) -> RunTables:
@@ -286,7 +288,9 @@ def assemble(rt: RunTables, given: Path, step_marker: str | None) -> Trace:
     columns, n = concat_blocks(blocks)
     events = make_events_table(columns, n) if n else make_events_table({}, 0)
     counter_samples = counter_table(rt.counters, kernels, parts)
-    read = sum(v for k, v in parts.counts.items() if k.endswith(".read"))
+    for reason, n in rt.skipped.items():
+        parts.count(f"skipped_{reason}", n)
+    read = sum(v for k, v in parts.counts.items() if k.endswith(".read")) + sum(rt.skipped.values())
     mapped = sum(v for k, v in parts.counts.items() if k.endswith(".mapped"))
     metadata = rt.tables["agent_info"].num_rows if "agent_info" in rt.tables else 0
     counts = {"events_read": read, "mapped": mapped, **({"counter": parts.counts["counter"]}

@@ -206,6 +206,10 @@ def read_json_run(path: Path) -> RunTables:
     collected = [r for r in (entry.get("callback_records") or {}).get("counter_collection") or []
                  if isinstance(r, dict)]
     counters = [(path, counter_table(collected, names, pid))] if collected else []
+    # the sections traceview does not map (RCCL, allocations, scratch memory, PC samples ...): counted
+    skipped = {section: len(records) for section, records in buffers.items()
+               if section not in SECTIONS and isinstance(records, list) and records}
     return RunTables(tables=tables, counters=counters, sources=dict.fromkeys([*tables, "counter"], path),
+                     skipped=skipped,
                      files={"json": path.name}, format_version=FORMAT_VERSION,
                      source_format="rocprof-json")
