@@ -38,7 +38,10 @@ class Parts:
 
 
 def int_col(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy().astype(np.int64, copy=False)
+    # one chunk first: a chunked column's to_numpy imports pandas (1.3 s cold), which a parse needs not
+    # (and an empty field is -1, absent, as traceview's ids are)
+    column = pc.fill_null(table.column(name).combine_chunks(), -1)
+    return column.to_numpy().astype(np.int64, copy=False)
 
 
 def agent_numbers(column: pa.ChunkedArray, path: Path) -> np.ndarray:
