@@ -298,3 +298,29 @@ def test_truncated_json_is_one_line(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(TraceFormatError, match="truncated"):
         traceview.load(path, use_cache=False)
+
+
+def test_numeric_agent_ids_and_an_hsa_trace(tmp_path: Path) -> None:
+    """The layout rocprofv3's documentation shows for ROCm 6.2 (agents as numbers, segment sizes,
+    no register counts), with an HSA API trace beside it; values made up here."""
+    (tmp_path / "41_kernel_trace.csv").write_text(
+        '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name",'
+        '"Correlation_Id","Start_Timestamp","End_Timestamp","Private_Segment_Size","Group_Segment_Size",'
+        '"Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
+        '"KERNEL_DISPATCH",2,1,1,41,1,11,"void add<float>(float*, float const*)",7,1000,1600,0,0,64,1,1,1024,1024,1\n'
+        '"KERNEL_DISPATCH",2,1,1,41,2,12,"scale(float*, int)",9,2000,2300,0,0,64,1,1,1024,1,1\n')
+    (tmp_path / "41_hsa_api_trace.csv").write_text(
+        '"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+        '"HSA_CORE_API","hsa_queue_create",41,41,3,500,900\n'
+        '"HSA_AMD_EXT_API","hsa_amd_memory_async_copy_on_engine",41,41,9,1800,1900\n')
+    trace = traceview.load(tmp_path, use_cache=False)
+    kernels = trace.to_pandas(kinds=(Kind.KERNEL,))
+    assert kernels["device"].tolist() == [2, 2] and kernels["grid_x"].tolist() == [16, 16]
+    assert kernels["grid_y"].tolist() == [1024, 1] and kernels["dur_ns"].tolist() == [600, 300]
+    runtime = trace.to_pandas(kinds=(Kind.RUNTIME,))
+    assert runtime["category"].astype(str).tolist() == ["HSA_CORE_API", "HSA_AMD_EXT_API"]
+    src, dst = trace.launch_links()
+    assert [(trace.names()[s], trace.names()[d]) for s, d in zip(src, dst)] == [
+        ("hsa_amd_memory_async_copy_on_engine", "scale(float*, int)")]
+    assert trace.ranks[0].event_counts == {"events_read": 4, "mapped": 4, "kernel.read": 2, "hsa_api.read": 2,
+                                           "kernel.mapped": 2, "hsa_api.mapped": 2}
