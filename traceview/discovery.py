@@ -38,6 +38,8 @@ class InputFile:
     #: its ``os.stat`` when found (size, mtime, identity); the cache key is of this version of it
     stat: os.stat_result | None
     problem: TraceviewError | None = None
+    #: the other files of its run, read with it (``InputFormat.run_files``; empty for most formats)
+    companions: tuple[Path, ...] = ()
     _cache_key: str | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -61,7 +63,13 @@ class InputFile:
             from traceview.trace_cache import cache_key
 
             self.checked_format()
-            self._cache_key = cache_key(self.path, self.stat)
+            key = cache_key(self.path, self.stat)
+            if self.companions:  # a run of several files: a change to any of them is a new key
+                import hashlib
+
+                parts = [key, *(cache_key(p) for p in self.companions)]
+                key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+            self._cache_key = key
         return self._cache_key
 
 
@@ -76,6 +84,11 @@ class Inputs:
     @property
     def paths(self) -> list[Path]:
         return [f.path for f in self.files]
+
+    @property
+    def every_path(self) -> list[Path]:
+        """Every file the inputs read: each file's path and the other files of its run."""
+        return [p for f in self.files for p in (f.path, *f.companions)]
 
     @property
     def total_bytes(self) -> int:
@@ -135,9 +148,36 @@ def inspect_file(path: Path, head: bytes | None = None) -> InputFile:
     st = None
     try:
         st = require_regular_file(path)
-        return InputFile(path=path, format=sniffed_format(path, checked_head(path) if head is None else head), stat=st)
+        fmt = sniffed_format(path, checked_head(path) if head is None else head)
+        if fmt.run_files is None:
+            return InputFile(path=path, format=fmt, stat=st)
     except TraceviewError as exc:
         return InputFile(path=path, format=None, stat=st, problem=exc)
+    return run_input(path, fmt, st)
+
+
+def run_input(path: Path, fmt: InputFormat, st: os.stat_result) -> InputFile:
+    """The run a file of a several-file format belongs to, as the file standing for it with the
+    others as its companions (``InputFormat.run_files``); what is wrong with the run as its problem."""
+    assert fmt.run_files is not None
+    try:
+        primary, others = fmt.run_files(path)
+        primary_stat = st if primary == path else require_regular_file(primary)
+    except TraceviewError as exc:
+        return InputFile(path=path, format=None, stat=st, problem=exc)
+    return InputFile(path=primary, format=fmt, stat=primary_stat, companions=tuple(others))
+
+
+def one_per_run(files: list[InputFile]) -> list[InputFile]:
+    """Each run once: the files of a several-file run all stand for it, in its first file's place."""
+    seen: set[Path] = set()
+    out = []
+    for f in files:
+        if f.problem is None and f.path in seen:
+            continue
+        seen.add(f.path)
+        out.append(f)
+    return out
 
 
 def detect_format(path: Path) -> str:
@@ -163,6 +203,7 @@ def discover(paths: PathLike | Iterable[PathLike]) -> Inputs:
             found.files.append(inspect_file(path))
         else:
             raise TraceFormatError(path, "no such file or directory")
+    found.files = one_per_run(found.files)
     return found
 
 
@@ -191,7 +232,7 @@ def _scan_folder(folder: Path, skipped: list[Path]) -> list[InputFile]:
             skipped.append(q)
     if not traces:
         raise TraceFormatError(folder, "directory holds no trace files",
-                               "expected PyTorch profiler *.json/*.json.gz or Nsight *.sqlite files")
+                               "expected PyTorch profiler *.json/*.json.gz, Nsight *.sqlite or rocprofv3 *.csv files")
     return traces
 
 

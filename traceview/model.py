@@ -187,7 +187,7 @@ class RankInfo:
 
     rank: int
     source_path: str
-    source_format: str  # "kineto" or "nsys"
+    source_format: str  # the registered InputFormat name: "kineto", "nsys", "rocprof", ...
     format_version: str = ""
     rank_source: str = ""  # how the rank was determined: distributedInfo, file name, assigned, ...
     world_size: int | None = None
