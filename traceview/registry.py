@@ -262,6 +262,12 @@ class InputFormat:
     #: rank each process was), so across several files those numbers are given out again rather
     #: than taken as global ranks (``traceview.rank_planning``)
     numbers_ranks: bool = False
+    #: ``check_inputs(paths)``: the files of this format one folder scan found, checked together
+    #: (raises a ``TraceFormatError`` when they cannot be one input: XSpace files of several runs)
+    check_inputs: Callable[[list[Path]], None] | None = None
+    #: ``shadows(path)``: a file found by a folder scan that this format reads better from another
+    #: file beside it (the JSON view an XSpace profiler writes next to its ``.xplane.pb``): skipped
+    shadows: Callable[[Path], bool] | None = None
 
     @property
     def producer_name(self) -> str:
