@@ -33,15 +33,18 @@ def _xplane(run: Path) -> Path:
     return found
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cache: bool = False) -> subprocess.CompletedProcess:
     """The command as a user runs it (its errors as one line, exit 2)."""
-    return subprocess.run([sys.executable, "-m", "traceview.cli", *args, "--no-cache"], capture_output=True,
+    flags = () if cache else ("--no-cache",)
+    return subprocess.run([sys.executable, "-m", "traceview.cli", *args, *flags], capture_output=True,
                           text=True, timeout=300)
 
 
-pytestmark = pytest.mark.slow  # two JAX profiles recorded: ~15 s on the shared machine
+#: the tests on recorded JAX profiles: two profiles recorded, ~15 s on the shared machine
+slow = pytest.mark.slow
 
 
+@slow
 def test_jax_profile_steps_ops_and_names(runs: tuple[Path, Path]) -> None:
     trace = traceview.load(runs[0])  # the run folder: its XSpace, the JSON views beside it skipped
     assert len(trace.ranks) == 1 and trace.ranks[0].source_format == "xspace"
@@ -59,6 +62,7 @@ def test_jax_profile_steps_ops_and_names(runs: tuple[Path, Path]) -> None:
     assert set(per_op.values()) == {STEPS}
 
 
+@slow
 def test_recount_from_the_raw_protobuf(runs: tuple[Path, Path]) -> None:
     """Events, XLA ops and their busy time recounted by XLA's own reader (xprof's ProfileData, a C
     library that shares no code with traceview), against the trace and the report."""
@@ -86,12 +90,14 @@ def test_recount_from_the_raw_protobuf(runs: tuple[Path, Path]) -> None:
     assert abs(gpu_busy - busy) <= len(ops)  # ns flooring: under 1 ns per op
 
 
+@slow
 def test_same_program_twice_diffs_cleanly(runs: tuple[Path, Path]) -> None:
     result = run_cli("diff", str(_xplane(runs[0])), str(_xplane(runs[1])))
     assert result.returncode == 0, (result.stdout + result.stderr)
     assert "Traceback" not in (result.stdout + result.stderr)
 
 
+@slow
 def test_mixed_runs_in_one_folder_exit_2(runs: tuple[Path, Path], tmp_path: Path) -> None:
     profile = tmp_path / "plugins" / "profile"
     for i, run in enumerate(runs):
@@ -102,6 +108,7 @@ def test_mixed_runs_in_one_folder_exit_2(runs: tuple[Path, Path], tmp_path: Path
     assert "2 runs" in line and "give one run's folder" in line and "Traceback" not in line
 
 
+@slow
 def test_truncated_protobuf_exit_2(runs: tuple[Path, Path], tmp_path: Path) -> None:
     data = _xplane(runs[0]).read_bytes()
     bad = tmp_path / "host.xplane.pb"
@@ -112,6 +119,7 @@ def test_truncated_protobuf_exit_2(runs: tuple[Path, Path], tmp_path: Path) -> N
     assert result.returncode == 2 and len((result.stdout + result.stderr).strip().splitlines()) <= 2, (result.stdout + result.stderr)
 
 
+@slow
 def test_json_view_named_explicitly_loads(runs: tuple[Path, Path]) -> None:
     """The perfetto_trace.json.gz beside the XSpace is Chrome-trace JSON: the Kineto reader takes it."""
     view = runs[0] / "perfetto_trace.json.gz"
@@ -132,3 +140,88 @@ def test_shared_xspace(tmp_path: Path) -> None:
         pytest.skip("the shared XSpace was stored as text (its non-UTF-8 bytes replaced by U+FFFD): undecodable")
     report = traceview.analyze(path, cache=False)
     assert report["summary"]["busy_ns"] > 0
+
+
+# ------------------------------------------------------------------ a hand-made TPU XSpace
+
+
+def _stat(meta: dict[str, int], plane: object, name: str) -> int:
+    if name not in meta:
+        meta[name] = len(meta) + 1
+        plane.stat_metadata[meta[name]].id = meta[name]  # type: ignore[attr-defined]
+        plane.stat_metadata[meta[name]].name = name  # type: ignore[attr-defined]
+    return meta[name]
+
+
+def tpu_xspace(path: Path) -> Path:
+    """Host plane with two step annotations and a source path naming a user; one TPU plane with an
+    ``XLA Ops`` line (a fusion and an all-reduce per step), an ``XLA Modules`` line and ``Steps``."""
+    from traceview.parsers.xspace.schema import xspace_class
+
+    space = xspace_class()()
+    space.hostnames.append("tpu-host-7")
+    host, tpu = space.planes.add(name="/host:CPU"), space.planes.add(name="/device:TPU:0")
+    events = {"train": 1, "fusion.1": 2, "all-reduce.3": 3, "jit_fn": 4, "0": 5, "1": 6}
+    for plane in (host, tpu):
+        for name, i in events.items():
+            plane.event_metadata[i].id, plane.event_metadata[i].name = i, name
+    hmeta: dict[str, int] = {}
+    src = _stat(hmeta, host, "experimental/users/davelacey/model.py:35")
+    line = host.lines.add(id=1, name="python", timestamp_ns=1000)
+    for step in range(2):
+        ev = line.events.add(metadata_id=1, offset_ps=step * 10_000_000, duration_ps=9_000_000)
+        ev.stats.add(metadata_id=_stat(hmeta, host, "step_num"), int64_value=step)
+        ev.stats.add(metadata_id=_stat(hmeta, host, "source"), ref_value=src)
+    dmeta: dict[str, int] = {}
+    ops, modules, steps = (tpu.lines.add(id=i, name=n, timestamp_ns=1000)
+                           for i, n in ((2, "XLA Ops"), (1, "XLA Modules"), (0, "Steps")))
+    for step in range(2):
+        t0 = step * 10_000_000 + 1_000_000
+        steps.events.add(metadata_id=5 + step, offset_ps=t0, duration_ps=8_000_000)
+        modules.events.add(metadata_id=4, offset_ps=t0, duration_ps=7_000_000)
+        fusion = ops.events.add(metadata_id=2, offset_ps=t0, duration_ps=4_000_000)
+        fusion.stats.add(metadata_id=_stat(dmeta, tpu, "flops"), uint64_value=10**9)
+        ops.events.add(metadata_id=3, offset_ps=t0 + 4_500_000, duration_ps=2_000_000)
+    path.write_bytes(space.SerializeToString())
+    return path
+
+
+def test_tpu_planes_map_to_kernels_annotations_and_steps(tmp_path: Path) -> None:
+    trace = traceview.load(tpu_xspace(tmp_path / "tpu.xplane.pb"))
+    kinds, names = trace.kind_codes(), trace.names()
+    kernels = kinds == int(Kind.KERNEL)
+    assert sorted(names[kernels]) == ["all-reduce.3", "all-reduce.3", "fusion.1", "fusion.1"]
+    assert set(trace.column("device")[kernels]) == {0} and set(trace.column("stream")[kernels]) == {2}
+    assert int((kinds == int(Kind.GPU_ANNOTATION)).sum()) == 4  # modules and device steps
+    assert trace.steps.column("step").to_pylist() == [0, 1]
+    assert trace.steps.column("name").to_pylist() == ["train#0", "train#1"]
+    info = trace.ranks[0]
+    assert [d.name for d in info.devices] == ["TPU"]
+    assert info.event_counts["events_read"] == info.event_counts["mapped"] == 10
+    starts = trace.column("start_ns")[kernels]
+    assert sorted(starts.tolist()) == [2000, 6500, 12000, 16500]  # 1000 ns + the offsets in ps
+
+
+def test_tpu_all_reduce_is_xla_communication(tmp_path: Path) -> None:
+    report = traceview.analyze(tpu_xspace(tmp_path / "tpu.xplane.pb"), cache=False)
+    assert report["summary"]["communication_ns"] == 2 * 2000  # two all-reduce.3 of 2 us
+    assert report["summary"]["busy_ns"] == 2 * (4000 + 2000)
+
+
+def test_redaction_covers_the_user_in_source_paths_and_host_names(tmp_path: Path) -> None:
+    src = tpu_xspace(tmp_path / "tpu.xplane.pb")
+    assert b"davelacey" in src.read_bytes() and b"tpu-host-7" in src.read_bytes()
+    out = tmp_path / "shared.xplane.pb"
+    result = run_cli("redact", str(src), "-o", str(out), cache=True)
+    assert result.returncode == 0, result.stderr
+    data = out.read_bytes()
+    assert b"davelacey" not in data and b"tpu-host-7" not in data
+    assert b"experimental/users/<redacted>/model.py" in data
+    assert traceview.load(out).num_events == traceview.load(src).num_events
+
+
+def test_without_protobuf_one_line_saying_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tpu_xspace(tmp_path / "tpu.xplane.pb")
+    monkeypatch.setitem(sys.modules, "google.protobuf.message", None)
+    with pytest.raises(TraceFormatError, match=r"pip install 'traceview\[xspace\]'"):
+        traceview.load(src, use_cache=False)
