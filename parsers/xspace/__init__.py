@@ -121,8 +121,10 @@ def is_json_view(path: Path) -> bool:
     return path.name.endswith(JSON_VIEWS) and any(path.parent.glob(f"*{SUFFIX}"))
 
 
+#: not put in the Arrow trace cache: a cached trace's steps are found again from annotation names
+#: (trace_cache), which would lose the StepTraceAnnotation steps; protobuf decodes a file quickly
 FORMAT = register_input_format(InputFormat(
     name="xspace", description="JAX / TensorFlow profiler XSpace (.xplane.pb)",
-    sniff=looks_like_xspace, parse=_parse, suffixes=(SUFFIX,), order=15,
+    sniff=looks_like_xspace, parse=_parse, suffixes=(SUFFIX,), order=15, cacheable=False,
     producer="XSpace profile (jax.profiler / TensorFlow profiler)", redact=_redact, numbers_ranks=True,
     check_inputs=check_runs, shadows=is_json_view))

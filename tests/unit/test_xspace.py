@@ -47,6 +47,7 @@ slow = pytest.mark.slow
 @slow
 def test_jax_profile_steps_ops_and_names(runs: tuple[Path, Path]) -> None:
     trace = traceview.load(runs[0])  # the run folder: its XSpace, the JSON views beside it skipped
+    assert traceview.load(runs[0]).steps.num_rows == STEPS  # a second load (no cache drops the steps)
     assert len(trace.ranks) == 1 and trace.ranks[0].source_format == "xspace"
     assert trace.steps.num_rows == STEPS
     assert trace.steps.column("step").to_pylist() == list(range(STEPS))
