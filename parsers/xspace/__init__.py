@@ -41,7 +41,7 @@ same correlation id. Steps: per ``step_num`` of the host's step annotations, the
 (``train#3``); without them, the first device's ``Steps`` line; ``--step-marker`` matches names of
 annotations instead.
 
-Times: ``line.timestamp_ns`` plus the event's ``offset_ps``, floored to ns at both ends. JAX writes
+Times: ``line.timestamp_ns`` plus the event's ``offset_ps``, and ``duration_ps``, each rounded to the nearest ns. JAX writes
 times relative to the profile's start; ``RankInfo.base_time_ns`` is then ``Task Environment``'s
 ``profile_start_time``. Devices: one ``DeviceInfo`` per device plane named by its type (``TPU``,
 ``GPU``), ``extra["accelerator"]`` the same; the CPU backend's one device is named ``CPU``.
@@ -54,7 +54,8 @@ than those in ``reading.READ_STATS``, line display ids, event metadata children.
 A profile directory (``plugins/profile/<run>/``) is read through its ``*.xplane.pb`` files; the
 Chrome-trace JSON that the profiler writes beside them (``*.trace.json.gz``,
 ``perfetto_trace.json.gz``) is then skipped in a folder scan (the XSpace has everything it has).
-Named explicitly, such a JSON file is read by the Kineto/Chrome-trace reader. A folder holding
+Named explicitly (or in a folder without an XSpace), such a JSON file is the ``xspace-json`` format
+(``json_view.py``): the same planes, lines, events and stats, built the same way. A folder holding
 XSpace files of several runs is refused (one line, exit 2).
 """
 
@@ -66,6 +67,7 @@ from typing import TYPE_CHECKING, Callable
 from traceview.errors import TraceFormatError
 from traceview.model import Trace
 from traceview.parsers.xspace.build import build_trace
+from traceview.parsers.xspace.json_view import looks_like_json_view, read_json_view
 from traceview.parsers.xspace.reading import read_flat
 from traceview.parsing import NO_HOOKS, ParseHooks
 from traceview.registry import InputFormat, register_input_format
@@ -73,7 +75,7 @@ from traceview.registry import InputFormat, register_input_format
 if TYPE_CHECKING:
     from traceview.secrets import RedactionReport
 
-__all__ = ["FORMAT", "looks_like_xspace", "parse_xspace"]
+__all__ = ["FORMAT", "JSON_FORMAT", "looks_like_xspace", "parse_xspace", "parse_xspace_json"]
 
 SUFFIX = ".xplane.pb"
 #: the JSON views the profiler writes beside an XSpace
@@ -92,6 +94,22 @@ def parse_xspace(path: str | Path, *, step_marker: str | None = None) -> Trace:
     """One ``*.xplane.pb`` as a :class:`Trace` (see the module docstring)."""
     path = Path(path)
     return build_trace(path, read_flat(path), step_marker)
+
+
+def parse_xspace_json(path: str | Path, *, step_marker: str | None = None) -> Trace:
+    """The Chrome-trace JSON view of an XSpace as a :class:`Trace` (``json_view.py``)."""
+    path = Path(path)
+    return build_trace(path, read_json_view(path), step_marker)
+
+
+def _parse_json(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
+                jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
+    del progress, jobs, hooks  # the InputFormat.parse signature; one decode of the file
+    return parse_xspace_json(path, step_marker=step_marker)
+
+
+def _is_json_view(_path: Path, head: bytes) -> bool:
+    return looks_like_json_view(head)
 
 
 def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
@@ -128,3 +146,7 @@ FORMAT = register_input_format(InputFormat(
     sniff=looks_like_xspace, parse=_parse, suffixes=(SUFFIX,), order=15, cacheable=False,
     producer="XSpace profile (jax.profiler / TensorFlow profiler)", redact=_redact, numbers_ranks=True,
     check_inputs=check_runs, shadows=is_json_view))
+JSON_FORMAT = register_input_format(InputFormat(
+    name="xspace-json", description="JAX / TensorFlow profiler trace JSON (*.trace.json.gz, perfetto_trace.json.gz)",
+    sniff=_is_json_view, parse=_parse_json, suffixes=JSON_VIEWS, order=18,
+    producer="XSpace trace JSON (jax.profiler / TensorFlow profiler)", numbers_ranks=True))

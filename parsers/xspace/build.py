@@ -224,7 +224,8 @@ def rank_info(path: Path, flat: FlatEvents, cls: dict[str, np.ndarray], with_flo
                                                        "note": "XLA CPU backend: ops run on host threads"})]
     mapped = len(flat.name)
     per_plane = Counter(flat.planes[p].name for p in flat.plane)
-    counts = {"events_read": mapped + flat.aggregated, "mapped": mapped}
+    counts = {"events_read": mapped + flat.aggregated + sum(flat.other_fates.values()), "mapped": mapped,
+              **flat.other_fates}
     if flat.aggregated:
         counts["skipped_aggregated"] = flat.aggregated
     counts.update({f"{name}.read": c for name, c in sorted(per_plane.items())})
@@ -237,12 +238,14 @@ def rank_info(path: Path, flat: FlatEvents, cls: dict[str, np.ndarray], with_flo
     version = " ".join(f"{k.removesuffix('_version')} {v}" for k, v in sorted(versions.items())
                        if k.endswith("_version") and isinstance(v, str) and v[:1].isdigit())
     warnings = [f"the profiler reported: {w}" for w in flat.errors + flat.warnings]
+    warnings += [f"{c:,} records of the JSON view skipped ({fate.removeprefix('skipped_').replace('_', ' ')})"
+                 for fate, c in sorted(flat.other_fates.items()) if fate.startswith("skipped_")]
     if flat.aggregated:
         warnings.append(f"{flat.aggregated:,} aggregated XSpace events (a count, no time) skipped")
     task = meta.get("Task Environment", {})
     start = task.get("profile_start_time")
     base = int(start) if isinstance(start, int) and flat.start_ns and min(flat.start_ns) < int(start) else 0
-    return RankInfo(rank=0, source_path=str(path), source_format="xspace", format_version=version,
+    return RankInfo(rank=0, source_path=str(path), source_format=flat.source_format, format_version=version,
                     rank_source="assigned (an XSpace file is one host's profile)", devices=devices,
                     process_names={_int(i.stats.get("process_id"), p): i.name for p, i in enumerate(flat.planes)},
                     base_time_ns=base, event_counts=counts, unmapped=unmapped, warnings=warnings,

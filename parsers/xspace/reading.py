@@ -5,9 +5,9 @@ planes and lines once and writes one entry per ``XEvent`` into plain lists: the 
 sits on, its name (the event metadata's), start and end in ns, and the stats traceview reads
 (:data:`READ_STATS`), taken from the event and, where the event has none of that name, from its
 metadata. Reference stats (``ref_value``) are resolved to the stat metadata's name, which is how XLA
-stores ``hlo_op`` and ``hlo_module``. Times: ``line.timestamp_ns * 1000 + offset_ps`` in ps, floored
-to ns at both ends (the duration is the difference of the floors, so adjacent events never overlap
-by rounding).
+stores ``hlo_op`` and ``hlo_module``. Times: the start ``line.timestamp_ns * 1000 + offset_ps`` in ps
+and the duration ``duration_ps`` each rounded to the nearest ns (halves up), as the profiler's JSON
+view writes them, so both give the same trace.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ class FlatEvents:
     aggregated: int = 0
     planes: list[PlaneInfo] = field(default_factory=list)
     hostnames: list[str] = field(default_factory=list)
+    #: the format read ("xspace"; "xspace-json" for the Chrome-trace JSON view)
+    source_format: str = "xspace"
+    #: records read that are not events (JSON view: metadata records, skipped phases), by fate
+    other_fates: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -117,8 +121,8 @@ def _line_events(out: FlatEvents, plane_index: int, line_index: int, line: Any, 
         out.plane.append(plane_index)
         out.line.append(line_index)
         out.name.append(name)
-        out.start_ns.append(start_ps // 1000)
-        out.end_ns.append((start_ps + max(event.duration_ps, 0)) // 1000)
+        out.start_ns.append((start_ps + 500) // 1000)
+        out.end_ns.append((start_ps + 500) // 1000 + (max(event.duration_ps, 0) + 500) // 1000)
         own = {stat_names.get(s.metadata_id, ""): s for s in event.stats}
         for key in READ_STATS:
             column = out.stats[key]
