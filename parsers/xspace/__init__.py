@@ -41,8 +41,8 @@ same correlation id. Steps: per ``step_num`` of the host's step annotations, the
 (``train#3``); without them, the first device's ``Steps`` line; ``--step-marker`` matches names of
 annotations instead.
 
-Times: ``line.timestamp_ns`` plus the event's ``offset_ps``, and ``duration_ps``, each rounded to the nearest ns. JAX writes
-times relative to the profile's start; ``RankInfo.base_time_ns`` is then ``Task Environment``'s
+Times: ``line.timestamp_ns`` plus the event's ``offset_ps``, and ``duration_ps``, each rounded to
+the nearest ns. JAX writes times relative to the profile's start; ``RankInfo.base_time_ns`` is then ``Task Environment``'s
 ``profile_start_time``. Devices: one ``DeviceInfo`` per device plane named by its type (``TPU``,
 ``GPU``), ``extra["accelerator"]`` the same; the CPU backend's one device is named ``CPU``.
 
