@@ -42,8 +42,8 @@ same correlation id. Steps: per ``step_num`` of the host's step annotations, the
 annotations instead.
 
 Times: ``line.timestamp_ns`` plus the event's ``offset_ps``, and ``duration_ps``, each rounded to
-the nearest ns. JAX writes times relative to the profile's start; ``RankInfo.base_time_ns`` is then ``Task Environment``'s
-``profile_start_time``. Devices: one ``DeviceInfo`` per device plane named by its type (``TPU``,
+the nearest ns. JAX writes times relative to the profile's start; ``RankInfo.base_time_ns`` is
+then ``Task Environment``'s ``profile_start_time``. Devices: one ``DeviceInfo`` per device plane named by its type (``TPU``,
 ``GPU``), ``extra["accelerator"]`` the same; the CPU backend's one device is named ``CPU``.
 
 Accounting: ``events_read`` = every ``XEvent`` of every plane; ``mapped`` the events kept (all that
