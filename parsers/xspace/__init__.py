@@ -43,8 +43,9 @@ annotations instead.
 
 Times: ``line.timestamp_ns`` plus the event's ``offset_ps``, and ``duration_ps``, each rounded to
 the nearest ns. JAX writes times relative to the profile's start; ``RankInfo.base_time_ns`` is
-then ``Task Environment``'s ``profile_start_time``. Devices: one ``DeviceInfo`` per device plane named by its type (``TPU``,
-``GPU``), ``extra["accelerator"]`` the same; the CPU backend's one device is named ``CPU``.
+then ``Task Environment``'s ``profile_start_time``. Devices: one ``DeviceInfo`` per device plane,
+named by its type (``TPU``, ``GPU``), ``extra["accelerator"]`` the same; the CPU backend's one
+device is named ``CPU``.
 
 Accounting: ``events_read`` = every ``XEvent`` of every plane; ``mapped`` the events kept (all that
 have a time); ``skipped_aggregated`` the aggregated ones (``num_occurrences``, no time);
