@@ -239,3 +239,11 @@ def test_without_protobuf_one_line_saying_what_to_install(tmp_path: Path, monkey
     monkeypatch.setitem(sys.modules, "google.protobuf.message", None)
     with pytest.raises(TraceFormatError, match=r"pip install 'traceview\[xspace\]'"):
         traceview.load(src, use_cache=False)
+
+
+def test_tpu_has_no_gpu_peak_and_efficiency_says_why(tmp_path: Path) -> None:
+    options = traceview.Options(model_flops_per_step=1e12)
+    report = traceview.analyze(tpu_xspace(tmp_path / "tpu.xplane.pb"), options, cache=False)
+    warnings = report["analyses"]["efficiency"]["warnings"]
+    assert any("TPU is not a GPU" in w for w in warnings), warnings
+    assert report["summary"]["gpu_models"] == ["TPU"]
