@@ -32,12 +32,10 @@ DEVICE_LINE_CATEGORY = {"XLA Ops": "xla_op", "XLA Modules": "xla_module", "Steps
 
 
 def _column(values: list[Any], default: int = -1) -> np.ndarray:
-    """An int64 column of stat values (absent or not a number: ``default``)."""
-    out = np.full(len(values), default, dtype=np.int64)
-    for i, v in enumerate(values):
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and -(2**63) <= v < 2**63:
-            out[i] = int(v)
-    return out
+    """An int64 column of stat values (absent, not an integer or beyond int64: ``default``)."""
+    lo, hi = -(2**63), 2**63
+    return np.fromiter((v if type(v) is int and lo <= v < hi else default for v in values), dtype=np.int64,
+                       count=len(values))
 
 
 def _present(values: list[Any]) -> np.ndarray:

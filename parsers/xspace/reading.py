@@ -109,41 +109,65 @@ def _stat_dict(stats: Any, stat_names: dict[int, str]) -> dict[str, Any]:
     return {stat_names.get(s.metadata_id, ""): _value(s, stat_names) for s in stats}
 
 
-def _line_events(out: FlatEvents, plane_index: int, line_index: int, line: Any, meta: dict[int, tuple[str, dict]],
-                 stat_names: dict[int, str]) -> None:
+def _line_events(out: FlatEvents, line: Any, names: dict[int, str], wanted: dict[int, str],
+                 stat_names: dict[int, str], found: list[tuple[int, str, Any]]) -> list[int]:
+    """Append the timed events of one line; their wanted stats go to ``found`` as (row, stat,
+    value). Returns the events' metadata ids (one per appended row)."""
     base_ps = line.timestamp_ns * 1000
+    row = len(out.start_ns)
+    starts, ends, event_names, metadata_ids = out.start_ns, out.end_ns, out.name, []
     for event in line.events:
         if event.WhichOneof("data") == "num_occurrences":
             out.aggregated += 1
             continue
-        name, meta_stats = meta.get(event.metadata_id, ("", {}))
-        start_ps = base_ps + event.offset_ps
-        out.plane.append(plane_index)
-        out.line.append(line_index)
-        out.name.append(name)
-        out.start_ns.append((start_ps + 500) // 1000)
-        out.end_ns.append((start_ps + 500) // 1000 + (max(event.duration_ps, 0) + 500) // 1000)
-        own = {stat_names.get(s.metadata_id, ""): s for s in event.stats}
-        for key in READ_STATS:
-            column = out.stats[key]
-            if key in own:
-                column.append(_value(own[key], stat_names))
-            else:
-                column.append(meta_stats.get(key))
+        start = (base_ps + event.offset_ps + 500) // 1000
+        starts.append(start)
+        ends.append(start + (max(event.duration_ps, 0) + 500) // 1000)
+        metadata_ids.append(event.metadata_id)
+        event_names.append(names.get(event.metadata_id, ""))
+        for stat in event.stats:
+            key = wanted.get(stat.metadata_id)
+            if key is not None:
+                found.append((row, key, _value(stat, stat_names)))
+        row += 1
+    return metadata_ids
+
+
+def _metadata_stats(first_row: int, metadata_ids: list[int], meta_stats: dict[int, dict[str, Any]],
+                    found: list[tuple[int, str, Any]]) -> None:
+    """The wanted stats an event's metadata holds, for each row of one line (before the event's own,
+    which are applied after and so win)."""
+    for offset, metadata_id in enumerate(metadata_ids):
+        stats = meta_stats.get(metadata_id)
+        if stats:
+            found.extend((first_row + offset, key, value) for key, value in stats.items())
 
 
 def flatten(message: Any) -> FlatEvents:
     """The events of every plane and line of a decoded ``XSpace``, in file order."""
     out = FlatEvents(hostnames=list(message.hostnames), errors=list(message.errors),
                      warnings=list(message.warnings))
+    from_metadata: list[tuple[int, str, Any]] = []
+    from_events: list[tuple[int, str, Any]] = []
     for plane_index, plane in enumerate(message.planes):
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-        meta = {k: (v.name, _stat_dict(v.stats, stat_names)) for k, v in plane.event_metadata.items()}
+        wanted = {k: name for k, name in stat_names.items() if name in READ_STATS}
+        names = {k: v.name for k, v in plane.event_metadata.items()}
+        meta_stats = {k: {key: value for key, value in _stat_dict(v.stats, stat_names).items() if key in READ_STATS}
+                      for k, v in plane.event_metadata.items() if v.stats}
         info = PlaneInfo(name=plane.name, id=plane.id, stats=_stat_dict(plane.stats, stat_names))
         for line_index, line in enumerate(plane.lines):
             info.lines.append((line.id, line.display_name or line.name))
-            _line_events(out, plane_index, line_index, line, meta, stat_names)
+            first_row = len(out.start_ns)
+            metadata_ids = _line_events(out, line, names, wanted, stat_names, from_events)
+            out.plane.extend([plane_index] * len(metadata_ids))
+            out.line.extend([line_index] * len(metadata_ids))
+            _metadata_stats(first_row, metadata_ids, meta_stats, from_metadata)
         out.planes.append(info)
+    n = len(out.start_ns)
+    out.stats = {key: [None] * n for key in READ_STATS}
+    for row, key, value in from_metadata + from_events:
+        out.stats[key][row] = value
     return out
 
 
