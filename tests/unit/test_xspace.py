@@ -247,3 +247,45 @@ def test_tpu_has_no_gpu_peak_and_efficiency_says_why(tmp_path: Path) -> None:
     warnings = report["analyses"]["efficiency"]["warnings"]
     assert any("TPU is not a GPU" in w for w in warnings), warnings
     assert report["summary"]["gpu_models"] == ["TPU"]
+
+
+def gpu_xspace(path: Path) -> Path:
+    """A GPU run's layout: host launch calls with correlation ids on a thread; ``/device:GPU:1`` with a
+    ``Stream #14(Compute)`` line (a kernel with ``hlo_op`` and a memcpy, each with its correlation
+    id), and the derived ``XLA Ops`` line beside it."""
+    from traceview.parsers.xspace.schema import xspace_class
+
+    space = xspace_class()()
+    host, gpu = space.planes.add(name="/host:CPU"), space.planes.add(name="/device:GPU:1")
+    for plane in (host, gpu):
+        for i, name in enumerate(["cuLaunchKernel", "cuMemcpyHtoDAsync", "fusion.7", "MemcpyH2D"], 1):
+            plane.event_metadata[i].id, plane.event_metadata[i].name = i, name
+    hmeta: dict[str, int] = {}
+    thread = host.lines.add(id=77, name="pjrt_thread", timestamp_ns=0)
+    for corr, (meta, at) in enumerate(((1, 1_000_000), (2, 3_000_000)), 100):
+        ev = thread.events.add(metadata_id=meta, offset_ps=at, duration_ps=500_000)
+        ev.stats.add(metadata_id=_stat(hmeta, host, "correlation_id"), uint64_value=corr)
+    dmeta: dict[str, int] = {}
+    stream = gpu.lines.add(id=14, name="Stream #14(Compute)", timestamp_ns=0)
+    derived = gpu.lines.add(id=15, name="XLA Ops", timestamp_ns=0)
+    for corr, (meta, at) in enumerate(((3, 2_000_000), (4, 4_000_000)), 100):
+        ev = stream.events.add(metadata_id=meta, offset_ps=at, duration_ps=1_000_000)
+        ev.stats.add(metadata_id=_stat(dmeta, gpu, "correlation_id"), uint64_value=corr)
+        if meta == 3:
+            ev.stats.add(metadata_id=_stat(dmeta, gpu, "hlo_op"), str_value="fusion.7")
+    derived.events.add(metadata_id=3, offset_ps=2_000_000, duration_ps=1_000_000)
+    path.write_bytes(space.SerializeToString())
+    return path
+
+
+def test_gpu_streams_launch_links_and_derived_lines(tmp_path: Path) -> None:
+    trace = traceview.load(gpu_xspace(tmp_path / "gpu.xplane.pb"))
+    kinds, names = trace.kind_codes(), trace.names()
+    by_kind = {Kind(k).name.lower(): sorted(names[kinds == k]) for k in np.unique(kinds)}
+    assert by_kind == {"kernel": ["fusion.7"], "memcpy": ["MemcpyH2D"], "runtime": ["cuLaunchKernel", "cuMemcpyHtoDAsync"],
+                       "gpu_annotation": ["fusion.7"]}  # the XLA Ops view beside a stream: not counted twice
+    src, dst = trace.launch_links()
+    pairs = sorted((names[s], names[d]) for s, d in zip(src, dst))
+    assert pairs == [("cuLaunchKernel", "fusion.7"), ("cuMemcpyHtoDAsync", "MemcpyH2D")]
+    gpu_rows = np.isin(kinds, [int(Kind.KERNEL), int(Kind.MEMCPY)])
+    assert set(trace.column("device")[gpu_rows]) == {1} and set(trace.column("stream")[gpu_rows]) == {14}
