@@ -289,3 +289,25 @@ def test_gpu_streams_launch_links_and_derived_lines(tmp_path: Path) -> None:
     assert pairs == [("cuLaunchKernel", "fusion.7"), ("cuMemcpyHtoDAsync", "MemcpyH2D")]
     gpu_rows = np.isin(kinds, [int(Kind.KERNEL), int(Kind.MEMCPY)])
     assert set(trace.column("device")[gpu_rows]) == {1} and set(trace.column("stream")[gpu_rows]) == {14}
+
+
+def test_aggregated_events_are_counted_not_placed(tmp_path: Path) -> None:
+    from traceview.parsers.xspace.schema import xspace_class
+
+    path = tpu_xspace(tmp_path / "tpu.xplane.pb")
+    space = xspace_class()()
+    space.ParseFromString(path.read_bytes())
+    space.planes[1].lines[0].events.add(metadata_id=2, num_occurrences=12, duration_ps=5_000)
+    path.write_bytes(space.SerializeToString())
+    info = traceview.load(path).ranks[0]
+    assert info.event_counts["events_read"] == 11 and info.event_counts["mapped"] == 10
+    assert info.event_counts["skipped_aggregated"] == 1
+    assert any("aggregated" in w for w in info.warnings)
+
+
+def test_damaged_protobuf_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "host.xplane.pb"
+    bad.write_bytes(b"\x0a\xff\xff\xff\xff\x0f/device:TPU:0")
+    result = run_cli("info", str(bad))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "not a complete XSpace protobuf" in result.stderr and len(result.stderr.strip().splitlines()) == 1
