@@ -311,3 +311,21 @@ def test_damaged_protobuf_is_one_line(tmp_path: Path) -> None:
     result = run_cli("info", str(bad))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "not a complete XSpace protobuf" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@slow
+def test_every_app_page_renders_for_xspace_runs(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """The app takes XSpace runs like any other (a JAX CPU run, a TPU and a GPU layout): every page
+    draws (the timeline's CPU lanes hold zero-length XLA markers)."""
+    pytest.importorskip("dash", reason="the app's extra (dash) is not installed")
+    from traceview.app import pages
+    from traceview.app.server import create_app
+
+    inputs = [runs[0], tpu_xspace(tmp_path / "tpu.xplane.pb"), gpu_xspace(tmp_path / "gpu.xplane.pb")]
+    ctl = create_app([str(p) for p in inputs], warm=False).traceview_controller
+    assert len(ctl.store.runs) == 3
+    for spec in ctl.store.runs:
+        for page in pages.page_list():
+            body, status = ctl.render_page(page.path, "", spec.id)
+            assert spec.label in status
+            assert "internal error" not in str(body), (spec.label, page.path)
