@@ -329,3 +329,18 @@ def test_every_app_page_renders_for_xspace_runs(runs: tuple[Path, Path], tmp_pat
             body, status = ctl.render_page(page.path, "", spec.id)
             assert spec.label in status
             assert "internal error" not in str(body), (spec.label, page.path)
+
+
+def test_info_sql_convert_take_the_format(tmp_path: Path) -> None:
+    src = tpu_xspace(tmp_path / "tpu.xplane.pb")
+    info = run_cli("info", str(src))
+    assert info.returncode == 0 and "xspace" in info.stdout and "TPU" in info.stdout, info.stderr
+    sql = run_cli("sql", str(src), "select name, count(*) as n from events where kind = 'kernel' group by 1 order by 1")
+    assert sql.returncode == 0 and "all-reduce.3" in sql.stdout and "fusion.1" in sql.stdout, sql.stderr
+    out = tmp_path / "parquet"
+    convert = run_cli("convert", str(src), "-o", str(out))
+    assert convert.returncode == 0, convert.stderr
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out / "events.parquet").num_rows == 10
+    assert pq.read_table(out / "steps.parquet").column("name").to_pylist() == ["train#0", "train#1"]
