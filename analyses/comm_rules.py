@@ -34,6 +34,11 @@ rule                      family              matches
 ``all_to_all``            all_to_all          ``all_to_all`` / ``alltoall`` / ``AllToAll`` as a word
 ``send_recv``             send_recv           ``SendRecv`` / ``send_recv`` or ``p2p_send`` / ``p2p_recv``
                                               as a word
+``xla_collective``        xla                 an XLA collective HLO op, the whole name: ``all-reduce``,
+                                              ``all-gather``, ``reduce-scatter``, ``collective-permute``,
+                                              ``collective-broadcast``, ``all-to-all``,
+                                              ``ragged-all-to-all``, each alone or as its async
+                                              ``-start``/``-done`` half, with ``.N`` suffixes
 ``collective_args``       collective_args     the event carries collective args (``collective``)
 ========================  ==================  =====================================================
 
@@ -117,6 +122,13 @@ BUILTIN_RULES: tuple[CommRule, ...] = (
              kind="all_to_all"),
     CommRule("send_recv", "send_recv",
              pattern=r"(?<![A-Za-z])(?:[Ss]end_?[Rr]ecv|[Pp]2[Pp]_?(?:[Ss]end|[Rr]ecv))(?![a-z])"),
+    # XLA's collective HLO ops as the XSpace of a TPU or GPU run names them (`all-reduce.3`,
+    # `all-gather-start`, `collective-permute-done.1`): the opcode, an async -start/-done half, a
+    # `.N` suffix; fusions that merely contain one (`all-reduce-fusion`, `fusion.all-reduce`) stay compute
+    CommRule("xla_collective", "xla",
+             pattern=r"^%?(?:all-reduce|all-gather|reduce-scatter|collective-permute|collective-broadcast"
+             r"|ragged-all-to-all|all-to-all)(?:-start|-done)?(?:\.\d+)*$",
+             op=r"^%?([a-z-]+?)(?:-start|-done)?(?:\.\d+)*$"),
     CommRule("collective_args", "collective_args", arg="collective"),
 )
 

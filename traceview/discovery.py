@@ -221,6 +221,9 @@ def _scan_folder(folder: Path, skipped: list[Path]) -> list[InputFile]:
     inside = sorted(q for q in _files_under(folder) if q.name.endswith(suffixes) and not q.name.startswith("."))
     traces = []
     for q in inside:
+        if any(fmt.shadows is not None and fmt.shadows(q) for fmt in formats):
+            skipped.append(q)  # read from the file beside it that holds the same run
+            continue
         try:
             head = read_head(q)
         except (OSError, zlib.error):
@@ -232,7 +235,13 @@ def _scan_folder(folder: Path, skipped: list[Path]) -> list[InputFile]:
             skipped.append(q)
     if not traces:
         raise TraceFormatError(folder, "directory holds no trace files",
-                               "expected PyTorch profiler *.json/*.json.gz, Nsight *.sqlite or rocprofv3 *.csv files")
+                               "expected PyTorch profiler *.json/*.json.gz, Nsight *.sqlite, rocprofv3 *.csv or XSpace "
+                               "*.xplane.pb files")
+    for fmt in formats:
+        if fmt.check_inputs is not None:
+            mine = [t.path for t in traces if t.format is fmt]
+            if mine:
+                fmt.check_inputs(mine)
     return traces
 
 

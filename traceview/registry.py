@@ -268,6 +268,12 @@ class InputFormat:
     #: once, as that file; its cache keys cover every file; ``parse`` of that file reads them all.
     #: None: every file is a run of its own
     run_files: Callable[[Path], tuple[Path, tuple[Path, ...]]] | None = None
+    #: ``check_inputs(paths)``: the files of this format one folder scan found, checked together
+    #: (raises a ``TraceFormatError`` when they cannot be one input: XSpace files of several runs)
+    check_inputs: Callable[[list[Path]], None] | None = None
+    #: ``shadows(path)``: a file found by a folder scan that this format reads better from another
+    #: file beside it (the JSON view an XSpace profiler writes next to its ``.xplane.pb``): skipped
+    shadows: Callable[[Path], bool] | None = None
 
     @property
     def producer_name(self) -> str:

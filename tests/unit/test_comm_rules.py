@@ -74,6 +74,15 @@ def family_of(name: str, patterns: tuple[str, ...] = ()) -> str | None:
     ("dlslime::intranode_alltoall_kernel", "all_to_all"),
     ("AllToAllKernel<float>", "all_to_all"),
     ("p2p_send_kernel", "send_recv"),
+    # XLA collective HLO ops (XSpace): whole names, async halves, .N suffixes
+    ("all-reduce", "xla"),
+    ("all-reduce.3", "xla"),
+    ("all-gather-start", "xla"),
+    ("all-gather-done.2", "xla"),
+    ("reduce-scatter.1", "xla"),
+    ("collective-permute-done.1", "xla"),
+    ("all-to-all", "xla"),
+    ("%collective-broadcast.4", "xla"),
 ])
 def test_known_communication_kernels(name: str, family: str) -> None:
     assert family_of(name) == family
@@ -93,6 +102,10 @@ def test_known_communication_kernels(name: str, family: str) -> None:
     "triton_red_fused_all_reduce_sum_0",
     "void recall_to_all_kernel(float*)",
     "volta_sgemm_128x64_nn",
+    # XLA fusions that contain a collective's name are compute
+    "all-reduce-fusion",
+    "fusion.all-reduce",
+    "loop_all-gather_fusion",
 ])
 def test_compute_kernels_that_look_like_communication_stay_compute(name: str) -> None:
     assert family_of(name) is None
