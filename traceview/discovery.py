@@ -115,7 +115,13 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     with open(path, "rb") as f:
         head = f.read(size)
     if head[:2] == b"\x1f\x8b":
-        head = zlib.decompressobj(wbits=31).decompress(head, size)
+        stream = zlib.decompressobj(wbits=31)
+        raw = head
+        head = stream.decompress(raw, size)
+        if not head and not stream.eof and len(raw) < size:
+            # the whole file was read and it ends before its first byte of data: a gzip cut inside
+            # its header or first block (a gzip of nothing is 20 bytes and ends its stream)
+            raise zlib.error(f"the gzip stream ends after {len(raw)} bytes, before any data")
     return head
 
 
@@ -126,7 +132,8 @@ def checked_head(path: Path) -> bytes:
     except OSError as exc:
         raise os_error(path, exc) from None
     except zlib.error as exc:
-        raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
+        raise TraceFormatError(path, f"is a truncated or corrupt gzip file ({exc})",
+                               "the file is damaged or was cut short; copy it again") from None
 
 
 def sniffed_format(path: Path, head: bytes) -> InputFormat:
