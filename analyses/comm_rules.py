@@ -6,44 +6,12 @@ its ``rule`` and ``family`` (the library that issued it), which the communicatio
 in the kernel name) or an argument rule (a column of the event that must be present, e.g. the
 ``collective`` args PyTorch writes for collectives).
 
-rule                      family              matches
-========================  ==================  =====================================================
-``msccl``                 msccl               ``msccl`` as a word start: MSCCL (``mscclKernel_*``, whose
-                                              arguments name NCCL types, hence first) and MSCCL++
-                                              (``mscclpp::``)
-``nccl``                  nccl                ``nccl`` or ``rccl``, any case (``ncclKernel_*``,
-                                              ``ncclDevKernel_*``; RCCL keeps NCCL's kernel names)
-``deepep``                deepep              a kernel in DeepEP's ``internode``/``intranode``/
-                                              ``internode_ll`` namespaces under ``deep_ep::`` or
-                                              ``dpsk::ep::`` (``dispatch``, ``combine``,
-                                              ``notify_dispatch``, ``cached_notify``, ...). The
-                                              namespace is anchored: ``cdpsk::ep::`` CUB kernels
-                                              and the local ``get_dispatch_layout`` are compute
-``nvshmem``               nvshmem             ``nvshmem`` in the name (NVSHMEM's own kernels)
-``symmetric_memory``      symmetric_memory    PyTorch symmetric memory: ``multimem_all_reduce``,
-                                              ``multimem_one_shot_all_reduce``,
-                                              ``multimem_all_gather``, ``one_shot_all_reduce``,
-                                              ``two_shot_all_reduce`` kernels
-``custom_allreduce``      custom_allreduce    vLLM/SGLang ``cross_device_reduce_1stage/2stage``,
-                                              TensorRT-LLM ``oneShotAllReduceKernel`` /
-                                              ``twoShotAllReduceKernel``, ``allreduce_fusion_kernel_*``
-                                              (TensorRT-LLM / FlashInfer, lamport and sync variants)
-``all_to_all``            all_to_all          ``all_to_all`` / ``alltoall`` / ``AllToAll`` as a word
-``send_recv``             send_recv           ``SendRecv`` / ``send_recv`` or ``p2p_send`` / ``p2p_recv``
-                                              as a word
-``xla_collective``        xla                 an XLA collective HLO op, the whole name: ``all-reduce``,
-                                              ``all-gather``, ``reduce-scatter``, ``collective-permute``,
-                                              ``collective-broadcast``, ``all-to-all``,
-                                              ``ragged-all-to-all``, each alone or as its async
-                                              ``-start``/``-done`` half, with ``.N`` suffixes
-``collective_args``       collective_args     the event carries collective args (``collective``)
-========================  ==================  =====================================================
-=======
 Built-in rules, in order: :data:`BUILTIN_RULES` (``msccl``, ``nccl``, ``deepep``, ``nvshmem``,
-``symmetric_memory``, ``custom_allreduce``, ``all_to_all``, ``send_recv``, ``xla_collective``, ``collective_args``), each
-with its regex and, in ``matches``, what it matches in words. docs/metrics.md ("Common definitions")
-holds the table as :func:`rules_markdown` writes it (``tests/unit/test_comm_rules.py`` compares them),
-so the documentation says exactly what the patterns match.
+``symmetric_memory``, ``custom_allreduce``, ``all_to_all``, ``send_recv``, ``xla_collective``,
+``collective_args``), each with its regex and, in ``matches``, what it matches in words.
+docs/metrics.md ("Common definitions") holds the table as :func:`rules_markdown` writes it
+(``tests/unit/test_comm_rules.py`` compares them), so the documentation says exactly what the
+patterns match.
 
 User rules (``--comm-pattern [FAMILY=]REGEX``, a ``--comm-config`` TOML file; ``Options.comm_patterns``)
 come first, so they can add kernels the table misses and relabel the family of ones it knows.

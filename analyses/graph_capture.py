@@ -147,7 +147,8 @@ def inner_ranges(trace: Any, tree: Any, windows: iv.NestedIndex, w_threads: list
         return np.full(calls.size, -1, dtype=np.int64), np.zeros(0, dtype=np.int64), position_of
     r_thread = iv.codes_among(tuple(w_threads), (tree.rank, *(c[tree.row] for c in thread_cols[1:])))
     r_window = windows.covering(r_thread, tree.start, np.maximum(tree.end, tree.start + 1))
-    inner = np.flatnonzero((r_thread >= 0) & (r_window >= 0))
+    # host ranges only: a device's ranges are not the capturing thread's
+    inner = np.flatnonzero((r_thread >= 0) & (r_window >= 0) & tree.on_host())
     position_of[inner] = np.arange(inner.size)
     index = iv.NestedIndex(tree.thread, tree.start, tree.end, tree.depth)
     c_thread = iv.codes_among(tree.threads, tuple(c[calls] for c in thread_cols))

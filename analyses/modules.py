@@ -40,9 +40,15 @@ NAME = "modules"
 MODULE = re.compile(r"^nn\.Module: ")
 STEP_RANGE = re.compile(r"^ProfilerStep#\d+$")
 INDEX_SUFFIX = re.compile(r"_\d+$")
-KINDS = ("module", "annotation", "nvtx")
-RULES = ("range", "backward", "graph_replay", "capture", "none")
-RANGE, BACKWARD, GRAPH_REPLAY, CAPTURE, NONE = range(len(RULES))
+KINDS = ("module", "annotation", "nvtx", "device")
+MODULE_KIND, ANNOTATION_KIND, NVTX_KIND, DEVICE_KIND = range(len(KINDS))
+RULES = ("range", "backward", "graph_replay", "capture", "device", "none")
+RANGE, BACKWARD, GRAPH_REPLAY, CAPTURE, DEVICE, NONE = range(len(RULES))
+#: the thread key of a device's ranges (GPU annotations, XLA modules and ops), nested per rank and
+#: device: a tid no host thread has (traces give non-numeric ids small negative numbers)
+DEVICE_LANE = -(2**62)
+#: device-side step ranges are steps, not ranges (XSpace's ``Steps`` line)
+DEVICE_STEP_CATEGORIES = frozenset({"xla_step"})
 #: the summary's layers: the deepest type paths holding at least this share of the GPU busy time
 TOP_LAYER_SHARE = 0.10
 TOP_LAYERS = 5
@@ -81,6 +87,10 @@ class RangeTree:
     def __len__(self) -> int:
         return int(self.row.size)
 
+    def on_host(self) -> np.ndarray:
+        """Whether each range is a host thread's (not a device's)."""
+        return self.kind != DEVICE_KIND
+
     def index(self) -> tuple[iv.NestedIndex, np.ndarray]:
         """The nesting index over the recorded ranges, and their positions here."""
         rows = np.flatnonzero(self.recorded)
@@ -101,20 +111,28 @@ def recorded_tree(ctx: AnalysisContext) -> RangeTree:
     trace = ctx.trace
     kinds = trace.kind_codes()
     module = (kinds == int(Kind.PYTHON_FUNCTION)) & classify.name_matches(ctx, MODULE)
-    annotation = (kinds == int(Kind.ANNOTATION)) & ~classify.name_matches(ctx, STEP_RANGE)
+    not_step = ~classify.name_matches(ctx, STEP_RANGE)
+    annotation = (kinds == int(Kind.ANNOTATION)) & not_step
+    device = (kinds == int(Kind.GPU_ANNOTATION)) & not_step
     rank_all = trace.column("rank").astype(np.int64)
-    rows = np.flatnonzero((module | annotation) & np.isin(rank_all, analysed_ranks(ctx)))
-    start = trace.column("start_ns")[rows].astype(np.int64)
-    order = np.lexsort((start, rank_all[rows]))
-    rows, start = rows[order], start[order]
-    end = start + np.maximum(trace.column("dur_ns")[rows], 0)
-    rank = rank_all[rows]
-    thread, threads = iv.combine_keys(rank, trace.column("pid")[rows], trace.column("tid")[rows])
+    rows = np.flatnonzero((module | annotation | device) & np.isin(rank_all, analysed_ranks(ctx)))
     category_codes, categories = classify.dictionary_codes_at(ctx, "category", rows)
     # per distinct category, not per range (10 M NVTX ranges share a few)
     labels = [c or "" for c in categories] + [""]
+    steps = np.asarray([c in DEVICE_STEP_CATEGORIES for c in labels], dtype=bool)[category_codes]
+    rows, category_codes = rows[~(steps & device[rows])], category_codes[~(steps & device[rows])]
+    start = trace.column("start_ns")[rows].astype(np.int64)
+    order = np.lexsort((start, rank_all[rows]))
+    rows, start, category_codes = rows[order], start[order], category_codes[order]
+    end = start + np.maximum(trace.column("dur_ns")[rows], 0)
+    rank = rank_all[rows]
+    on_device = device[rows]
+    # a device's ranges nest together whatever their stream (an annotation spans several)
+    pid = np.where(on_device, trace.column("device")[rows], trace.column("pid")[rows])
+    thread, threads = iv.combine_keys(rank, pid, np.where(on_device, DEVICE_LANE, trace.column("tid")[rows]))
     nvtx = np.asarray([c.startswith("nvtx") for c in labels], dtype=bool)[category_codes]
-    kind = np.where(module[rows], 0, np.where(nvtx, 2, 1)).astype(np.int8)
+    kind = np.select([module[rows], on_device, nvtx], [MODULE_KIND, DEVICE_KIND, NVTX_KIND],
+                     ANNOTATION_KIND).astype(np.int8)
     domain = np.asarray([c.partition(":")[2] if c.startswith("nvtx") else "" for c in labels],
                         dtype=object)[category_codes]
     name_codes, dictionary = classify.dictionary_codes(ctx)
@@ -255,6 +273,15 @@ def attribute(ctx: AnalysisContext) -> Attribution:
         rule[missing[forward >= 0]] = BACKWARD
     out[tree.replay_acts] = tree.replay_range
     rule[tree.replay_acts] = CAPTURE
+    left = np.flatnonzero(out < 0)
+    if left.size and (tree.kind == DEVICE_KIND).any():
+        # the device's own ranges (GPU annotations; XLA modules and ops) around the activity's start
+        lane = iv.codes_among(tree.threads, (act.rank[left].astype(np.int64), act.device[left].astype(np.int64),
+                                             np.full(left.size, DEVICE_LANE, dtype=np.int64)))
+        found = index[0].covering(lane, act.start[left], act.start[left] + 1)
+        hit = (lane >= 0) & (found >= 0)
+        out[left[hit]] = index[1][found[hit]]
+        rule[left[hit]] = DEVICE
     return Attribution(out, rule)
 
 

@@ -39,13 +39,14 @@ CLICK_MSG_ID = "mod-click-msg"
 ROW_MSG_ID = "mod-row-msg"
 COLOR_OPTIONS = {"kind": "kind", "type_path": "type path"}
 #: the colours of the range kinds (those of the timeline's classes where one fits)
-KIND_COLORS = {"module": "#4C78A8", "annotation": "#F58518", "nvtx": "#54A24B"}
+KIND_COLORS = {"module": "#4C78A8", "annotation": "#F58518", "nvtx": "#54A24B", "device": "#B279A2"}
 #: the colour of the rank's root and of its time outside every range
 ROOT_COLOR, OUTSIDE_COLOR = "#D5DBE1", "#EEEEEE"
 RULES = {"range": "inside a range (launched under it)",
          "backward": "backward: to the range of its forward op",
          "graph_replay": "graph replay: to the range around the launch, not to the ops inside the graph",
          "capture": "graph replay matched to a captured node (--graph-capture): its capture range and op",
+         "device": "no host range: the device's own range around it (GPU annotation, XLA module or op)",
          "none": "no range (its activities' union may overlap attributed time)",
          "attributed": "in some range, by any rule",
          "unattributed": "outside every range: the busy time no attributed activity covers"}
