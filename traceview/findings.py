@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # the tables' type only: `traceview info` loads traces withou
     import pandas as pd
 
 SEVERITIES = ("high", "medium", "low", "info")
+#: the values of ``Options.claims``
+CLAIMS_LISTINGS = ("largest", "all")
 
 
 @dataclass
@@ -49,10 +51,16 @@ class Options:
     model_flops_per_step: float | None = None
     #: the dtype whose dense tensor peak MFU divides by
     mfu_dtype: str = "bf16"
+    #: which claimed intervals the report lists: "largest" (each finding's longest, in its
+    #: ``claims`` record) or "all" (also the report's ``claims`` table: every claimed interval of
+    #: every finding, so a reader can check from the JSON alone that no time is claimed twice)
+    claims: str = "largest"
 
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key
         self.comm_patterns = tuple(self.comm_patterns)
+        if self.claims not in CLAIMS_LISTINGS:
+            raise ValueError(f"claims must be one of {CLAIMS_LISTINGS}, not {self.claims!r}")
 
 
 @dataclass

@@ -26,6 +26,7 @@ import pandas as pd
 
 from traceview.environment import device_properties, environment
 from traceview import accounting
+from traceview.claims import split_gpu_key
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
 from traceview.registry import ANALYSES, analysis_specs, finding_parents, finding_precedence
@@ -35,7 +36,7 @@ from traceview.plain import column_rows, plain
 from traceview.report_inputs import ReportInputs
 
 #: the report format version (see docs/reports.md for the rule)
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 #: rows kept per table (the largest first for tables with a sort key: see
 #: ``traceview.registry.TableSpec``); the total is stated
 REPORT_TABLE_ROWS = 50
@@ -165,11 +166,12 @@ def rank_denominators(inputs: "ReportInputs") -> dict[int, accounting.Denominato
     return {r: accounting.Denominator(w, {r: counts[r]} if r in counts else {}) for r, w in per_rank.items()}
 
 
-def _finding_records(findings: list[Finding], denom: accounting.Denominator
-                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _finding_records(findings: list[Finding], denom: accounting.Denominator,
+                     claims_table: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Account the findings (nesting, precedence, costs, severity) and list them in rank order with
     ids F1, F1.1, ...: nested findings under their top-level finding, ``part_of_id`` naming the
-    finding whose time they are part of."""
+    finding whose time they are part of. ``claims_table`` (a dict): filled with every claimed
+    interval of every finding (:func:`claims_rows`)."""
     accounted = accounting.account(findings, denom, finding_parents(), finding_precedence())
     records = []
     by_severity = {s: 0 for s in SEVERITIES}
@@ -183,7 +185,9 @@ def _finding_records(findings: list[Finding], denom: accounting.Denominator
         for j, (child, direct) in enumerate(descendants, start=1):
             cid = f"{pid}.{j}"
             ids[id(child.finding)] = cid
-            records.append(_record(child, cid, pid, ids.get(id(direct.finding)), denom))
+            records.append(_record(child, cid, pid, ids.get(id(direct.finding)), denom, direct.finding.code))
+    if claims_table is not None:
+        claims_table.update(claims_rows([(ids[id(a.finding)], a) for a in accounted]))
     top_shares = [t.finding.cost_share for t, _ in tops if t.finding.cost_share is not None]
     stats = {"total": len(records), "top_level": len(tops), "nested": len(records) - len(tops),
              "by_severity": by_severity, "denominator": denom.describe(),
@@ -191,9 +195,29 @@ def _finding_records(findings: list[Finding], denom: accounting.Denominator
     return records, stats
 
 
+#: the columns of the report's ``claims`` table (``Options.claims == "all"``)
+CLAIMS_COLUMNS = ("finding", "rank", "device", "start_ns", "end_ns")
+
+
+def claims_rows(entries: list[tuple[str, accounting.Accounted]]) -> dict[str, Any]:
+    """The ``claims`` table: one row ``[finding id, rank, device, start_ns, end_ns]`` per claimed
+    interval of each finding after accounting (half-open, on the rank's clock), in id order, each
+    finding's intervals by GPU and start; ``intervals`` counts them."""
+    rows: list[list[Any]] = []
+    for fid, a in sorted(entries, key=lambda e: [int(x) for x in e[0][1:].split(".")]):
+        if a.claims is None or not a.claims:
+            continue
+        rank, device = split_gpu_key(a.claims.key)
+        rows.extend([fid, r, d, s, e] for r, d, s, e in zip(
+            rank.tolist(), device.tolist(), a.claims.start_ns.tolist(), a.claims.end_ns.tolist()))
+    return {"columns": list(CLAIMS_COLUMNS), "intervals": len(rows), "rows": rows}
+
+
 def _record(a: accounting.Accounted, fid: str, parent: str | None, part_of_id: str | None,
-            denom: accounting.Denominator) -> dict[str, Any]:
-    record = {"id": fid, "parent": parent, **plain(a.finding.to_dict()), "part_of_id": part_of_id,
+            denom: accounting.Denominator, part_of: str | None = None) -> dict[str, Any]:
+    # ``part_of``: the code of the finding it went under (part_of_id), not a declared umbrella that
+    # does not hold its time (traceview.accounting: nesting by containment); None at top level
+    record = {"id": fid, "parent": parent, **plain(a.finding.to_dict()), "part_of": part_of, "part_of_id": part_of_id,
               "cost_basis": denom.describe()["basis"], "claims": plain(accounting.claims_record(a, denom))}
     if a.claims is not None and not a.claims and a.ceded_to:
         # its time is all another cause's (precedence): say so beside the figure its title quotes
@@ -376,7 +400,8 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     env = environment(safe_ranks, used)
     inputs = ReportInputs(results, table_rows, overview.rank_ids)
     findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks), inputs)
-    finding_records, finding_stats = _finding_records(findings, denominator(inputs))
+    claims_table: dict[str, Any] | None = {} if options.claims == "all" else None
+    finding_records, finding_stats = _finding_records(findings, denominator(inputs), claims_table)
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": {"name": "traceview", "version": traceview.__version__},
@@ -388,7 +413,7 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
         ],
         "options": {"step_marker": options.step_marker, "top_n": options.top_n, "min_gap_ns": options.min_gap_ns,
                     "ranks": list(options.ranks) if options.ranks is not None else None,
-                    "comm_patterns": list(options.comm_patterns)},
+                    "comm_patterns": list(options.comm_patterns), "claims": options.claims},
         "execution": dict(execution or {}),
         "summary": summary(overview, inputs, env),
         "environment": env,
@@ -403,7 +428,10 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     }
     report["summary"]["findings"] = finding_stats
     # the analyses' table rows are plain already (table_records): walk only the rest again
-    return Report(scrub({k: v if k == "analyses" else plain(v, k) for k, v in report.items()}), results, trace)
+    data = scrub({k: v if k == "analyses" else plain(v, k) for k, v in report.items()})
+    if claims_table is not None:  # ids and int64 times only (nothing to scrub): plain ints already
+        data["claims"] = claims_table
+    return Report(data, results, trace)
 
 
 def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Finding],
