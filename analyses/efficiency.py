@@ -84,7 +84,8 @@ from traceview.units import fmt_ns
 from . import classify
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
-from .steps import NO_STEP, Activity, activity, flow_links, issuing_cpu_op, per_step, step_column
+from .steps import (NO_STEP, Activity, activity, count_per, flow_links, issuing_cpu_op, per_step, step_column,
+                    time_per)
 
 NAME = "efficiency"
 
@@ -719,7 +720,7 @@ def _below_finding(k: OpKernels, fam: pd.DataFrame, rank: int, device: int, mode
     return Finding(
         code="below_roofline",
         title=f"{label} ({dtype}) on GPU {device} of rank {rank} run at {roof_ns / gpu_ns:.0%} of their roofline "
-              f"({achieved}): {fmt_ns(above)}/step above roofline",
+              f"({achieved}): {fmt_ns(above)}{time_per(steps)} above roofline",
         severity="low", analysis=NAME,
         recommendation=_ADVICE.get(model, _ADVICE["other"]),
         cost_ns_per_step=above, cost_share=above * max(steps, 1) / whole if whole else None,
@@ -737,8 +738,9 @@ def _tiny_finding(k: OpKernels, tiny: pd.DataFrame, rank: int, device: int, step
     calls = len(tiny) / max(steps, 1)
     return Finding(
         code="tiny_gemms",
-        title=f"{calls:.0f} matrix products per step on GPU {device} of rank {rank} are too small to fill the GPU "
-              f"(under {TINY_GEMM_NS / 1000:.0f} us each at peak) and take {fmt_ns(per_step(gpu_ns, steps))}/step",
+        title=f"{calls:.0f} matrix products {count_per(steps)} on GPU {device} of rank {rank} are too small to fill "
+              f"the GPU (under {TINY_GEMM_NS / 1000:.0f} us each at peak) and take "
+              f"{fmt_ns(per_step(gpu_ns, steps))}{time_per(steps)}",
         severity="low", analysis=NAME,
         recommendation="Batch the small products (grouped GEMM, bmm over stacked weights, larger micro-batches) "
                        "or fuse them into their neighbours (torch.compile); launch and ramp-up dominate them.",
@@ -1080,7 +1082,8 @@ SPEC = AnalysisSpec(
     order=90,
     tables=(
         TableSpec("op_types", "Op types against the roofline, per rank and GPU", sort_by="gpu_ns"),
-        TableSpec("steps", "FLOPs utilisation per step (HFU; MFU with --model-flops)"),
+        TableSpec("steps", "FLOPs utilisation per step (HFU; MFU with --model-flops)",
+                  title_without_steps="FLOPs utilisation over the whole trace (HFU; MFU with --model-flops)"),
         TableSpec("coverage", "Modelled share of the op-linked kernel time"),
         TableSpec("unmodelled", "Op-linked kernel time without a cost model", sort_by="gpu_ns"),
         TableSpec("collective_kinds", "Collectives: algorithm and bus bandwidth per kind", cross_rank=True),

@@ -662,7 +662,8 @@ SPEC = AnalysisSpec(
     tables=(
         # the timeline window of the reports lists a rank's 500 largest gaps: a job keeps them per rank
         TableSpec("gaps", "Idle gaps (whole trace)", sort_by="dur_ns", keep_rows=500, per_event=True),
-        TableSpec("step_gaps", "Idle gaps inside step windows", sort_by="dur_ns", per_event=True),
+        TableSpec("step_gaps", "Idle gaps inside step windows", sort_by="dur_ns", per_event=True,
+                  title_without_steps="Idle gaps inside step windows (none: no steps)"),
         TableSpec("by_cause", "Idle time by cause"),
         TableSpec("histogram", "Idle gaps by duration"),
         TableSpec("histogram_by_cause", "Idle gaps by duration and cause"),

@@ -68,7 +68,7 @@ from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.units import fmt_ns
 from .kernel_names import normalize_kernel_name
-from .steps import NO_STEP, Activity, activity, analysed_ranks, per_step, step_column
+from .steps import NO_STEP, Activity, activity, analysed_ranks, count_per, per_step, step_column
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind, Trace
@@ -523,7 +523,7 @@ def _tiny_finding(per_gpu: list[_TinyGpu], gaps: pd.DataFrame, claims: Claims) -
         code="many_tiny_kernels",
         part_of="low_utilization",  # its claims are idle time before tiny kernels
         title=f"{100 * tiny_share:.0f}% of the compute kernels on {where} are shorter than {TINY_NS // 1000} us "
-        f"({per:.0f} per step{in_graphs}): a fusion opportunity",
+        f"({per:.0f} {count_per(max(p['steps'] for p in per_gpu))}{in_graphs}): a fusion opportunity",
         severity="medium" if tiny_share >= TINY_SHARE_MEDIUM or (cost_share or 0) >= 0.1 else "low",
         analysis=NAME,
         recommendation=recommendation,
@@ -798,7 +798,8 @@ SPEC = AnalysisSpec(
                   cross_rank=True),
         TableSpec("kernels", "Kernels by total time, per rank and GPU", sort_by="total_ns", per_event=True),
         TableSpec("top_kernels", "Top kernels per rank and GPU", sort_by="total_ns"),
-        TableSpec("kernels_by_step", "Kernels per step", sort_by="total_ns", per_event=True),
+        TableSpec("kernels_by_step", "Kernels per step", sort_by="total_ns", per_event=True,
+                  title_without_steps="Kernels per step (none: no steps)"),
         TableSpec("categories", "Kernel categories"),
         TableSpec("tiny_kernels", "Tiny kernels"),
     ),

@@ -617,7 +617,8 @@ SPEC = AnalysisSpec(
         TableSpec("graph_replays", "Graph replays (one row per graph launch call)", sort_by="gpu_span_ns",
                   per_event=True),
         TableSpec("tiny_kernel_ops", "CPU ops launching the most short kernels", sort_by="short_kernels"),
-        TableSpec("steps", "Launch-bound steps"),
+        TableSpec("steps", "Launch-bound steps", title_without_steps="Launch-bound windows (no steps: each rank's "
+                  "whole trace)"),
     ),
     finding_codes=("launch_bound",),
     finding_parents=(("launch_bound", "host_bound_gaps"),),

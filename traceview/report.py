@@ -401,7 +401,8 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     inputs = ReportInputs(results, table_rows, overview.rank_ids)
     findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks), inputs)
     claims_table: dict[str, Any] | None = {} if options.claims == "all" else None
-    finding_records, finding_stats = _finding_records(findings, denominator(inputs), claims_table)
+    denom = denominator(inputs)
+    finding_records, finding_stats = _finding_records(findings, denom, claims_table)
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": {"name": "traceview", "version": traceview.__version__},
@@ -421,7 +422,7 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
         "findings_summary": finding_stats,
         "warnings": _warnings(overview, results),
         "ranks": _ranks(overview, safe_ranks, inputs, overview.summaries),
-        "analyses": _analysis_sections(results, findings, table_rows, max_table_rows),
+        "analyses": _analysis_sections(results, findings, table_rows, max_table_rows, denom.per_step),
         # each chart from the analysis that declares it (``AnalysisSpec.charts``), in display order
         "charts": {name: build(inputs) for spec in analysis_specs() if spec.name in results
                    for name, build in spec.charts},
@@ -435,9 +436,11 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
 
 
 def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Finding],
-                       table_rows: Mapping[tuple[str, str], int], max_rows: int) -> dict[str, Any]:
+                       table_rows: Mapping[tuple[str, str], int], max_rows: int, per_step: bool = True
+                       ) -> dict[str, Any]:
     """Per analysis: its title, warnings, number of (job-level) findings, and its tables cut to
-    ``max_rows`` rows (the largest by the table's declared sort key) with their titles."""
+    ``max_rows`` rows (the largest by the table's declared sort key) with their titles (those of a
+    report without steps, ``per_step`` False, where a table declares one)."""
     out: dict[str, Any] = {}
     for name, result in results.items():
         spec = ANALYSES.get(name)
@@ -446,7 +449,7 @@ def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Fin
             tspec = spec.table(tname) if spec is not None else None
             t = table_columns(df, max_rows=max_rows, sort_by=tspec.sort_by if tspec else None,
                               total_rows=table_rows.get((name, tname)))
-            t["title"] = tspec.title if tspec else tname.replace("_", " ")
+            t["title"] = tspec.title_for(per_step) if tspec else tname.replace("_", " ")
             tables[tname] = t
         head = plain({"title": spec.title if spec else name, "warnings": list(result.warnings),
                       "findings": sum(1 for f in findings if f.analysis == name)})
