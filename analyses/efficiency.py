@@ -76,7 +76,7 @@ from traceview import hardware as hw
 from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.findings import AnalysisResult, Finding, Headline, Options
 from traceview.model import DeviceInfo, Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
@@ -725,6 +725,7 @@ def _below_finding(k: OpKernels, fam: pd.DataFrame, rank: int, device: int, mode
         recommendation=_ADVICE.get(model, _ADVICE["other"]),
         cost_ns_per_step=above, cost_share=above * max(steps, 1) / whole if whole else None,
         rank=rank, claims=_above_claims(k, fam),
+        headline=Headline(f"{label} ({dtype}) run at {{}} of their roofline", roof_ns / gpu_ns),
         evidence={"category": f"{model} {dtype}", "model": model, "dtype": dtype, "device": device,
                   "calls": int(len(fam)), "gpu_ns": gpu_ns, "roofline_ns": roof_ns, "efficiency": roof_ns / gpu_ns,
                   "bound": "compute" if compute_bound else "memory", "roof": str(fam["roof"].iloc[0]),

@@ -39,7 +39,7 @@ import pandas as pd
 from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.findings import AnalysisResult, Finding, Headline, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.plain import column_rows
@@ -524,6 +524,8 @@ def _launch_bound(tables: dict[str, pd.DataFrame], kernels: pd.DataFrame, rank: 
         cost_ns_per_step=per_step(idle, len(bound)) if has_steps else idle,
         cost_share=share,
         rank=rank,
+        headline=Headline("Launch-bound: {} of the kernels launched one by one run shorter than their launch calls",
+                          short_pct / 100),
         claims=claims,
         evidence={
             "launch_bound_steps": [None if pd.isna(s) else int(s) for s in bound["step"]],

@@ -64,7 +64,7 @@ from .steps import (NO_STEP, Activity, activity, assign_to_steps, count_per, cpu
                     launch_links, step_column)
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding
+from traceview.findings import AnalysisResult, Finding, Headline
 from traceview.model import Kind
 from traceview.registry import AnalysisSpec, TableSpec
 from traceview.tables import masked_int64
@@ -805,6 +805,8 @@ def _finding(code: str, per_rank: list[_SyncRank], claims: Claims) -> Finding:
         rank=per_rank[0]["rank"] if len(per_rank) == 1 else None,
         evidence={"worst_rank": worst["rank"], "top_cpu_ops": worst["top_cpu_ops"], "per_rank": per_rank},
         claims=claims,
+        headline=Headline(f"{{}} {_WHAT[code]} {count_per(min(p['steps'] for p in per_rank))} block the host while "
+                          "the GPU has nothing queued", per, unit=""),
         # the idle-gap analysis's sync_bound gaps are the idle during these calls
         part_of=_PART_OF.get(code),
     )

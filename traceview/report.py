@@ -17,6 +17,7 @@ are named without their directories.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
@@ -33,6 +34,7 @@ from traceview.registry import ANALYSES, analysis_specs, finding_parents, findin
 from traceview.secrets import scrub, scrub_metadata
 from traceview.tables import top_order
 from traceview.plain import column_rows, plain
+from traceview.units import compact_ranks
 from traceview.report_inputs import ReportInputs
 
 #: the report format version (see docs/reports.md for the rule)
@@ -254,6 +256,54 @@ def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> 
     for name, result in results.items():
         for w in result.warnings:
             add(name, w, [name], "analysis")
+    return group_rank_warnings(out)
+
+
+#: where a warning names one rank: its scope ("rank 3"), a lead after an optional analysis name
+#: ("efficiency: rank 3 GPU 3: ...") or a tail (" (rank 3)")
+_RANK_SCOPE = re.compile(r"^rank (?P<rank>[0-9]+)$")
+_RANK_LEAD = re.compile(r"^(?P<head>[a-z_]+: )?rank (?P<rank>[0-9]+)(?: GPU [0-9]+)?: ")
+_RANK_TAIL = re.compile(r" \(rank (?P<rank>[0-9]+)\)$")
+
+
+def _without_rank(w: Mapping[str, Any]) -> tuple[tuple[str, str, str], set[int], bool]:
+    """(the warning's key with its rank left out, the ranks it names, whether its message named them)."""
+    message, scope, ranks = str(w["message"]), str(w["scope"]), set()
+    in_scope = _RANK_SCOPE.match(scope)
+    if in_scope:
+        ranks.add(int(in_scope["rank"]))
+        scope = "rank"
+    lead = _RANK_LEAD.match(message)
+    if lead:
+        ranks.add(int(lead["rank"]))
+        message = (lead["head"] or "") + message[lead.end():]
+    tail = _RANK_TAIL.search(message)
+    if tail:
+        ranks.add(int(tail["rank"]))
+        message = message[:tail.start()]
+    return (str(w["kind"]), scope, message), ranks, bool(lead or tail)
+
+
+def group_rank_warnings(warnings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Warnings that say the same of several ranks become one, naming the ranks: the per-rank
+    "3 events of categories ... (rank 0)" .. "(rank 7)" of an 8-rank job are one warning of scope
+    "ranks 0-7" (its ``applies_to`` every one of them), and "efficiency: rank 3 GPU 3: X" of each
+    rank one "efficiency: X (ranks 0-7)". A warning of one rank only is kept as it is; order kept."""
+    groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], set[int], bool]]] = {}
+    for w in warnings:
+        key, ranks, named = _without_rank(w)
+        groups.setdefault(key if ranks else (key[0], str(w["scope"]), str(w["message"])), []).append((w, ranks, named))
+    out = []
+    for (_, scope, message), same in groups.items():
+        ranks = set().union(*(r for _, r, _ in same))
+        if len(same) == 1 or len(ranks) <= 1:
+            out.extend(w for w, _, _ in same)
+            continue
+        where = f"ranks {compact_ranks(ranks)}"
+        applies = list(dict.fromkeys(a for w, _, _ in same for a in w.get("applies_to") or []))
+        out.append({"scope": where if scope == "rank" else scope, "kind": same[0][0]["kind"],
+                    "message": f"{message} ({where})" if any(named for _, _, named in same) else message,
+                    "applies_to": applies})
     return out
 
 
