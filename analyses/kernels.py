@@ -802,7 +802,7 @@ SPEC = AnalysisSpec(
         TableSpec("kernels", "Kernels by total time, per rank and GPU", sort_by="total_ns", per_event=True),
         TableSpec("top_kernels", "Top kernels per rank and GPU", sort_by="total_ns"),
         TableSpec("kernels_by_step", "Kernels per step", sort_by="total_ns", per_event=True,
-                  title_without_steps="Kernels per step (none: no steps)"),
+                  title_without_steps="Kernels by step (none: no steps)"),
         TableSpec("categories", "Kernel categories"),
         TableSpec("tiny_kernels", "Tiny kernels"),
     ),

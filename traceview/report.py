@@ -293,7 +293,7 @@ def group_rank_warnings(warnings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for w in warnings:
         key, ranks, named = _without_rank(w)
         groups.setdefault(key if ranks else (key[0], str(w["scope"]), str(w["message"])), []).append((w, ranks, named))
-    out = []
+    out: list[dict[str, Any]] = []
     for (_, scope, message), same in groups.items():
         ranks = set().union(*(r for _, r, _ in same))
         if len(same) == 1 or len(ranks) <= 1:
