@@ -158,7 +158,8 @@ def _evidence(evidence: Mapping[str, Any], per_step: bool = True) -> str:
     out = []
     if scalars:
         out.append("<table><tbody>" + "".join(
-            f"<tr><th>{esc(k)}</th><td>{esc(format_cell(k, v))}</td></tr>" for k, v in scalars) + "</tbody></table>")
+            f"<tr><th>{esc(k if per_step or not k.endswith('_per_step') else column_label(k, per_step))}</th>"
+            f"<td>{esc(format_cell(k, v))}</td></tr>" for k, v in scalars) + "</tbody></table>")
     for k, v in lists:
         cols = list(dict.fromkeys(c for x in v for c in x))
         out.append(f"<h3>{esc(k)}</h3>" + _table({"columns": cols, "rows": v, "total_rows": len(v)}, steps=2,

@@ -110,7 +110,8 @@ def _evidence_lines(evidence: Mapping[str, Any], per_step: bool = True) -> list[
             body = [[md_escape(clip(format_cell(c, v.get(c)))) for c in cols] for v in value[:MD_EVIDENCE_ROWS]]
             lines.append(md_table([md_escape(column_label(c, per_step)) for c in cols], body) + "\n")
         else:
-            lines.append(f"- {md_escape(key)}: {md_escape(clip(format_cell(key, value), 2 * MD_CELL_CHARS))}")
+            label = key if per_step or not key.endswith("_per_step") else column_label(key, per_step)
+            lines.append(f"- {md_escape(label)}: {md_escape(clip(format_cell(key, value), 2 * MD_CELL_CHARS))}")
     return lines
 
 
