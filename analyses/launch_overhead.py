@@ -566,7 +566,7 @@ def _recommend(kernels: pd.DataFrame, tiny_ops: pd.DataFrame, rank: int) -> tupl
                 "kernels such as foreach/fused optimizers) so one launch does the work of many; CUDA graphs "
                 "(torch.compile mode='reduce-overhead', torch.cuda.CUDAGraph) remove the remaining launch cost.")
     else:
-        text = ("Many tiny kernels per step are each cheaper than their launch: capture the step in a CUDA graph "
+        text = ("Many tiny kernels are each cheaper than their launch: capture the step in a CUDA graph "
                 "(torch.compile mode='reduce-overhead' or torch.cuda.CUDAGraph) so it replays with one launch, "
                 "compile it (torch.compile) to fuse kernels, or use larger batches so each kernel does more work.")
     return text, evidence
