@@ -87,7 +87,7 @@ from .comm_rules import CommRule, rule_table
 from traceview import intervals as iv
 from traceview.claims import Claims, split_gpu_key
 from .collectives import match_collectives
-from .steps import NO_STEP, Activity, activity, per_step, step_column
+from .steps import NO_STEP, Activity, activity, count_per, per_step, step_column
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Trace
@@ -1102,7 +1102,7 @@ def _straggler_severity(cost_share: float | None) -> str:
 
 
 def _straggler_finding(row: pd.Series, skew: pd.DataFrame, *, prefix: str, ranks: int, max_offset: int,
-                       cost: int, cost_share: float | None) -> Finding:
+                       cost: int, cost_share: float | None, steps: int = 1) -> Finding:
     """The straggler_rank finding of one row of the stragglers table, on the clock basis of the
     columns starting with ``prefix``."""
     rank = int(row["rank"])
@@ -1115,7 +1115,7 @@ def _straggler_finding(row: pd.Series, skew: pd.DataFrame, *, prefix: str, ranks
     return Finding(
         code="straggler_rank",
         title=f"Rank {rank} is the last to reach {times_last} of {matched} collectives, on average "
-        f"{_us(late_by)} after the others; each other rank waits {_us(cost)} per step",
+        f"{_us(late_by)} after the others; each other rank waits {_us(cost)} {count_per(steps)}",
         severity=_straggler_severity(cost_share),
         analysis=NAME,
         recommendation=f"Find what rank {rank} does before the collectives that the others do not: see "
@@ -1199,7 +1199,7 @@ def _straggler_findings(
         if cost_share is not None and cost_share < STRAGGLER_MIN_COST_SHARE:
             continue
         finding = _straggler_finding(row, skew, prefix=p, ranks=n, max_offset=max_offset, cost=cost,
-                                     cost_share=cost_share)
+                                     cost_share=cost_share, steps=max(step_counts.values()) if step_counts else 0)
         # the waiting is exposed communication on the other ranks: the engine clips it to that
         finding.claims = _straggler_claims(waits, int(row["rank"]))
         finding.part_of = "exposed_communication"

@@ -551,12 +551,17 @@ SPEC = AnalysisSpec(
     requires=("critical_path.result",),
     order=27,
     tables=(
-        TableSpec("steps", "Each step's critical path: composition and what bounds it", cross_rank=True),
+        TableSpec("steps", "Each step's critical path: composition and what bounds it", cross_rank=True,
+                  title_without_steps="Each rank's critical path over the whole trace: composition and what bounds it"),
         TableSpec("whatif", "What-if: step time with communication overlapped, no host overhead, kernels at "
-                  "their roofline, the slowest rank at the median, and all together (achievable)", cross_rank=True),
+                  "their roofline, the slowest rank at the median, and all together (achievable)", cross_rank=True,
+                  title_without_steps="What-if: the whole trace's time with communication overlapped, no host "
+                  "overhead, kernels at their roofline, the slowest rank at the median, and all together "
+                  "(achievable)"),
         TableSpec("segments", "The critical path's segments", sort_by="dur_ns", per_event=True, keep_rows=2000),
         TableSpec("contributors", "Events with the most time on the critical path", sort_by="path_ns"),
-        TableSpec("gpu_categories", "GPU compute on the critical path by kernel category, per step"),
+        TableSpec("gpu_categories", "GPU compute on the critical path by kernel category, per step",
+                  title_without_steps="GPU compute on the critical path by kernel category, whole trace"),
         TableSpec("edges", "The dependency graph's edges by kind"),
         TableSpec("rules", "What the dependency graph could not link, or linked by a rule, per rank"),
     ),

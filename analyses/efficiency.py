@@ -78,7 +78,7 @@ from traceview import hardware as hw
 from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.findings import AnalysisResult, Finding, Headline, Options
 from traceview.model import DeviceInfo, Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
@@ -87,7 +87,8 @@ from . import classify
 from .efficiency_rollup import INTEGER_DTYPES, family_table, report_summary
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
-from .steps import NO_STEP, Activity, activity, flow_links, issuing_cpu_op, per_step, step_column
+from .steps import (NO_STEP, Activity, activity, count_per, flow_links, issuing_cpu_op, per_step, step_column,
+                    time_per)
 
 NAME = "efficiency"
 
@@ -732,11 +733,12 @@ def _below_finding(k: OpKernels, fam: pd.DataFrame, rank: int, device: int, mode
     return Finding(
         code="below_roofline",
         title=f"{label} ({dtype}) on GPU {device} of rank {rank} run at {roof_ns / gpu_ns:.0%} of their roofline "
-              f"({achieved}): {fmt_ns(above)}/step above roofline",
+              f"({achieved}): {fmt_ns(above)}{time_per(steps)} above roofline",
         severity="low", analysis=NAME,
         recommendation=_ADVICE.get(model, _ADVICE["other"]),
         cost_ns_per_step=above, cost_share=above * max(steps, 1) / whole if whole else None,
         rank=rank, claims=_above_claims(k, fam),
+        headline=Headline(f"{label} ({dtype}) run at {{}} of their roofline", roof_ns / gpu_ns),
         evidence={"category": f"{model} {dtype}", "model": model, "dtype": dtype, "device": device,
                   "calls": int(len(fam)), "gpu_ns": gpu_ns, "roofline_ns": roof_ns, "efficiency": roof_ns / gpu_ns,
                   "bound": "compute" if compute_bound else "memory", "roof": str(fam["roof"].iloc[0]),
@@ -750,8 +752,9 @@ def _tiny_finding(k: OpKernels, tiny: pd.DataFrame, rank: int, device: int, step
     calls = len(tiny) / max(steps, 1)
     return Finding(
         code="tiny_gemms",
-        title=f"{calls:.0f} matrix products per step on GPU {device} of rank {rank} are too small to fill the GPU "
-              f"(under {TINY_GEMM_NS / 1000:.0f} us each at peak) and take {fmt_ns(per_step(gpu_ns, steps))}/step",
+        title=f"{calls:.0f} matrix products {count_per(steps)} on GPU {device} of rank {rank} are too small to fill "
+              f"the GPU (under {TINY_GEMM_NS / 1000:.0f} us each at peak) and take "
+              f"{fmt_ns(per_step(gpu_ns, steps))}{time_per(steps)}",
         severity="low", analysis=NAME,
         recommendation="Batch the small products (grouped GEMM, bmm over stacked weights, larger micro-batches) "
                        "or fuse them into their neighbours (torch.compile); launch and ramp-up dominate them.",
@@ -1097,7 +1100,8 @@ SPEC = AnalysisSpec(
         TableSpec("op_types", "Op types against the roofline, per rank and GPU", sort_by="gpu_ns"),
         TableSpec("families", "Roll-up per model family and dtype: share of peak FLOP/s and of memory bandwidth",
                   sort_by="gpu_ns"),
-        TableSpec("steps", "FLOPs utilisation per step (HFU; MFU with --model-flops)"),
+        TableSpec("steps", "FLOPs utilisation per step (HFU; MFU with --model-flops)",
+                  title_without_steps="FLOPs utilisation over the whole trace (HFU; MFU with --model-flops)"),
         TableSpec("coverage", "Modelled share of the op-linked kernel time"),
         TableSpec("unmodelled", "Op-linked kernel time without a cost model", sort_by="gpu_ns"),
         TableSpec("collective_kinds", "Collectives: algorithm and bus bandwidth per kind", cross_rank=True),

@@ -46,7 +46,7 @@ import pandas as pd
 
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.findings import AnalysisResult, Finding, Headline, Options
 from traceview.model import DEFAULT_STEP_MARKER, Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.plain import column_rows, plain
@@ -577,6 +577,7 @@ def _findings(tables: dict[str, pd.DataFrame], act: Activity) -> list[Finding]:
                     cost_ns_per_step=per_step(cause_idle, n_steps),
                     cost_share=share,
                     rank=int(rank),
+                    headline=Headline("{} of the time in " + _TITLES[cause], share),
                     claims=Claims.of(int(rank), int(device), mine["start_ns"].to_numpy(np.int64),
                                      mine["end_ns"].to_numpy(np.int64)),
                     time_range_ns=(
@@ -662,7 +663,8 @@ SPEC = AnalysisSpec(
     tables=(
         # the timeline window of the reports lists a rank's 500 largest gaps: a job keeps them per rank
         TableSpec("gaps", "Idle gaps (whole trace)", sort_by="dur_ns", keep_rows=500, per_event=True),
-        TableSpec("step_gaps", "Idle gaps inside step windows", sort_by="dur_ns", per_event=True),
+        TableSpec("step_gaps", "Idle gaps inside step windows", sort_by="dur_ns", per_event=True,
+                  title_without_steps="Idle gaps inside step windows (none: no steps)"),
         TableSpec("by_cause", "Idle time by cause"),
         TableSpec("histogram", "Idle gaps by duration"),
         TableSpec("histogram_by_cause", "Idle gaps by duration and cause"),

@@ -54,9 +54,9 @@ from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.units import fmt_ns
 from .kernel_names import normalize_kernel_name
-from .steps import NO_STEP, Activity, activity, analysed_ranks, per_step, step_column
+from .steps import NO_STEP, Activity, activity, analysed_ranks, count_per, per_step, step_column
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.findings import AnalysisResult, Finding, Headline, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 
@@ -397,6 +397,7 @@ def _dominant_findings(categories: pd.DataFrame, kernels: pd.DataFrame) -> list[
                 recommendation=_DOMINANT_ADVICE.get(category, _DOMINANT_ADVICE["other"]),
                 rank=ranks[0] if len(ranks) == 1 else None,
                 evidence={"category": category, "per_rank": per_rank},
+                headline=Headline(f"{category} kernels take {{}} of GPU time", hi / 100),
             )
         )
     return findings
@@ -493,8 +494,10 @@ def _tiny_finding(per_gpu: list[_TinyGpu], gaps: pd.DataFrame, claims: Claims) -
     return Finding(
         code="many_tiny_kernels",
         part_of="low_utilization",  # its claims are idle time before tiny kernels
+        headline=Headline(f"{{}} of the compute kernels are shorter than {TINY_NS // 1000} us (a fusion opportunity)",
+                          tiny_share),
         title=f"{100 * tiny_share:.0f}% of the compute kernels on {where} are shorter than {TINY_NS // 1000} us "
-        f"({per:.0f} per step{in_graphs}): a fusion opportunity",
+        f"({per:.0f} {count_per(max(p['steps'] for p in per_gpu))}{in_graphs}): a fusion opportunity",
         severity="medium" if tiny_share >= TINY_SHARE_MEDIUM or (cost_share or 0) >= 0.1 else "low",
         analysis=NAME,
         recommendation=recommendation,
@@ -769,7 +772,8 @@ SPEC = AnalysisSpec(
                   cross_rank=True),
         TableSpec("kernels", "Kernels by total time, per rank and GPU", sort_by="total_ns", per_event=True),
         TableSpec("top_kernels", "Top kernels per rank and GPU", sort_by="total_ns"),
-        TableSpec("kernels_by_step", "Kernels per step", sort_by="total_ns", per_event=True),
+        TableSpec("kernels_by_step", "Kernels per step", sort_by="total_ns", per_event=True,
+                  title_without_steps="Kernels by step (none: no steps)"),
         TableSpec("categories", "Kernel categories"),
         TableSpec("tiny_kernels", "Tiny kernels"),
     ),

@@ -39,7 +39,7 @@ import pandas as pd
 from traceview import intervals as iv
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding, Options
+from traceview.findings import AnalysisResult, Finding, Headline, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.plain import column_rows
@@ -524,6 +524,8 @@ def _launch_bound(tables: dict[str, pd.DataFrame], kernels: pd.DataFrame, rank: 
         cost_ns_per_step=per_step(idle, len(bound)) if has_steps else idle,
         cost_share=share,
         rank=rank,
+        headline=Headline("Launch-bound: {} of the kernels launched one by one run shorter than their launch calls",
+                          short_pct / 100),
         claims=claims,
         evidence={
             "launch_bound_steps": [None if pd.isna(s) else int(s) for s in bound["step"]],
@@ -564,7 +566,7 @@ def _recommend(kernels: pd.DataFrame, tiny_ops: pd.DataFrame, rank: int) -> tupl
                 "kernels such as foreach/fused optimizers) so one launch does the work of many; CUDA graphs "
                 "(torch.compile mode='reduce-overhead', torch.cuda.CUDAGraph) remove the remaining launch cost.")
     else:
-        text = ("Many tiny kernels per step are each cheaper than their launch: capture the step in a CUDA graph "
+        text = ("Many tiny kernels are each cheaper than their launch: capture the step in a CUDA graph "
                 "(torch.compile mode='reduce-overhead' or torch.cuda.CUDAGraph) so it replays with one launch, "
                 "compile it (torch.compile) to fuse kernels, or use larger batches so each kernel does more work.")
     return text, evidence
@@ -617,7 +619,8 @@ SPEC = AnalysisSpec(
         TableSpec("graph_replays", "Graph replays (one row per graph launch call)", sort_by="gpu_span_ns",
                   per_event=True),
         TableSpec("tiny_kernel_ops", "CPU ops launching the most short kernels", sort_by="short_kernels"),
-        TableSpec("steps", "Launch-bound steps"),
+        TableSpec("steps", "Launch-bound steps", title_without_steps="Launch-bound windows (no steps: each rank's "
+                  "whole trace)"),
     ),
     finding_codes=("launch_bound",),
     finding_parents=(("launch_bound", "host_bound_gaps"),),

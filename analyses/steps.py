@@ -366,6 +366,17 @@ def per_step(total: int, steps: int) -> int:
     return int(round(total / steps)) if steps > 0 else int(total)
 
 
+def count_per(steps: int) -> str:
+    """How a count from :func:`per_step` is said: "per step", or "in the whole trace" without steps
+    (a finding's title says what its figures are per: docs/metrics.md, "Findings")."""
+    return "per step" if steps > 0 else "in the whole trace"
+
+
+def time_per(steps: int) -> str:
+    """The unit after a time from :func:`per_step`: "/step", or " over the whole trace" without steps."""
+    return "/step" if steps > 0 else " over the whole trace"
+
+
 def step_column(steps: np.ndarray | pd.Series) -> pd.arrays.IntegerArray:
     """Step numbers for output tables: nullable Int64, missing (``<NA>``) for the whole-trace rows."""
     values = np.array(steps, dtype=np.int64)  # a copy: the result must not share memory with the input

@@ -60,10 +60,11 @@ import pandas as pd
 
 from . import classify
 from traceview import intervals as iv
-from .steps import NO_STEP, Activity, activity, assign_to_steps, cpu_op_links, cpu_op_nesting, launch_links, step_column
+from .steps import (NO_STEP, Activity, activity, assign_to_steps, count_per, cpu_op_links, cpu_op_nesting,
+                    launch_links, step_column)
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding
+from traceview.findings import AnalysisResult, Finding, Headline
 from traceview.model import Kind
 from traceview.registry import AnalysisSpec, TableSpec
 from traceview.tables import masked_int64
@@ -793,7 +794,8 @@ def _finding(code: str, per_rank: list[_SyncRank], claims: Claims) -> Finding:
     where = f"Rank {per_rank[0]['rank']}" if len(per_rank) == 1 else f"{len(per_rank)} ranks"
     return Finding(
         code=code,
-        title=f"{where}: {per:.0f} {_WHAT[code]} per step{lead} block the host while the GPU has nothing "
+        title=f"{where}: {per:.0f} {_WHAT[code]} {count_per(min(p['steps'] for p in per_rank))}{lead} block the "
+        "host while the GPU has nothing "
         "queued",
         severity="high" if worst["share"] >= COST_HIGH else "medium" if worst["share"] >= COST_MEDIUM else "low",
         analysis=NAME,
@@ -803,6 +805,8 @@ def _finding(code: str, per_rank: list[_SyncRank], claims: Claims) -> Finding:
         rank=per_rank[0]["rank"] if len(per_rank) == 1 else None,
         evidence={"worst_rank": worst["rank"], "top_cpu_ops": worst["top_cpu_ops"], "per_rank": per_rank},
         claims=claims,
+        headline=Headline(f"{{}} {_WHAT[code]} {count_per(min(p['steps'] for p in per_rank))} block the host while "
+                          "the GPU has nothing queued", per, unit=""),
         # the idle-gap analysis's sync_bound gaps are the idle during these calls
         part_of=_PART_OF.get(code),
     )
@@ -819,7 +823,7 @@ SPEC = AnalysisSpec(
         TableSpec("sync_summary", "Synchronize calls per API"),
         TableSpec("by_cpu_op", "Synchronising calls by CPU op", sort_by="cost_ns"),
         TableSpec("copies", "Blocking and pageable copies"),
-        TableSpec("by_step", "Synchronisation per step"),
+        TableSpec("by_step", "Synchronisation per step", title_without_steps="Synchronisation, whole trace"),
         TableSpec("gpu_sync_events", "GPU-side sync events"),
     ),
     finding_codes=("sync_calls", "blocking_copy", "pageable_copy"),

@@ -27,7 +27,7 @@ import pandas as pd
 
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding
+from traceview.findings import AnalysisResult, Finding, Headline
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.plain import records
 from traceview.report_inputs import ReportInputs
@@ -250,6 +250,7 @@ def _low_utilization(whole: pd.Series, step_rows: pd.DataFrame, n_steps: int) ->
         cost_ns_per_step=per_step(idle, n_steps),
         cost_share=idle / window,
         rank=int(rank),
+        headline=Headline("GPU idle {}", idle / window),
         time_range_ns=_time_range(whole),
         evidence={
             "device": int(device),
@@ -287,6 +288,7 @@ def _exposed_communication(whole: pd.Series, n_steps: int) -> Finding | None:
         cost_ns_per_step=per_step(exposed, n_steps),
         cost_share=share,
         rank=int(rank),
+        headline=Headline("Communication exposed (not overlapped with compute) {} of the time", share),
         time_range_ns=_time_range(whole),
         evidence={
             "device": int(device),

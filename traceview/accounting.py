@@ -4,9 +4,12 @@ Every finding that costs GPU time carries :class:`~traceview.claims.Claims` (the
 made of). :func:`account` turns the findings of a report into a tree whose figures can be trusted:
 
 1. **Windows.** Claims are clipped to the whole-trace GPU window of their (rank, device).
-2. **Nesting.** A finding with ``part_of`` goes under the nearest present ancestor of its chain
-   (``launch_bound`` -> ``host_bound_gaps`` -> ``low_utilization``) whose claims overlap its own
-   (uncosted findings: whose ranks overlap); with none, it is top-level.
+2. **Nesting, by containment.** A finding with ``part_of`` goes under the nearest present ancestor
+   of its chain (``launch_bound`` -> ``host_bound_gaps`` -> ``low_utilization``) whose claims hold at
+   least :data:`CONTAINED_MIN_SHARE` of its own (uncosted findings: whose ranks overlap; a costed
+   finding never goes under an uncosted one, whose time could not bound its own); with none, it is
+   top-level and competes for its time by precedence. The report's ``part_of`` is the code of the
+   parent it went under (``part_of_id``), never a declared parent that does not hold its time.
 3. **Precedence.** Top-level findings never claim the same time twice: in precedence order (each
    analysis places its codes on :data:`PRECEDENCE_SCALE`) each takes its claims minus the time
    earlier ones took (a root cause before the symptom it explains: a straggler's waiting before
@@ -17,7 +20,11 @@ made of). :func:`account` turns the findings of a report into a tree whose figur
    ``cost_share`` = cost / (the same sum over each GPU's window): the claimed GPU time per step of an
    average GPU of the job, as a share of that GPU's time per step. ``steps_g`` is the number of
    steps of g's rank (1 when it has none: then every figure is for the whole trace).
-6. **Severity** follows the share by one rule (:data:`SEVERITY_RULE`); findings that claim no GPU
+6. **Evidence on the same denominator.** The per-rank and per-GPU rows of a finding's evidence
+   (``per_rank``, ``per_gpu``) that give a cost per step and a share have their share restated on
+   that rank's or GPU's part of the denominator (:func:`restate_evidence_shares`), so the evidence and
+   the finding divide the same time by the same window.
+7. **Severity** follows the share by one rule (:data:`SEVERITY_RULE`); findings that claim no GPU
    time (memory, imbalance) are at most "low" and rank after costed ones.
 
 Top-level shares therefore add up to at most 100% and nested costs never exceed their parent's;
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -55,6 +63,10 @@ PRECEDENCE_SCALE: tuple[tuple[int, str], ...] = (
     (200, "umbrella: idle GPU"),
     (250, "a what-if's saving (critical path): time the findings above already name, restated as step time"),
 )
+
+#: a finding goes under an ancestor only when that ancestor claims at least this share of its time
+#: (else its time is mostly another cause's, and it stands at top level, by precedence)
+CONTAINED_MIN_SHARE = 0.5
 
 #: (severity, minimum cost share): the first row whose share the finding reaches; else "info"
 SEVERITY_RULE: tuple[tuple[str, float], ...] = (("high", 0.25), ("medium", 0.10), ("low", 0.02))
@@ -92,6 +104,14 @@ class Denominator:
     def gpu_time_per_step_ns(self) -> float:
         """The GPU time per step of an average GPU (the share denominator)."""
         return float(sum((hi - lo) * self.weight(r) for (r, _), (lo, hi) in self.windows.items()))
+
+    def per_step_windows(self) -> tuple[dict[tuple[int, int], float], dict[int, float]]:
+        """The time per step of each GPU's window, and of each rank's average GPU."""
+        by_gpu = {(r, d): (hi - lo) / max(self.steps.get(r, 0), 1) for (r, d), (lo, hi) in self.windows.items()}
+        spans: dict[int, list[float]] = {}
+        for (r, _), t in by_gpu.items():
+            spans.setdefault(r, []).append(t)
+        return by_gpu, {r: float(np.mean(t)) for r, t in spans.items()}
 
     def window_claims(self) -> Claims:
         if not self.windows:
@@ -152,14 +172,17 @@ def _overlap(child: Finding, candidate: Finding, raw: Mapping[int, Claims]) -> f
 
 def _choose_parent(f: Finding, by_code: Mapping[str, list[Finding]], parents: Mapping[str, str],
                    raw: Mapping[int, Claims]) -> Finding | None:
-    """The nearest present ancestor of ``f`` that covers some of it (the one covering most)."""
+    """The nearest present ancestor of ``f`` that holds at least :data:`CONTAINED_MIN_SHARE` of its
+    claimed time (the one holding most); for an uncosted ``f``, the nearest whose ranks overlap."""
+    mine = raw.get(id(f))
+    need = CONTAINED_MIN_SHARE * mine.total_ns() if mine is not None else 0.0
     for code in _ancestors(f.part_of, parents):
         best, best_overlap = None, 0.0
         for cand in by_code.get(code, []):
-            if cand is f:
-                continue
+            if cand is f or (mine is not None and id(cand) not in raw):
+                continue  # a costed finding under an uncosted one would escape the precedence
             ov = _overlap(f, cand, raw)
-            if ov > best_overlap:
+            if ov > best_overlap and ov >= need:
                 best, best_overlap = cand, ov
         if best is not None:
             return best
@@ -216,6 +239,7 @@ def account(findings: list[Finding], denominator: Denominator, parents: Mapping[
         if f.part_of and f.code not in parents:
             parents[f.code] = f.part_of
     window = denominator.window_claims()
+    step_windows = denominator.per_step_windows()
     raw: dict[int, Claims] = {id(f): in_window(f.claims, window) for f in findings if f.claims is not None}
     parent = _tree(findings, parents, raw)
     order = sorted(findings, key=lambda f: (_depth(f, parent), _precedence(f.code, precedence)))
@@ -238,6 +262,7 @@ def account(findings: list[Finding], denominator: Denominator, parents: Mapping[
                 claims = claims.intersect(final[id(p)])
             final[id(f)] = claims
         _set_cost(f, claims, denominator)
+        restate_evidence_shares(f, step_windows)
         out.append(Accounted(f, p, raw[id(f)].total_ns() if id(f) in raw else 0, claims, ceded))
     return out
 
@@ -255,6 +280,39 @@ def in_window(claims: Claims, window: Claims) -> Claims:
                 and np.all(claims.end_ns <= window.end_ns[at])):
             return claims
     return claims.intersect(window)
+
+
+#: the evidence lists whose rows :func:`restate_evidence_shares` restates, and in each row the cost
+#: per step a share divides (the first present) and the share keys it restates
+EVIDENCE_ROWS = ("per_rank", "per_gpu")
+EVIDENCE_COSTS = ("cost_ns_per_step", "exposed_ns_per_step")
+EVIDENCE_SHARES = ("share", "cost_share")
+
+
+def restate_evidence_shares(f: Finding, windows: tuple[Mapping[tuple[int, int], float], Mapping[int, float]]
+                            ) -> None:
+    """Each ``per_rank``/``per_gpu`` evidence row with a rank, a cost per step and a share gets its
+    share (and ``window_ns``, where it has one) on the report's denominator: the cost per step over
+    that GPU's time per step (a rank's row without a device: its average GPU's), as the finding's
+    own ``cost_share``. ``windows``: :meth:`Denominator.per_step_windows`. Rows of ranks outside the
+    denominator are left as the analysis gave them."""
+    by_gpu, by_rank = windows
+    ev = f.evidence if isinstance(f.evidence, dict) else {}
+    for key in EVIDENCE_ROWS:
+        rows = ev.get(key)
+        for row in rows if isinstance(rows, list) else []:
+            if not isinstance(row, dict) or not isinstance(row.get("rank"), Integral):
+                continue
+            cost = next((row[k] for k in EVIDENCE_COSTS if isinstance(row.get(k), Real)), None)
+            shares = [k for k in EVIDENCE_SHARES if isinstance(row.get(k), Real)]
+            rank, device = int(row["rank"]), row.get("device")
+            window = by_gpu.get((rank, int(device))) if isinstance(device, Integral) else by_rank.get(rank)
+            if cost is None or not shares or not window:
+                continue
+            for k in shares:
+                row[k] = float(cost) / window
+            if "window_ns" in row:
+                row["window_ns"] = int(round(window))
 
 
 def _set_cost(f: Finding, claims: Claims | None, denominator: Denominator) -> None:

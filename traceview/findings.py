@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # the tables' type only: `traceview info` loads traces withou
     import pandas as pd
 
 SEVERITIES = ("high", "medium", "low", "info")
+#: the values of ``Options.claims``
+CLAIMS_LISTINGS = ("largest", "all")
 
 
 @dataclass
@@ -52,11 +54,39 @@ class Options:
     #: traces of the capture of the CUDA/HIP graphs a trace replays (CLI ``--graph-capture``): their
     #: nodes' ops and ranges are given to the replayed kernels (analyses/graph_capture.py)
     graph_capture: tuple[str, ...] = ()
+    #: which claimed intervals the report lists: "largest" (each finding's longest, in its
+    #: ``claims`` record) or "all" (also the report's ``claims`` table: every claimed interval of
+    #: every finding, so a reader can check from the JSON alone that no time is claimed twice)
+    claims: str = "largest"
 
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key
         self.comm_patterns = tuple(self.comm_patterns)
         self.graph_capture = tuple(str(p) for p in self.graph_capture)
+        if self.claims not in CLAIMS_LISTINGS:
+            raise ValueError(f"claims must be one of {CLAIMS_LISTINGS}, not {self.claims!r}")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The one figure a finding's title quotes, with what it measures, so that findings of several
+    ranks merged into one (:func:`merge_findings`) say it once: ``text`` ``GPU idle {}`` with
+    ``value`` 0.556 (``unit`` "%": a fraction, shown as a percentage; "": a count) reads, merged,
+    "GPU idle 55.6% on rank 5, 44-56% on all 8 ranks" (the figure replaces the first ``{}``)."""
+
+    text: str
+    value: float
+    unit: str = "%"
+
+    def figure(self, value: float | None = None) -> str:
+        v = self.value if value is None else value
+        return f"{100 * v:.1f}%" if self.unit == "%" else f"{v:.0f}"
+
+    def span(self, lo: float, hi: float) -> str:
+        """The range ``lo``..``hi`` in whole units: ``44-56%``, ``8-10``, or one figure when they round alike."""
+        scale, unit = (100.0, "%") if self.unit == "%" else (1.0, "")
+        a, b = round(scale * lo), round(scale * hi)
+        return f"{a:.0f}{unit}" if a == b else f"{a:.0f}-{b:.0f}{unit}"
 
 
 @dataclass
@@ -87,19 +117,22 @@ class Finding:
     #: findings engine (:mod:`traceview.accounting`) derives ``cost_ns_per_step``, ``cost_share``
     #: and ``severity`` from it; a finding without claims costs no GPU time (e.g. a memory finding)
     claims: Claims | None = field(default=None, repr=False, compare=False)
+    #: the figure its title quotes (what merging it across ranks says once); not in the report
+    headline: Headline | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        claims, self.claims = self.claims, None
+        claims, headline, self.claims, self.headline = self.claims, self.headline, None, None
         try:
             out = asdict(self)
             out.pop("claims", None)
+            out.pop("headline", None)
             return out
         finally:
-            self.claims = claims
+            self.claims, self.headline = claims, headline
 
 
 @dataclass
@@ -151,8 +184,7 @@ def merge_findings(per_rank: list[tuple[int, Finding]], n_ranks: int) -> list[Fi
         costs = [f.cost_ns_per_step or 0 for f in best.values()]
         shares = [f.cost_share for f in best.values() if f.cost_share is not None]
         ranks = sorted(best)
-        where = "all" if len(ranks) == n_ranks else f"{len(ranks)} of {n_ranks}"
-        title = worst.title if len(ranks) == 1 else f"On {where} ranks (worst: rank {worst_rank}): {worst.title}"
+        title = worst.title if len(ranks) == 1 else merged_title(best, worst_rank, n_ranks)
         kwargs: dict[str, Any] = dict(
             code=code, title=title, severity=worst.severity, analysis=worst.analysis,
             recommendation=worst.recommendation, cost_ns_per_step=int(round(float(np.mean(costs)))),
@@ -172,3 +204,22 @@ def merge_findings(per_rank: list[tuple[int, Finding]], n_ranks: int) -> list[Fi
             f.claims is not None for _, f in items) else None
         out.append(Finding(**kwargs))
     return out
+
+
+def merged_title(best: dict[int, Finding], worst_rank: int, n_ranks: int) -> str:
+    """The title of a finding merged from ``best`` (rank -> that rank's finding): its headline figure
+    once, on the rank where it is highest, and its range, "GPU idle 55.6% on rank 5, 44-56% on all 8
+    ranks" ("... on all 8 ranks" when it is the same everywhere), when every rank's finding has a
+    headline of the same text; else the worst rank's title, saying how many ranks share it."""
+    where = f"all {n_ranks}" if len(best) == n_ranks else f"{len(best)} of {n_ranks}"
+    head = best[worst_rank].headline
+    heads = {r: f.headline for r, f in best.items()}
+    if head is None or any(h is None or (h.text, h.unit) != (head.text, head.unit) for h in heads.values()):
+        return f"{best[worst_rank].title} (rank {worst_rank}, the worst of {where} ranks)"
+    values = {r: h.value for r, h in heads.items() if h is not None}
+    top = max(values, key=lambda r: (values[r], r == worst_rank))
+    said = head.text.replace("{}", head.figure(values[top]), 1)
+    lo, hi = min(values.values()), max(values.values())
+    if head.span(lo, hi) == head.span(hi, hi):
+        return f"{said} on {where} ranks"
+    return f"{said} on rank {top}, {head.span(lo, hi)} on {where} ranks"

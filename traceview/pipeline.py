@@ -24,7 +24,7 @@ import pickle
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,7 @@ from traceview.model import RankInfo, Trace
 from traceview.registry import AnalysisSpec, TableSpec, analysis_specs, run_order
 from traceview.report import REPORT_TABLE_ROWS, Report, TraceOverview, build_report
 from traceview.tables import concat_tables, drop_unused_categories, sample_mask, top_order
+from traceview.units import compact_ranks
 
 #: rows of a table without a sort key that a rank keeps in a job (the report shows the first ones)
 MAX_RANK_TABLE_ROWS = 5000
@@ -249,20 +250,6 @@ def bound_batch_tables(spec: AnalysisSpec, tables: dict[str, pd.DataFrame],
 
 
 # ------------------------------------------------------------------------------------ reduce
-
-
-def compact_ranks(ranks: Sequence[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
-    ordered = sorted({int(r) for r in ranks})
-    parts = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ", ".join(parts)
 
 
 def merge_messages(per_rank: list[tuple[int, str]], n_ranks: int) -> list[str]:

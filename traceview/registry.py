@@ -61,6 +61,13 @@ class TableSpec:
     per_event: bool = False
     top_overall: tuple[tuple[str, bool], ...] = ()
     cross_rank: bool = False
+    #: the title when the report has no steps (its rows are then each rank's whole trace), for a
+    #: title that says "per step"
+    title_without_steps: str | None = None
+
+    def title_for(self, per_step: bool) -> str:
+        """The title of a report whose costs are per step (``per_step``) or for the whole trace."""
+        return self.title if per_step or self.title_without_steps is None else self.title_without_steps
 
 
 class RankInputs(Protocol):

@@ -17,6 +17,7 @@ are named without their directories.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
@@ -26,12 +27,14 @@ import pandas as pd
 
 from traceview.environment import device_properties, environment
 from traceview import accounting
+from traceview.claims import split_gpu_key
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
 from traceview.registry import ANALYSES, analysis_specs, finding_parents, finding_precedence
 from traceview.secrets import scrub, scrub_metadata
 from traceview.tables import top_order
 from traceview.plain import column_rows, plain
+from traceview.units import compact_ranks
 from traceview.report_inputs import ReportInputs
 
 #: the report format version (see docs/reports.md for the rule)
@@ -165,11 +168,12 @@ def rank_denominators(inputs: "ReportInputs") -> dict[int, accounting.Denominato
     return {r: accounting.Denominator(w, {r: counts[r]} if r in counts else {}) for r, w in per_rank.items()}
 
 
-def _finding_records(findings: list[Finding], denom: accounting.Denominator
-                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _finding_records(findings: list[Finding], denom: accounting.Denominator,
+                     claims_table: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Account the findings (nesting, precedence, costs, severity) and list them in rank order with
     ids F1, F1.1, ...: nested findings under their top-level finding, ``part_of_id`` naming the
-    finding whose time they are part of."""
+    finding whose time they are part of. ``claims_table`` (a dict): filled with every claimed
+    interval of every finding (:func:`claims_rows`)."""
     accounted = accounting.account(findings, denom, finding_parents(), finding_precedence())
     records = []
     by_severity = {s: 0 for s in SEVERITIES}
@@ -183,7 +187,9 @@ def _finding_records(findings: list[Finding], denom: accounting.Denominator
         for j, (child, direct) in enumerate(descendants, start=1):
             cid = f"{pid}.{j}"
             ids[id(child.finding)] = cid
-            records.append(_record(child, cid, pid, ids.get(id(direct.finding)), denom))
+            records.append(_record(child, cid, pid, ids.get(id(direct.finding)), denom, direct.finding.code))
+    if claims_table is not None:
+        claims_table.update(claims_rows([(ids[id(a.finding)], a) for a in accounted]))
     top_shares = [t.finding.cost_share for t, _ in tops if t.finding.cost_share is not None]
     stats = {"total": len(records), "top_level": len(tops), "nested": len(records) - len(tops),
              "by_severity": by_severity, "denominator": denom.describe(),
@@ -191,9 +197,29 @@ def _finding_records(findings: list[Finding], denom: accounting.Denominator
     return records, stats
 
 
+#: the columns of the report's ``claims`` table (``Options.claims == "all"``)
+CLAIMS_COLUMNS = ("finding", "rank", "device", "start_ns", "end_ns")
+
+
+def claims_rows(entries: list[tuple[str, accounting.Accounted]]) -> dict[str, Any]:
+    """The ``claims`` table: one row ``[finding id, rank, device, start_ns, end_ns]`` per claimed
+    interval of each finding after accounting (half-open, on the rank's clock), in id order, each
+    finding's intervals by GPU and start; ``intervals`` counts them."""
+    rows: list[list[Any]] = []
+    for fid, a in sorted(entries, key=lambda e: [int(x) for x in e[0][1:].split(".")]):
+        if a.claims is None or not a.claims:
+            continue
+        rank, device = split_gpu_key(a.claims.key)
+        rows.extend([fid, r, d, s, e] for r, d, s, e in zip(
+            rank.tolist(), device.tolist(), a.claims.start_ns.tolist(), a.claims.end_ns.tolist()))
+    return {"columns": list(CLAIMS_COLUMNS), "intervals": len(rows), "rows": rows}
+
+
 def _record(a: accounting.Accounted, fid: str, parent: str | None, part_of_id: str | None,
-            denom: accounting.Denominator) -> dict[str, Any]:
-    record = {"id": fid, "parent": parent, **plain(a.finding.to_dict()), "part_of_id": part_of_id,
+            denom: accounting.Denominator, part_of: str | None = None) -> dict[str, Any]:
+    # ``part_of``: the code of the finding it went under (part_of_id), not a declared umbrella that
+    # does not hold its time (traceview.accounting: nesting by containment); None at top level
+    record = {"id": fid, "parent": parent, **plain(a.finding.to_dict()), "part_of": part_of, "part_of_id": part_of_id,
               "cost_basis": denom.describe()["basis"], "claims": plain(accounting.claims_record(a, denom))}
     if a.claims is not None and not a.claims and a.ceded_to:
         # its time is all another cause's (precedence): say so beside the figure its title quotes
@@ -242,6 +268,54 @@ def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> 
     for name, result in results.items():
         for w in result.warnings:
             add(name, w, [name], "analysis")
+    return group_rank_warnings(out)
+
+
+#: where a warning names one rank: its scope ("rank 3"), a lead after an optional analysis name
+#: ("efficiency: rank 3 GPU 3: ...") or a tail (" (rank 3)")
+_RANK_SCOPE = re.compile(r"^rank (?P<rank>[0-9]+)$")
+_RANK_LEAD = re.compile(r"^(?P<head>[a-z_]+: )?rank (?P<rank>[0-9]+)(?: GPU [0-9]+)?: ")
+_RANK_TAIL = re.compile(r" \(rank (?P<rank>[0-9]+)\)$")
+
+
+def _without_rank(w: Mapping[str, Any]) -> tuple[tuple[str, str, str], set[int], bool]:
+    """(the warning's key with its rank left out, the ranks it names, whether its message named them)."""
+    message, scope, ranks = str(w["message"]), str(w["scope"]), set()
+    in_scope = _RANK_SCOPE.match(scope)
+    if in_scope:
+        ranks.add(int(in_scope["rank"]))
+        scope = "rank"
+    lead = _RANK_LEAD.match(message)
+    if lead:
+        ranks.add(int(lead["rank"]))
+        message = (lead["head"] or "") + message[lead.end():]
+    tail = _RANK_TAIL.search(message)
+    if tail:
+        ranks.add(int(tail["rank"]))
+        message = message[:tail.start()]
+    return (str(w["kind"]), scope, message), ranks, bool(lead or tail)
+
+
+def group_rank_warnings(warnings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Warnings that say the same of several ranks become one, naming the ranks: the per-rank
+    "3 events of categories ... (rank 0)" .. "(rank 7)" of an 8-rank job are one warning of scope
+    "ranks 0-7" (its ``applies_to`` every one of them), and "efficiency: rank 3 GPU 3: X" of each
+    rank one "efficiency: X (ranks 0-7)". A warning of one rank only is kept as it is; order kept."""
+    groups: dict[tuple[str, str, str], list[tuple[dict[str, Any], set[int], bool]]] = {}
+    for w in warnings:
+        key, ranks, named = _without_rank(w)
+        groups.setdefault(key if ranks else (key[0], str(w["scope"]), str(w["message"])), []).append((w, ranks, named))
+    out: list[dict[str, Any]] = []
+    for (_, scope, message), same in groups.items():
+        ranks = set().union(*(r for _, r, _ in same))
+        if len(same) == 1 or len(ranks) <= 1:
+            out.extend(w for w, _, _ in same)
+            continue
+        where = f"ranks {compact_ranks(ranks)}"
+        applies = list(dict.fromkeys(a for w, _, _ in same for a in w.get("applies_to") or []))
+        out.append({"scope": where if scope == "rank" else scope, "kind": same[0][0]["kind"],
+                    "message": f"{message} ({where})" if any(named for _, _, named in same) else message,
+                    "applies_to": applies})
     return out
 
 
@@ -389,7 +463,9 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
     env = environment(safe_ranks, used)
     inputs = ReportInputs(results, table_rows, overview.rank_ids)
     findings = job_findings([f for r in results.values() for f in r.findings], len(overview.ranks), inputs)
-    finding_records, finding_stats = _finding_records(findings, denominator(inputs))
+    claims_table: dict[str, Any] | None = {} if options.claims == "all" else None
+    denom = denominator(inputs)
+    finding_records, finding_stats = _finding_records(findings, denom, claims_table)
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": {"name": "traceview", "version": traceview.__version__},
@@ -401,7 +477,7 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
         ],
         "options": {"step_marker": options.step_marker, "top_n": options.top_n, "min_gap_ns": options.min_gap_ns,
                     "ranks": list(options.ranks) if options.ranks is not None else None,
-                    "comm_patterns": list(options.comm_patterns)},
+                    "comm_patterns": list(options.comm_patterns), "claims": options.claims},
         "execution": dict(execution or {}),
         "summary": summary(overview, inputs, env),
         "environment": env,
@@ -409,20 +485,25 @@ def build_report(overview: TraceOverview, results: Mapping[str, AnalysisResult],
         "findings_summary": finding_stats,
         "warnings": _warnings(overview, results),
         "ranks": _ranks(overview, safe_ranks, inputs, overview.summaries),
-        "analyses": _analysis_sections(results, findings, table_rows, max_table_rows),
+        "analyses": _analysis_sections(results, findings, table_rows, max_table_rows, denom.per_step),
         # each chart from the analysis that declares it (``AnalysisSpec.charts``), in display order
         "charts": {name: build(inputs) for spec in analysis_specs() if spec.name in results
                    for name, build in spec.charts},
     }
     report["summary"]["findings"] = finding_stats
     # the analyses' table rows are plain already (table_records): walk only the rest again
-    return Report(scrub({k: v if k == "analyses" else plain(v, k) for k, v in report.items()}), results, trace)
+    data = scrub({k: v if k == "analyses" else plain(v, k) for k, v in report.items()})
+    if claims_table is not None:  # ids and int64 times only (nothing to scrub): plain ints already
+        data["claims"] = claims_table
+    return Report(data, results, trace)
 
 
 def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Finding],
-                       table_rows: Mapping[tuple[str, str], int], max_rows: int) -> dict[str, Any]:
+                       table_rows: Mapping[tuple[str, str], int], max_rows: int, per_step: bool = True
+                       ) -> dict[str, Any]:
     """Per analysis: its title, warnings, number of (job-level) findings, and its tables cut to
-    ``max_rows`` rows (the largest by the table's declared sort key) with their titles."""
+    ``max_rows`` rows (the largest by the table's declared sort key) with their titles (those of a
+    report without steps, ``per_step`` False, where a table declares one)."""
     out: dict[str, Any] = {}
     for name, result in results.items():
         spec = ANALYSES.get(name)
@@ -431,7 +512,7 @@ def _analysis_sections(results: Mapping[str, AnalysisResult], findings: list[Fin
             tspec = spec.table(tname) if spec is not None else None
             t = table_columns(df, max_rows=max_rows, sort_by=tspec.sort_by if tspec else None,
                               total_rows=table_rows.get((name, tname)))
-            t["title"] = tspec.title if tspec else tname.replace("_", " ")
+            t["title"] = tspec.title_for(per_step) if tspec else tname.replace("_", " ")
             tables[tname] = t
         head = plain({"title": spec.title if spec else name, "warnings": list(result.warnings),
                       "findings": sum(1 for f in findings if f.analysis == name)})

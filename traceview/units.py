@@ -4,6 +4,7 @@ commands take them from. Inputs are the report's units: ns, bytes, fractions in 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -89,3 +90,17 @@ def fmt_clock_ns(ns: Any) -> str:
     if is_missing(ns):
         return "-"
     return fmt_epoch_ns(ns) or f"{int(ns):,} ns on the profiler's clock"
+
+
+def compact_ranks(ranks: Iterable[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    ordered = sorted({int(r) for r in ranks})
+    parts = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ", ".join(parts)

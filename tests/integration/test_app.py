@@ -654,7 +654,7 @@ def test_multi_rank_findings_are_merged_once(ctl: AppController) -> None:
     """A problem every rank has is one finding of the job, as in every other front end."""
     rid = run_id(ctl, "synthetic_4rank")
     titles = [f["title"] for f in ctl.store.context(rid).findings]
-    assert any(t.startswith("On all ranks") for t in titles)
+    assert any(t.endswith("on all 4 ranks") for t in titles)
     assert len(titles) == len(set(titles))
 
 
@@ -732,7 +732,7 @@ def test_a_new_analysis_appears_in_the_app(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(per_rank) == 4 and job["claims"]["claimed_ns"] > 0
     worst = max(per_rank, key=lambda p: p["cost_ns_per_step"])["rank"]
     mine = [(f["id"], f["title"]) for f in report["findings"] if f["analysis"] == "zz_streams"]
-    assert [t for _, t in mine] == [f"On all ranks (worst: rank {worst}): Rank {worst} has busy streams"]
+    assert [t for _, t in mine] == [f"Rank {worst} has busy streams (rank {worst}, the worst of all 4 ranks)"]
     assert _finding_cards(body) == mine
 
 

@@ -130,7 +130,7 @@ def test_bundled_sample_analyzes():
     for rank in range(4):
         assert f"rank{rank}.json.gz" in result.stdout
     # a problem every rank has is listed once for the job, not once per rank
-    assert "On all ranks" in result.stdout
+    assert "on all 4 ranks" in result.stdout
     assert "straggler_rank" in result.stdout
     # the first screen leads with the answer and fits one screen
     first = run("analyze", str(sample))

@@ -98,8 +98,10 @@ def check_invariants(acc: list[accounting.Accounted], denom: accounting.Denomina
             assert f.cost_share == pytest.approx(sum(ns * denom.weight(r) for (r, _), ns in a.claims.by_gpu().items())
                                                  / per_step)
         assert f.severity == accounting.severity_for_share(f.cost_share or 0)
-        # 2. nested: a subset of the parent's time, cost and severity no larger
-        if a.parent is not None and a.parent.claims is not None:
+        # 2. nested: under a costed parent (one that claims no time could not bound its own), a subset
+        # of the parent's time, cost and severity no larger
+        if a.parent is not None:
+            assert a.parent.claims is not None, (f.code, a.parent.code)
             p = by_id[id(a.parent)]
             assert a.claims.subtract(p.claims).total_ns() == 0
             assert f.cost_ns_per_step <= a.parent.cost_ns_per_step
@@ -198,9 +200,16 @@ def traces_st(draw: st.DrawFn):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces_st())
 def test_report_findings_add_up_on_generated_traces(trace):
-    report = analyze(trace, Options())
+    report = analyze(trace, Options(claims="all"))
     findings = report["findings"]
     by_id = {f["id"]: f for f in findings}
+    # from the JSON alone (the claims table): nested claims lie inside the parent's, part_of names it
+    claimed = claims_of_report(report)
+    for f in findings:
+        parent = by_id.get(f["part_of_id"] or "")
+        assert f["part_of"] == (parent["code"] if parent is not None else None), f["id"]
+        if parent is not None and f["id"] in claimed:
+            assert claimed[f["id"]].subtract(claimed.get(parent["id"], Claims.empty())).total_ns() == 0, f["id"]
     top = [f for f in findings if f["parent"] is None]
     assert sum(f["cost_share"] or 0 for f in top) <= 1 + 1e-9
     assert report["findings_summary"]["denominator"]["basis"] == "step"
@@ -212,6 +221,14 @@ def test_report_findings_add_up_on_generated_traces(trace):
             assert f["cost_ns_per_step"] <= parent["cost_ns_per_step"]
             assert f["claims"]["claimed_ns"] <= parent["claims"]["claimed_ns"]
             assert rank_of(f["severity"]) >= rank_of(parent["severity"])
+
+
+def claims_of_report(report) -> dict[str, Claims]:
+    """The report's claims table (``claims="all"``) as Claims per finding id."""
+    rows: dict[str, list] = {}
+    for fid, *rest in report["claims"]["rows"]:
+        rows.setdefault(fid, []).append(rest)
+    return {fid: Claims.of(*(np.array(c, dtype=np.int64) for c in zip(*part))) for fid, part in rows.items()}
 
 
 def test_every_finding_code_declares_its_precedence_and_umbrella():

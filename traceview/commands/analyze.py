@@ -44,6 +44,10 @@ def command(
     max_findings: Optional[int] = typer.Option(
         None, "--max-findings", min=1, metavar="N", help="Markdown and HTML: list at most N top-level findings (with "
         "those nested under them), in the report's order; the JSON report keeps them all."),
+    claims: str = typer.Option(
+        "largest", "--claims", metavar="largest|all", help="JSON: each finding lists its longest claimed intervals "
+        "(largest), or the report also has the claims table of every claimed interval of every finding (all), so "
+        "anyone can check that no GPU time is claimed twice (docs/reports.md)."),
     plotlyjs: str = typer.Option(
         "cdn", "--plotlyjs", metavar="cdn|inline", help="HTML: load plotly.js from its CDN (a small file; every "
         "number reads offline, the charts need the network) or inline it (~4.8 MB more; charts work offline)."),
@@ -63,20 +67,23 @@ def command(
 
             registered_formats()  # the parsers' modules
         _analyze(paths, analysis, top=top, details=details, summary_only=summary_only, fmt_name=fmt_name,
-                 output=output, workers=workers, scheduler=scheduler, max_findings=max_findings, plotlyjs=plotlyjs)
+                 output=output, workers=workers, scheduler=scheduler, max_findings=max_findings, plotlyjs=plotlyjs,
+                 claims=claims)
 
 
 def _analyze(paths: List[str], analysis: AnalysisArgs, *, top: int, details: bool, summary_only: bool, fmt_name: str,
              output: Optional[Path], workers: Optional[int], scheduler: Optional[str], max_findings: Optional[int],
-             plotlyjs: str) -> None:
+             plotlyjs: str, claims: str = "largest") -> None:
     """The command's work (its options as :func:`command` documents them)."""
     from rich.console import Console
 
     if plotlyjs not in ("cdn", "inline"):
         raise TraceviewError(f"--plotlyjs {plotlyjs}: choose cdn or inline")
+    if claims not in ("largest", "all"):
+        raise TraceviewError(f"--claims {claims}: choose largest or all")
     if output is not None:
         check_output_file(output)  # before the work: a path that cannot be written fails at once
-    options = analysis.options(top_n=max(top, MIN_TABLE_TOP_N))
+    options = analysis.options(top_n=max(top, MIN_TABLE_TOP_N), claims=claims)
 
     from traceview.runtime import collector_paused
 

@@ -33,14 +33,17 @@ def visible_columns(columns: list[str]) -> list[str]:
 COLUMN_LABELS = {"step_ns": "step time"}
 
 
-def column_label(col: str) -> str:
+def column_label(col: str, per_step: bool = True) -> str:
     """A column's header as people read it; the unit the cells are formatted in is in the cells
     (``total_ns`` -> ``total``, whose cells read ``1.23 ms``), so no header names a unit its cells
-    do not use."""
+    do not use. ``per_step`` False (a report without steps): ``cost_ns_per_step`` -> ``cost, whole
+    trace``, as its figures are."""
     if col in COLUMN_LABELS:
         return COLUMN_LABELS[col]
     label = col
-    for suffix, replacement in (("_ns_per_step", " / step"), ("_ns", ""), ("_bytes", ""), ("_pct", " %")):
+    per = (("_ns_per_step", " / step"),) if per_step else (("_ns_per_step", ", whole trace"),
+                                                              ("_per_step", ", whole trace"))
+    for suffix, replacement in (*per, ("_ns", ""), ("_bytes", ""), ("_pct", " %")):
         if label.endswith(suffix) and label != suffix.lstrip("_"):
             label = label[: -len(suffix)] + replacement
             break

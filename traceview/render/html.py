@@ -113,12 +113,16 @@ def script_json(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def _table(table: Mapping[str, Any], *, steps: int = 0, max_rows: int | None = None) -> str:
+def _table(table: Mapping[str, Any], *, steps: int = 0, max_rows: int | None = None, per_step: bool | None = None
+           ) -> str:
+    """``per_step``: whether ``*_per_step`` columns are per step (default: ``steps`` > 0)."""
     cols, all_rows = display_rows(table, steps)
     rows = all_rows if max_rows is None else all_rows[:max_rows]
     if not rows:
         return '<p class="meta">(no rows)</p>'
-    out = ["<table><thead><tr>" + "".join(f"<th>{esc(column_label(c))}</th>" for c in cols) + "</tr></thead><tbody>"]
+    per = steps > 0 if per_step is None else per_step
+    out = ["<table><thead><tr>" + "".join(f"<th>{esc(column_label(c, per))}</th>" for c in cols)
+           + "</tr></thead><tbody>"]
     for r in rows:
         cells = []
         for c in cols:
@@ -145,7 +149,7 @@ def _kv_table(rows: list[tuple[str, str, str]]) -> str:
     return "".join(out)
 
 
-def _evidence(evidence: Mapping[str, Any]) -> str:
+def _evidence(evidence: Mapping[str, Any], per_step: bool = True) -> str:
     def is_records(v: Any) -> bool:
         return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
 
@@ -154,10 +158,12 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
     out = []
     if scalars:
         out.append("<table><tbody>" + "".join(
-            f"<tr><th>{esc(k)}</th><td>{esc(format_cell(k, v))}</td></tr>" for k, v in scalars) + "</tbody></table>")
+            f"<tr><th>{esc(k if per_step or not k.endswith('_per_step') else column_label(k, per_step))}</th>"
+            f"<td>{esc(format_cell(k, v))}</td></tr>" for k, v in scalars) + "</tbody></table>")
     for k, v in lists:
         cols = list(dict.fromkeys(c for x in v for c in x))
-        out.append(f"<h3>{esc(k)}</h3>" + _table({"columns": cols, "rows": v, "total_rows": len(v)}, steps=2))
+        out.append(f"<h3>{esc(k)}</h3>" + _table({"columns": cols, "rows": v, "total_rows": len(v)}, steps=2,
+                                                 per_step=per_step))
     return "".join(out)
 
 
@@ -166,8 +172,8 @@ def _finding_row(f: Mapping[str, Any], nested_rows: str = "") -> str:
     in its title cell so the first screen lists the top-level findings only."""
     nested = f.get("parent") is not None
     part = f'<div class="meta">{esc(nested_note(f))}</div>' if nested else ""
-    evidence = (f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details>"
-                if f.get("evidence") else "")
+    shown = _evidence(f["evidence"], f.get("cost_basis") != "whole trace") if f.get("evidence") else ""
+    evidence = f"<details><summary>evidence</summary>{shown}</details>" if f.get("evidence") else ""
     if nested_rows:
         count = nested_rows.count("<tr class=nested")
         evidence += (f"<details class=nested-findings><summary>{count} nested finding{'s' if count != 1 else ''} "

@@ -87,7 +87,7 @@ def report_table(table: Mapping[str, Any], *, steps: int = 0, max_rows: int = MD
     numeric = {c: all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) and rows for c in cols}
     align = ["---:" if numeric[c] else "---" for c in cols]
     body = [[md_escape(clip(format_cell(c, r.get(c)))) for c in cols] for r in rows]
-    text = md_table([md_escape(column_label(c)) for c in cols], body, align)
+    text = md_table([md_escape(column_label(c, steps > 0)) for c in cols], body, align)
     total = table["total_rows"] if len(all_rows) == len(table["rows"]) else len(all_rows)
     if total > len(rows):
         order = f", largest {column_label(table['sorted_by'])} first" if table.get("sorted_by") else ""
@@ -100,7 +100,7 @@ def clip(text: str, limit: int = MD_CELL_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
+def _evidence_lines(evidence: Mapping[str, Any], per_step: bool = True) -> list[str]:
     lines = []
     for key, value in evidence.items():
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
@@ -108,9 +108,10 @@ def _evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
             more = f" (the first {MD_EVIDENCE_ROWS} of {len(value)})" if len(value) > MD_EVIDENCE_ROWS else ""
             lines.append(f"- {md_escape(key)}{more}:\n")
             body = [[md_escape(clip(format_cell(c, v.get(c)))) for c in cols] for v in value[:MD_EVIDENCE_ROWS]]
-            lines.append(md_table([md_escape(column_label(c)) for c in cols], body) + "\n")
+            lines.append(md_table([md_escape(column_label(c, per_step)) for c in cols], body) + "\n")
         else:
-            lines.append(f"- {md_escape(key)}: {md_escape(clip(format_cell(key, value), 2 * MD_CELL_CHARS))}")
+            label = key if per_step or not key.endswith("_per_step") else column_label(key, per_step)
+            lines.append(f"- {md_escape(label)}: {md_escape(clip(format_cell(key, value), 2 * MD_CELL_CHARS))}")
     return lines
 
 
@@ -131,7 +132,8 @@ def _findings(report: Mapping[str, Any], max_findings: int | None = None) -> str
         rows.append([fid, SEVERITY_MARK.get(f["severity"], f["severity"]), title,
                      md_escape(finding_where(f)), md_escape(finding_cost(f)), md_escape(f["recommendation"])])
         if f.get("evidence") and f.get("parent") is None:
-            evidence.append(f"**{fid}. {md_escape(f['title'])}**\n\n" + "\n".join(_evidence_lines(f["evidence"])))
+            evidence.append(f"**{fid}. {md_escape(f['title'])}**\n\n" + "\n".join(
+                _evidence_lines(f["evidence"], f.get("cost_basis") != "whole trace")))
     text = md_table(["id", "severity", "finding", "where", cost_heading(report), "recommendation"], rows,
                     ["---", "---", "---", "---", "---:", "---"])
     if len(shown) < len(groups):

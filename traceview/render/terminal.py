@@ -252,7 +252,7 @@ def print_report_table(table: Mapping[str, Any], console: Console, steps: int, m
         numeric = all(isinstance(r.get(col), (int, float)) or r.get(col) is None for r in rows)
         # text columns keep short names whole; long ones fold
         longest = max(len(format_cell(col, r.get(col))) for r in rows[:max_rows])
-        out.add_column(column_label(col), overflow="fold", justify="right" if numeric else "left",
+        out.add_column(column_label(col, steps > 0), overflow="fold", justify="right" if numeric else "left",
                        min_width=None if numeric else min(longest, 32))
     for r in rows[:max_rows]:
         out.add_row(*[safe(format_cell(c, r.get(c))) for c in columns])
