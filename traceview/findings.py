@@ -49,10 +49,14 @@ class Options:
     model_flops_per_step: float | None = None
     #: the dtype whose dense tensor peak MFU divides by
     mfu_dtype: str = "bf16"
+    #: Nsight Compute exports (``ncu --csv`` files, ``.ncu-rep`` reports or directories of them)
+    #: whose kernel records the measured analysis joins to the trace's kernels (CLI ``--ncu``)
+    ncu: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key
         self.comm_patterns = tuple(self.comm_patterns)
+        self.ncu = (self.ncu,) if isinstance(self.ncu, str) else tuple(str(p) for p in self.ncu)
 
 
 @dataclass

@@ -70,6 +70,10 @@ ANALYSIS_GROUP: tuple[GroupOption, ...] = (
     GroupOption("mfu_dtype", str, typer.Option(
         "bf16", "--mfu-dtype", help="The dtype whose dense tensor peak MFU divides by (bf16, fp16, fp8, tf32, fp32, "
         "...).")),
+    GroupOption("ncu", Optional[List[Path]], typer.Option(
+        None, "--ncu", metavar="FILE|DIR", help="Nsight Compute exports (ncu --csv --page details or --page raw, "
+        ".ncu-rep with ncu on PATH, or a directory of them) joined to the trace's kernels: measured speed of "
+        "light, occupancy, DRAM bytes and rule results (repeatable; docs/metrics.md, Measured efficiency).")),
     GroupOption("no_cache", bool, typer.Option(
         False, "--no-cache", help="Parse and analyse again instead of reading the caches (traces, reports).")),
     GroupOption("jobs", Optional[int], JOBS_OPTION),
@@ -87,11 +91,13 @@ class AnalysisArgs:
     gpu_specs: Optional[Path] = None
     model_flops: Optional[str] = None
     mfu_dtype: str = "bf16"
+    ncu: tuple[Path, ...] = ()
     no_cache: bool = False
     jobs: Optional[int] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comm_pattern", tuple(self.comm_pattern or ()))
+        object.__setattr__(self, "ncu", tuple(self.ncu or ()))
 
     @property
     def use_cache(self) -> bool:
@@ -107,7 +113,7 @@ class AnalysisArgs:
         flops, flops_dtype = checked_model_flops(self.model_flops, self.mfu_dtype)
         rules = comm_patterns(list(self.comm_pattern), self.comm_config)
         return Options(step_marker=self.step_marker, comm_patterns=rules, gpu_specs=checked_gpu_specs(self.gpu_specs),
-                       model_flops_per_step=flops, mfu_dtype=flops_dtype, **fields_)
+                       model_flops_per_step=flops, mfu_dtype=flops_dtype, ncu=checked_ncu(self.ncu), **fields_)
 
     def given(self) -> dict[str, bool]:
         """Each option (as typed: ``--step-marker``) and whether the command line set it."""
@@ -166,6 +172,17 @@ def checked_gpu_specs(path: Optional[Path]) -> str | None:
 
     load_specs(path)
     return str(path.resolve())
+
+
+def checked_ncu(paths: tuple[Path, ...]) -> tuple[str, ...]:
+    """``--ncu``: every export read and checked before any work (a bad one is one line, exit 2), as
+    the absolute paths the analyses read them from."""
+    if not paths:
+        return ()
+    from traceview.parsers.ncu import read_ncu
+
+    read_ncu(list(paths))
+    return tuple(str(p.resolve()) for p in paths)
 
 
 def checked_model_flops(text: Optional[str], dtype: str) -> tuple[float | None, str]:

@@ -1,0 +1,129 @@
+"""Nsight Compute kernel records matched to the trace's kernels (the measured analysis's join).
+
+Rules, tried in this order for each ncu record, the first that finds a trace kernel name winning
+(every rule used is stated in the ``matches`` table and the warnings):
+
+1. ``exact name``: the trace's kernel name equals ncu's ``Kernel Name``;
+2. ``normalised name``: equal once both have white space, a leading ``void``, namespace qualifiers
+   (``at::native::``) and the trailing argument list removed (ncu prints names without namespaces
+   and with template parameters for argument types: ``(int, T2, T3)``);
+3. ``base name (unique)``: the function name with template arguments removed
+   (:func:`traceview.analyses.kernel_names.normalize_kernel_name`) when exactly one ncu kernel
+   name and exactly one trace kernel name have it.
+
+Then the launch configuration: where the trace has grid and block sizes, only kernels with ncu's
+grid and block match (``+ grid and block``); a trace without them matches on the name alone
+(``+ name only: no launch configuration in the trace``). Last, invocation order: per rank, the
+trace kernels of one name and configuration in start order take the ncu records of that name and
+configuration in invocation order (the k-th kernel the k-th record), the kernels after the last
+record the last record; each row says which record ("measured on invocation N").
+Nothing is guessed beyond that: a record no rule matches is counted unmatched, with its reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .kernel_names import normalize_kernel_name
+
+_QUALIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*::")
+_RETURN = re.compile(r"^void(?=[A-Za-z_])")
+KEY = ["kernel", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
+DIMS = KEY[1:]
+
+
+def normalised_name(name: str) -> str:
+    """``void at::native::foo<4, at::Bar<float> >(int, float*)`` -> ``foo<4,Bar<float>>``."""
+    text = "".join(name.split())
+    text = _RETURN.sub("", text)
+    text = _QUALIFIER.sub("", text)
+    if text.endswith(")"):
+        depth = 0
+        for i in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                text = text[:i] if i > 0 else text
+                break
+    return text
+
+
+@dataclass
+class Join:
+    """The join of ncu records to trace kernels. ``kernels``: one row per trace kernel matched
+    (its activity entry ``entry``, the record's index ``record`` in ``records``). ``records``: the
+    ncu records with ``trace_name``, ``rule`` and ``matched`` kernels (0: unmatched, ``reason``)."""
+
+    records: pd.DataFrame
+    entry: np.ndarray
+    record: np.ndarray
+
+
+def name_rules(ncu_names: list[str], trace_names: list[str]) -> dict[str, tuple[list[int], str]]:
+    """ncu kernel name -> (indices into ``trace_names`` it matches, the rule), by the first rule
+    that finds any; names no rule matches are left out."""
+    exact: dict[str, list[int]] = {}
+    norm: dict[str, list[int]] = {}
+    base: dict[str, list[int]] = {}
+    for i, name in enumerate(trace_names):
+        exact.setdefault(name, []).append(i)
+        norm.setdefault(normalised_name(name), []).append(i)
+        base.setdefault(normalize_kernel_name(name), []).append(i)
+    ncu_base: dict[str, int] = {}
+    for name in set(ncu_names):
+        b = normalize_kernel_name(name)
+        ncu_base[b] = ncu_base.get(b, 0) + 1
+    out: dict[str, tuple[list[int], str]] = {}
+    for name in set(ncu_names):
+        b = normalize_kernel_name(name)
+        if name in exact:
+            out[name] = (exact[name], "exact name")
+        elif normalised_name(name) in norm:
+            out[name] = (norm[normalised_name(name)], "normalised name")
+        elif ncu_base[b] == 1 and len(base.get(b, [])) == 1:
+            out[name] = (base[b], "base name (unique)")
+    return out
+
+
+def join(records: pd.DataFrame, trace: pd.DataFrame) -> Join:
+    """``records``: one row per ncu record (KEY columns, invocation). ``trace``: one row per trace
+    kernel (entry, rank, name_code, start, grid/block, -1 where unknown) with ``names`` its names
+    as ``trace.attrs["names"]``."""
+    names: list[str] = trace.attrs["names"]
+    used = sorted(set(trace["name_code"].tolist()))
+    by_name = name_rules(records["kernel"].tolist(), [names[c] for c in used])
+    records = records.copy()
+    records["trace_name"], records["rule"], records["reason"] = "", "", ""
+    records["matched"] = 0
+    entries, rec_of = [], []
+    for (kernel, *dims), group in records.groupby(KEY, sort=False):
+        rows = group.sort_values("invocation").index.to_numpy()
+        hit = by_name.get(kernel)
+        if hit is None:
+            records.loc[rows, "reason"] = "no trace kernel of this name"
+            continue
+        codes = [used[i] for i in hit[0]]
+        cand = trace[trace["name_code"].isin(codes)]
+        known = (cand[DIMS] >= 0).all(axis=1)
+        config = (cand[DIMS].to_numpy() == np.asarray(dims)).all(axis=1)
+        if known.any():
+            cand, rule = cand[known.to_numpy() & config], hit[1] + " + grid and block"
+        else:
+            rule = hit[1] + " + name only: no launch configuration in the trace"
+        if cand.empty:
+            records.loc[rows, "reason"] = "trace kernels of this name have another grid or block"
+            continue
+        cand = cand.sort_values(["rank", "start"], kind="stable")
+        order = cand.groupby("rank", sort=False).cumcount().to_numpy()
+        pick = rows[np.minimum(order, len(rows) - 1)]
+        entries.append(cand["entry"].to_numpy())
+        rec_of.append(pick)
+        records.loc[rows, "rule"] = rule
+        records.loc[rows, "trace_name"] = names[int(cand["name_code"].iloc[0])]
+        counts = pd.Series(pick).value_counts()
+        records.loc[counts.index, "matched"] = counts.to_numpy()
+    return Join(records, np.concatenate(entries) if entries else np.zeros(0, np.int64),
+                np.concatenate(rec_of) if rec_of else np.zeros(0, np.int64))
