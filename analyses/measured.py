@@ -34,10 +34,11 @@ from traceview.claims import Claims
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding
 from traceview.model import Kind
+from traceview.parsers.ncu import NcuMetrics, read_ncu
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
 
-from .ncu_join import DIMS, KEY, join
+from .ncu_join import DIMS, KEY, Join, join
 from .steps import activity
 
 NAME = "measured"
@@ -78,12 +79,10 @@ KERNEL_COLUMNS = ["rank", "name", "grid", "block", "kernels", "trace_ns", "measu
                   "modelled_flops", "flops_ratio", "model_off", "top_rule", "top_speedup_pct"]
 
 
-def ncu_input(ctx: AnalysisContext) -> object:
-    """The ncu exports of ``Options.ncu`` (a ``NcuMetrics``), None without any."""
+def ncu_input(ctx: AnalysisContext) -> NcuMetrics | None:
+    """The ncu exports of ``Options.ncu``, None without any."""
     if not ctx.options.ncu:
         return None
-    from traceview.parsers.ncu import read_ncu
-
     return read_ncu(list(ctx.options.ncu))
 
 
@@ -149,10 +148,10 @@ def _dims(frame: pd.DataFrame, prefix: str) -> pd.Series:
     return text.where(frame[f"{prefix}_x"] >= 0, "")
 
 
-def kernel_table(ctx: AnalysisContext, tk: pd.DataFrame, joined: "object", ncu: "object") -> pd.DataFrame:
+def kernel_table(ctx: AnalysisContext, tk: pd.DataFrame, joined: Join, ncu: NcuMetrics) -> pd.DataFrame:
     """One row per (rank, trace kernel name, grid, block, ncu record) matched."""
-    records = joined.records  # type: ignore[attr-defined]
-    entry, rec = joined.entry, joined.record  # type: ignore[attr-defined]
+    records = joined.records
+    entry, rec = joined.entry, joined.record
     if not len(entry):
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     by_entry = tk.set_index("entry").loc[entry]
@@ -162,10 +161,10 @@ def kernel_table(ctx: AnalysisContext, tk: pd.DataFrame, joined: "object", ncu: 
     grouped = rows.groupby(["rank", "record"], sort=False).agg(kernels=("trace_ns", "size"),
                                                                trace_ns=("trace_ns", "sum"),
                                                                modelled_flops=("modelled", "mean")).reset_index()
-    meas = measures(ncu.metrics, records)  # type: ignore[attr-defined]
+    meas = measures(ncu.metrics, records)
     rec_rows = records.iloc[grouped["record"].to_numpy()].reset_index(drop=True)
     m = meas.iloc[grouped["record"].to_numpy()].reset_index(drop=True)
-    top = top_rules(ncu.rules, records)  # type: ignore[attr-defined]
+    top = top_rules(ncu.rules, records)
     out = pd.DataFrame({"rank": grouped["rank"], "name": rec_rows["trace_name"], "grid": _dims(rec_rows, "grid"),
                         "block": _dims(rec_rows, "block"), "kernels": grouped["kernels"],
                         "trace_ns": grouped["trace_ns"].astype(np.int64),
@@ -200,10 +199,10 @@ def top_rules(rules: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def rule_findings(table: pd.DataFrame, tk: pd.DataFrame, joined: "object", rules: pd.DataFrame) -> list[Finding]:
+def rule_findings(table: pd.DataFrame, tk: pd.DataFrame, joined: Join, rules: pd.DataFrame) -> list[Finding]:
     """``ncu_rule`` per kernel group with an estimated speedup: the last speedup% of its kernels."""
-    top = top_rules(rules, joined.records)  # type: ignore[attr-defined]
-    entry, rec = joined.entry, joined.record  # type: ignore[attr-defined]
+    top = top_rules(rules, joined.records)
+    entry, rec = joined.entry, joined.record
     by_entry = tk.set_index("entry")
     findings = []
     for row in table[table["top_speedup_pct"].fillna(0) > 0].itertuples(index=False):
@@ -263,23 +262,23 @@ def _match_warnings(result: AnalysisResult, records: pd.DataFrame, tk: pd.DataFr
 
 
 def analyze(ctx: AnalysisContext) -> AnalysisResult:
-    ncu = ctx.input("measured.ncu")
+    ncu: NcuMetrics | None = ctx.input("measured.ncu")
     if ncu is None:
         return AnalysisResult(name=NAME, tables=_empty())
-    records = ncu.kernels.reset_index(drop=True)  # type: ignore[attr-defined]
+    records = ncu.kernels.reset_index(drop=True)
     tk = trace_kernels(ctx)
     joined = join(records, tk)
     table = kernel_table(ctx, tk, joined, ncu)
     result = AnalysisResult(name=NAME, tables={
         "kernels": table[KERNEL_COLUMNS], "matches": _with_dims(joined.records, MATCH_COLUMNS),
-        "kernel_metrics": _with_dims(ncu.metrics, METRIC_COLUMNS),  # type: ignore[attr-defined]
-        "rules": _with_dims(ncu.rules, RULE_COLUMNS)})  # type: ignore[attr-defined]
+        "kernel_metrics": _with_dims(ncu.metrics, METRIC_COLUMNS),
+        "rules": _with_dims(ncu.rules, RULE_COLUMNS)})
     _match_warnings(result, joined.records, tk, int(joined.entry.size))
     off = table[table["model_off"]]
     if len(off):
         result.warnings.append(f"{len(off)} matched kernel group(s) have modelled FLOPs off the measured ones by more "
                                f"than {MODEL_TOLERANCE:.0%} (kernels table, model_off)")
-    result.findings.extend(rule_findings(table, tk, joined, ncu.rules))  # type: ignore[attr-defined]
+    result.findings.extend(rule_findings(table, tk, joined, ncu.rules))
     return result
 
 

@@ -93,7 +93,9 @@ def is_ncu_input(path: Path) -> bool:
 def read_ncu(paths: Sequence[str | os.PathLike[str]]) -> NcuMetrics:
     """Every kernel record of the ncu exports ``paths`` (files or directories), numbered by
     invocation per kernel name and launch configuration."""
-    metric_parts, rule_parts, files = [], [], []
+    metric_parts: list[pd.DataFrame] = []
+    rule_parts: list[pd.DataFrame] = []
+    files: list[tuple[str, str, dict[str, int]]] = []
     for order, path in enumerate(ncu_files(paths)):
         csv_path = export_ncu_rep(path) if path.name.endswith(REPORT_SUFFIX) else path
         rows = read_file(csv_path)
