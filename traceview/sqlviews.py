@@ -143,7 +143,7 @@ MODULE_VIEWS: tuple[View, ...] = (
 MEASURED_VIEWS: tuple[View, ...] = (
     View("kernel_metrics", "one metric of one Nsight Compute kernel record (--ncu exports; the measured analysis's "
          "kernel_metrics table)", (
-        ("file", "the export, as given"), ("ncu_id", "ncu's ID of the record in its export"),
+        ("file", "the export's file name"), ("ncu_id", "ncu's ID of the record in its export"),
         ("kernel", "ncu's Kernel Name"), ("grid", "(x, y, z)"), ("block", "(x, y, z)"),
         ("invocation", "0.. the record's order among records of one name and launch configuration"),
         ("section", "ncu's section ('' for raw-page metrics)"), ("metric", "ncu's metric name"),

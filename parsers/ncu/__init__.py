@@ -48,7 +48,7 @@ class NcuMetrics:
     (-1: not in the export), invocation, section, metric, unit (base unit), value (in it; NaN: n/a),
     raw_unit, raw_value (as written). ``rules``: the same identity columns, section, rule,
     rule_type (OPT, WRN, INF, ...), description, speedup_type (local, global), speedup_pct (NaN:
-    none). ``files``: (name as given, layout, counts) per file read, and last ("(all files)", "merged",
+    none). ``files``: (file name, layout, counts) per file read, and last ("(all files)", "merged",
     the counts of merging the files' records)."""
 
     metrics: pd.DataFrame
@@ -57,7 +57,7 @@ class NcuMetrics:
 
     @property
     def kernels(self) -> pd.DataFrame:
-        """One row per profiled kernel record: file, ncu_id, identity, invocation, metrics (count)."""
+        """One row per profiled kernel record: file, pid, ncu_id, identity, invocation, metrics (count)."""
         keys = ["file", "pid", "ncu_id", *KEY_COLUMNS, "invocation"]
         return self.metrics.groupby(keys, sort=False, dropna=False).size().rename("metrics").reset_index()
 
@@ -99,7 +99,7 @@ def read_ncu(paths: Sequence[str | os.PathLike[str]]) -> NcuMetrics:
     for order, path in enumerate(ncu_files(paths)):
         csv_path = export_ncu_rep(path) if path.name.endswith(REPORT_SUFFIX) else path
         rows = read_file(csv_path)
-        label = str(path)
+        label = path.name  # the name only: a path could name the user's home
         for part, out in ((rows.metrics, metric_parts), (rows.rules, rule_parts)):
             out.append(part.assign(file=label, file_order=order))
         files.append((label, rows.layout, rows.counts))
