@@ -238,3 +238,16 @@ def test_rule_results_become_findings_costed_on_the_trace_time(tmp_path):
     assert gemm["evidence"]["trace_ns"] == 900_000
     assert gemm["cost_ns_per_step"] == pytest.approx(900_000 * speedup / 100, abs=3)
     assert "measured" in report["analyses"] and report["analyses"]["measured"]["tables"]["kernels"]
+
+
+def test_the_report_key_follows_the_ncu_exports(tmp_path):
+    from traceview.report_cache import report_key
+
+    trace = write_example(tmp_path / "trace.json")
+    export = tmp_path / "raw.csv"
+    export.write_text(RAW)
+    plain = report_key([trace], Options())
+    joined = report_key([trace], Options(ncu=(str(export),)))
+    export.write_text(RAW + RAW.splitlines()[-1].replace('"1","11"', '"2","11"') + "\n")
+    edited = report_key([trace], Options(ncu=(str(export),)))
+    assert len({plain, joined, edited}) == 3
