@@ -251,3 +251,27 @@ def test_the_report_key_follows_the_ncu_exports(tmp_path):
     export.write_text(RAW + RAW.splitlines()[-1].replace('"1","11"', '"2","11"') + "\n")
     edited = report_key([trace], Options(ncu=(str(export),)))
     assert len({plain, joined, edited}) == 3
+
+
+def test_measured_and_modelled_flops_side_by_side_with_a_flag_beyond_20_percent(tmp_path):
+    path = tmp_path / "raw.csv"
+    path.write_text(RAW)
+    b = TraceBuilder()
+    for i in range(2):
+        b.kernel(1000 + i * 10_000, 5000, name="gemm_k", grid_x=64, grid_y=1, grid_z=1, block_x=128, block_y=1,
+                 block_z=1)
+    ctx = context(b.build(), Options(ncu=(str(path),)))
+    from traceview.analyses import measured
+    from traceview.analyses.steps import activity
+
+    # the efficiency analysis's model, given here: 1900 FLOPs for the first kernel (ncu: 2000, within
+    # 20%), 100 for the second (ncu counted none of its FFMAs: n/a -> no measured FLOPs)
+    ctx.values["efficiency.kernel_flops"] = np.array([1900.0, 100.0])[: len(activity(ctx))]
+    kernels = measured.analyze(ctx).tables["kernels"].sort_values("measured_on_invocation")
+    assert kernels["modelled_flops"].tolist() == [1900.0, 100.0]
+    assert kernels.iloc[0]["flops_ratio"] == pytest.approx(2000 / 1900)
+    assert not kernels.iloc[0]["model_off"]
+    assert np.isnan(kernels.iloc[1]["measured_flops"]) and not kernels.iloc[1]["model_off"]
+    ctx.values["efficiency.kernel_flops"] = np.array([1000.0, 100.0])
+    kernels = measured.analyze(ctx).tables["kernels"].sort_values("measured_on_invocation")
+    assert kernels.iloc[0]["flops_ratio"] == pytest.approx(2.0) and kernels.iloc[0]["model_off"]
