@@ -27,12 +27,14 @@ of its kernels (ncu's speedups are not additive: the largest is used, every rule
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from traceview.claims import Claims
 from traceview.context import AnalysisContext
-from traceview.findings import AnalysisResult, Finding
+from traceview.findings import AnalysisResult, Finding, Options
 from traceview.model import Kind
 from traceview.parsers.ncu import NcuMetrics, read_ncu
 from traceview.registry import AnalysisSpec, TableSpec, register_input
@@ -241,44 +243,94 @@ def _with_dims(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out[columns].reset_index(drop=True)
 
 
-def _empty() -> dict[str, pd.DataFrame]:
-    return {"kernels": pd.DataFrame(columns=KERNEL_COLUMNS), "matches": pd.DataFrame(columns=MATCH_COLUMNS),
-            "kernel_metrics": pd.DataFrame(columns=METRIC_COLUMNS), "rules": pd.DataFrame(columns=RULE_COLUMNS)}
+def _empty_cross() -> dict[str, pd.DataFrame]:
+    return {"matches": pd.DataFrame(columns=MATCH_COLUMNS), "rules": pd.DataFrame(columns=RULE_COLUMNS),
+            "kernel_metrics": pd.DataFrame(columns=METRIC_COLUMNS)}
 
 
-def _match_warnings(result: AnalysisResult, records: pd.DataFrame, tk: pd.DataFrame, matched_entries: int) -> None:
+@dataclass
+class JoinCounts:
+    """What the cross-rank step needs of a batch of ranks: each ncu record's match (rule, trace
+    name, reason) and matched kernels, and the batch's trace kernels and matched kernels."""
+
+    records: pd.DataFrame
+    trace_kernels: int = 0
+    matched_kernels: int = 0
+
+    def remap_rows(self, rows: object, offset: int = 0) -> "JoinCounts":
+        del rows, offset  # nothing here refers to event rows
+        return self
+
+    def compact(self) -> "JoinCounts":
+        return self
+
+
+def build_join(ctx: AnalysisContext) -> tuple[pd.DataFrame, Join] | None:
+    """The trace's kernels and their join to the ncu records (None without ``--ncu``), once per context."""
+    ncu: NcuMetrics | None = ctx.input("measured.ncu")
+    if ncu is None:
+        return None
+    tk = trace_kernels(ctx)
+    return tk, join(ncu.kernels.reset_index(drop=True), tk)
+
+
+register_input("measured.join", build_join, requires=("activity", "measured.ncu"))
+
+
+def gather(ctx: AnalysisContext) -> JoinCounts:
+    joined: tuple[pd.DataFrame, Join] | None = ctx.input("measured.join")
+    if joined is None:
+        return JoinCounts(pd.DataFrame(columns=MATCH_COLUMNS))
+    tk, j = joined
+    return JoinCounts(j.records, len(tk), int(j.entry.size))
+
+
+def reduce(parts: list[JoinCounts], options: Options) -> AnalysisResult:
+    """The records' matches over every batch of ranks, the rule results and every metric (once)."""
+    result = AnalysisResult(name=NAME, tables=_empty_cross())
+    parts = [p for p in parts if len(p.records)]
+    if not parts or not options.ncu:
+        return result
+    ncu = read_ncu(list(options.ncu))
+    records = parts[0].records.copy()
+    records["matched"] = np.sum([p.records["matched"].to_numpy() for p in parts], axis=0)
+    for p in parts[1:]:  # a record matched on any batch takes that batch's rule and name
+        take = (records["rule"] == "") & (p.records["rule"] != "")
+        records.loc[take, ["rule", "trace_name", "reason"]] = p.records.loc[take, ["rule", "trace_name", "reason"]]
+    records.loc[records["rule"] != "", "reason"] = ""
+    records.loc[(records["matched"] == 0) & (records["reason"] == ""), "reason"] = \
+        "more ncu records of this kernel than trace kernels"
+    result.tables = {"matches": _with_dims(records, MATCH_COLUMNS), "rules": _with_dims(ncu.rules, RULE_COLUMNS),
+                     "kernel_metrics": _with_dims(ncu.metrics, METRIC_COLUMNS)}
+    _match_warnings(result, records, sum(p.trace_kernels for p in parts), sum(p.matched_kernels for p in parts))
+    return result
+
+
+def _match_warnings(result: AnalysisResult, records: pd.DataFrame, trace_kernels: int, matched: int) -> None:
     used = records[records["rule"] != ""].groupby("rule")["matched"].agg(["size", "sum"])
     for rule, row in used.iterrows():
         result.warnings.append(f"ncu join: {int(row['size'])} ncu record(s) matched by {rule} "
                                f"({int(row['sum'])} trace kernels)")
-    unmatched = records[records["matched"] == 0]
-    for reason, n in unmatched["reason"].replace("", "more ncu records of this kernel than trace kernels"
-                                                 ).value_counts().items():
+    for reason, n in records.loc[records["matched"] == 0, "reason"].value_counts().items():
         result.warnings.append(f"ncu join: {int(n)} ncu record(s) not matched: {reason}")
-    left = len(tk) - matched_entries
-    if left:
-        result.warnings.append(f"ncu join: {left:,} of {len(tk):,} trace kernels have no ncu record: the measured "
-                               "figures cover the others only")
+    if trace_kernels - matched:
+        result.warnings.append(f"ncu join: {trace_kernels - matched:,} of {trace_kernels:,} trace kernels have no ncu "
+                               "record: the measured figures cover the others only")
 
 
 def analyze(ctx: AnalysisContext) -> AnalysisResult:
+    joined: tuple[pd.DataFrame, Join] | None = ctx.input("measured.join")
     ncu: NcuMetrics | None = ctx.input("measured.ncu")
-    if ncu is None:
-        return AnalysisResult(name=NAME, tables=_empty())
-    records = ncu.kernels.reset_index(drop=True)
-    tk = trace_kernels(ctx)
-    joined = join(records, tk)
-    table = kernel_table(ctx, tk, joined, ncu)
-    result = AnalysisResult(name=NAME, tables={
-        "kernels": table[KERNEL_COLUMNS], "matches": _with_dims(joined.records, MATCH_COLUMNS),
-        "kernel_metrics": _with_dims(ncu.metrics, METRIC_COLUMNS),
-        "rules": _with_dims(ncu.rules, RULE_COLUMNS)})
-    _match_warnings(result, joined.records, tk, int(joined.entry.size))
+    if joined is None or ncu is None:
+        return AnalysisResult(name=NAME, tables={"kernels": pd.DataFrame(columns=KERNEL_COLUMNS)})
+    tk, j = joined
+    table = kernel_table(ctx, tk, j, ncu)
+    result = AnalysisResult(name=NAME, tables={"kernels": table[KERNEL_COLUMNS]})
     off = table[table["model_off"]]
     if len(off):
         result.warnings.append(f"{len(off)} matched kernel group(s) have modelled FLOPs off the measured ones by more "
                                f"than {MODEL_TOLERANCE:.0%} (kernels table, model_off)")
-    result.findings.extend(rule_findings(table, tk, joined, ncu.rules))
+    result.findings.extend(rule_findings(table, tk, j, ncu.rules))
     return result
 
 
@@ -286,16 +338,18 @@ SPEC = AnalysisSpec(
     name=NAME,
     title="Measured efficiency (Nsight Compute)",
     run=analyze,
-    requires=("activity", "measured.ncu", "efficiency.kernel_flops"),
+    requires=("activity", "measured.ncu", "measured.join", "efficiency.kernel_flops"),
     order=92,
     tables=(
         TableSpec("kernels", "Measured kernels: ncu's speed of light, occupancy, DRAM and FLOPs beside the trace time",
                   sort_by="trace_ns"),
-        TableSpec("matches", "ncu kernel records and how each matched the trace's kernels"),
-        TableSpec("rules", "ncu rule results (estimated speedups)"),
-        TableSpec("kernel_metrics", "Every ncu metric of every kernel record (base units)", per_event=True),
+        TableSpec("matches", "ncu kernel records and how each matched the trace's kernels", cross_rank=True),
+        TableSpec("rules", "ncu rule results (estimated speedups)", cross_rank=True),
+        TableSpec("kernel_metrics", "Every ncu metric of every kernel record (base units)", cross_rank=True),
     ),
     finding_codes=("ncu_rule",),
     finding_precedence=(("ncu_rule", 100),),  # busy time above what the kernel can reach
+    gather=gather,
+    reduce=reduce,
     headline_table="kernels",
 )

@@ -275,3 +275,24 @@ def test_measured_and_modelled_flops_side_by_side_with_a_flag_beyond_20_percent(
     ctx.values["efficiency.kernel_flops"] = np.array([1000.0, 100.0])
     kernels = measured.analyze(ctx).tables["kernels"].sort_values("measured_on_invocation")
     assert kernels.iloc[0]["flops_ratio"] == pytest.approx(2.0) and kernels.iloc[0]["model_off"]
+
+
+def test_a_job_rank_by_rank_gives_the_same_measured_section(tmp_path):
+    require_shared()
+    from builders import write_kineto
+    from ncu_example import kernel_events
+
+    for r in (0, 1):
+        write_kineto(tmp_path / f"rank{r}.json", kernel_events(), distributedInfo={"rank": r, "world_size": 2})
+    sections = []
+    for extra in ([], ["--workers", "2"]):
+        out = tmp_path / f"r{len(extra)}.json"
+        proc = subprocess.run([sys.executable, "-m", "traceview.cli", "analyze", str(tmp_path), "--ncu",
+                               str(SHARED_NCU), "--no-cache", "--format", "json", "-o", str(out), *extra],
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+        sections.append(json.loads(out.read_text())["analyses"]["measured"])
+    assert sections[0] == sections[1]
+    # the ncu records and metrics once, not once per batch of ranks; the matches counted over both ranks
+    assert sections[0]["tables"]["kernel_metrics"]["total_rows"] == 220
+    assert "6 of 24 trace kernels have no ncu record" in " ".join(sections[0]["warnings"])
