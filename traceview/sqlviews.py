@@ -158,6 +158,12 @@ MEASURED_VIEWS: tuple[View, ...] = (
              "achieved_occupancy_pct", "l2_hit_rate_pct", "dram_bytes", "duration_ns", "measured_flops",
              "modelled_flops", "flops_ratio", "model_off", "top_rule", "top_speedup_pct")),
          analysis=True, table_of=("measured", "kernels")),
+    View("gpu_metrics", "one step of one GPU with the means of its Nsight Systems GPU metrics (the gpu_metrics "
+         "analysis's steps table; empty without GPU_METRICS in the export)", tuple((c, "docs/metrics.md, GPU metrics")
+                                                                                  for c in (
+             "rank", "device", "step", "samples", "sm_active_pct", "tensor_active_pct", "dram_read_pct",
+             "dram_write_pct", "gpc_clock_mhz", "sys_clock_mhz", "pcie_rx_pct", "pcie_tx_pct", "nvlink_rx_pct",
+             "nvlink_tx_pct", "gemm_share")), analysis=True, table_of=("gpu_metrics", "steps")),
 )
 
 VIEWS: tuple[View, ...] = (
