@@ -73,8 +73,8 @@ MEASURES: dict[str, tuple[tuple[str, str], ...]] = {
 #: FLOP-counting metrics: (prefix, suffix, FLOPs per count)
 FLOP_METRICS = tuple([("sm__ops_path_tensor_", ".sum", 1.0)]
                      + [(f"flop_count_{p}", ".sum", 1.0) for p in ("hp", "sp", "dp")]
-                     + [(f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on", ".sum", 2.0 if op == "fma" else 1.0)
-                        for p in "hfd" for op in ("add", "mul", "fma")])
+                     + [(f"{unit}__sass_thread_inst_executed_op_{p}{op}_pred_on", ".sum", 2.0 if op == "fma" else 1.0)
+                        for unit in ("sm", "smsp") for p in "hfd" for op in ("add", "mul", "fma")])
 KERNEL_COLUMNS = ["rank", "name", "grid", "block", "kernels", "trace_ns", "measured_on_invocation", "match_rule",
                   "bound_by", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
                   "achieved_occupancy_pct", "l2_hit_rate_pct", "dram_bytes", "duration_ns", "measured_flops",

@@ -13,8 +13,9 @@ Rules, tried in this order for each ncu record, the first that finds a trace ker
 
 Then the launch configuration: where the trace has grid and block sizes, only kernels with ncu's
 grid and block match (``+ grid and block``); a trace without them matches on the name alone
-(``+ name only: no launch configuration in the trace``). Last, invocation order: per rank, the
-trace kernels of one name and configuration in start order take the ncu records of that name and
+(``+ name only: no launch configuration in the trace``), and a record without them (CUPTI range
+events) on the name alone (``+ name only: no launch configuration in the record``). Last, invocation
+order: per rank, the trace kernels of one name and configuration in start order take the ncu records of that name and
 configuration in invocation order (the k-th kernel the k-th record), the kernels after the last
 record the last record; each row says which record ("measured on invocation N").
 Nothing is guessed beyond that: a record no rule matches is counted unmatched, with its reason.
@@ -109,7 +110,9 @@ def join(records: pd.DataFrame, trace: pd.DataFrame) -> Join:
         cand = trace[trace["name_code"].isin(codes)]
         known = (cand[DIMS] >= 0).all(axis=1)
         config = (cand[DIMS].to_numpy() == np.asarray(dims)).all(axis=1)
-        if known.any():
+        if min(dims) < 0:
+            rule = hit[1] + " + name only: no launch configuration in the record"
+        elif known.any():
             cand, rule = cand[known.to_numpy() & config], hit[1] + " + grid and block"
         else:
             rule = hit[1] + " + name only: no launch configuration in the trace"

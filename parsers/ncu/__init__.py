@@ -31,6 +31,7 @@ import pandas as pd
 
 from traceview.errors import TraceFormatError
 from traceview.model import Trace
+from traceview.parsers.ncu.cupti import looks_like_json, read_ranges
 from traceview.parsers.ncu.reading import HINT, looks_like_ncu_csv, read_file
 from traceview.parsing import NO_HOOKS, ParseHooks
 from traceview.registry import InputFormat, register_input_format
@@ -98,7 +99,7 @@ def read_ncu(paths: Sequence[str | os.PathLike[str]]) -> NcuMetrics:
     files: list[tuple[str, str, dict[str, int]]] = []
     for order, path in enumerate(ncu_files(paths)):
         csv_path = export_ncu_rep(path) if path.name.endswith(REPORT_SUFFIX) else path
-        rows = read_file(csv_path)
+        rows = read_ranges(csv_path) if _is_json(csv_path) else read_file(csv_path)
         label = path.name  # the name only: a path could name the user's home
         for part, out in ((rows.metrics, metric_parts), (rows.rules, rule_parts)):
             out.append(part.assign(file=label, file_order=order))
@@ -107,6 +108,15 @@ def read_ncu(paths: Sequence[str | os.PathLike[str]]) -> NcuMetrics:
                                            pd.concat(rule_parts, ignore_index=True))
     files.append(("(all files)", "merged", merged))
     return NcuMetrics(metrics=metrics, rules=rules, files=files)
+
+
+def _is_json(path: Path) -> bool:
+    """A JSON (or gzipped) file: a Kineto trace with CUPTI range-profiler events (``cupti.py``)."""
+    try:
+        with open(path, "rb") as fh:
+            return looks_like_json(fh.read(64))
+    except OSError:
+        return False
 
 
 def merge_records(metrics: pd.DataFrame, rules: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:

@@ -296,3 +296,50 @@ def test_a_job_rank_by_rank_gives_the_same_measured_section(tmp_path):
     # the ncu records and metrics once, not once per batch of ranks; the matches counted over both ranks
     assert sections[0]["tables"]["kernel_metrics"]["total_rows"] == 220
     assert "6 of 24 trace kernels have no ncu record" in " ".join(sections[0]["warnings"])
+
+
+# ----------------------------------------------------------------------------- CUPTI range events
+
+
+def range_trace(path: Path) -> Path:
+    """A Kineto trace as the CUPTI range profiler writes it (CuptiRangeProfiler.cpp): one
+    cuda_profiler_range event per profiled kernel, its metrics as args, times spread evenly."""
+    from builders import write_kineto
+    from ncu_example import KERNELS
+
+    gemm = KERNELS[1][0]
+    events = []
+    for i, (ffma, pct) in enumerate(((5_000, 71.5), (7_000, 20.0))):
+        events.append({"ph": "X", "cat": "cuda_profiler_range", "name": gemm, "pid": 0, "tid": 0,
+                       "ts": 100 + 10 * i, "dur": 10, "args": {
+                           "device": 0, "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": ffma,
+                           "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 100,
+                           "sm__throughput.avg.pct_of_peak_sustained_elapsed": pct,
+                           "dram__bytes_read.sum": 4096, "sm__inst_executed_pipe_tensor.sum": 12}})
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 90, "dur": 50})
+    return write_kineto(path, events)
+
+
+def test_cupti_range_events_are_kernel_records_joined_by_name_and_order(tmp_path):
+    ranges = range_trace(tmp_path / "ranges.json.gz")
+    ncu = read_ncu([ranges])
+    layout, counts = ncu.files[0][1], ncu.files[0][2]
+    assert layout == "kineto cuda_profiler_range"
+    assert counts["range_events"] == 2 and counts["other_events"] == 1 and counts["metric_values"] == 10
+    units = dict(zip(ncu.metrics["metric"], ncu.metrics["unit"]))
+    assert units["dram__bytes_read.sum"] == "byte" and units["sm__throughput.avg.pct_of_peak_sustained_elapsed"] == "%"
+    assert sorted(set(ncu.metrics["invocation"])) == [0, 1]
+    trace = write_example(tmp_path / "trace.json")
+    report = traceview.analyze(trace, Options(ncu=(str(ranges),)), cache=False)
+    kernels = report.table("measured", "kernels").sort_values("measured_on_invocation")
+    # Kineto names the ranges by the demangled name, as the kernels of the trace
+    assert kernels["match_rule"].unique().tolist() == ["exact name + name only: no launch configuration in the record"]
+    assert kernels["kernels"].tolist() == [1, 2]  # three launches: the 1st takes record 0, the others record 1
+    assert kernels["measured_flops"].tolist() == [2 * 5_000 + 100, 2 * 7_000 + 100]
+    assert kernels["bound_by"].tolist() == ["compute", "latency"]
+
+
+def test_a_kineto_trace_without_range_events_is_one_clear_error(tmp_path):
+    trace = write_example(tmp_path / "trace.json")
+    with pytest.raises(TraceFormatError, match="without CUPTI range-profiler events"):
+        read_ncu([trace])
