@@ -343,3 +343,17 @@ def test_a_kineto_trace_without_range_events_is_one_clear_error(tmp_path):
     trace = write_example(tmp_path / "trace.json")
     with pytest.raises(TraceFormatError, match="without CUPTI range-profiler events"):
         read_ncu([trace])
+
+
+def test_convert_writes_an_ncu_exports_metrics_as_parquet(tmp_path):
+    import pyarrow.parquet as pq
+
+    path = shared_csvs()[0]
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "traceview.cli", "convert", str(path), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    metrics = pq.read_table(out / "kernel_metrics.parquet").to_pandas()
+    want, rules = recount(path)
+    assert len(metrics) == len(want) and len(pq.read_table(out / "kernel_rules.parquet")) == rules
+    assert "127.0.0.1" not in metrics.to_string()
