@@ -126,9 +126,9 @@ def bound_by(sm: np.ndarray, mem: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(top), "unknown", np.where(top >= BOUND_PCT, label, "latency")).astype(object)
 
 
-def trace_kernels(ctx: AnalysisContext) -> pd.DataFrame:
+def trace_kernels(ctx: AnalysisContext) -> tuple[pd.DataFrame, list[str]]:
     """One row per kernel of the activity: entry, rank, device, name_code, start, end, grid/block
-    (-1 where the trace has none); the names in ``attrs["names"]``."""
+    (-1 where the trace has none), and the names of the name codes."""
     act = activity(ctx)
     sel = np.flatnonzero(act.kind == int(Kind.KERNEL))
     rows = act.row[sel]
@@ -140,8 +140,7 @@ def trace_kernels(ctx: AnalysisContext) -> pd.DataFrame:
     for dim in DIMS:
         values = ctx.trace.events.column(dim).combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
         frame[dim] = values.astype(np.int64)[rows]
-    frame.attrs["names"] = [v if v is not None else "" for v in col.dictionary.to_pylist()]
-    return frame
+    return frame, [v if v is not None else "" for v in col.dictionary.to_pylist()]
 
 
 def _dims(frame: pd.DataFrame, prefix: str) -> pd.Series:
@@ -206,9 +205,10 @@ def rule_findings(table: pd.DataFrame, tk: pd.DataFrame, joined: Join, rules: pd
     top = top_rules(rules, joined.records)
     entry, rec = joined.entry, joined.record
     by_entry = tk.set_index("entry")
+    rank_of = by_entry.loc[entry, "rank"].to_numpy()
     findings = []
     for row in table[table["top_speedup_pct"].fillna(0) > 0].itertuples(index=False):
-        sel = entry[(rec == row.record) & (by_entry.loc[entry, "rank"].to_numpy() == row.rank)]
+        sel = entry[(rec == row.record) & (rank_of == row.rank)]
         k = by_entry.loc[sel]
         share = float(row.top_speedup_pct) / 100.0
         start, end = k["start"].to_numpy(), k["end"].to_numpy()
@@ -270,8 +270,8 @@ def build_join(ctx: AnalysisContext) -> tuple[pd.DataFrame, Join] | None:
     ncu: NcuMetrics | None = ctx.input("measured.ncu")
     if ncu is None:
         return None
-    tk = trace_kernels(ctx)
-    return tk, join(ncu.kernels.reset_index(drop=True), tk)
+    tk, names = trace_kernels(ctx)
+    return tk, join(ncu.kernels.reset_index(drop=True), tk, names)
 
 
 register_input("measured.join", build_join, requires=("activity", "measured.ncu"))

@@ -89,44 +89,61 @@ def name_rules(ncu_names: list[str], trace_names: list[str]) -> dict[str, tuple[
     return out
 
 
-def join(records: pd.DataFrame, trace: pd.DataFrame) -> Join:
+def _rank_order(rank: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions sorted by rank then start, each one's number among its rank's: 0, 1, ...)."""
+    order = np.lexsort((start, rank))
+    r = rank[order]
+    first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    runs = np.diff(np.r_[first, r.size])
+    return order, np.arange(r.size) - np.repeat(first, runs)
+
+
+def join(records: pd.DataFrame, trace: pd.DataFrame, names: list[str]) -> Join:
     """``records``: one row per ncu record (KEY columns, invocation). ``trace``: one row per trace
-    kernel (entry, rank, name_code, start, grid/block, -1 where unknown) with ``names`` its names
-    as ``trace.attrs["names"]``."""
-    names: list[str] = trace.attrs["names"]
-    used = sorted(set(trace["name_code"].tolist()))
-    by_name = name_rules(records["kernel"].tolist(), [names[c] for c in used])
-    records = records.copy()
-    records["trace_name"], records["rule"], records["reason"] = "", "", ""
-    records["matched"] = 0
+    kernel (entry, rank, name_code, start, grid/block, -1 where unknown); ``names``: the name of
+    each name code."""
+    code = trace["name_code"].to_numpy()
+    dim_columns = [trace[d].to_numpy() for d in DIMS]  # 1-D gathers: a 2-D frame's rows are slow to take
+    known_all = np.logical_and.reduce([c >= 0 for c in dim_columns]) if len(trace) else np.zeros(0, bool)
+    rank, start, entry = (trace[c].to_numpy() for c in ("rank", "start", "entry"))
+    # name codes index the names: a narrow copy sorts by radix (a 16-bit key), else a merge sort
+    narrow = code.astype(np.uint16) if len(names) <= np.iinfo(np.uint16).max else code
+    by_code = np.argsort(narrow, kind="stable")
+    sorted_code = code[by_code]
+    first = np.flatnonzero(np.r_[True, sorted_code[1:] != sorted_code[:-1]]) if code.size else np.zeros(0, np.int64)
+    used, bounds = sorted_code[first], np.r_[first, code.size]
+    by_name = name_rules(records["kernel"].tolist(), [names[c] for c in used.tolist()])
+    n = len(records)
+    trace_name, rule, reason = [""] * n, [""] * n, [""] * n
+    matched = np.zeros(n, dtype=np.int64)
     entries, rec_of = [], []
     for (kernel, *dims), group in records.groupby(KEY, sort=False):
         rows = group.sort_values("invocation").index.to_numpy()
         hit = by_name.get(kernel)
         if hit is None:
-            records.loc[rows, "reason"] = "no trace kernel of this name"
+            for i in rows:
+                reason[i] = "no trace kernel of this name"
             continue
-        codes = [used[i] for i in hit[0]]
-        cand = trace[trace["name_code"].isin(codes)]
-        known = (cand[DIMS] >= 0).all(axis=1)
-        config = (cand[DIMS].to_numpy() == np.asarray(dims)).all(axis=1)
+        cand = np.sort(np.concatenate([by_code[bounds[i]:bounds[i + 1]] for i in hit[0]]))
+        known = known_all[cand]
         if min(dims) < 0:
-            rule = hit[1] + " + name only: no launch configuration in the record"
+            how = hit[1] + " + name only: no launch configuration in the record"
         elif known.any():
-            cand, rule = cand[known.to_numpy() & config], hit[1] + " + grid and block"
+            cand = cand[np.logical_and.reduce([known, *(col[cand] == d for col, d in zip(dim_columns, dims))])]
+            how = hit[1] + " + grid and block"
         else:
-            rule = hit[1] + " + name only: no launch configuration in the trace"
-        if cand.empty:
-            records.loc[rows, "reason"] = "trace kernels of this name have another grid or block"
+            how = hit[1] + " + name only: no launch configuration in the trace"
+        if not cand.size:
+            for i in rows:
+                reason[i] = "trace kernels of this name have another grid or block"
             continue
-        cand = cand.sort_values(["rank", "start"], kind="stable")
-        order = cand.groupby("rank", sort=False).cumcount().to_numpy()
-        pick = rows[np.minimum(order, len(rows) - 1)]
-        entries.append(cand["entry"].to_numpy())
+        order, nth = _rank_order(rank[cand], start[cand])
+        pick = rows[np.minimum(nth, len(rows) - 1)]
+        entries.append(entry[cand[order]])
         rec_of.append(pick)
-        records.loc[rows, "rule"] = rule
-        records.loc[rows, "trace_name"] = names[int(cand["name_code"].iloc[0])]
-        counts = pd.Series(pick).value_counts()
-        records.loc[counts.index, "matched"] = counts.to_numpy()
+        for i in rows:
+            rule[i], trace_name[i] = how, names[int(code[cand[0]])]
+        matched += np.bincount(pick, minlength=n)
+    records = records.assign(trace_name=trace_name, rule=rule, reason=reason, matched=matched)
     return Join(records, np.concatenate(entries) if entries else np.zeros(0, np.int64),
                 np.concatenate(rec_of) if rec_of else np.zeros(0, np.int64))
