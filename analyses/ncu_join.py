@@ -7,7 +7,10 @@ Rules, tried in this order for each ncu record, the first that finds a trace ker
 2. ``normalised name``: equal once both have white space, a leading ``void``, namespace qualifiers
    (``at::native::``) and the trailing argument list removed (ncu prints names without namespaces
    and with template parameters for argument types: ``(int, T2, T3)``);
-3. ``base name (unique)``: the function name with template arguments removed
+3. ``loose name``: equal once, beyond that, ``const``, the lambda numbering marks two demanglers
+   spell differently (``{lambda()#3}``, ``[lambda() (instance 3)]``), integer literal suffixes
+   (``2ul``) and every character but letters, digits, ``_``, ``<``, ``>``, ``,`` are removed;
+4. ``base name (unique)``: the function name with template arguments and namespaces removed
    (:func:`traceview.analyses.kernel_names.normalize_kernel_name`) when exactly one ncu kernel
    name and exactly one trace kernel name have it.
 
@@ -33,6 +36,11 @@ from .kernel_names import normalize_kernel_name
 
 _QUALIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*::")
 _RETURN = re.compile(r"^void(?=[A-Za-z_])")
+#: words and marks two demanglers spell differently: ``const`` qualifiers, lambda numbering
+#: (``{lambda()#3}`` vs ``[lambda() (instance 3)]``), integer literal suffixes (``2ul`` vs ``2``)
+_LOOSE_WORDS = re.compile(r"\b(?:const|instance)\b")
+_INT_SUFFIX = re.compile(r"(?<=[0-9])(?:ull|ul|ll|u|l)(?![A-Za-z0-9_])")
+_NOT_KEPT = re.compile(r"[^A-Za-z0-9_<>,]")
 KEY = ["kernel", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]
 DIMS = KEY[1:]
 
@@ -52,6 +60,18 @@ def normalised_name(name: str) -> str:
     return text
 
 
+def loose_name(name: str) -> str:
+    """:func:`normalised_name` with ``const``, lambda numbering marks, integer literal suffixes and
+    every character but letters, digits, ``_``, ``<``, ``>`` and ``,`` removed."""
+    text = _INT_SUFFIX.sub("", normalised_name(_LOOSE_WORDS.sub("", name)))
+    return _NOT_KEPT.sub("", text)
+
+
+def base_name(name: str) -> str:
+    """The function name without template arguments, arguments or namespaces."""
+    return _QUALIFIER.sub("", normalize_kernel_name(name))
+
+
 @dataclass
 class Join:
     """The join of ncu records to trace kernels. ``kernels``: one row per trace kernel matched
@@ -68,22 +88,26 @@ def name_rules(ncu_names: list[str], trace_names: list[str]) -> dict[str, tuple[
     that finds any; names no rule matches are left out."""
     exact: dict[str, list[int]] = {}
     norm: dict[str, list[int]] = {}
+    loose: dict[str, list[int]] = {}
     base: dict[str, list[int]] = {}
     for i, name in enumerate(trace_names):
         exact.setdefault(name, []).append(i)
         norm.setdefault(normalised_name(name), []).append(i)
-        base.setdefault(normalize_kernel_name(name), []).append(i)
+        loose.setdefault(loose_name(name), []).append(i)
+        base.setdefault(base_name(name), []).append(i)
     ncu_base: dict[str, int] = {}
     for name in set(ncu_names):
-        b = normalize_kernel_name(name)
+        b = base_name(name)
         ncu_base[b] = ncu_base.get(b, 0) + 1
     out: dict[str, tuple[list[int], str]] = {}
     for name in set(ncu_names):
-        b = normalize_kernel_name(name)
+        b = base_name(name)
         if name in exact:
             out[name] = (exact[name], "exact name")
         elif normalised_name(name) in norm:
             out[name] = (norm[normalised_name(name)], "normalised name")
+        elif loose_name(name) in loose:
+            out[name] = (loose[loose_name(name)], "loose name")
         elif ncu_base[b] == 1 and len(base.get(b, [])) == 1:
             out[name] = (base[b], "base name (unique)")
     return out

@@ -357,3 +357,20 @@ def test_convert_writes_an_ncu_exports_metrics_as_parquet(tmp_path):
     want, rules = recount(path)
     assert len(metrics) == len(want) and len(pq.read_table(out / "kernel_rules.parquet")) == rules
     assert "127.0.0.1" not in metrics.to_string()
+
+
+def test_a_real_kineto_trace_joins_the_kernel_two_demanglers_spell_differently():
+    """tracelens_qwen05b_h100 (PyTorch's cxxabi names: ``{lambda()#3}``, ``const``, ``2ul``) holds
+    the direct_copy kernel of llmperfopt_dsocr_kernel0004 (ncu's names: ``[lambda() (instance 3)]``)
+    at the same launch configuration, grid (2, 1, 1) and block (128, 1, 1)."""
+    trace = require_shared() / "kineto" / "tracelens_qwen05b_h100.json.gz"
+    report = traceview.analyze(trace, Options(ncu=(str(SHARED_NCU),)), cache=False)
+    kernels = report.table("measured", "kernels")
+    assert len(kernels) == 1
+    row = kernels.iloc[0]
+    assert (row["grid"], row["block"], row["match_rule"]) == ("(2, 1, 1)", "(128, 1, 1)", "loose name + grid and block")
+    assert "direct_copy_kernel_cuda" in row["name"] and "{lambda()#3}" in row["name"]
+    matches = report.table("measured", "matches")
+    assert sorted(matches["reason"].tolist()) == ["", "no trace kernel of this name", "no trace kernel of this name",
+                                                  "no trace kernel of this name",
+                                                  "trace kernels of this name have another grid or block"]
