@@ -83,25 +83,23 @@ def looks_like_ncu_csv(head: bytes) -> bool:
 
 
 def read_table(path: Path, text: str) -> pd.DataFrame:
-    """The CSV as a frame of strings, one column per header name. ncu ends metric rows of the
-    details page after the value (no rule cells): a short row is padded with empty cells; a row
-    longer than the header is an error."""
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as exc:
-        raise TraceFormatError(path, f"is not a well-formed CSV file ({exc})", HINT) from None
-    names = rows[0]
+    """The CSV as a frame of strings, one column per header name (pandas' C reader: no field size
+    limit, so megabyte kernel names read). ncu ends metric rows of the details page after the value
+    (no rule cells): a short row gets empty cells; a row longer than the header is an error."""
+    names = next(csv.reader([text.split("\n", 1)[0].rstrip("\r")])) if text else []
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})[0]
         raise TraceFormatError(path, f"has the column {dup!r} twice, so it is not an ncu CSV export", HINT)
-    width = len(names)
-    body = [r for r in rows[1:] if r]
-    for line, row in enumerate(body, start=2):
-        if len(row) > width:
-            raise TraceFormatError(path, f"line {line} has {len(row)} cells, the header {width}: the file is not "
-                                   "one ncu export", HINT)
-    padded = [r + [""] * (width - len(r)) if len(r) < width else r for r in body]
-    return pd.DataFrame(padded, columns=names, dtype=object) if padded else pd.DataFrame(columns=names, dtype=object)
+    try:
+        # header=None: the header line sets the width, so a longer row is an error, not an index
+        frame = pd.read_csv(io.StringIO(text), header=None, dtype=str, keep_default_na=False, na_filter=False,
+                            skip_blank_lines=True, engine="c")
+    except (pd.errors.ParserError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:160]
+        raise TraceFormatError(path, f"is not a well-formed CSV file ({detail})", HINT) from None
+    frame = frame.iloc[1:].reset_index(drop=True)
+    frame.columns = names
+    return frame.astype(object)
 
 
 def to_number(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -108,11 +108,23 @@ BAD = {
     "mixed units": ('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
                     '"0","k","S","m","byte","1"\n"1","k","S","m","%","2"\n', "units of different kinds"),
     "long row": ('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
-                 '"0","k","S","m","%","1","extra"\n', "line 2 has 7 cells"),
+                 '"0","k","S","m","%","1","extra"\n', "Expected 6 fields in line 2, saw 7"),
     "bad grid": ('"ID","Kernel Name","Grid Size","Section Name","Metric Name","Metric Unit","Metric Value"\n'
                  '"0","k","(1, 2)","S","m","%","1"\n', "Grid Size that is not (x, y, z)"),
     "raw without units": ('"ID","Kernel Name","dram__bytes.sum"\n"0","k","5"\n', "without its units row"),
 }
+
+
+def test_crlf_a_bom_and_a_megabyte_kernel_name_read(tmp_path):
+    src = shared_csvs()[0]
+    crlf = tmp_path / "crlf.csv"
+    crlf.write_bytes(("\ufeff" + src.read_text().replace("\n", "\r\n")).encode())
+    assert read_ncu([crlf]).metrics[["raw_unit", "raw_value"]].equals(read_ncu([src]).metrics[["raw_unit", "raw_value"]])
+    big = tmp_path / "big.csv"
+    name = "k" * 1_000_000
+    big.write_text('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+                   f'"0","{name}","S","m","%","1"\n')
+    assert read_ncu([big]).metrics["kernel"].tolist() == [name]
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
