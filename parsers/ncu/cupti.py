@@ -75,7 +75,8 @@ def read_ranges(path: Path) -> FileRows:
     rows: list[tuple[int, int, str, str, str]] = []
     skipped = 0
     for i, event in enumerate(ranges):
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        given = event.get("args")
+        args: dict[str, Any] = given if isinstance(given, dict) else {}
         device = args.get("device", event.get("pid", -1))
         for key, value in args.items():
             if key in NOT_METRICS:
