@@ -386,3 +386,35 @@ def test_a_real_kineto_trace_joins_the_kernel_two_demanglers_spell_differently()
     assert sorted(matches["reason"].tolist()) == ["", "no trace kernel of this name", "no trace kernel of this name",
                                                   "no trace kernel of this name",
                                                   "trace kernels of this name have another grid or block"]
+
+
+def test_diff_shows_measured_kernels_before_and_after(tmp_path):
+    """The base measured with the shared exports, the new one with kernel0003's export edited: its
+    SM throughput 41.49% -> 85% (bound by memory -> compute)."""
+    folder = require_shared() / "ncu"
+    trace = write_example(tmp_path / "trace.json")
+    new_ncu = tmp_path / "new_ncu"
+    new_ncu.mkdir()
+    for f in folder.glob("*details.csv"):
+        text = f.read_text()
+        if "kernel0003" in f.name:
+            text = text.replace('"Compute (SM) Throughput","%","41.49"', '"Compute (SM) Throughput","%","85.00"')
+            text = text.replace('"sm__throughput.avg.pct_of_peak_sustained_elapsed","%","41.49"',
+                                '"sm__throughput.avg.pct_of_peak_sustained_elapsed","%","85.00"')
+        (new_ncu / f.name).write_text(text)
+    out = tmp_path / "diff.json"
+    proc = subprocess.run([sys.executable, "-m", "traceview.cli", "diff", str(trace), str(trace), "--ncu", str(new_ncu),
+                           "--base-ncu", str(SHARED_NCU), "--format", "json", "-o", str(out), "--no-cache"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    measured = json.loads(out.read_text())["measured"]
+    changed = [m for m in measured if m["changed"]]
+    assert len(measured) == 3 and len(changed) == 1
+    gemm = changed[0]
+    assert gemm["grid"] == "(152, 4, 1)"
+    assert (gemm["base_sm_throughput_pct"], gemm["new_sm_throughput_pct"]) == (41.49, 85.0)
+    assert (gemm["base_bound_by"], gemm["new_bound_by"]) == ("memory", "compute")
+    md = subprocess.run([sys.executable, "-m", "traceview.cli", "diff", str(trace), str(trace), "--ncu", str(new_ncu),
+                         "--base-ncu", str(SHARED_NCU), "--format", "markdown"],
+                        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert "### Measured kernels" in md.stdout and "memory -> compute" in md.stdout
