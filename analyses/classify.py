@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,85 @@ CAUSES = (HOST_BOUND, SYNC_BOUND, LAUNCH_LATENCY, UNATTRIBUTED)
 #: report it, and from which it is "high"
 EXPOSED_COMM_SHARE = 0.05
 EXPOSED_COMM_SHARE_HIGH = 0.20
+
+
+@dataclass(frozen=True)
+class KernelRule:
+    """One row of the kernel-category table: a kernel whose name ``pattern`` matches (searched, case
+    ignored) is of ``category``; ``matches`` says which kernels, in words (docs/metrics.md)."""
+
+    category: str
+    pattern: str
+    matches: str
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regex", re.compile(self.pattern, re.IGNORECASE))
+
+
+#: the kernel categories by name, tried in this order (the first rule that matches decides;
+#: communication and memory are decided before, from the event). docs/metrics.md, "Kernel
+#: breakdown", holds this table as :func:`kernel_rules_markdown` writes it (a test compares them).
+KERNEL_RULES: tuple[KernelRule, ...] = (
+    KernelRule("attention", r"flash|fmha|attention|attn|sdpa",
+               "FlashAttention, cuDNN/CUTLASS/Composable Kernel `fmha` (`ck_tile::FmhaFwdKernel`), "
+               "`*attention*`, Triton `_attn_fwd`, `sdpa`; before GEMM (`fmha_cutlassF` is attention)"),
+    KernelRule("attention", r"(?<![a-z])sage_?(?:fwd|bwd|attn)",
+               "SageAttention (`sage_fwd`, `sageattn_*`)"),
+    KernelRule("convolution", r"conv(?!ert)|implicit_?gemm|winograd|(?<![a-z])(?:fprop|dgrad|wgrad)(?![a-z])",
+               "`conv` (not `convert`), `implicit_gemm`, `winograd`, `fprop`/`dgrad`/`wgrad` as a word "
+               "(cuDNN `xmma_fprop_*`, `wgrad_alg0_engine`, CUTLASS conv); before GEMM: implicit-GEMM "
+               "convolutions say `gemm` too"),
+    KernelRule("convolution", r"(?<![a-z])igemm_(?:fwd|bwd|wrw)|(?<![a-z])im[23]d2col|[sh]cudnn_",
+               "MIOpen implicit-GEMM convolutions (`igemm_fwd_gtcx_*`, `igemm_bwd_*`, `igemm_wrw_*`), "
+               "MIOpen `Im2d2Col`/`Im3d2Col`, cuDNN `scudnn_`/`hcudnn_` convolution kernels"),
+    KernelRule("gemm", r"gemm|gemv|cutlass|cublas|matmul|wgmma",
+               "`gemm` (sgemm, hgemm, cuBLAS/cuBLASLt, CUTLASS 2 and 3 (`cutlass3x_*gemm*`), rocBLAS "
+               "`rocblas_gemm_*`, Composable Kernel `ck::kernel_gemm_*` / `ck_tile::GemmKernel`, aiter "
+               "`gemm_a8w8*`, `sm90_xmma_gemm_*`), `gemv`, `cutlass`, `cublas`, `matmul` (Triton "
+               "`matmul_kernel`), `wgmma`"),
+    KernelRule("gemm", r"(?<![a-z0-9])cijk_",
+               "Tensile GEMMs of hipBLASLt and rocBLAS (`Cijk_Alik_Bljk_*`, `Cijk_Ailk_Bljk_*`, "
+               "`Custom_Cijk_*`)"),
+    KernelRule("gemm", r"(?<![a-z])nvjet_|(?<![a-z])sm\d+_xmma_",
+               "cuBLAS's `nvjet_*` GEMMs, other `smNN_xmma_*` kernels (convolutions are matched before)"),
+    KernelRule("gemm", r"(?<![a-z])fmoe_|fused_moe_kernel",
+               "fused mixture-of-experts GEMMs: aiter `fmoe_*`, Triton `fused_moe_kernel`"),
+    KernelRule("gemm", r"triton_tem_\w*mm|(?:^|[^a-z])(?:b|add)?mm(?:[^a-z]|$)",
+               "Triton (Inductor) matmul templates `triton_tem_*mm`, `mm`/`bmm`/`addmm` as a word"),
+    KernelRule("elementwise", r"elementwise|triton_poi_",
+               "`elementwise` (`vectorized_elementwise_kernel`, `unrolled_elementwise_kernel`, "
+               "`elementwise_kernel`, `ck::kernel_elementwise`), Triton pointwise `triton_poi_`; before "
+               "reduction (`distribution_elementwise_grid_stride_kernel<... normal ...>`)"),
+    KernelRule("elementwise", r"(?<![a-z])subtensorop",
+               "MIOpen sub-tensor operations (`SubTensorOpWithScalar1d`, `SubTensorOpWithCastTensor1d`)"),
+    KernelRule("reduction", r"reduce|reduction|softmax|norm|(?<![a-z])bn_(?:fw|bw)|triton_red_|triton_per_",
+               "`reduce`, `reduction`, `softmax`, `norm` (layer/batch/group/RMS norm, CK "
+               "`kernel_normalization`, MIOpen `BatchNorm`), cuDNN batch norm `bn_fw`/`bn_bw`, Triton "
+               "`triton_red_`/`triton_per_`"),
+)
+
+
+def kernel_category_of_name(name: str) -> str | None:
+    """The category of the first rule of :data:`KERNEL_RULES` that matches ``name`` (None: none)."""
+    for rule in KERNEL_RULES:
+        if rule.regex.search(name):
+            return rule.category
+    return None
+
+
+def markdown_code(text: str) -> str:
+    """``text`` as a Markdown code span inside a table cell (``|`` escaped)."""
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def kernel_rules_markdown() -> str:
+    """:data:`KERNEL_RULES` as the Markdown table of docs/metrics.md."""
+    lines = ["| # | category | regex (searched in the name, case ignored) | what it matches |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {i} | {r.category} | {markdown_code(r.pattern)} | {r.matches} |"
+              for i, r in enumerate(KERNEL_RULES, 1)]
+    return "\n".join(lines)
 
 
 def name_matches(ctx: AnalysisContext, pattern: re.Pattern[str] | str) -> np.ndarray:

@@ -6,36 +6,12 @@ its ``rule`` and ``family`` (the library that issued it), which the communicatio
 in the kernel name) or an argument rule (a column of the event that must be present, e.g. the
 ``collective`` args PyTorch writes for collectives).
 
-Built-in rules, in order (kernel names as the libraries' sources spell them):
-
-========================  ==================  =====================================================
-rule                      family              matches
-========================  ==================  =====================================================
-``msccl``                 msccl               ``msccl`` as a word start: MSCCL (``mscclKernel_*``, whose
-                                              arguments name NCCL types, hence first) and MSCCL++
-                                              (``mscclpp::``)
-``nccl``                  nccl                ``nccl`` or ``rccl``, any case (``ncclKernel_*``,
-                                              ``ncclDevKernel_*``; RCCL keeps NCCL's kernel names)
-``deepep``                deepep              a kernel in DeepEP's ``internode``/``intranode``/
-                                              ``internode_ll`` namespaces under ``deep_ep::`` or
-                                              ``dpsk::ep::`` (``dispatch``, ``combine``,
-                                              ``notify_dispatch``, ``cached_notify``, ...). The
-                                              namespace is anchored: ``cdpsk::ep::`` CUB kernels
-                                              and the local ``get_dispatch_layout`` are compute
-``nvshmem``               nvshmem             ``nvshmem`` in the name (NVSHMEM's own kernels)
-``symmetric_memory``      symmetric_memory    PyTorch symmetric memory: ``multimem_all_reduce``,
-                                              ``multimem_one_shot_all_reduce``,
-                                              ``multimem_all_gather``, ``one_shot_all_reduce``,
-                                              ``two_shot_all_reduce`` kernels
-``custom_allreduce``      custom_allreduce    vLLM/SGLang ``cross_device_reduce_1stage/2stage``,
-                                              TensorRT-LLM ``oneShotAllReduceKernel`` /
-                                              ``twoShotAllReduceKernel``, ``allreduce_fusion_kernel_*``
-                                              (TensorRT-LLM / FlashInfer, lamport and sync variants)
-``all_to_all``            all_to_all          ``all_to_all`` / ``alltoall`` / ``AllToAll`` as a word
-``send_recv``             send_recv           ``SendRecv`` / ``send_recv`` or ``p2p_send`` / ``p2p_recv``
-                                              as a word
-``collective_args``       collective_args     the event carries collective args (``collective``)
-========================  ==================  =====================================================
+Built-in rules, in order: :data:`BUILTIN_RULES` (``msccl``, ``nccl``, ``deepep``, ``nvshmem``,
+``symmetric_memory``, ``custom_allreduce``, ``all_to_all``, ``send_recv``, ``xla_collective``,
+``collective_args``), each with its regex and, in ``matches``, what it matches in words.
+docs/metrics.md ("Common definitions") holds the table as :func:`rules_markdown` writes it
+(``tests/unit/test_comm_rules.py`` compares them), so the documentation says exactly what the
+patterns match.
 
 User rules (``--comm-pattern [FAMILY=]REGEX``, a ``--comm-config`` TOML file; ``Options.comm_patterns``)
 come first, so they can add kernels the table misses and relabel the family of ones it knows.
@@ -74,6 +50,8 @@ class CommRule:
     kind: str | None = None
     op: str | None = None
     source: str = "built-in"
+    #: what the rule matches, in words (the documentation's table; built-in rules)
+    matches: str = ""
     #: ``pattern`` and ``op`` compiled once, as the rule is made
     regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
     op_regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
@@ -100,25 +78,72 @@ class CommRule:
 
 BUILTIN_RULES: tuple[CommRule, ...] = (
     # before nccl: MSCCL kernels take NCCL types (`mscclKernel_Sum_half_Simple_false(ncclDevComm*, ...)`)
-    CommRule("msccl", "msccl", pattern=r"(?<![A-Za-z])msccl"),
-    CommRule("nccl", "nccl", pattern=r"(?i)nccl|rccl"),
+    CommRule("msccl", "msccl", pattern=r"(?<![A-Za-z])msccl",
+             matches="`msccl` (lower case) not preceded by a letter: MSCCL `mscclKernel_*` (its arguments "
+             "name NCCL types, so it comes first) and MSCCL++ `mscclpp::...`"),
+    CommRule("nccl", "nccl", pattern=r"(?i)nccl|rccl",
+             matches="`nccl` or `rccl` anywhere in the name, any case (`ncclKernel_*`, `ncclDevKernel_*`; "
+             "RCCL keeps NCCL's names)"),
     # namespaces anchored on both sides: `cdpsk::ep::` (CUB scan kernels) and
     # `dpsk::ep::cuda::get_dispatch_layout` (a local layout computation) are compute
     CommRule("deepep", "deepep", pattern=r"(?<![\w:])(?:deep_ep|dpsk::ep)::(?:intra|inter)node\w*::\w",
-             op=r"::(?:intra|inter)node\w*::(\w+)"),
-    CommRule("nvshmem", "nvshmem", pattern=r"(?i)nvshmem"),
+             op=r"::(?:intra|inter)node\w*::(\w+)",
+             matches="`deep_ep::` or `dpsk::ep::` (not preceded by a word character or `:`), then any "
+             "namespace whose name starts with `intranode` or `internode` (DeepEP's `intranode`, `internode`, "
+             "`internode_ll`, or any other such as `internode_foo`), then `::` and a name (`dispatch`, "
+             "`combine`, `notify_dispatch`, `cached_notify`, `clean_low_latency_buffer`, ...). "
+             "`cdpsk::ep::CUB_*` scan kernels and `dpsk::ep::cuda::get_dispatch_layout` stay compute"),
+    CommRule("nvshmem", "nvshmem", pattern=r"(?i)nvshmem",
+             matches="`nvshmem` anywhere in the name, any case (NVSHMEM's own kernels, `nvshmemi_*`)"),
     CommRule("symmetric_memory", "symmetric_memory",
              pattern=r"(?<![A-Za-z0-9])(?:multimem_(?:one_shot_)?all_reduce|multimem_all_gather"
-             r"|one_shot_all_reduce|two_shot_all_reduce)_kernel"),
+             r"|one_shot_all_reduce|two_shot_all_reduce)_kernel",
+             matches="PyTorch symmetric memory: `multimem_all_reduce_kernel`, "
+             "`multimem_one_shot_all_reduce_kernel`, `multimem_all_gather_kernel`, `one_shot_all_reduce_kernel` "
+             "or `two_shot_all_reduce_kernel` (lower case) not preceded by a letter or digit, as a prefix: "
+             "anything may follow (`two_shot_all_reduce_kernel_inplace`, a template's `<...>`), and `_` may "
+             "precede (`my_one_shot_all_reduce_kernel`)"),
     CommRule("custom_allreduce", "custom_allreduce",
              pattern=r"cross_device_reduce_[12]stage|(?<![A-Za-z])(?:[Oo]ne|[Tt]wo)ShotAllReduceKernel"
-             r"|allreduce_fusion_kernel_", kind="all_reduce"),
+             r"|allreduce_fusion_kernel_", kind="all_reduce",
+             matches="vLLM/SGLang `cross_device_reduce_1stage`/`2stage` anywhere; TensorRT-LLM "
+             "`oneShotAllReduceKernel`/`twoShotAllReduceKernel` (first letter either case) not preceded by a "
+             "letter; TensorRT-LLM/FlashInfer `allreduce_fusion_kernel_` anywhere (lamport and sync variants)"),
     CommRule("all_to_all", "all_to_all", pattern=r"(?<![A-Za-z])[Aa]ll_?[Tt]o_?[Aa]ll(?:v|_?single)?(?![a-z])",
-             kind="all_to_all"),
+             kind="all_to_all",
+             matches="`all`, `to`, `all` (each first letter either case, each `_` optional: `all_to_all`, "
+             "`alltoall`, `AllToAll`), optionally then `v`, `single` or `_single`, not preceded by a letter "
+             "and not followed by a lower-case letter (`intranode_alltoall_kernel`, `AllToAllKernel`)"),
     CommRule("send_recv", "send_recv",
-             pattern=r"(?<![A-Za-z])(?:[Ss]end_?[Rr]ecv|[Pp]2[Pp]_?(?:[Ss]end|[Rr]ecv))(?![a-z])"),
-    CommRule("collective_args", "collective_args", arg="collective"),
+             pattern=r"(?<![A-Za-z])(?:[Ss]end_?[Rr]ecv|[Pp]2[Pp]_?(?:[Ss]end|[Rr]ecv))(?![a-z])",
+             matches="`send` `recv` (`SendRecv`, `send_recv`, `sendrecv`, `Send_Recv`), or `p2p`/`P2P` then "
+             "`send` or `recv` (`p2p_send`, `p2p_recv`, `P2P_Recv`, `p2pSend`; each first letter either case, "
+             "`_` optional), not preceded by a letter and not followed by a lower-case letter "
+             "(`SendRecvKernel` matches, `sendrecvs` does not)"),
+    # XLA's collective HLO ops as the XSpace of a TPU or GPU run names them (`all-reduce.3`,
+    # `all-gather-start`, `collective-permute-done.1`): the opcode, an async -start/-done half, a
+    # `.N` suffix; fusions that merely contain one (`all-reduce-fusion`, `fusion.all-reduce`) stay compute
+    CommRule("xla_collective", "xla",
+             pattern=r"^%?(?:all-reduce|all-gather|reduce-scatter|collective-permute|collective-broadcast"
+             r"|ragged-all-to-all|all-to-all)(?:-start|-done)?(?:\.\d+)*$",
+             op=r"^%?([a-z-]+?)(?:-start|-done)?(?:\.\d+)*$",
+             matches="an XLA collective HLO op, the whole name (an optional `%`): `all-reduce`, `all-gather`, "
+             "`reduce-scatter`, `collective-permute`, `collective-broadcast`, `all-to-all`, "
+             "`ragged-all-to-all`, each alone or as its async `-start`/`-done` half, with `.N` suffixes "
+             "(`all-reduce.3`, `all-gather-start`); fusions containing one (`all-reduce-fusion`) stay compute"),
+    CommRule("collective_args", "collective_args", arg="collective",
+             matches="no name rule matched and the event carries collective args (non-null `collective` column)"),
 )
+
+
+def rules_markdown() -> str:
+    """:data:`BUILTIN_RULES` as the Markdown table of docs/metrics.md ("Common definitions")."""
+    lines = ["| rule | family | regex (searched in the kernel name) | a kernel matches when |",
+             "| --- | --- | --- | --- |"]
+    for rule in BUILTIN_RULES:
+        regex = "`" + rule.pattern.replace("|", "\\|") + "`" if rule.pattern is not None else f"(arg `{rule.arg}`)"
+        lines.append(f"| `{rule.name}` | {rule.family} | {regex} | {rule.matches} |")
+    return "\n".join(lines)
 
 
 def parse_pattern(spec: str, *, source: str = "--comm-pattern") -> CommRule:
@@ -196,4 +221,4 @@ def _rule_tables(value: Any, where: str) -> list[str]:
     return out
 
 
-__all__ = ["BUILTIN_RULES", "USER_FAMILY", "CommRule", "load_config", "parse_pattern", "rule_table"]
+__all__ = ["BUILTIN_RULES", "USER_FAMILY", "CommRule", "load_config", "parse_pattern", "rule_table", "rules_markdown"]

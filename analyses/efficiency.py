@@ -25,8 +25,9 @@ Definitions (docs/metrics.md, "Efficiency"), per rank and GPU device; times int6
   products, vector otherwise; a product in a dtype the tensor units have no published peak for, e.g.
   fp32, uses the vector peak: PyTorch's default with TF32 off, unless that op name's calls ran faster
   than it allows: then on the TF32 tensor peak; a bf16/fp16 vector op without a vector peak uses the
-  fp32 one: PyTorch computes them in fp32; an op of no FLOPs needs only the bandwidth); bandwidth =
-  device memory bandwidth.
+  fp32 one: PyTorch computes them in fp32; an op of no FLOPs needs only the bandwidth; an integer or
+  boolean op off the tensor units, index arithmetic and masks, has no published peak and is not
+  judged, which is no warning); bandwidth = device memory bandwidth.
   Only verified figures are used: an unverified or missing one leaves the roof empty and ``roof``
   says why.
 - Per op: intensity = FLOPs / bytes; ridge = peak / bandwidth; bound = compute when intensity >=
@@ -58,7 +59,8 @@ their claims are left out of ``below_roofline``'s), ``collective_bandwidth`` (a 
 below 25% of the link's bandwidth, every instance timed over its whole group; claims: per instance
 the last (time - S x factor / link) of its kernel, the time above the link-bandwidth roofline,
 where it is exposed; part of ``exposed_collective``). An unknown GPU or an unverified peak raises
-no finding: a warning says what could not be computed.
+no finding: a warning says what could not be computed, once per distinct cause (no rank or GPU in
+its text: the report names the ranks that gave it).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
 
 from . import classify
+from .efficiency_rollup import INTEGER_DTYPES, family_table, report_summary
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
 from .steps import NO_STEP, Activity, activity, flow_links, issuing_cpu_op, per_step, step_column
@@ -153,6 +156,8 @@ def roof_of(name: str, spec: hw.GpuSpec | None, dtype: str, unit: str, flops: in
     bandwidth = hw.memory_bandwidth_bytes_per_s(spec) if spec is not None else None
     if spec is not None and flops == 0 and bandwidth is not None:
         return Roof(np.inf, bandwidth, f"{spec.name}: {bandwidth / 1e9:.4g} GB/s (no FLOPs)")
+    if is_bookkeeping(dtype, unit):
+        return Roof(None, None, f"{dtype} on the vector units: {BOOKKEEPING_ROOF}")
     tensor, compute_dtype = unit == "tensor", dtype
     if spec is not None and tensor and hw.normalize_dtype(dtype) not in spec.tensor_tflops:
         tensor = False  # no tensor-unit peak for this dtype: products run on the vector units
@@ -170,6 +175,14 @@ def roof_of(name: str, spec: hw.GpuSpec | None, dtype: str, unit: str, flops: in
 
 
 _OPMATH_FP32 = ("bf16", "fp16")
+BOOKKEEPING_ROOF = "an integer (index or bookkeeping) op: no vendor publishes an integer vector peak, not judged"
+
+
+def is_bookkeeping(dtype: str, unit: str) -> bool:
+    """An op of an integer or boolean dtype off the tensor units (index arithmetic, masks, counts):
+    it has no FLOP peak to be judged on, and that is no warning (an int8 product on the tensor units
+    is judged on its int8 peak)."""
+    return unit != "tensor" and str(dtype) in INTEGER_DTYPES
 
 
 # ------------------------------------------------------------------------------------ attribution
@@ -542,7 +555,7 @@ def with_mfu(steps: pd.DataFrame, ctx: AnalysisContext) -> tuple[pd.DataFrame, l
         name, spec = gpu_of(ctx, int(rank), int(device))
         peak = hw.peak_flops(spec, options.mfu_dtype, tensor=True) if spec is not None else None
         if peak is None:
-            warnings.append((int(rank), f"efficiency: rank {rank} GPU {device}: no MFU: "
+            warnings.append((int(rank), "efficiency: no MFU: "
                              f"{hw.missing_peak_reason(name, spec, options.mfu_dtype) or 'no peak'}"))
             continue
         frame = out.loc[rows]
@@ -553,8 +566,8 @@ def with_mfu(steps: pd.DataFrame, ctx: AnalysisContext) -> tuple[pd.DataFrame, l
             mfu[~per_step] = flops * per_step.sum() / (peak * window_s[per_step].sum())
         broken = mfu > 1.0
         if broken.any():
-            warnings.append((int(rank), f"efficiency: rank {rank} GPU {device}: MFU would be {np.nanmax(mfu):.0%}, "
-                             f"above 100%: the model FLOPs per step given ({flops:.4g}) or the GPU's "
+            warnings.append((int(rank), f"efficiency: MFU would be above 100% ({name or 'unnamed GPU'}): the model "
+                             f"FLOPs per step given ({flops:.4g}) or the GPU's "
                              f"{options.mfu_dtype} peak is wrong; no MFU is reported"))
             mfu[:] = np.nan
         out.loc[rows, "mfu"] = mfu
@@ -775,11 +788,12 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     windows = ctx.input("temporal.breakdown")
     op_types = op_type_table(roofed, step_counts)
     steps, mfu_warnings = with_mfu(step_table(roofed, windows[["rank", "device", "step", "window_ns"]]), ctx)
-    tables = {"op_types": op_types, "steps": steps, "coverage": coverage_table(ctx, k),
-              "unmodelled": unmodelled_table(k)}
+    tables = {"op_types": op_types, "families": family_table(roofed), "steps": steps,
+              "coverage": coverage_table(ctx, k), "unmodelled": unmodelled_table(k)}
     findings = below_roofline_findings(k, roofed, windows, step_counts) if len(roofed) else []
     result = AnalysisResult(name=NAME, tables=tables, findings=findings)
-    for rank, message in _warnings(k, roofed, op_types) + mfu_warnings:
+    # one line per distinct cause: no rank or GPU in a message (the report says which ranks gave it)
+    for rank, message in dict.fromkeys(_warnings(k, roofed, op_types) + mfu_warnings):
         result.warn(message, [rank])
     return result
 
@@ -797,17 +811,18 @@ def _warnings(k: OpKernels, roofed: pd.DataFrame, op_types: pd.DataFrame) -> lis
         for rank in has_dims.index[~has_dims.to_numpy(bool)].tolist():
             out.append((int(rank), "efficiency: no op records its input shapes (profile with record_shapes=True, or "
                         "this trace format does not carry them): no op is modelled"))
-    no_roof = roofed[roofed["roofline_ns"].isna()].drop_duplicates(["rank", "device", "roof"])
-    for rank, device, roof in zip(no_roof["rank"], no_roof["device"], no_roof["roof"]):
-        out.append((int(rank), f"efficiency: rank {rank} GPU {device}: {roof}"))
+    no_roof = roofed[roofed["roofline_ns"].isna()].drop_duplicates(["rank", "roof"])
+    bookkeeping = [is_bookkeeping(d, u) for d, u in zip(no_roof["dtype"], no_roof["unit"])]
+    no_roof = no_roof[~np.asarray(bookkeeping, dtype=bool)] if len(no_roof) else no_roof
+    for rank, roof in zip(no_roof["rank"], no_roof["roof"]):
+        out.append((int(rank), f"efficiency: {roof}"))
     over = op_types[op_types["over_roofline"].to_numpy(bool)]
     for row in over.itertuples(index=False):
         why = ("its roof is too low (TF32 products judged on the fp32 peak), or its data came from cache"
                if row.unit == "tensor" else "its data came from cache, or the recorded shapes or durations are "
                "not those that ran (a synthetic trace)")
-        out.append((int(row.rank), f"efficiency: {row.name} ({row.dtype}) on rank {row.rank} GPU {row.device} ran "
-                    f"faster than its roofline ({row.roofline_ns / row.gpu_ns:.0%}): {why}; no efficiency is given "
-                    "for it"))
+        out.append((int(row.rank), f"efficiency: {row.name} ({row.dtype}) ran faster than its roofline: {why}; no "
+                    "efficiency is given for it (the op types table's roof says 'exceeded')"))
     return out
 
 
@@ -1080,6 +1095,8 @@ SPEC = AnalysisSpec(
     order=90,
     tables=(
         TableSpec("op_types", "Op types against the roofline, per rank and GPU", sort_by="gpu_ns"),
+        TableSpec("families", "Roll-up per model family and dtype: share of peak FLOP/s and of memory bandwidth",
+                  sort_by="gpu_ns"),
         TableSpec("steps", "FLOPs utilisation per step (HFU; MFU with --model-flops)"),
         TableSpec("coverage", "Modelled share of the op-linked kernel time"),
         TableSpec("unmodelled", "Op-linked kernel time without a cost model", sort_by="gpu_ns"),
@@ -1093,5 +1110,6 @@ SPEC = AnalysisSpec(
     gather=collective_inputs,
     reduce=reduce_collectives,
     headline_table="op_types",
+    summary=report_summary,
     page=("/efficiency", "Efficiency"),
 )

@@ -12,26 +12,12 @@ Definitions (docs/metrics.md, "Kernel breakdown"), per rank and GPU device; all 
   ``sample std = std_ns * sqrt(count / (count - 1))``.
 - ``share_pct`` = 100 x total_ns / (sum of the durations of all GPU activity of that rank, device
   [and step]); the shares of one rank and device add up to 100.
-- Category, first rule that matches (regexes on the name, case-insensitive):
-
-  1. ``communication``: a communication kernel (the rule table of ``analyses/comm_rules.py``,
-     docs/metrics.md "Common definitions");
-  2. ``memory``: memcpy and memset events (by kind, not by name);
-  3. ``attention``: ``flash|fmha|attention|attn|sdpa``;
-  4. ``convolution``: ``conv`` (not ``convert``), ``implicit_gemm``/``implicitgemm``, ``winograd``,
-     ``xmma_(fprop|dgrad|wgrad)`` (cuDNN's implicit-GEMM convolutions say ``gemm`` too, so this
-     comes before GEMM);
-  5. ``gemm``: ``gemm`` (covers sgemm, hgemm, cutlass gemm, ``ampere_*gemm``, ``sm90_xmma_gemm``),
-     ``gemv``, ``cutlass``, ``cublas``, ``matmul``, ``wgmma``, Triton matmul templates
-     (``triton_tem_*mm``, ``bmm``/``addmm``/``_mm_``);
-  6. ``elementwise``: ``elementwise`` (covers ``vectorized_elementwise_kernel``,
-     ``unrolled_elementwise_kernel``), Triton pointwise ``triton_poi_``;
-  7. ``reduction``: ``reduce|reduction|softmax|norm`` (layer/batch/group/RMS norm), cuDNN batch
-     norm ``bn_fw``/``bn_bw``, Triton ``triton_red_``/``triton_per_``;
-  8. ``other``: everything else.
-
-  Attention is matched before GEMM and convolution (``fmha_cutlassF`` is attention), elementwise
-  before reduction (``elementwise_kernel<..., normal_kernel ...>`` is elementwise).
+- Category: ``communication`` (a communication kernel: the rule table of ``analyses/comm_rules.py``),
+  then ``memory`` (memcpy and memset events, by kind), then the first rule of the kernel-category
+  table ``classify.KERNEL_RULES`` that matches the name (regexes, case ignored: attention,
+  convolution, GEMM (NVIDIA and AMD libraries: cuBLAS, CUTLASS, hipBLASLt/rocBLAS Tensile ``Cijk_``,
+  Composable Kernel, aiter, Triton), elementwise, reduction), else ``other``. docs/metrics.md
+  "Kernel breakdown" holds the table as the code writes it.
 - Tiny kernel: a compute kernel (not communication, not memcpy/memset) shorter than 10 us.
   ``tiny_gap_ns`` = for each tiny kernel, the idle time on its stream just before it (its start
   minus the end of the previous activity on the same stream), capped at 10 us: an estimate of the
@@ -78,24 +64,9 @@ NAME = "kernels"
 
 CATEGORIES = ("gemm", "attention", "convolution", "elementwise", "reduction", "communication", "memory", "other")
 
-#: name rules, in precedence order (communication and memory are decided before, by class/kind)
-CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [
-    ("attention", re.compile(r"flash|fmha|attention|attn|sdpa", re.IGNORECASE)),
-    (
-        "convolution",
-        re.compile(r"conv(?!ert)|implicit_?gemm|winograd|xmma_(?:fprop|dgrad|wgrad)", re.IGNORECASE),
-    ),
-    (
-        "gemm",
-        re.compile(
-            r"gemm|gemv|cutlass|cublas|matmul|wgmma|triton_tem_\w*mm|(?:^|[^a-z])(?:b|add)?mm(?:[^a-z]|$)",
-            re.IGNORECASE,
-        ),
-    ),
-    ("elementwise", re.compile(r"elementwise|triton_poi_", re.IGNORECASE)),
-    ("reduction", re.compile(r"reduce|reduction|softmax|norm|(?:^|[^a-z])bn_(?:fw|bw)|triton_red_|triton_per_",
-                             re.IGNORECASE)),
-]
+#: name rules, in precedence order (communication and memory are decided before, by class/kind):
+#: ``classify.KERNEL_RULES``, the one table (docs/metrics.md)
+CATEGORY_RULES: list[tuple[str, re.Pattern[str]]] = [(r.category, r.regex) for r in classify.KERNEL_RULES]
 
 #: a compute kernel shorter than this is "tiny"
 TINY_NS = 10_000
@@ -114,9 +85,9 @@ STAT_COLUMNS = ["count", "total_ns", "mean_ns", "min_ns", "max_ns", "std_ns", "s
 
 def categorize_name(name: str) -> str:
     """Category of a kernel by name alone (rules 3-8; communication/memory need the event)."""
-    for category, pattern in CATEGORY_RULES:
-        if pattern.search(name):
-            return category
+    category = classify.kernel_category_of_name(name)
+    if category is not None:
+        return category
     if classify.COMM_NAME.search(name):
         return "communication"
     return "other"

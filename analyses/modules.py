@@ -33,16 +33,22 @@ from traceview.model import Kind
 from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.report_inputs import ReportInputs
 
-from . import classify
+from . import classify, graph_capture
 from .steps import activity, analysed_ranks, flow_links, step_column
 
 NAME = "modules"
 MODULE = re.compile(r"^nn\.Module: ")
 STEP_RANGE = re.compile(r"^ProfilerStep#\d+$")
 INDEX_SUFFIX = re.compile(r"_\d+$")
-KINDS = ("module", "annotation", "nvtx")
-RULES = ("range", "backward", "graph_replay", "none")
-RANGE, BACKWARD, GRAPH_REPLAY, NONE = range(len(RULES))
+KINDS = ("module", "annotation", "nvtx", "device")
+MODULE_KIND, ANNOTATION_KIND, NVTX_KIND, DEVICE_KIND = range(len(KINDS))
+RULES = ("range", "backward", "graph_replay", "capture", "device", "none")
+RANGE, BACKWARD, GRAPH_REPLAY, CAPTURE, DEVICE, NONE = range(len(RULES))
+#: the thread key of a device's ranges (GPU annotations, XLA modules and ops), nested per rank and
+#: device: a tid no host thread has (traces give non-numeric ids small negative numbers)
+DEVICE_LANE = -(2**62)
+#: device-side step ranges are steps, not ranges (XSpace's ``Steps`` line)
+DEVICE_STEP_CATEGORIES = frozenset({"xla_step"})
 #: the summary's layers: the deepest type paths holding at least this share of the GPU busy time
 TOP_LAYER_SHARE = 0.10
 TOP_LAYERS = 5
@@ -71,30 +77,62 @@ class RangeTree:
     paths: np.ndarray
     type_paths: np.ndarray
     threads: tuple[np.ndarray, np.ndarray, np.ndarray]
+    #: False for the ranges a graph capture gave (``row`` -1, ``thread`` -1): never stabbed by events
+    recorded: np.ndarray
+    #: graph-replayed activity (entries of the ``activity`` input) matched to a captured node, and
+    #: the capture range (index here) each inherits (analyses/graph_capture.py)
+    replay_acts: np.ndarray
+    replay_range: np.ndarray
 
     def __len__(self) -> int:
         return int(self.row.size)
 
+    def on_host(self) -> np.ndarray:
+        """Whether each range is a host thread's (not a device's)."""
+        return self.kind != DEVICE_KIND
+
+    def index(self) -> tuple[iv.NestedIndex, np.ndarray]:
+        """The nesting index over the recorded ranges, and their positions here."""
+        rows = np.flatnonzero(self.recorded)
+        return iv.NestedIndex(self.thread[rows], self.start[rows], self.end[rows], self.depth[rows]), rows
+
 
 def build_tree(ctx: AnalysisContext) -> RangeTree:
-    """The derived input ``modules.ranges``."""
+    """The derived input ``modules.ranges``: the recorded ranges, and those a graph capture gives
+    the kernels of graph replays (``Options.graph_capture``)."""
+    tree = recorded_tree(ctx)
+    if not ctx.options.graph_capture:
+        return tree
+    return with_captured_ranges(ctx, tree, ctx.input("modules.capture_match"))
+
+
+def recorded_tree(ctx: AnalysisContext) -> RangeTree:
+    """The ranges the trace records."""
     trace = ctx.trace
     kinds = trace.kind_codes()
     module = (kinds == int(Kind.PYTHON_FUNCTION)) & classify.name_matches(ctx, MODULE)
-    annotation = (kinds == int(Kind.ANNOTATION)) & ~classify.name_matches(ctx, STEP_RANGE)
+    not_step = ~classify.name_matches(ctx, STEP_RANGE)
+    annotation = (kinds == int(Kind.ANNOTATION)) & not_step
+    device = (kinds == int(Kind.GPU_ANNOTATION)) & not_step
     rank_all = trace.column("rank").astype(np.int64)
-    rows = np.flatnonzero((module | annotation) & np.isin(rank_all, analysed_ranks(ctx)))
-    start = trace.column("start_ns")[rows].astype(np.int64)
-    order = np.lexsort((start, rank_all[rows]))
-    rows, start = rows[order], start[order]
-    end = start + np.maximum(trace.column("dur_ns")[rows], 0)
-    rank = rank_all[rows]
-    thread, threads = iv.combine_keys(rank, trace.column("pid")[rows], trace.column("tid")[rows])
+    rows = np.flatnonzero((module | annotation | device) & np.isin(rank_all, analysed_ranks(ctx)))
     category_codes, categories = classify.dictionary_codes_at(ctx, "category", rows)
     # per distinct category, not per range (10 M NVTX ranges share a few)
     labels = [c or "" for c in categories] + [""]
+    steps = np.asarray([c in DEVICE_STEP_CATEGORIES for c in labels], dtype=bool)[category_codes]
+    rows, category_codes = rows[~(steps & device[rows])], category_codes[~(steps & device[rows])]
+    start = trace.column("start_ns")[rows].astype(np.int64)
+    order = np.lexsort((start, rank_all[rows]))
+    rows, start, category_codes = rows[order], start[order], category_codes[order]
+    end = start + np.maximum(trace.column("dur_ns")[rows], 0)
+    rank = rank_all[rows]
+    on_device = device[rows]
+    # a device's ranges nest together whatever their stream (an annotation spans several)
+    pid = np.where(on_device, trace.column("device")[rows], trace.column("pid")[rows])
+    thread, threads = iv.combine_keys(rank, pid, np.where(on_device, DEVICE_LANE, trace.column("tid")[rows]))
     nvtx = np.asarray([c.startswith("nvtx") for c in labels], dtype=bool)[category_codes]
-    kind = np.where(module[rows], 0, np.where(nvtx, 2, 1)).astype(np.int8)
+    kind = np.select([module[rows], on_device, nvtx], [MODULE_KIND, DEVICE_KIND, NVTX_KIND],
+                     ANNOTATION_KIND).astype(np.int8)
     domain = np.asarray([c.partition(":")[2] if c.startswith("nvtx") else "" for c in labels],
                         dtype=object)[category_codes]
     name_codes, dictionary = classify.dictionary_codes(ctx)
@@ -104,10 +142,61 @@ def build_tree(ctx: AnalysisContext) -> RangeTree:
     depth = _depths(parent)
     path, paths = _paths(parent, depth, name_code, names, strip=False)
     type_path, type_paths = _paths(parent, depth, name_code, names, strip=True)
+    none = np.zeros(0, dtype=np.int64)
     return RangeTree(row=rows, rank=rank, thread=thread, tid=trace.column("tid")[rows].astype(np.int64),
                      start=start, end=end, kind=kind, domain=domain, name=names[name_code], parent=parent,
                      depth=depth, path=path, type_path=type_path, paths=paths, type_paths=type_paths,
-                     threads=(threads[0], threads[1], threads[2]))
+                     threads=(threads[0], threads[1], threads[2]), recorded=np.ones(rows.size, dtype=bool),
+                     replay_acts=none, replay_range=none)
+
+
+def with_captured_ranges(ctx: AnalysisContext, tree: RangeTree, match: Any) -> RangeTree:
+    """``tree`` plus, under the recorded range open at each graph launch (or at the top), the
+    capture's ranges that its matched nodes ran under: one range per (launch range, capture range).
+    Every matched activity is given its capture range, or the launch's range when its node ran under
+    none inside the graph."""
+    templates = ctx.input("modules.graph_capture")
+    act = activity(ctx)
+    matched = match.node >= 0
+    acts, node = match.acts[matched], match.node[matched]
+    c_range = templates.node_range[node]
+    launch_range = _stab(ctx.trace, tree, tree.index(), act.api_row[acts], act.api_start[acts])
+    # (rank, launch range, capture range) of every capture range used and of its ancestors
+    rank = act.rank[acts].astype(np.int64)
+    keys = [(rank, launch_range, c_range)]
+    up = c_range
+    while (up >= 0).any():
+        up = np.where(up >= 0, templates.range_parent[np.maximum(up, 0)], -1)
+        keys.append((rank, launch_range, up))
+    k_rank, k_launch, k_range = (np.concatenate(col) for col in zip(*keys))
+    used = k_range >= 0
+    code, (v_rank, v_launch, v_range) = iv.combine_keys(k_rank[used], k_launch[used], k_range[used])
+    n, m = len(tree), v_rank.size
+    v_parent_range = templates.range_parent[v_range]
+    parent_key = iv.codes_among((v_rank, v_launch, v_range), (v_rank, v_launch, v_parent_range))
+    v_parent = np.where(v_parent_range >= 0, n + parent_key, v_launch)
+    own = iv.codes_among((v_rank, v_launch, v_range), (rank, launch_range, c_range))
+    span_start = np.where(v_launch >= 0, tree.start[np.maximum(v_launch, 0)], 0)
+    span_end = np.where(v_launch >= 0, tree.end[np.maximum(v_launch, 0)], 0)
+    parent = np.concatenate([tree.parent, v_parent])
+    depth = _depths(parent)
+    name = np.concatenate([tree.name, templates.range_name[v_range]])
+    name_code, names = pd.factorize(name)
+    labels = np.asarray(names, dtype=object)
+    path, paths = _paths(parent, depth, name_code, labels, strip=False)
+    type_path, type_paths = _paths(parent, depth, name_code, labels, strip=True)
+    minus = np.full(m, -1, dtype=np.int64)
+    return RangeTree(
+        row=np.concatenate([tree.row, minus]), rank=np.concatenate([tree.rank, v_rank]),
+        thread=np.concatenate([tree.thread, minus]), tid=np.concatenate([tree.tid, minus]),
+        start=np.concatenate([tree.start, span_start]), end=np.concatenate([tree.end, span_end]),
+        kind=np.concatenate([tree.kind, templates.range_kind[v_range]]),
+        domain=np.concatenate([tree.domain, templates.range_domain[v_range]]), name=name, parent=parent,
+        depth=depth, path=path, type_path=type_path, paths=paths, type_paths=type_paths, threads=tree.threads,
+        recorded=np.concatenate([tree.recorded, np.zeros(m, dtype=bool)]),
+        # a node under no range inside the graph (torch.compile's graphs have none) keeps the launch's range
+        replay_acts=acts[(own >= 0) | (launch_range >= 0)],
+        replay_range=np.where(own >= 0, n + own, launch_range)[(own >= 0) | (launch_range >= 0)])
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
@@ -169,7 +258,7 @@ def attribute(ctx: AnalysisContext) -> Attribution:
     rule = np.full(len(act), NONE, dtype=np.int8)
     if len(tree) == 0 or len(act) == 0:
         return Attribution(out, rule)
-    index = iv.NestedIndex(tree.thread, tree.start, tree.end, tree.depth)
+    index = tree.index()
     api = act.api_row
     has = np.flatnonzero(api >= 0)
     stab = _stab(trace, tree, index, api[has], act.api_start[has])
@@ -182,6 +271,17 @@ def attribute(ctx: AnalysisContext) -> Attribution:
         forward = _forward_ranges(ctx, tree, index, api[missing], act.api_start[missing])
         out[missing] = forward
         rule[missing[forward >= 0]] = BACKWARD
+    out[tree.replay_acts] = tree.replay_range
+    rule[tree.replay_acts] = CAPTURE
+    left = np.flatnonzero(out < 0)
+    if left.size and (tree.kind == DEVICE_KIND).any():
+        # the device's own ranges (GPU annotations; XLA modules and ops) around the activity's start
+        lane = iv.codes_among(tree.threads, (act.rank[left].astype(np.int64), act.device[left].astype(np.int64),
+                                             np.full(left.size, DEVICE_LANE, dtype=np.int64)))
+        found = index[0].covering(lane, act.start[left], act.start[left] + 1)
+        hit = (lane >= 0) & (found >= 0)
+        out[left[hit]] = index[1][found[hit]]
+        rule[left[hit]] = DEVICE
     return Attribution(out, rule)
 
 
@@ -191,15 +291,16 @@ def _thread_codes(trace: Any, tree: RangeTree, rows: np.ndarray) -> np.ndarray:
                                          trace.column("tid")[rows]))
 
 
-def _stab(trace: Any, tree: RangeTree, index: iv.NestedIndex, rows: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """The innermost range open on each event's thread at ``t`` (-1 for none)."""
+def _stab(trace: Any, tree: RangeTree, index: tuple[iv.NestedIndex, np.ndarray], rows: np.ndarray,
+          t: np.ndarray) -> np.ndarray:
+    """The innermost recorded range open on each event's thread at ``t`` (-1 for none)."""
     thread = _thread_codes(trace, tree, rows)
-    found = index.covering(thread, t, t + 1)
-    return np.where(thread >= 0, found, -1)
+    found = index[0].covering(thread, t, t + 1)
+    return np.where((thread >= 0) & (found >= 0), index[1][np.maximum(found, 0)], -1)
 
 
-def _forward_ranges(ctx: AnalysisContext, tree: RangeTree, index: iv.NestedIndex, api_rows: np.ndarray,
-                    api_start: np.ndarray) -> np.ndarray:
+def _forward_ranges(ctx: AnalysisContext, tree: RangeTree, index: tuple[iv.NestedIndex, np.ndarray],
+                    api_rows: np.ndarray, api_start: np.ndarray) -> np.ndarray:
     """For launch calls under a backward op (the destination of a ``fwdbwd`` flow from its forward
     op): the innermost range open at the forward op's start on its thread; -1 for others."""
     trace = ctx.trace
@@ -235,9 +336,13 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     models = KernelModels(flops=ctx.input("efficiency.kernel_flops"),
                           roofline_factor=ctx.input("efficiency.kernel_roofline_factor"))
     gpu = range_gpu(tree, attribution, act, busy, models)
+    match, templates = ctx.input("modules.capture_match"), ctx.input("modules.graph_capture")
     tables = {"ranges": _range_table(tree), "range_gpu": gpu, "type_paths": type_path_table(gpu),
               "type_path_steps": type_path_steps(tree, attribution, act, busy),
-              "attribution": _attribution_table(act, attribution, busy)}
+              "attribution": _attribution_table(act, attribution, busy),
+              "graph_capture": graph_capture.match_table(act, match, captured=bool(ctx.options.graph_capture)),
+              "graph_ops": graph_capture.op_table(act, match, templates),
+              "graph_nodes": graph_capture.node_table(ctx, act, ctx.input("launch_overhead.kinds").graph)}
     result = AnalysisResult(name=NAME, tables=tables)
     ranks_without = sorted(set(np.unique(act.rank).tolist()) - set(np.unique(tree.rank).tolist()))
     result.warn("modules: no nn.Module, record_function or NVTX range on this rank (profile with with_modules=True "
@@ -306,14 +411,30 @@ def range_gpu(tree: RangeTree, attribution: Attribution, act: Any, busy: dict[in
         sel = rule == code  # few of the pairs: a union of those alone
         columns[name] = _union_by(ranges[sel], start[sel], end[sel], n)
     columns.update(_modelled(ranges, acts, act, models, n))
-    frame = pd.DataFrame({"rank": tree.rank, "range_id": _range_ids(tree), "depth": tree.depth,
-                          "kind": np.asarray(KINDS, dtype=object)[tree.kind],
-                          "path": pd.Categorical.from_codes(tree.path, categories=pd.Index(tree.paths)),
-                          "type_path": pd.Categorical.from_codes(tree.type_path, categories=pd.Index(
+    # only the ranges with GPU activity, chosen before the frame is made (10 M ranges, few with kernels)
+    keep = np.flatnonzero(columns["kernels"] > 0)
+    frame = pd.DataFrame({"rank": tree.rank[keep], "range_id": _range_ids(tree)[keep], "depth": tree.depth[keep],
+                          "kind": kinds_column(tree.kind[keep]),
+                          "path": pd.Categorical.from_codes(tree.path[keep], categories=pd.Index(tree.paths)),
+                          "type_path": pd.Categorical.from_codes(tree.type_path[keep], categories=pd.Index(
                               tree.type_paths)),
-                          "start_ns": tree.start, "end_ns": tree.end, **columns})
+                          "start_ns": tree.start[keep], "end_ns": tree.end[keep],
+                          **{k: v[keep] for k, v in columns.items()}})
     frame["share"] = frame["inclusive_ns"] / frame["rank"].map(busy).fillna(0).clip(lower=1).to_numpy(np.float64)
-    return frame[frame["kernels"] > 0].reset_index(drop=True)
+    return frame
+
+
+def kinds_column(kind: np.ndarray) -> pd.Categorical:
+    """A range kind column (codes into KINDS) as a categorical: no string per row."""
+    return pd.Categorical.from_codes(kind.astype(np.int64), categories=pd.Index(KINDS))
+
+
+def strings_column(values: np.ndarray) -> pd.Categorical:
+    """An object column of few distinct strings (names, domains) as a categorical: pandas would
+    otherwise copy each row into an Arrow string array."""
+    codes, uniques = pd.factorize(values)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object)) if codes.size else \
+        pd.Categorical([], categories=pd.Index([], dtype=object))
 
 
 def _exposed_comm(ranges: np.ndarray, acts: np.ndarray, act: Any, n: int) -> np.ndarray:
@@ -384,7 +505,7 @@ def _range_table(tree: RangeTree) -> pd.DataFrame:
     parent_id = np.where(tree.parent >= 0, ids[np.maximum(tree.parent, 0)], -1)
     return pd.DataFrame({
         "rank": tree.rank, "range_id": ids, "parent_id": parent_id, "depth": tree.depth,
-        "kind": np.asarray(KINDS, dtype=object)[tree.kind], "domain": tree.domain, "name": tree.name,
+        "kind": kinds_column(tree.kind), "domain": strings_column(tree.domain), "name": strings_column(tree.name),
         "path": pd.Categorical.from_codes(tree.path, categories=pd.Index(tree.paths)),
         "type_path": pd.Categorical.from_codes(tree.type_path, categories=pd.Index(tree.type_paths)),
         "tid": tree.tid, "start_ns": tree.start, "end_ns": tree.end, "row": tree.row})
@@ -443,10 +564,12 @@ def _attribution_table(act: Any, attribution: Attribution, busy: dict[int, int])
 
 
 def report_summary(inputs: ReportInputs) -> tuple[dict[str, Any], dict[str, str]]:
-    """The summary's ``top_layers`` and ``attributed_share`` (docs/reports.md)."""
+    """The summary's ``top_layers``, ``attributed_share`` and graph-replay shares (docs/reports.md)."""
     types, rules = inputs.table(NAME, "type_paths"), inputs.table(NAME, "attribution")
+    empty = {"top_layers": None, "attributed_share": None, "graph_replay_share": None,
+             "graph_replay_matched_share": None}
     if types is None or types.empty or rules is None or rules.empty:
-        return {"top_layers": None, "attributed_share": None}, {}
+        return empty, {}
     busy = float(rules.drop_duplicates("rank")["busy_ns"].sum())
     attributed = float(rules.loc[rules["rule"] == "attributed", "gpu_ns"].sum())
     job = types.groupby("type_path", sort=False)["inclusive_ns"].sum()
@@ -457,10 +580,27 @@ def report_summary(inputs: ReportInputs) -> tuple[dict[str, Any], dict[str, str]
     deepest = [p for p in names if not any(q.startswith(p + "/") for q in names)]
     top = held.loc[deepest].sort_values(ascending=False).head(TOP_LAYERS)
     layers = [{"type_path": str(p), "inclusive_ns": int(job[p]), "share": float(v)} for p, v in top.items()]
-    return {"top_layers": layers or None, "attributed_share": attributed / max(busy, 1.0)}, {}
+    summary = {**empty, "top_layers": layers or None, "attributed_share": attributed / max(busy, 1.0)}
+    summary.update(replay_shares(inputs.table(NAME, "graph_capture"), busy))
+    return summary, {}
 
 
-register_input("modules.ranges", build_tree, requires=("classify.codes.name",))
+def replay_shares(matches: pd.DataFrame | None, busy: float) -> dict[str, float | None]:
+    """``graph_replay_share`` (graph-replayed GPU time over the busy time) and
+    ``graph_replay_matched_share`` (the part of it matched to a captured node), None without replays."""
+    if matches is None or matches.empty:
+        return {}
+    replayed = float(matches.drop_duplicates("rank")["replayed_ns"].sum())
+    matched = float(matches.loc[matches["rule"].isin(graph_capture.MATCH_RULES), "gpu_ns"].sum())
+    return {"graph_replay_share": replayed / max(busy, 1.0), "graph_replay_matched_share": matched / max(replayed, 1.0)}
+
+
+register_input("modules.graph_capture", lambda ctx: graph_capture.read_templates(ctx, recorded_tree))
+register_input("modules.capture_match", lambda ctx: graph_capture.match_replays(
+    ctx, activity(ctx), ctx.input("launch_overhead.kinds").graph, ctx.input("modules.graph_capture")),
+    requires=("modules.graph_capture", "activity", "launch_overhead.kinds"))
+register_input("modules.ranges", build_tree, requires=("classify.codes.name", "modules.capture_match",
+                                                       "modules.graph_capture", "activity", "links.launch"))
 register_input("modules.attribution", attribute,
                requires=("modules.ranges", "activity", "launch_overhead.kinds", "links.launch"))
 
@@ -469,7 +609,8 @@ SPEC = AnalysisSpec(
     title="Modules and ranges",
     run=analyze,
     requires=("modules.ranges", "modules.attribution", "activity", "efficiency.kernel_flops",
-              "efficiency.kernel_roofline_factor"),
+              "efficiency.kernel_roofline_factor", "modules.capture_match", "modules.graph_capture",
+              "launch_overhead.kinds"),
     order=28,
     tables=(
         TableSpec("type_paths", "GPU time by layer type (every instance of a module or range path)",
@@ -478,6 +619,11 @@ SPEC = AnalysisSpec(
                   keep_rows=2000),
         TableSpec("type_path_steps", "GPU time by layer type, per step", sort_by="inclusive_ns"),
         TableSpec("attribution", "How the GPU time was attributed to ranges"),
+        TableSpec("graph_capture", "Graph replays matched to a capture (--graph-capture): how, and what was not",
+                  sort_by="gpu_ns"),
+        TableSpec("graph_ops", "Graph replays: GPU time by the captured op of each node", sort_by="gpu_ns"),
+        TableSpec("graph_nodes", "Graph replays: GPU time per graph node the trace identifies (graph node ids)",
+                  sort_by="gpu_ns"),
         TableSpec("ranges", "The range tree (nn.Module, record_function, NVTX)", sort_by="end_ns", per_event=True),
     ),
     headline_table="type_paths",

@@ -650,6 +650,34 @@ _ELEMENTWISE_FLOPS: dict[str, int] = {
 }
 _COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not"}
 _WRITE_ONLY = {"fill", "zero"}  # in place, the destination's old values are not read
+#: the number of arguments Kineto records for an op's functional form (``mul.Tensor(self, other)``:
+#: 2; ``add.Tensor(self, other, *, alpha)``: 3; the shortest overload where several differ only in
+#: trailing scalars or strings). An ``out=`` overload (``mul.out(self, other, *, out)``) has one more,
+#: a tensor, last (ATen's schemas put ``out`` last): written, not read. Ops absent are never taken
+#: for out= forms.
+_FUNCTIONAL_ARITY: dict[str, int] = {
+    **dict.fromkeys(("abs neg exp exp2 log log2 log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid relu silu mish "
+                     "erf erfinv reciprocal sign floor ceil round trunc hardswish hardsigmoid square logical_not "
+                     "bitwise_not zero").split(), 1),
+    **dict.fromkeys(("mul div remainder fmod maximum minimum atan2 pow logical_and logical_or bitwise_and "
+                     "bitwise_or bitwise_xor eq ne lt le gt ge fill clamp_min clamp_max silu_backward "
+                     "sigmoid_backward tanh_backward gelu leaky_relu").split(), 2),
+    **dict.fromkeys(("add sub rsub where masked_fill lerp clamp hardtanh softplus threshold threshold_backward "
+                     "gelu_backward copy").split(), 3),
+    **dict.fromkeys(("addcmul addcdiv elu nan_to_num hardtanh_backward leaky_relu_backward").split(), 4),
+    # reductions: sum/prod/mean(self, *, dtype), amax/amin(self, dim, keepdim)
+    **dict.fromkeys(("sum mean prod").split(), 2), **dict.fromkeys(("amax amin").split(), 3),
+}
+
+
+def _out_argument(a: _Args, base: str) -> int | None:
+    """Position of the ``out=`` tensor of an elementwise or reduction op, None for the functional
+    and in-place forms: the last argument, a tensor, beyond the functional form's arguments."""
+    n = len(a.types)
+    arity = _FUNCTIONAL_ARITY.get(base)
+    if a.name.endswith("_") or arity is None or n <= arity or a.types[-1] in _NOT_TENSOR or n > len(a.dims):
+        return None
+    return n - 1
 
 
 def _broadcast(name: str, shapes: list[list[int]]) -> list[int]:
@@ -686,9 +714,12 @@ def _category(type_name: str) -> int:
 
 def _elementwise(a: _Args, base: str) -> OpCost:
     """One output element per broadcast position of the tensor arguments; an in-place op (name
-    ending in "_") writes its first argument."""
+    ending in "_") writes its first argument (and reads it, unless it only fills it); an ``out=``
+    overload (:func:`_out_argument`) writes its out tensor, in the out tensor's type, and does not
+    read it."""
     in_place = a.name.endswith("_")
-    tensors = [i for i, t in enumerate(a.types) if t not in _NOT_TENSOR and i < len(a.dims)]
+    out_arg = _out_argument(a, base)
+    tensors = [i for i, t in enumerate(a.types) if t not in _NOT_TENSOR and i < len(a.dims) and i != out_arg]
     if not tensors:
         raise _Skip("missing_shapes", f"{a.name}: no tensor argument recorded")
     if base == "copy":
@@ -702,6 +733,8 @@ def _elementwise(a: _Args, base: str) -> OpCost:
     read_args = tensors[1:] if in_place and base in _WRITE_ONLY | {"copy"} else tensors
     read = sum(_bytes(a.unique_elements(i), a.types[i]) for i in read_args)
     compute = out_type if base not in _COMPARISONS else typed[0][1]
+    if out_arg is not None:
+        out_type = a.tensor(out_arg, "out")[1]  # computed in the promoted type, stored in out's
     return OpCost(_ELEMENTWISE_FLOPS[base] * math.prod(out), read, _nbytes(out, out_type),
                   _DTYPES[compute][0], "vector", "copy" if base == "copy" else "elementwise")
 
@@ -728,6 +761,9 @@ def _reduction(a: _Args, base: str) -> OpCost:
         out_type = _SCALAR_TYPE_CODES[code]
     elif base in ("sum", "prod") and _category(tx) < 2:
         out_type = "long int"  # integer and bool sums accumulate in int64
+    out_arg = _out_argument(a, base)
+    if out_arg is not None:  # sum.IntList_out / mean.out ...: stored in the out tensor's type
+        out_type = a.tensor(out_arg, "out")[1]
     return OpCost(math.prod(x), _bytes(a.unique_elements(0), tx), _bytes(out_numel, out_type), _DTYPES[tx][0],
                   "vector", "reduction")
 

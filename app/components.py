@@ -49,7 +49,9 @@ def stat_cards(items: Sequence[tuple[str, str, str | None]]) -> html.Div:
     for label, value, hint in items:
         cards.append(html.Div([
             html.Div(label, style={"color": "#666", "fontSize": "12px", "textTransform": "uppercase"}),
-            html.Div(value, style={"fontSize": "22px", "fontWeight": "600", "marginTop": "2px"}),
+            # long values (a layer's path) wrap inside the card instead of running past it
+            html.Div(value, style={"fontSize": "22px", "fontWeight": "600", "marginTop": "2px",
+                                   "overflowWrap": "anywhere"}),
             html.Div(hint or "", style={"color": "#888", "fontSize": "12px"}),
         ], className="tv-stat", style={**CARD, "minWidth": "150px", "flex": "1"}))
     return html.Div(cards, style={"display": "flex", "gap": "10px", "flexWrap": "wrap"})

@@ -39,12 +39,14 @@ CLICK_MSG_ID = "mod-click-msg"
 ROW_MSG_ID = "mod-row-msg"
 COLOR_OPTIONS = {"kind": "kind", "type_path": "type path"}
 #: the colours of the range kinds (those of the timeline's classes where one fits)
-KIND_COLORS = {"module": "#4C78A8", "annotation": "#F58518", "nvtx": "#54A24B"}
+KIND_COLORS = {"module": "#4C78A8", "annotation": "#F58518", "nvtx": "#54A24B", "device": "#B279A2"}
 #: the colour of the rank's root and of its time outside every range
 ROOT_COLOR, OUTSIDE_COLOR = "#D5DBE1", "#EEEEEE"
 RULES = {"range": "inside a range (launched under it)",
          "backward": "backward: to the range of its forward op",
          "graph_replay": "graph replay: to the range around the launch, not to the ops inside the graph",
+         "capture": "graph replay matched to a captured node (--graph-capture): its capture range and op",
+         "device": "no host range: the device's own range around it (GPU annotation, XLA module or op)",
          "none": "no range (its activities' union may overlap attributed time)",
          "attributed": "in some range, by any rule",
          "unattributed": "outside every range: the busy time no attributed activity covers"}
@@ -82,6 +84,7 @@ def page(ctx: Any) -> list[Any]:
     out.extend([controls, html.Div(id=VIEW_MSG_ID)])
     out.append(html.Div(rank_sections(ctx, ranks[0], "kind"), id=RANK_BOX_ID))
     out.append(attribution_section(ctx))
+    out.extend(graph_replay_section(ctx))
     cards: list[Any] = [finding_card(f, origin_ns=ctx.origin_ns) for f in finding_rows(ctx.report, ANALYSIS)]
     if cards:
         out.append(section("Findings", *cards))
@@ -343,6 +346,30 @@ def attribution_section(ctx: Any) -> html.Div:
         note="Each kernel, copy and memset goes to the innermost range open at its launch on the launching "
              "thread (range); else a backward kernel to the range of its forward op (backward); a graph's "
              "replayed kernels to the range around the graph launch (graph replay); else to none.")
+
+
+def graph_replay_section(ctx: Any) -> list[Any]:
+    """How graph replays were matched to a capture, and the replayed GPU time by captured op (none
+    without graph replays)."""
+    matches = ctx.table(ANALYSIS, "graph_capture")
+    if not len(matches):
+        return []
+    ops = ctx.table(ANALYSIS, "graph_ops")
+    parts: list[Any] = [frame_table(
+        _as_pct(matches, "share"), "mod-graph-capture", page_size=10,
+        columns=["rank", "rule", "launches", "activities", "gpu_ns", "replayed_ns", "share_pct"],
+        rename={"gpu_ns": "GPU time", "replayed_ns": "replayed GPU time", "share_pct": "share of replayed %"},
+        style_cell={"maxWidth": "560px"}, empty="No graph replays in this selection.")]
+    if len(ops):
+        parts.append(frame_table(
+            _as_pct(ops, "share"), "mod-graph-ops", page_size=15, filter_=True,
+            columns=["rank", "op", "activities", "gpu_ns", "share_pct"],
+            rename={"gpu_ns": "GPU time", "share_pct": "share of replayed %"}, style_cell={"maxWidth": "560px"},
+            empty="No captured ops."))
+    return [section("Graph replays", *parts,
+                    note="Kernels replayed from CUDA/HIP graphs, matched to the nodes of a capture trace given with "
+                         "--graph-capture (by kernel name and occurrence, else by position); the second table is the "
+                         "replayed GPU time by the op that issued each node in the capture.")]
 
 
 # ------------------------------------------------------------------------------ clicks

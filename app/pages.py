@@ -521,6 +521,9 @@ def kernel_detail(ctx: RunContext, row: int) -> list[Any]:
 EFFICIENCY_COLUMNS = ["rank", "device", "name", "dtype", "unit", "model", "calls", "gpu_ns", "achieved_tflops",
                       "achieved_gbs", "intensity", "bound", "roofline_ns", "efficiency_pct", "above_roofline_ns",
                       "above_roofline_ns_per_step", "roof"]
+#: the roll-up table's columns on the Efficiency page
+FAMILY_COLUMNS = ["rank", "device", "family", "dtype", "calls", "gpu_ns", "flops", "bytes", "achieved_tflops",
+                  "achieved_gbs", "peak_share_pct", "bandwidth_share_pct", "efficiency_pct"]
 #: rows of the per-collective table (the longest first)
 COLLECTIVE_ROWS = 2000
 
@@ -539,6 +542,17 @@ def efficiency(ctx: RunContext) -> list[Any]:
         return [message("The efficiency analysis gave no results for this selection.")]
     out: list[Any] = warnings_block(ctx, ("efficiency",))
     out.extend(finding_card(f) for f in finding_rows(ctx.report, "efficiency"))
+    families = ctx.table("efficiency", "families")
+    for share in ("peak_share", "bandwidth_share", "efficiency"):
+        families = _as_pct(families, share)
+    out.append(section("Roll-up: model families and dtypes", frame_table(
+        families, "eff-families", columns=FAMILY_COLUMNS, page_size=12, filter_=True,
+        rename={"achieved_tflops": "achieved TFLOP/s", "achieved_gbs": "achieved GB/s", "peak_share_pct": "% of peak",
+                "bandwidth_share_pct": "% of memory bandwidth", "efficiency_pct": "efficiency %"},
+        empty="No op was modelled (see the coverage below)."),
+        note="Per rank, GPU, model family (GEMM, attention, conv, norm, elementwise, reduction, copy) and dtype: "
+             "FLOPs / peak and bytes / bandwidth over the kernel time of the ops with a verified roof "
+             "(docs/metrics.md, Efficiency, Roll-up)."))
     op_types = ctx.table("efficiency", "op_types")
     out.append(section("Roofline: op types against the GPU's peaks", *_roofline_body(ctx, op_types),
                        note="One point per op type (rank, GPU, op, dtype, unit), its area proportional to its GPU "

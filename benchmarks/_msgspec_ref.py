@@ -38,10 +38,13 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     group_size: int = msgspec.field(default=-1, name="Group size")
     sequence_number: int = msgspec.field(default=-1, name="Sequence number")
     fwd_thread_id: int = msgspec.field(default=-1, name="Fwd thread id")
+    graph_id: int = msgspec.field(default=-1, name="graph id")
+    graph_node_id: int = msgspec.field(default=-1, name="graph node id")
     dtype: str = ""
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
     name: str = ""
+    launch_kernel: str = msgspec.field(default="", name="kernel")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     input_dims_old: Any = msgspec.field(default=None, name="Input dims")
     input_types: Any = msgspec.field(default=None, name="Input type")

@@ -4,6 +4,7 @@
 2. synthetic Nsight Systems export (make_nsys.py) -> whatever make_nsys.main writes
 2b. before/after regression pair (make_pair.py) -> regression_pair/{base,new}/rank{0,1}.json.gz, truth.json
 2c. efficiency known answer (make_efficiency.py) -> efficiency_roofline.{json.gz,truth.json,gpus.toml}
+2d. graph capture + replay pairs (make_graph_pair.py) -> graph_pair/{hip,cuda,cuda_nodes}/{capture,replay}.json.gz
 3. real CPU-only torch.profiler capture (capture_cpu_trace.py) -> torch_cpu_mlp.json.gz,
    skipped (keeping the committed file) when torch is not installed.
 
@@ -77,6 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         failures.append("make_efficiency.py failed")
+
+    print("[2d] graph capture and replay pairs: make_graph_pair.write")
+    try:
+        load("make_graph_pair").write(out / "graph_pair")
+        print(f"      wrote {out / 'graph_pair'}")
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        failures.append("make_graph_pair.py failed")
 
     print("[3/3] CPU-only torch.profiler capture: capture_cpu_trace.main")
     if args.skip_capture:

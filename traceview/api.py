@@ -61,7 +61,7 @@ class Inputs:
         """Inputs already listed (the app's runs): the files as they are, no folder scanned."""
         from traceview import discovery
 
-        records = [discovery.inspect_file(Path(f)) for f in files]
+        records = discovery.one_per_run([discovery.inspect_file(Path(f)) for f in files])
         return cls(paths=tuple(str(r.path) for r in records),
                    found=discovery.Inputs(records, [Path(s) for s in skipped]))
 

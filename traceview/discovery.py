@@ -38,6 +38,8 @@ class InputFile:
     #: its ``os.stat`` when found (size, mtime, identity); the cache key is of this version of it
     stat: os.stat_result | None
     problem: TraceviewError | None = None
+    #: the other files of its run, read with it (``InputFormat.run_files``; empty for most formats)
+    companions: tuple[Path, ...] = ()
     _cache_key: str | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -61,7 +63,13 @@ class InputFile:
             from traceview.trace_cache import cache_key
 
             self.checked_format()
-            self._cache_key = cache_key(self.path, self.stat)
+            key = cache_key(self.path, self.stat)
+            if self.companions:  # a run of several files: a change to any of them is a new key
+                import hashlib
+
+                parts = [key, *(cache_key(p) for p in self.companions)]
+                key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+            self._cache_key = key
         return self._cache_key
 
 
@@ -76,6 +84,11 @@ class Inputs:
     @property
     def paths(self) -> list[Path]:
         return [f.path for f in self.files]
+
+    @property
+    def every_path(self) -> list[Path]:
+        """Every file the inputs read: each file's path and the other files of its run."""
+        return [p for f in self.files for p in (f.path, *f.companions)]
 
     @property
     def total_bytes(self) -> int:
@@ -102,7 +115,13 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
     with open(path, "rb") as f:
         head = f.read(size)
     if head[:2] == b"\x1f\x8b":
-        head = zlib.decompressobj(wbits=31).decompress(head, size)
+        stream = zlib.decompressobj(wbits=31)
+        raw = head
+        head = stream.decompress(raw, size)
+        if not head and not stream.eof and len(raw) < size:
+            # the whole file was read and it ends before its first byte of data: a gzip cut inside
+            # its header or first block (a gzip of nothing is 20 bytes and ends its stream)
+            raise zlib.error(f"the gzip stream ends after {len(raw)} bytes, before any data")
     return head
 
 
@@ -113,7 +132,8 @@ def checked_head(path: Path) -> bytes:
     except OSError as exc:
         raise os_error(path, exc) from None
     except zlib.error as exc:
-        raise TraceFormatError(path, f"corrupt gzip data ({exc})", "the file is damaged; copy it again") from None
+        raise TraceFormatError(path, f"is a truncated or corrupt gzip file ({exc})",
+                               "the file is damaged or was cut short; copy it again") from None
 
 
 def sniffed_format(path: Path, head: bytes) -> InputFormat:
@@ -135,9 +155,36 @@ def inspect_file(path: Path, head: bytes | None = None) -> InputFile:
     st = None
     try:
         st = require_regular_file(path)
-        return InputFile(path=path, format=sniffed_format(path, checked_head(path) if head is None else head), stat=st)
+        fmt = sniffed_format(path, checked_head(path) if head is None else head)
+        if fmt.run_files is None:
+            return InputFile(path=path, format=fmt, stat=st)
     except TraceviewError as exc:
         return InputFile(path=path, format=None, stat=st, problem=exc)
+    return run_input(path, fmt, st)
+
+
+def run_input(path: Path, fmt: InputFormat, st: os.stat_result) -> InputFile:
+    """The run a file of a several-file format belongs to, as the file standing for it with the
+    others as its companions (``InputFormat.run_files``); what is wrong with the run as its problem."""
+    assert fmt.run_files is not None
+    try:
+        primary, others = fmt.run_files(path)
+        primary_stat = st if primary == path else require_regular_file(primary)
+    except TraceviewError as exc:
+        return InputFile(path=path, format=None, stat=st, problem=exc)
+    return InputFile(path=primary, format=fmt, stat=primary_stat, companions=tuple(others))
+
+
+def one_per_run(files: list[InputFile]) -> list[InputFile]:
+    """Each run once: the files of a several-file run all stand for it, in its first file's place."""
+    seen: set[Path] = set()
+    out = []
+    for f in files:
+        if f.problem is None and f.path in seen:
+            continue
+        seen.add(f.path)
+        out.append(f)
+    return out
 
 
 def detect_format(path: Path) -> str:
@@ -163,6 +210,7 @@ def discover(paths: PathLike | Iterable[PathLike]) -> Inputs:
             found.files.append(inspect_file(path))
         else:
             raise TraceFormatError(path, "no such file or directory")
+    found.files = one_per_run(found.files)
     return found
 
 
@@ -180,6 +228,9 @@ def _scan_folder(folder: Path, skipped: list[Path]) -> list[InputFile]:
     inside = sorted(q for q in _files_under(folder) if q.name.endswith(suffixes) and not q.name.startswith("."))
     traces = []
     for q in inside:
+        if any(fmt.shadows is not None and fmt.shadows(q) for fmt in formats):
+            skipped.append(q)  # read from the file beside it that holds the same run
+            continue
         try:
             head = read_head(q)
         except (OSError, zlib.error):
@@ -191,7 +242,13 @@ def _scan_folder(folder: Path, skipped: list[Path]) -> list[InputFile]:
             skipped.append(q)
     if not traces:
         raise TraceFormatError(folder, "directory holds no trace files",
-                               "expected PyTorch profiler *.json/*.json.gz or Nsight *.sqlite files")
+                               "expected PyTorch profiler *.json/*.json.gz, Nsight *.sqlite, rocprofv3 *.csv or XSpace "
+                               "*.xplane.pb files")
+    for fmt in formats:
+        if fmt.check_inputs is not None:
+            mine = [t.path for t in traces if t.format is fmt]
+            if mine:
+                fmt.check_inputs(mine)
     return traces
 
 

@@ -52,11 +52,15 @@ class Options:
     #: Nsight Compute exports (``ncu --csv`` files, ``.ncu-rep`` reports or directories of them)
     #: whose kernel records the measured analysis joins to the trace's kernels (CLI ``--ncu``)
     ncu: tuple[str, ...] = ()
+    #: traces of the capture of the CUDA/HIP graphs a trace replays (CLI ``--graph-capture``): their
+    #: nodes' ops and ranges are given to the replayed kernels (analyses/graph_capture.py)
+    graph_capture: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key
         self.comm_patterns = tuple(self.comm_patterns)
         self.ncu = (self.ncu,) if isinstance(self.ncu, str) else tuple(str(p) for p in self.ncu)
+        self.graph_capture = tuple(str(p) for p in self.graph_capture)
 
 
 @dataclass

@@ -560,6 +560,13 @@ def _depth_from_order(order: np.ndarray, xs: np.ndarray, xe: np.ndarray) -> np.n
     opened_before = np.empty(order.size, dtype=_I64)
     opened_before[order] = np.arange(order.size, dtype=_I64)  # intervals ordered before this one
     closed = np.searchsorted(np.sort(xe), xs, side="right")  # ended at or before this start
+    zero = xe <= xs
+    if zero.any():
+        # a zero-length interval at an interval's start "ends at or before" that start without having
+        # been open around it: itself, and those ordered after it at the same point, are not closed
+        # ancestors (else a lone marker had depth -1, and an op with a marker at its start one too few)
+        zero_xs, zero_pos = np.sort(xs[zero]), np.sort(opened_before[zero])
+        closed = closed - (np.searchsorted(zero_xs, xs, side="right") - np.searchsorted(zero_pos, opened_before))
     return opened_before - closed
 
 

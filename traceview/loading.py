@@ -84,7 +84,7 @@ def load_input(file: InputFile, *, use_cache: bool = True, progress: ProgressFn 
             if cached is not None:
                 if progress is not None:
                     progress(1, 1)
-                return cached
+                return named_as_given(cached, file.path)
         except OSError:
             key_path = None
     if not fmt.runs_meanwhile:
@@ -95,6 +95,20 @@ def load_input(file: InputFile, *, use_cache: bool = True, progress: ProgressFn 
             write_cached_trace(trace, key_path)
         except OSError:
             pass  # read-only home, full disk: caching is an optimisation only
+    return trace
+
+
+def named_as_given(trace: Trace, path: Path) -> Trace:
+    """``trace`` (read from the cache) naming its file ``path``, as this run was given it: the cache
+    keys on the resolved path, so the run that parsed it may have named it otherwise (absolute,
+    from another directory), in ``RankInfo.source_path`` and in the warnings that quote it."""
+    given = str(path)
+    for info in trace.ranks.values():
+        old = info.source_path
+        if old and old != given:
+            info.source_path = given
+            info.warnings = [w.replace(old, given) for w in info.warnings]
+            trace.warnings[:] = [w.replace(old, given) for w in trace.warnings]
     return trace
 
 

@@ -82,6 +82,12 @@ EVENT_SCHEMA = pa.schema(
         pa.field("group_size", pa.int32()),
         pa.field("process_group", NAME_TYPE),
         pa.field("process_group_ranks", NAME_TYPE),
+        # the kernel a launch call names (ROCm's ``kernel`` arg): a graph capture's nodes by name
+        pa.field("launch_kernel", NAME_TYPE),
+        # a graph-replayed kernel's graph and node ids (Kineto ``graph id``/``graph node id`` args,
+        # Nsight ``graphId``/``graphNodeId``): the same node in every replay
+        pa.field("graph_id", pa.int64()),
+        pa.field("graph_node_id", pa.int64()),
         # the recorded inputs of an op (Kineto ``record_shapes=True``), each the JSON text of the arg
         # as written: shapes per argument, dtypes, strides, scalar arguments (analyses/opmodels.py)
         pa.field("input_dims", NAME_TYPE),
@@ -181,7 +187,7 @@ class RankInfo:
 
     rank: int
     source_path: str
-    source_format: str  # "kineto" or "nsys"
+    source_format: str  # the registered InputFormat name: "kineto", "nsys", "rocprof", ...
     format_version: str = ""
     rank_source: str = ""  # how the rank was determined: distributedInfo, file name, assigned, ...
     world_size: int | None = None

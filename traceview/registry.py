@@ -262,6 +262,18 @@ class InputFormat:
     #: rank each process was), so across several files those numbers are given out again rather
     #: than taken as global ranks (``traceview.rank_planning``)
     numbers_ranks: bool = False
+    #: for a format whose run is written as several files (rocprofv3: one CSV per kind of record):
+    #: ``run_files(path)`` gives (the file that stands for the run of ``path``, the run's other
+    #: files), raising a ``TraceFormatError`` for files that are not one run. Discovery lists a run
+    #: once, as that file; its cache keys cover every file; ``parse`` of that file reads them all.
+    #: None: every file is a run of its own
+    run_files: Callable[[Path], tuple[Path, tuple[Path, ...]]] | None = None
+    #: ``check_inputs(paths)``: the files of this format one folder scan found, checked together
+    #: (raises a ``TraceFormatError`` when they cannot be one input: XSpace files of several runs)
+    check_inputs: Callable[[list[Path]], None] | None = None
+    #: ``shadows(path)``: a file found by a folder scan that this format reads better from another
+    #: file beside it (the JSON view an XSpace profiler writes next to its ``.xplane.pb``): skipped
+    shadows: Callable[[Path], bool] | None = None
 
     @property
     def producer_name(self) -> str:

@@ -35,7 +35,7 @@ from traceview.plain import column_rows, plain
 from traceview.report_inputs import ReportInputs
 
 #: the report format version (see docs/reports.md for the rule)
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 #: rows kept per table (the largest first for tables with a sort key: see
 #: ``traceview.registry.TableSpec``); the total is stated
 REPORT_TABLE_ROWS = 50
@@ -201,16 +201,28 @@ def _record(a: accounting.Accounted, fid: str, parent: str | None, part_of_id: s
     return record
 
 
+def input_dirs(source_paths: Iterable[str]) -> list[str]:
+    """The directories of the inputs, longest first: what :func:`without_input_dirs` removes."""
+    dirs = sorted({str(Path(str(p)).parent) for p in source_paths}, key=len, reverse=True)
+    return [d for d in dirs if d not in ("", ".")]
+
+
+def without_input_dirs(message: str, dirs: Iterable[str]) -> str:
+    """``message`` naming the inputs by file name, as the report's ``inputs`` do: their directories
+    (``dirs``, from :func:`input_dirs`) are left out, as given (absolute or relative), since they
+    can name users and machines."""
+    for d in dirs:
+        message = message.replace(d + "/", "").replace(d + "\\", "")
+    return message
+
+
 def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     seen = set()
-    # the inputs' directories are left out, as in "inputs" (they can name users and machines)
-    dirs = sorted({str(Path(str(info.source_path)).parent) for info in trace.ranks.values()}, key=len, reverse=True)
-    dirs = [d for d in dirs if d not in ("", ".")]
+    dirs = input_dirs(info.source_path for info in trace.ranks.values())
 
     def add(scope: str, message: str, applies_to: list[str], kind: str) -> None:
-        for d in dirs:
-            message = message.replace(d + "/", "").replace(d + "\\", "")
+        message = without_input_dirs(message, dirs)
         if (scope, message) in seen:
             return
         seen.add((scope, message))
@@ -240,6 +252,7 @@ def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], inputs
     per_spec = [spec.rank_summary(inputs) for spec in analysis_specs()
                 if spec.rank_summary is not None and spec.name in inputs.results]
     out = []
+    dirs = input_dirs(info.source_path for info in trace.ranks.values())
     for rank in trace.rank_ids:
         info = safe[rank]
         s = summ.get(rank, {})
@@ -259,7 +272,7 @@ def _ranks(trace: "TraceOverview", safe: Mapping[int, Mapping[str, Any]], inputs
             "event_counts": dict(info.get("event_counts") or {}),
             "activity_dropped": dict(info.get("activity_dropped") or {}),
             "unmapped": dict(info.get("unmapped") or {}),
-            "warnings": list(info.get("warnings") or []),
+            "warnings": [without_input_dirs(str(w), dirs) for w in info.get("warnings") or []],
         }
         for figures in per_spec:
             entry.update(figures.get(int(rank), {}))

@@ -129,6 +129,8 @@ def report_key(files: Sequence[Path | InputFile], options: Options, skipped: Seq
         # the user's GPU table by content: an edited file gives new peaks under the same path
         specs = hashlib.sha256(Path(options.gpu_specs).read_bytes()).hexdigest() if options.gpu_specs else ""
         specs += ncu_identity(options.ncu)
+        # graph captures by identity (both ends and size, as the trace cache keys a trace)
+        parts += [cache_key(Path(p)) for p in options.graph_capture]
     except OSError:
         return None
     settings = json.dumps(asdict(options), sort_keys=True, default=str)

@@ -561,21 +561,22 @@ static int skip_value(Scanner *s, int depth) {
 enum {
     /* int64 arg columns (those of _Args, then those of _MemoryArgs), default -1 but Bytes 0 */
     A_EXTERNAL_ID, A_EXTERNAL_ID_OLD, A_CORRELATION, A_STREAM, A_DEVICE, A_BYTES, A_IN_NELEMS, A_OUT_NELEMS,
-    A_GROUP_SIZE, A_SEQUENCE_NUMBER, A_FWD_THREAD_ID, A_MEM_BYTES, A_TOTAL_ALLOCATED, A_TOTAL_RESERVED,
+    A_GROUP_SIZE, A_SEQUENCE_NUMBER, A_FWD_THREAD_ID, A_GRAPH_ID, A_GRAPH_NODE_ID, A_MEM_BYTES, A_TOTAL_ALLOCATED, A_TOTAL_RESERVED,
     A_DEVICE_ID, A_DEVICE_TYPE, A_ADDR, N_INT_ARGS
 };
 static const char *INT_ARG_KEYS[N_INT_ARGS] = {
     "External id", "external id", "correlation", "stream", "device", "bytes", "In msg nelems", "Out msg nelems",
-    "Group size", "Sequence number", "Fwd thread id", "Bytes", "Total Allocated", "Total Reserved", "Device Id",
+    "Group size", "Sequence number", "Fwd thread id", "graph id", "graph node id", "Bytes", "Total Allocated", "Total Reserved", "Device Id",
     "Device Type", "Addr"};
 static const char *INT_ARG_COLUMNS[N_INT_ARGS] = {
     "external_id", "external_id_old", "correlation", "stream", "device", "bytes", "in_nelems", "out_nelems",
-    "group_size", "sequence_number", "fwd_thread_id", "mem_bytes", "total_allocated", "total_reserved",
+    "group_size", "sequence_number", "fwd_thread_id", "graph_id", "graph_node_id", "mem_bytes", "total_allocated", "total_reserved",
     "device_id", "device_type", "addr"};
-enum { S_COLLECTIVE, S_DTYPE, S_PG_NAME, S_PG_RANKS, S_NAME, N_STR_ARGS };
+enum { S_COLLECTIVE, S_DTYPE, S_PG_NAME, S_PG_RANKS, S_NAME, S_KERNEL, N_STR_ARGS };
 static const char *STR_ARG_KEYS[N_STR_ARGS] = {"Collective name", "dtype", "Process Group Name",
-                                               "Process Group Ranks", "name"};
-static const char *STR_ARG_COLUMNS[N_STR_ARGS] = {"collective", "dtype", "pg_name", "pg_ranks", "arg_name"};
+                                               "Process Group Ranks", "name", "kernel"};
+static const char *STR_ARG_COLUMNS[N_STR_ARGS] = {"collective", "dtype", "pg_name", "pg_ranks", "arg_name",
+                                                  "launch_kernel"};
 /* args kept as their raw JSON text (an op's recorded inputs, record_shapes=True; "Input dims" is
  * the 2021 spelling): the text is validated and interned like a string, Python decodes the
  * distinct texts */

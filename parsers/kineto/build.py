@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
+from traceview.errors import TraceFormatError
 from traceview.model import (
     DeviceInfo, empty_counters, empty_links, empty_memory, hash_keys, join_on_keys, Kind, kind_array,
     make_counters_table, make_events_table, make_links_table, make_memory_table, RankInfo,
@@ -37,8 +38,18 @@ class TableBuilder(FileState):
     the rank metadata."""
 
     # -- assembling ---------------------------------------------------------------------
+    def _require_event_objects(self) -> None:
+        """An events array of entries none of which is an object (``[1, 2, 3]``) is not a trace:
+        one line, not an empty report (an empty array still is an empty trace)."""
+        read = self.counts.get("events_read", 0)
+        if read > 0 and self.counts.get("skipped_not_an_object", 0) == read:
+            raise TraceFormatError(self.path, f"is JSON but not a trace: none of its {read:,} entries is an "
+                                   "event object (they are numbers, strings or lists)",
+                                   "expected a PyTorch profiler / Chrome trace")
+
     def _build(self, threads: int = 1) -> Trace:
         """The Trace (``threads``: see ``_tables``)."""
+        self._require_event_objects()
         meta = {**self.head, **self.tail}
         base_time_ns = self._base_time()
         raw_dist = meta.get("distributedInfo")

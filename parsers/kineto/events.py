@@ -95,10 +95,15 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     # autograd: a forward op's node number and a backward op's forward thread (autograd.py)
     sequence_number: int = msgspec.field(default=-1, name="Sequence number")
     fwd_thread_id: int = msgspec.field(default=-1, name="Fwd thread id")
+    # a graph-replayed kernel's graph and node (newer Kineto, CUPTI's graphId/graphNodeId)
+    graph_id: int = msgspec.field(default=-1, name="graph id")
+    graph_node_id: int = msgspec.field(default=-1, name="graph node id")
     dtype: str = ""
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     pg_ranks: Union[str, list[int], None] = msgspec.field(default=None, name="Process Group Ranks")
     name: str = ""  # metadata events: process_name / thread_name
+    # a launch call's kernel (ROCm's hipLaunchKernel & co.): names the graph nodes a capture records
+    launch_kernel: str = msgspec.field(default="", name="kernel")
     # an op's recorded inputs (record_shapes=True), any JSON: kept as canonical JSON text
     # (``OP_INPUT_COLUMNS``); "Input dims" is the 2021 spelling
     input_dims: Any = msgspec.field(default=None, name="Input Dims")

@@ -25,7 +25,7 @@ from traceview.parsers.kineto.native import native_first_seen
 OPTIONAL_COLUMNS = {
     "collective": pa.string(), "msg_nelems": pa.int64(), "msg_bytes": pa.int64(), "msg_dtype": pa.string(),
     "group_size": pa.int32(), "process_group": pa.string(), "process_group_ranks": pa.string(),
-    "copy_kind": pa.string(),
+    "copy_kind": pa.string(), "launch_kernel": pa.string(), "graph_id": pa.int64(), "graph_node_id": pa.int64(),
 }
 
 
@@ -195,12 +195,12 @@ _NATIVE_DTYPES = {"ph": np.int32, "cat": np.int32, "name": np.int32, "ts_kind": 
 _NATIVE_SPARSE = {
     **{key: (np.int64, -1) for key in ("id", "external_id", "external_id_old", "correlation", "stream", "device",
                                        "bytes", "in_nelems", "out_nelems", "group_size", "sequence_number",
-                                       "fwd_thread_id", "total_allocated",
+                                       "fwd_thread_id", "graph_id", "graph_node_id", "total_allocated",
                                        "total_reserved", "device_id", "device_type", "addr")},
     "mem_bytes": (np.int64, 0),
     # codes into the chunk's strings: -1 a number (ids), 0 the empty string (string args: their default)
     **{key: (np.int32, -1) for key in ("pid_text", "tid_text", "id_text")},
-    **{key: (np.int32, 0) for key in ("collective", "dtype", "pg_name", "pg_ranks", "arg_name")},
+    **{key: (np.int32, 0) for key in ("collective", "dtype", "pg_name", "pg_ranks", "arg_name", "launch_kernel")},
     # codes of the raw JSON texts of an op's recorded inputs, -1 absent
     **{key: (np.int32, -1) for key in (*OP_INPUT_COLUMNS, "input_dims_old")},
     "grid_length": (np.int32, 0), "block_length": (np.int32, 0),

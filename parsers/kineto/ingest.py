@@ -376,6 +376,11 @@ class ChunkIngest(TableBuilder):
         }
         self._launch_geometry(cols, kind, fields, m)
         self._collective_columns(cols, fields, m)
+        self._launch_kernel_column(cols, fields, m)
+        for key in ("graph_id", "graph_node_id"):  # CUPTI's ids are never negative: -1 is absent
+            ids = fields.int_arg(key, self.counts)
+            if (ids >= 0).any():
+                cols[key] = pa.array(ids, mask=ids < 0)
         for key in OP_INPUT_COLUMNS:  # int32 codes in the column's memo, -1 absent
             cols[key] = fields.op_input_codes(key, getattr(self, op_input_memo(key)))
         memcpy_rows = np.flatnonzero(kind == int(Kind.MEMCPY))
@@ -417,6 +422,18 @@ class ChunkIngest(TableBuilder):
             for axis, suffix in enumerate("xyz"):
                 col = dims[:, axis]
                 cols[f"{prefix}_{suffix}"] = pa.array(col.astype(np.int32), mask=col < 0)
+
+    @staticmethod
+    def _launch_kernel_column(cols: dict[str, Any], fields: "StructFields | NativeFields", m: int) -> None:
+        """The kernel a launch call names (ROCm's ``kernel`` arg): what a graph capture's calls are
+        matched on (analyses/graph_capture.py); absent in CUDA traces, whose calls name no kernel."""
+        has = fields.has_text("launch_kernel")
+        if not has.any():
+            return
+        rows = np.flatnonzero(has)
+        full = np.full(m, None, dtype=object)
+        full[rows] = fields.take(rows).strings("launch_kernel")
+        cols["launch_kernel"] = pa.array(full, pa.string())
 
     def _collective_columns(self, cols: dict[str, Any], fields: "StructFields | NativeFields", m: int) -> None:
         has_collective = fields.has_text("collective")

@@ -119,6 +119,13 @@ Processes, threads and ranks
 ``pid = (globalTid >> 24) & 0xFFFFFF`` and ``tid = globalTid & 0xFFFFFF``; GPU rows carry only
 ``globalPid``, so their ``tid`` is -1 (their stream is in ``stream``). A process is identified by
 ``globalPid >> 24`` (pid plus the host/VM bits), so equal pids on two hosts stay apart.
+A GPU table without the ``globalPid`` column (some exports' kernel table) has its rows joined to a
+process on what the export has (``links.processes_by_launch``): their device where the GPU tables
+with ``globalPid`` put it in one process, else the correlation id of the CUDA API calls of one
+process (the runtime table's ``globalTid``), else the device among the rows so placed, else the
+export's only process; a warning says how many rows each join placed, and rows none places are
+skipped (``<TABLE>.no_rank_null_process``). Without this the rows became a rank of their own that
+no launch call linked to.
 
 Every process with events becomes one rank. Processes with GPU activity come first, ordered by
 the lowest device id they used, then by pid; then processes with CUDA API calls only (by pid);

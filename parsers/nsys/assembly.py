@@ -346,6 +346,7 @@ class ExportParser(ExportMetadata):
             self.release_memory()  # the fetched columns and the group's temporaries, before the next table
         if names.missing:
             self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
+        self._place_processes(groups)
         rank_map = _rank_map(groups)
         sync_fixed = _fix_sync_devices(groups, rank_map)
         tally = _tally_rows(groups, rank_map, sync_fixed)  # takes the "_open" markers out: before the columns
@@ -364,6 +365,33 @@ class ExportParser(ExportMetadata):
         counters = gpu_metric_counters(self.con, self.tables, ranks)  # GPU_METRICS (gpu_metrics.py)
         return Trace(events=rows.events, links=rows.links, ranks=ranks, steps=steps, counters=counters,
                      warnings=[f"{self.path}: {w}" for w in all_warnings])
+
+    def _place_processes(self, groups: list[Group]) -> None:
+        """GPU tables without a ``globalPid`` column: their rows take the process of the CUDA API
+        call that launched them (:func:`links.processes_by_launch`), and a warning says which join
+        placed how many (without it the rows formed a rank of their own, linked to nothing)."""
+        gpu_tables = (KERNEL_T, MEMCPY_T, MEMSET_T, SYNC_T)
+        missing = [g for g in groups if g.table in gpu_tables and "globalPid" not in self.columns(g.table)]
+        if not missing:
+            return
+        known = [(g.proc[g.keep], g.device[g.keep]) for g in groups
+                 if g.table in gpu_tables and g.table != SYNC_T and not any(g is m for m in missing)]
+        runtime = next((g for g in groups if g.table == RUNTIME_T), None)
+        empty = np.empty(0, dtype=np.int64)
+        api_proc = runtime.proc[runtime.keep] if runtime is not None else empty
+        api_corr = runtime.corr[runtime.keep] if runtime is not None else empty
+        for g in missing:
+            placed = link_module.processes_by_launch(g, api_proc, api_corr, known)
+            said = {"device": "on their device (its one process in the tables with globalPid)",
+                    "correlation": "on the correlation id of their CUDA API call (runtime table)",
+                    "device_of_correlated": "on their device (its one process among the rows so joined)",
+                    "only_process": "to the export's only process"}
+            joins = [f"{placed[k]:,} {text}" for k, text in said.items() if placed[k]]
+            text = f"{g.table} has no globalPid column: its rows were given a process by joining " + (
+                "; ".join(joins) or "none")
+            if placed["none"]:
+                text += f"; {placed['none']:,} rows no join places were skipped"
+            self.warnings.append(text)
 
     def _check_core_tables(self) -> None:
         if not self.tables & set(CORE_TABLES):

@@ -30,6 +30,8 @@ class EventTables(ExportQueries):
         dims = ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]
         extra = [self.col(t, "demangledName", "shortName", "mangledName", default="-1")]
         extra += [self.col(t, d, default="-1") for d in dims]
+        # exports with --cuda-graph-trace=node: each replayed kernel's graph and node (0: none)
+        extra += [self.col(t, c, default="0") for c in ("graphId", "graphNodeId")]
         cols, proc, tid = self._gpu_common(t, extra)
         start, end, device, stream, corr = cols[:5]
         n = len(start)
@@ -42,6 +44,9 @@ class EventTables(ExportQueries):
             beyond |= ~fits
             g.optional[f"{d[:-1].lower()}_{d[-1].lower()}"] = (
                 (narrowed(v), v >= 0) if fits.all() else (narrowed(np.where(fits, v, -1)), (v >= 0) & fits))
+        for name, v in (("graph_id", cols[13]), ("graph_node_id", cols[14])):
+            if (v > 0).any():
+                g.optional[name] = (v, v > 0)
         g = self.repair_nulls(g)
         beyond &= g.keep
         if beyond.any():

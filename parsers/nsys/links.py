@@ -7,7 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from typing import TYPE_CHECKING
+
 from traceview.model import empty_links, join_on_keys, Kind, lazy_zeros, make_links_table
+
+if TYPE_CHECKING:
+    from traceview.parsers.nsys.queries import Group
 
 
 def launch_links(rank: np.ndarray, kind: np.ndarray, corr: np.ndarray, exact: bool = True) -> pa.Table:
@@ -101,3 +106,87 @@ def _packed_key(high: np.ndarray, low: np.ndarray) -> np.ndarray | None:
     shifted <<= 32
     key |= shifted
     return key
+
+
+# ------------------------------------------------------------------------------------ processes of GPU rows
+
+
+def processes_by_launch(gpu: "Group", api_proc: np.ndarray, api_corr: np.ndarray,
+                        known: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, int]:
+    """Give the rows of a GPU table without ``globalPid`` (an export whose kernel table lacks the
+    column: every row's process is -1) a process, in place; rows no join places are skipped
+    (``keep`` off, noted as ``no_rank_null_process``).
+
+    Joins, in order: the device, where the GPU tables that have ``globalPid`` (``known``: their
+    ``(process, device)`` columns) put it in one process; else the correlation id, where the CUDA
+    API calls of one process only carry it (``api_proc``/``api_corr``: the runtime table's process,
+    from its ``globalTid``, and correlation id); else the device again, where the rows the
+    correlation placed put it in one process; else the export's only process. Returns how many
+    rows each placed (``device``, ``correlation``, ``device_of_correlated``, ``only_process``) and
+    how many none did (``none``)."""
+    rows = np.flatnonzero(gpu.keep & (gpu.proc < 0))
+    device = gpu.device[rows].astype(np.int64)
+    proc = np.full(len(rows), -1, dtype=np.int64)
+    placed = {"device": _place_by_device(proc, device, known)}
+    todo = proc < 0
+    proc[todo] = _process_by_correlation(gpu.corr[rows][todo].astype(np.int64), api_proc, api_corr)
+    placed["correlation"] = int((todo & (proc >= 0)).sum())
+    placed["device_of_correlated"] = _place_by_device(proc, device, [(proc[todo & (proc >= 0)],
+                                                                       device[todo & (proc >= 0)])])
+    processes = set(np.unique(api_proc[api_proc >= 0]).tolist())
+    for known_proc, _ in known:
+        processes |= set(np.unique(known_proc[known_proc >= 0]).tolist())
+    todo = proc < 0
+    if len(processes) == 1:
+        proc[todo] = processes.pop()
+    placed["only_process"] = int((todo & (proc >= 0)).sum())
+    none = proc < 0
+    placed["none"] = int(none.sum())
+    gpu.proc = gpu.proc.astype(np.int64)
+    gpu.proc[rows] = proc
+    if none.any():
+        skipped = np.zeros(len(gpu.keep), dtype=bool)
+        skipped[rows[none]] = True
+        gpu.notes["no_rank_null_process"] = skipped
+        gpu.keep = gpu.keep & ~skipped
+    return placed
+
+
+def _place_by_device(proc: np.ndarray, device: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]]) -> int:
+    """Rows of ``proc`` still -1 given the process that alone uses their device in ``pairs``, in
+    place; how many."""
+    todo = proc < 0
+    for d, p in _device_processes(pairs).items():
+        proc[todo & (device == d)] = p
+    return int((todo & (proc >= 0)).sum())
+
+
+def _process_by_correlation(corr: np.ndarray, api_proc: np.ndarray, api_corr: np.ndarray) -> np.ndarray:
+    """The process of the API calls with each correlation id ``corr``, where one process alone has
+    calls with it; -1 elsewhere."""
+    out = np.full(len(corr), -1, dtype=np.int64)
+    ok = (api_proc >= 0) & (api_corr > 0)
+    if not ok.any() or not len(corr):
+        return out
+    pairs = np.unique(np.stack([api_corr[ok].astype(np.int64), api_proc[ok].astype(np.int64)]), axis=1)
+    values, first, count = np.unique(pairs[0], return_index=True, return_counts=True)
+    values, owner = values[count == 1], pairs[1][first[count == 1]]
+    if not len(values):
+        return out
+    pos = np.minimum(np.searchsorted(values, corr), len(values) - 1)
+    hit = (corr > 0) & (values[pos] == corr)
+    out[hit] = owner[pos[hit]]
+    return out
+
+
+def _device_processes(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, int]:
+    """device -> its process, for the devices that one process alone uses in ``pairs`` ((process,
+    device) columns)."""
+    owners: dict[int, set[int]] = {}
+    for proc, device in pairs:
+        keep = proc >= 0
+        if not keep.any():
+            continue
+        for p, d in np.unique(np.stack([proc[keep].astype(np.int64), device[keep].astype(np.int64)]), axis=1).T:
+            owners.setdefault(int(d), set()).add(int(p))
+    return {d: next(iter(ps)) for d, ps in owners.items() if len(ps) == 1}

@@ -788,6 +788,13 @@ def test_efficiency_page_draws_the_roofline_from_the_report(tmp_path: Path) -> N
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     # the tables: op types, coverage, unmodelled (aten::cat), HFU per step
     assert {r["name"] for r in by_id(body, "eff-op-types").data} == {"aten::mm", "aten::add"}
+    # the roll-up (issue 30.11): one row per family and dtype, shares as the report's table gives them
+    families = ctl.store.context(0).report.table("efficiency", "families").set_index("family")
+    rolled = {r["family"]: r for r in by_id(body, "eff-families").data}
+    assert set(rolled) == {"GEMM", "elementwise"}
+    assert rolled["GEMM"]["peak_share_pct"] == pytest.approx(100 * families.loc["GEMM", "peak_share"])
+    assert rolled["elementwise"]["bandwidth_share_pct"] == pytest.approx(100 * families.loc["elementwise",
+                                                                                           "bandwidth_share"])
     [coverage] = by_id(body, "eff-coverage").data
     assert coverage["modelled_pct"] == pytest.approx(100 * 44 / 49)
     assert [r["name"] for r in by_id(body, "eff-unmodelled").data] == ["aten::cat"]

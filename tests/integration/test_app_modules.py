@@ -269,3 +269,55 @@ def test_a_sector_id_is_parsed_or_refused() -> None:
         mp.clicked_sector({"points": [{"id": "3/root"}]})
     with pytest.raises(BadValue, match="not a range"):
         mp.clicked_sector({"points": [{"id": "3/17; drop"}]})
+
+
+def _texts(node: Any) -> list[str]:
+    """Every string in a Dash component tree."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, (list, tuple)):
+        return [t for child in node for t in _texts(child)]
+    children = getattr(node, "children", None)
+    return _texts(children) if children is not None else []
+
+
+def test_graph_replay_section_shows_the_capture_match(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With --graph-capture, the page shows how the replays matched and their GPU time by captured op,
+    read from the analysis's graph_capture and graph_ops tables."""
+    import importlib.util
+    from pathlib import Path
+
+    from traceview import Options
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("make_graph_pair", root / "sample_traces" / "make_graph_pair.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path_factory.mktemp("graph_pair")
+    module.write(out)
+    monkey = pytest.MonkeyPatch()
+    monkey.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    try:
+        app = create_app([str(out / "hip" / "replay.json.gz")], warm=False,
+                         options=Options(graph_capture=(str(out / "hip" / "capture.json.gz"),)))
+        ctl = app.traceview_controller  # type: ignore[attr-defined]
+        texts = _texts(_body(ctl))
+        assert "Graph replays" in texts
+        ops = ctl._context(0).table(mp.ANALYSIS, "graph_ops")  # noqa: SLF001
+        assert set(ops["op"]) == {"aten::mm", "aten::_flash_attention_forward", "aten::gelu"}
+        tables = [n for n in _walk(_body(ctl)) if getattr(n, "id", None) == "mod-graph-ops"]
+        assert tables and {row["op"] for row in tables[0].data} == set(ops["op"])
+    finally:
+        monkey.undo()
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    if isinstance(node, (list, tuple)):
+        for child in node:
+            yield from _walk(child)
+        return
+    yield node
+    children = getattr(node, "children", None)
+    if children is not None and not isinstance(children, str):
+        yield from _walk(children)

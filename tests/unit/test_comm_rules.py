@@ -74,6 +74,15 @@ def family_of(name: str, patterns: tuple[str, ...] = ()) -> str | None:
     ("dlslime::intranode_alltoall_kernel", "all_to_all"),
     ("AllToAllKernel<float>", "all_to_all"),
     ("p2p_send_kernel", "send_recv"),
+    # XLA collective HLO ops (XSpace): whole names, async halves, .N suffixes
+    ("all-reduce", "xla"),
+    ("all-reduce.3", "xla"),
+    ("all-gather-start", "xla"),
+    ("all-gather-done.2", "xla"),
+    ("reduce-scatter.1", "xla"),
+    ("collective-permute-done.1", "xla"),
+    ("all-to-all", "xla"),
+    ("%collective-broadcast.4", "xla"),
 ])
 def test_known_communication_kernels(name: str, family: str) -> None:
     assert family_of(name) == family
@@ -93,6 +102,10 @@ def test_known_communication_kernels(name: str, family: str) -> None:
     "triton_red_fused_all_reduce_sum_0",
     "void recall_to_all_kernel(float*)",
     "volta_sgemm_128x64_nn",
+    # XLA fusions that contain a collective's name are compute
+    "all-reduce-fusion",
+    "fusion.all-reduce",
+    "loop_all-gather_fusion",
 ])
 def test_compute_kernels_that_look_like_communication_stay_compute(name: str) -> None:
     assert family_of(name) is None
@@ -202,3 +215,42 @@ def test_cli_bad_rule_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fr
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in proc.stderr
+
+
+def _doc_table(tag: str) -> str:
+    text = METRICS_DOC.read_text()
+    start = text.index(f"<!-- {tag}:begin")
+    body = text[text.index("\n", start) + 1: text.index(f"<!-- {tag}:end -->")]
+    return "\n".join(line.strip() for line in body.strip().splitlines())
+
+
+def test_the_documented_table_is_the_codes() -> None:
+    # issue 30 (14): the table said less than the patterns match; it is now the code's, regexes included
+    assert _doc_table("comm-rules") == comm_rules.rules_markdown()
+    assert all(rule.matches for rule in comm_rules.BUILTIN_RULES)
+
+
+@pytest.mark.parametrize("name, family", [
+    # what the patterns matched beyond the old table's words, now written in it
+    ("void deep_ep::internode_foo::dispatch<8>(int4*)", "deepep"),       # any (intra|inter)node* namespace
+    ("void dpsk::ep::intranode_v2::combine<4>(float*)", "deepep"),
+    ("void one_shot_all_reduce_kernel_fused<float>(float**)", "symmetric_memory"),  # a prefix
+    ("my_two_shot_all_reduce_kernel", "symmetric_memory"),               # `_` may precede
+    ("ncclP2P_Recv", "nccl"),
+    ("P2P_Recv_kernel", "send_recv"),                                     # P2P, either case
+    ("p2pSend", "send_recv"),
+    ("Send_RecvKernel", "send_recv"),
+    ("all_to_all_single_kernel", "all_to_all"),
+])
+def test_what_the_table_says_the_patterns_match(name: str, family: str) -> None:
+    assert family_of(name) == family
+
+
+@pytest.mark.parametrize("name", [
+    "sendrecvs_kernel",                  # followed by a lower-case letter
+    "void xdeep_ep::intranode::dispatch<8>(int4*)",  # preceded by a word character
+    "twoshot_all_reduce_kernel",         # not one of the symmetric-memory names
+    "XOneShotAllReduceKernel",           # preceded by a letter
+])
+def test_what_the_table_says_the_patterns_do_not_match(name: str) -> None:
+    assert family_of(name) is None

@@ -574,3 +574,99 @@ def test_cli_model_flops_is_checked_before_any_work(value: str, ok: bool):
             checked_model_flops(value, "bf16")
     with pytest.raises(TraceviewError, match="--mfu-dtype"):
         checked_model_flops(value, "float13")
+
+
+def test_integer_bookkeeping_ops_are_not_judged_and_no_warning(options: Options):
+    """Index arithmetic (an int64 add) has no published peak: it is not judged, and that is not a
+    warning (the V100 job's Efficiency page had one 'dtype int64 has no peak' per rank)."""
+    int64 = ([[4096], [4096]], ["long int", "long int"], [[1], [1]], ["", ""])
+    result = run_all(ops_trace("aten::add", int64, [5_000]), options, only=["efficiency"])["efficiency"]
+    row = result.tables["op_types"].iloc[0]
+    assert (row["dtype"], row["unit"]) == ("int64", "vector") and row["flops"] > 0
+    assert np.isnan(row["efficiency"]) and "integer (index or bookkeeping) op" in row["roof"]
+    assert warning_messages(result) == []
+    assert efficiency.is_bookkeeping("int32", "vector") and efficiency.is_bookkeeping("bool", "vector")
+    assert not efficiency.is_bookkeeping("int8", "tensor") and not efficiency.is_bookkeeping("fp32", "vector")
+
+
+def test_one_warning_per_distinct_cause_whatever_the_rank(options: Options):
+    """The same missing roof on every rank is one message (no rank or GPU in its text), given by each
+    rank: the report then prints it once with the ranks that gave it."""
+    from traceview.pipeline import merge_messages
+
+    traces = []
+    for rank in range(3):  # one process per rank, each its own GPU (device = rank), named alike
+        b = TraceBuilder(rank=rank)
+        op = b.op("aten::mm", 0, 50_000)
+        b.launched("cudaLaunchKernel", 1_000, 1_000, 1_000_000, 20_000, op=op)
+        traces.append(with_inputs(b.build(), {op: mm_inputs(256, 512, 1024)}, device_name="Mystery Accelerator 9000"))
+    result = run_all(concat_traces(traces), options, only=["efficiency"])["efficiency"]
+    per_rank = list(result.rank_warnings)
+    assert {r for r, _ in per_rank} == {0, 1, 2}
+    assert per_rank and all("rank" not in m and "GPU 0" not in m for _, m in per_rank)
+    lines = merge_messages(per_rank, 3)
+    assert len(lines) == len({m for _, m in per_rank}) == 1
+    assert lines[0].endswith("(all ranks)") and "unknown GPU 'Mystery Accelerator 9000'" in lines[0]
+
+
+def test_rollup_per_family_and_dtype_known_answer(options: Options):
+    """Issue 30.11: GEMMs at X% of peak, elementwise at W% of the memory bandwidth, per family and
+    dtype (families table), over the job (summary) and in the headline (every front end)."""
+    from traceview.pipeline import analyze
+    from traceview.render.common import efficiency_text, headline_rows
+
+    trace, _ = planted()
+    report = analyze(trace, options)
+    fam = report.table("efficiency", "families").set_index(["family", "dtype"])
+    assert sorted(fam.index) == [("GEMM", "bf16"), ("elementwise", "fp32")]  # aten::cat has no model
+    gemm, add = fam.loc[("GEMM", "bf16")], fam.loc[("elementwise", "fp32")]
+    assert (gemm["calls"], gemm["gpu_ns"], gemm["flops"]) == (2, 20_000, 2 * MM_FLOPS)
+    assert gemm["peak_share"] == pytest.approx(2 * MM_FLOPS / PEAK_BF16 * 1e9 / 20_000)  # 26.8%
+    assert gemm["bandwidth_share"] == pytest.approx(2 * MM_BYTES / BANDWIDTH * 1e9 / 20_000)
+    assert gemm["achieved_tflops"] == pytest.approx(2 * MM_FLOPS / 20_000 / 1e3)
+    assert add["bandwidth_share"] == pytest.approx(ADD_BYTES / BANDWIDTH * 1e9 / 24_000)  # 50%
+    assert add["peak_share"] == pytest.approx(ADD_FLOPS / PEAK_FP32 * 1e9 / 24_000)
+    rows = report["summary"]["efficiency_families"]
+    assert [(r["family"], r["dtype"], r["judged_by"]) for r in rows] == [
+        ("elementwise", "fp32", "bandwidth"), ("GEMM", "bf16", "peak")]  # largest GPU time first
+    assert rows[1]["peak_share"] == pytest.approx(gemm["peak_share"]) and rows[0]["gpu_share"] == pytest.approx(24 / 44)
+    text = efficiency_text(report)
+    assert text == ("elementwise fp32 at 500 GB/s = 50.0% of memory bandwidth · GEMM bf16 537 MFLOP at 26.8 TFLOP/s "
+                    "= 26.8% of peak")
+    assert ("efficiency", text) in [(label, value) for label, value, _ in headline_rows(report)]
+
+
+def test_rollup_without_a_verified_roof_says_so(options: Options):
+    from traceview.pipeline import analyze
+    from traceview.render.common import efficiency_text
+
+    trace, _ = planted(device_name="Mystery Accelerator 9000")
+    report = analyze(trace, options)
+    rows = report["summary"]["efficiency_families"]
+    assert all(r["peak_share"] is None and r["bandwidth_share"] is None and r["roofed_share"] == 0 for r in rows)
+    assert efficiency_text(report).count("(no verified roof)") == 2
+
+
+def test_v100_job_efficiency_warnings_are_one_line_per_cause():
+    """The 8-rank V100 job: its Efficiency page had 24 warnings (an unverified fp32 peak and int64 /
+    int32 'no peak' on every rank); now each distinct cause is one line naming its ranks, and the
+    integer bookkeeping ops are none."""
+    job = require_shared() / "kineto" / "param_dlrm_8ranks_v100"
+    report = traceview.analyze(str(job))
+    lines = [w["message"] for w in report["warnings"] if w.get("scope") == "efficiency"]
+    assert lines and len(lines) == len(set(lines)) <= 2, lines
+    assert not any("int64" in m or "int32" in m for m in lines)
+    assert all("rank " not in m.split(" (")[0] for m in lines)
+    assert any(m.endswith("(all ranks)") and "fp32 vector peak is not verified" in m for m in lines)
+
+
+def test_rollup_integer_bookkeeping_is_counted_not_judged(options: Options):
+    from traceview.pipeline import analyze
+    from traceview.render.common import efficiency_text
+
+    int64 = ([[4096], [4096]], ["long int", "long int"], [[1], [1]], ["", ""])
+    report = analyze(ops_trace("aten::add", int64, [5_000]), options)
+    [row] = report["summary"]["efficiency_families"]
+    assert (row["family"], row["dtype"], row["judged_by"]) == ("elementwise", "int64", "none")
+    assert row["bandwidth_share"] is None and row["gpu_ns"] == 5_000
+    assert efficiency_text(report).endswith("(integer op: not judged)")

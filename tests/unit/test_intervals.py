@@ -350,3 +350,16 @@ def test_unique_inverse_and_combine_keys_with_constant_columns():
     assert codes.tolist() == [1, 0, 1, 2, 0, 1] and t.tolist() == [3, 5, 9] and r.tolist() == [0, 0, 0]
     codes, (r, p) = iv.combine_keys(rank, pid)
     assert codes.tolist() == [0] * 6 and p.tolist() == [77]
+
+
+def test_nesting_depth_of_zero_length_intervals():
+    """A marker (zero length) alone is outermost; at an op's start it is inside the op, and the op
+    keeps its depth; two markers at one point are siblings (XSpace ThreadpoolListener markers)."""
+    k = np.zeros(5, dtype=np.int64)
+    d = iv.nesting_depth(k, np.array([0, 0, 20, 30, 30]), np.array([10, 0, 20, 30, 30]))
+    assert d.tolist() == [0, 1, 0, 0, 0]
+    d = iv.nesting_depth(np.zeros(4, dtype=np.int64), np.array([0, 0, 0, 2]), np.array([10, 0, 5, 2]))
+    assert d.tolist() == [0, 2, 1, 2]
+    k, s, e = np.zeros(3, dtype=np.int64), np.array([0, 0, 4]), np.array([0, 8, 4])
+    assert np.array_equal(iv.NestedIndex(k, s, e).depth, iv.nesting_depth(k, s, e))
+    assert iv.nesting_depth(k, s, e).tolist() == [1, 0, 1]

@@ -148,9 +148,11 @@ def test_non_object_entries_are_skipped_and_counted(tmp_path):
 
 
 def test_array_of_numbers_is_one_clear_answer(tmp_path):
-    tr = load_bytes(tmp_path, b"[1, 2, 3]")
-    assert tr.num_events == 0
-    assert only_info(tr).event_counts["skipped_not_an_object"] == 3
+    # not an empty trace (issue 30): a document without a single event object is not a trace
+    with pytest.raises(TraceFormatError, match="not a trace: none of its 3 entries is an event object"):
+        load_bytes(tmp_path, b"[1, 2, 3]")
+    tr = load_bytes(tmp_path, b'[1, 2, {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1}]')
+    assert only_info(tr).event_counts["skipped_not_an_object"] == 2
 
 
 def test_header_only_gzip_says_it_holds_no_data(tmp_path):

@@ -949,3 +949,96 @@ def test_attention_with_a_different_value_head_dim():
     assert cost(forward).flops == sdpa_flop_count(q, k, v)
     assert cost(backward).flops == sdpa_backward_flop_count(o, q, k, v)
     assert cost(forward).bytes_written == b * h * sq * dv * 2
+
+
+# ------------------------------------------------------------------------------------ out= and in-place forms
+
+
+@pytest.mark.parametrize("name, dims, types, read, written", [
+    # issue 30 (7): DDP's reducer mul_out, mul.out(self, other, *, out): 1,024 + 8 bytes read, not 2,056
+    ("aten::mul", [[512], [], [512]], ["c10::BFloat16", "double", "c10::BFloat16"], 1024 + 8, 1024),
+    # records of the shared traces (hta_trace_diff_control_a100_rank3, hta_trace_filter_2ranks,
+    # hta_rank_not_found, tracelens_xdit_flux1_aiter_sage_capture_mi300x)
+    ("aten::mul", [[96], [], [96]], ["float", "double", "float"], 96 * 4 + 8, 96 * 4),
+    ("aten::div", [[2048, 1], [2048, 1], [2048, 1]], ["float"] * 3, 2 * 2048 * 4, 2048 * 4),
+    ("aten::neg", [[2048, 1], [2048, 1]], ["float", "float"], 2048 * 4, 2048 * 4),
+    ("aten::logical_and", [[1024, 1], [1024, 1], [1024, 1]], ["bool"] * 3, 2 * 1024, 1024),
+    ("aten::nan_to_num", [[1024, 64], [], [], [], [1024, 64]], ["float", "Scalar", "", "", "float"],
+     65536 * 4, 65536 * 4),
+    # an out tensor still to be resized ([0]) is no operand: the op is modelled, not inconsistent
+    ("aten::abs", [[512, 512], [0]], ["long int", "long int"], 512 * 512 * 8, 512 * 512 * 8),
+    # add.out(self, other, *, alpha, out): the result is stored in out's type (float here)
+    ("aten::add", [[512], [512], [], [512]], ["c10::BFloat16", "c10::BFloat16", "Scalar", "float"], 2048, 2048),
+    # where.out(condition, self, other, *, out)
+    ("aten::where", [[64], [64], [64], [64]], ["bool", "float", "float", "float"], 64 + 2 * 256, 256),
+])
+def test_out_tensors_are_written_not_read(name, dims, types, read, written):
+    c = model_op(name, dims, types)
+    assert isinstance(c, OpCost), c
+    assert (c.bytes_read, c.bytes_written) == (read, written)
+
+
+@pytest.mark.parametrize("name, dims, types, read", [
+    # functional forms whose last argument is a tensor operand, not an out=
+    ("aten::mul", [[512], [512]], ["float", "float"], 2 * 2048),
+    ("aten::where", [[64], [64], [64]], ["bool", "float", "float"], 64 + 2 * 256),
+    ("aten::clamp", [[64], [64], [64]], ["float"] * 3, 3 * 256),      # clamp.Tensor(self, min, max)
+    ("aten::pow", [[64], [64]], ["float", "float"], 2 * 256),          # pow.Tensor_Tensor
+    ("aten::sigmoid_backward", [[64], [64]], ["float", "float"], 2 * 256),
+    # in place: the destination is read (x.mul_(y)), except by ops that only write it
+    ("aten::mul_", [[512], [512]], ["float", "float"], 2 * 2048),
+    ("aten::add_", [[512], [512], []], ["float", "float", "Scalar"], 2 * 2048),
+    ("aten::fill_", [[512], []], ["float", "float"], 4),
+    ("aten::copy_", [[512], [512], []], ["float", "c10::BFloat16", "Scalar"], 1024),
+])
+def test_functional_and_in_place_forms_read_their_operands(name, dims, types, read):
+    c = model_op(name, dims, types)
+    assert isinstance(c, OpCost), c
+    assert c.bytes_read == read
+
+
+def test_reduction_out_is_stored_in_its_type():
+    # mean.out(self, dim, keepdim, *, dtype, out) of tracelens_resnet_actckpt_mi300x_rank0, and with a
+    # float out for a bfloat16 input
+    rec = ([[10, 1000], [], [], [], []], ["c10::BFloat16", "ScalarList", "Scalar", "", "c10::BFloat16"],
+           ["", "[]", "False", "", ""])
+    assert model_op("aten::mean", rec[0], rec[1], None, rec[2]) == OpCost(10_000, 20_000, 2, "bf16", "vector",
+                                                                          "reduction")
+    c = model_op("aten::sum", [[4, 512], [], [], [], [4]], ["c10::BFloat16", "ScalarList", "Scalar", "", "float"],
+                 None, ["", "[1]", "False", "", ""])
+    assert isinstance(c, OpCost) and (c.bytes_read, c.bytes_written) == (4096, 16)
+
+
+def test_matrix_and_other_models_never_read_their_out_tensor():
+    # mm.out(self, mat2, *, out), addmm.out(self, mat1, mat2, *, beta, alpha, out),
+    # _softmax.out(self, dim, half_to_float, *, out), index_select.out(self, dim, index, *, out)
+    assert model_op("aten::mm", [[64, 32], [32, 16], [64, 16]], ["float"] * 3) == \
+        model_op("aten::mm", [[64, 32], [32, 16]], ["float"] * 2)
+    with_out = model_op("aten::addmm", [[16], [64, 32], [32, 16], [], [], [64, 16]],
+                        ["float", "float", "float", "Scalar", "Scalar", "float"], None, ["", "", "", "1", "1", ""])
+    plain_addmm = model_op("aten::addmm", [[16], [64, 32], [32, 16], [], []],
+                           ["float", "float", "float", "Scalar", "Scalar"], None, ["", "", "", "1", "1"])
+    assert with_out == plain_addmm
+    assert model_op("aten::_softmax", [[8, 128], [], [], [8, 128]], ["float", "Int", "Bool", "float"],
+                    None, ["", "1", "False", ""]) == model_op("aten::_softmax", [[8, 128], [], []],
+                                                             ["float", "Int", "Bool"], None, ["", "1", "False"])
+    assert model_op("aten::index_select", [[100, 8], [], [10], [10, 8]], ["float", "Int", "long int", "float"],
+                    None, ["", "0", "", ""]) == model_op("aten::index_select", [[100, 8], [], [10]],
+                                                         ["float", "Int", "long int"], None, ["", "0", ""])
+
+
+def test_out_forms_on_a_shared_trace():
+    """Every three-tensor ``aten::mul`` of hta_trace_diff_control_a100_rank3 (mul.out) reads its two
+    operands only."""
+    if not SHARED.exists():
+        pytest.skip(f"real traces not available: {SHARED} is absent")
+    events = json.loads(gzip.open(SHARED / "hta_trace_diff_control_a100_rank3.json.gz").read())["traceEvents"]
+    outs = [e["args"] for e in events if e.get("name") == "aten::mul" and e.get("cat") == "cpu_op"
+            and len(e.get("args", {}).get("Input type", [])) == 3]
+    assert outs
+    for args in outs:
+        c = model_op("aten::mul", args["Input Dims"], args["Input type"], args.get("Input Strides"))
+        assert isinstance(c, OpCost), c
+        operands = sum(math.prod(d) * (8 if t in ("double", "long int") else 4 if t == "float" else 2)
+                       for d, t in zip(args["Input Dims"][:2], args["Input type"][:2]))
+        assert c.bytes_read == operands, args

@@ -172,7 +172,7 @@ def _add(db: Path, paths: List[str], run_name: Optional[str], tags: dict[str, st
     inputs = find_inputs(paths)  # once: the run's identity and its analysis
     if not inputs.files:
         raise TraceviewError(f"{paths[0]}: no trace files found; give Kineto .json[.gz] or Nsight .sqlite files")
-    identity = files_identity(list(inputs.files))
+    identity = files_identity(inputs.found.every_path)  # a several-file run (rocprofv3): all its files
     with _opened(db, create=True) as con:
         known = first_row(con, "SELECT run_id, name FROM runs WHERE identity = ?", [identity])
         if known is not None:  # before the analysis: refusing costs nothing

@@ -32,6 +32,7 @@ def command(
     # imported here: the CLI imports every command module at start (traceview/cli.py)
     from rich.table import Table
 
+    from traceview.report import input_dirs, without_input_dirs
     from traceview.secrets import scrub_text
 
     console = make_console()
@@ -44,6 +45,7 @@ def command(
     trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
     summary = trace.summary()
     starts = _rank_starts(trace)
+    dirs = input_dirs(info.source_path for info in trace.ranks.values())
     for rank in trace.rank_ids:
         info = trace.ranks[rank]
         table = Table(title=f"rank {rank}: {scrub_text(Path(info.source_path).name)}", title_justify="left",
@@ -77,8 +79,8 @@ def command(
         table.add_row("processes", ", ".join(f"{pid}" for pid in sorted(info.process_names)) or "-")
         table.add_row("threads named", str(len(info.thread_names)))
         table.add_row("other metadata keys", ", ".join(sorted(scrub_text(str(k)) for k in info.raw_metadata)) or "-")
-        for w in info.warnings:
-            table.add_row("warning", scrub_text(w))
+        for w in info.warnings:  # the file named as in the title (and the reports): by its name
+            table.add_row("warning", scrub_text(without_input_dirs(w, dirs)))
         console.print(table)
 
 

@@ -74,6 +74,10 @@ ANALYSIS_GROUP: tuple[GroupOption, ...] = (
         None, "--ncu", metavar="FILE|DIR", help="Nsight Compute exports (ncu --csv --page details or --page raw, "
         ".ncu-rep with ncu on PATH, or a directory of them) joined to the trace's kernels: measured speed of "
         "light, occupancy, DRAM bytes and rule results (repeatable; docs/metrics.md, Measured efficiency).")),
+    GroupOption("graph_capture", Optional[List[Path]], typer.Option(
+        None, "--graph-capture", metavar="CAPTURE", help="A trace of the capture of the CUDA/HIP graphs the traces "
+        "replay (repeatable): replayed kernels are matched to the captured nodes by kernel name and order and get "
+        "their ops and module ranges (docs/metrics.md, Modules and ranges).")),
     GroupOption("no_cache", bool, typer.Option(
         False, "--no-cache", help="Parse and analyse again instead of reading the caches (traces, reports).")),
     GroupOption("jobs", Optional[int], JOBS_OPTION),
@@ -92,12 +96,15 @@ class AnalysisArgs:
     model_flops: Optional[str] = None
     mfu_dtype: str = "bf16"
     ncu: tuple[Path, ...] = ()
+    #: ``--graph-capture`` values in order
+    graph_capture: tuple[Path, ...] = ()
     no_cache: bool = False
     jobs: Optional[int] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comm_pattern", tuple(self.comm_pattern or ()))
         object.__setattr__(self, "ncu", tuple(self.ncu or ()))
+        object.__setattr__(self, "graph_capture", tuple(self.graph_capture or ()))
 
     @property
     def use_cache(self) -> bool:
@@ -113,7 +120,8 @@ class AnalysisArgs:
         flops, flops_dtype = checked_model_flops(self.model_flops, self.mfu_dtype)
         rules = comm_patterns(list(self.comm_pattern), self.comm_config)
         return Options(step_marker=self.step_marker, comm_patterns=rules, gpu_specs=checked_gpu_specs(self.gpu_specs),
-                       model_flops_per_step=flops, mfu_dtype=flops_dtype, ncu=checked_ncu(self.ncu), **fields_)
+                       model_flops_per_step=flops, mfu_dtype=flops_dtype, ncu=checked_ncu(self.ncu),
+                       graph_capture=checked_graph_captures(self.graph_capture), **fields_)
 
     def given(self) -> dict[str, bool]:
         """Each option (as typed: ``--step-marker``) and whether the command line set it."""
@@ -183,6 +191,16 @@ def checked_ncu(paths: tuple[Path, ...]) -> tuple[str, ...]:
 
     read_ncu(list(paths))
     return tuple(str(p.resolve()) for p in paths)
+
+
+def checked_graph_captures(paths: tuple[Path, ...]) -> tuple[str, ...]:
+    """``--graph-capture``: each file must exist (one line, exit 2), named as the user gave it."""
+    from traceview.errors import TraceviewError
+
+    for path in paths:
+        if not path.is_file():
+            raise TraceviewError(f"{path}: no such file (--graph-capture takes a trace of the graphs' capture)")
+    return tuple(str(p) for p in paths)
 
 
 def checked_model_flops(text: Optional[str], dtype: str) -> tuple[float | None, str]:

@@ -363,8 +363,16 @@ def ridge_point(spec: GpuSpec, dtype: str, tensor: bool = True) -> float | None:
     return flops / bandwidth
 
 
+#: accelerators a trace names that are not GPUs (XSpace: ``/device:TPU:N`` planes; the XLA CPU
+#: backend's one device): the GPU table has none of them, and the report says so as such
+NOT_GPUS = ("TPU", "CPU")
+
+
 def missing_peak_reason(device_name: str, spec: GpuSpec | None, dtype: str, tensor: bool = True) -> str | None:
     """Why a peak cannot be given (one sentence for the report), or None when it can."""
+    if spec is None and device_name.strip().split(" ")[0] in NOT_GPUS:
+        return (f"{device_name.strip()} is not a GPU: the GPU table has no peak FLOP/s or bandwidth for it, so "
+                "no roofline or efficiency (give its peaks in a GPU specification file to have them)")
     if spec is None:
         shown = device_name.strip() or "(no name recorded)"
         return (f"unknown GPU {shown!r}: no peak FLOP/s or bandwidth, so no roofline or efficiency "

@@ -242,6 +242,10 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     layers = layers_text(report)
     if layers:
         rows.append(("by layer", layers, ""))
+    rolled = efficiency_text(report)
+    if rolled:
+        rows.append(("efficiency", rolled, "rates per GPU over the modelled ops' kernel time; the efficiency "
+                     "families table has every family and dtype"))
     rows.append(("findings", findings_count_text(report), ""))
     return rows
 
@@ -266,8 +270,54 @@ def layers_text(report: Mapping[str, Any]) -> str:
         return ""
     text = " · ".join(f"{short_path(str(layer['type_path']))} {fmt_share(layer.get('share'))}" for layer in layers)
     attributed = s.get("attributed_share")
-    return text + (f" (of the GPU busy time; {fmt_share(attributed)} attributed to a layer or range)"
-                   if attributed is not None else "")
+    text += (f" (of the GPU busy time; {fmt_share(attributed)} attributed to a layer or range)"
+             if attributed is not None else "")
+    return text + replay_text(s)
+
+
+def replay_text(summary: Mapping[str, Any]) -> str:
+    """How much of the graph-replayed GPU time a capture gave ops and ranges ("; graph replays 85%
+    of it: 100% matched to the capture's nodes"), empty without graph replays."""
+    replayed, matched = summary.get("graph_replay_share"), summary.get("graph_replay_matched_share")
+    if not replayed:
+        return ""
+    if not matched:
+        return (f"; graph replays {fmt_share(replayed)} of it: not attributed to ops inside the graphs "
+                "(--graph-capture CAPTURE_TRACE gives them)")
+    return f"; graph replays {fmt_share(replayed)} of it: {fmt_share(matched)} matched to the capture's nodes"
+
+
+#: the headline names at most this many model families (largest GPU time first)
+HEADLINE_FAMILIES = 3
+
+
+def _flop_text(flops: float) -> str:
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops / 1e6:.3g} MFLOP"
+
+
+def efficiency_text(report: Mapping[str, Any], top: int = HEADLINE_FAMILIES) -> str:
+    """The efficiency roll-up in one line ("GEMM fp32 2.1 TFLOP at 9.8 TFLOP/s = 62% of peak ·
+    elementwise fp32 at 410 GB/s = 46% of memory bandwidth"), from the summary's
+    ``efficiency_families`` (rates per GPU, amounts over the job); empty when the report has none."""
+    rows = (report["summary"].get("efficiency_families") or [])[:top]
+    parts = []
+    for r in rows:
+        name = f"{r['family']} {r['dtype']}"
+        if r.get("judged_by") == "none":
+            parts.append(f"{name} at {r.get('achieved_gbs') or 0:.4g} GB/s (integer op: not judged)")
+            continue
+        by_peak = r.get("judged_by") == "peak"
+        share = r.get("peak_share") if by_peak else r.get("bandwidth_share")
+        of = "of peak" if by_peak else "of memory bandwidth"
+        if by_peak:
+            text = f"{name} {_flop_text(float(r.get('flops') or 0))} at {r.get('achieved_tflops') or 0:.3g} TFLOP/s"
+        else:
+            text = f"{name} at {r.get('achieved_gbs') or 0:.4g} GB/s"
+        parts.append(f"{text} = {fmt_share(share)} {of}" if share is not None else f"{text} (no verified roof)")
+    return " · ".join(parts)
 
 
 def critical_path_text(report: Mapping[str, Any]) -> str:

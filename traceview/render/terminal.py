@@ -22,6 +22,7 @@ from rich.text import Text
 from traceview.registry import ANALYSES, Renderer, register_renderer
 from traceview.render.common import (
     critical_path_text,
+    efficiency_text,
     layers_text,
     cost_heading,
     nested_note,
@@ -123,6 +124,9 @@ def print_headline(report: Mapping[str, Any], console: Console) -> None:
     layers = layers_text(report)
     if layers:
         console.print(f"[bold]by layer[/bold] {safe(layers)}", highlight=False)
+    rolled = efficiency_text(report)
+    if rolled:
+        console.print(f"[bold]efficiency[/bold] (per GPU) {safe(rolled)}", highlight=False)
     for key, note in (s.get("notes") or {}).items():
         console.print(f"[yellow]note:[/yellow] {safe(str(note))}", highlight=False)
     execution = report.get("execution") or {}
