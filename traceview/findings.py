@@ -51,6 +51,9 @@ class Options:
     model_flops_per_step: float | None = None
     #: the dtype whose dense tensor peak MFU divides by
     mfu_dtype: str = "bf16"
+    #: Nsight Compute exports (``ncu --csv`` files, ``.ncu-rep`` reports or directories of them)
+    #: whose kernel records the measured analysis joins to the trace's kernels (CLI ``--ncu``)
+    ncu: tuple[str, ...] = ()
     #: traces of the capture of the CUDA/HIP graphs a trace replays (CLI ``--graph-capture``): their
     #: nodes' ops and ranges are given to the replayed kernels (analyses/graph_capture.py)
     graph_capture: tuple[str, ...] = ()
@@ -62,6 +65,7 @@ class Options:
     def __post_init__(self) -> None:
         # a list from the Python API would make the options unhashable as a cache key
         self.comm_patterns = tuple(self.comm_patterns)
+        self.ncu = (self.ncu,) if isinstance(self.ncu, str) else tuple(str(p) for p in self.ncu)
         self.graph_capture = tuple(str(p) for p in self.graph_capture)
         if self.claims not in CLAIMS_LISTINGS:
             raise ValueError(f"claims must be one of {CLAIMS_LISTINGS}, not {self.claims!r}")

@@ -104,6 +104,19 @@ def code_fingerprint() -> str:
     return _FINGERPRINT
 
 
+def ncu_identity(paths: Sequence[str]) -> str:
+    """The ncu exports of ``Options.ncu`` by name, size and mtime (a directory: of each file in it),
+    so that an edited or added export gives another report."""
+    parts = []
+    for given in paths:
+        path = Path(given)
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            st = f.stat()
+            parts.append(f"{f}|{st.st_size}|{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest() if parts else ""
+
+
 def report_key(files: Sequence[Path | InputFile], options: Options, skipped: Sequence[Path] = ()) -> str | None:
     """The key of the report of ``files`` (as :func:`traceview.discovery.discover` lists them: its
     records, whose cache keys the load has already computed, or their paths) under ``options``;
@@ -115,6 +128,7 @@ def report_key(files: Sequence[Path | InputFile], options: Options, skipped: Seq
         parts = [f.cache_key if isinstance(f, InputFile) else cache_key(Path(f)) for f in files]
         # the user's GPU table by content: an edited file gives new peaks under the same path
         specs = hashlib.sha256(Path(options.gpu_specs).read_bytes()).hexdigest() if options.gpu_specs else ""
+        specs += ncu_identity(options.ncu)
         # graph captures by identity (both ends and size, as the trace cache keys a trace)
         parts += [cache_key(Path(p)) for p in options.graph_capture]
     except OSError:

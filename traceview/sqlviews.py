@@ -139,6 +139,33 @@ MODULE_VIEWS: tuple[View, ...] = (
     ), analysis=True, table_of=("modules", "range_gpu")),
 )
 
+#: the measured analysis's tables (docs/metrics.md, "Measured efficiency"; docs/sql.md): empty without --ncu
+MEASURED_VIEWS: tuple[View, ...] = (
+    View("kernel_metrics", "one metric of one Nsight Compute kernel record (--ncu exports; the measured analysis's "
+         "kernel_metrics table)", (
+        ("file", "the export's file name"), ("ncu_id", "ncu's ID of the record in its export"),
+        ("kernel", "ncu's Kernel Name"), ("grid", "(x, y, z)"), ("block", "(x, y, z)"),
+        ("invocation", "0.. the record's order among records of one name and launch configuration"),
+        ("section", "ncu's section ('' for raw-page metrics)"), ("metric", "ncu's metric name"),
+        ("unit", "the base unit: byte, ns, hz, byte/s, %, cycle, warp, ... ('' a count)"),
+        ("value", "the value in that unit (null: n/a)"), ("raw_unit", "the unit as ncu wrote it"),
+        ("raw_value", "the value as ncu wrote it"),
+    ), analysis=True, table_of=("measured", "kernel_metrics")),
+    View("measured_kernels", "one trace kernel group (rank, name, grid, block) with its ncu measurements (the "
+         "measured analysis's kernels table)", tuple((c, "docs/metrics.md, Measured efficiency") for c in (
+             "rank", "name", "grid", "block", "kernels", "trace_ns", "measured_on_invocation", "match_rule",
+             "bound_by", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
+             "achieved_occupancy_pct", "l2_hit_rate_pct", "dram_bytes", "duration_ns", "measured_flops",
+             "modelled_flops", "flops_ratio", "model_off", "top_rule", "top_speedup_pct")),
+         analysis=True, table_of=("measured", "kernels")),
+    View("gpu_metrics", "one step of one GPU with the means of its Nsight Systems GPU metrics (the gpu_metrics "
+         "analysis's steps table; empty without GPU_METRICS in the export)", tuple((c, "docs/metrics.md, GPU metrics")
+                                                                                  for c in (
+             "rank", "device", "step", "samples", "sm_active_pct", "tensor_active_pct", "dram_read_pct",
+             "dram_write_pct", "gpc_clock_mhz", "sys_clock_mhz", "pcie_rx_pct", "pcie_tx_pct", "nvlink_rx_pct",
+             "nvlink_tx_pct", "gemm_share")), analysis=True, table_of=("gpu_metrics", "steps")),
+)
+
 VIEWS: tuple[View, ...] = (
     View("events", "one event (docs/schema.md, Trace.events)", (
         ("row", "the event's row: what *_row columns of other views refer to"),
@@ -205,6 +232,7 @@ VIEWS: tuple[View, ...] = (
     ), analysis=True),
     *CRITICAL_PATH_VIEWS,
     *MODULE_VIEWS,
+    *MEASURED_VIEWS,
     View("ranks", "one rank (RankInfo)", (
         ("rank", ""), ("file", "the input file's name (no folders)"), ("format", "kineto or nsys"),
         ("format_version", ""), ("rank_source", "how the rank was found"), ("world_size", ""),

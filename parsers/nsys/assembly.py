@@ -15,6 +15,7 @@ from traceview.model import (
     EVENT_SCHEMA, join_on_keys, Kind, kind_array, lazy_zeros, make_events_table, RankInfo,
     steps_from_annotations, Trace,
 )
+from traceview.parsers.nsys.gpu_metrics import gpu_metric_counters
 from traceview.parsers.nsys.columns import (
     device_of, distinct_rows, distinct_values, masked_array, pid_of, runs, sparse_dictionary, threads_of,
 )
@@ -361,7 +362,8 @@ class ExportParser(ExportMetadata):
         ranks, all_warnings = self._rank_infos(rank_map, names, tally, rows)
         self.release_memory()
         steps = steps_from_annotations(rows.events, self.step_marker)
-        return Trace(events=rows.events, links=rows.links, ranks=ranks, steps=steps,
+        counters = gpu_metric_counters(self.con, self.tables, ranks)  # GPU_METRICS (gpu_metrics.py)
+        return Trace(events=rows.events, links=rows.links, ranks=ranks, steps=steps, counters=counters,
                      warnings=[f"{self.path}: {w}" for w in all_warnings])
 
     def _place_processes(self, groups: list[Group]) -> None:

@@ -325,7 +325,7 @@ def test_single_step_says_noise_cannot_be_estimated(tmp_path):
 def test_json_is_stable_with_int_ns(pair_diff):
     data = json.loads(to_json(pair_diff))
     assert list(data) == ["schema_version", "base", "new", "options", "summary", "metrics", "kernels", "findings",
-                          "efficiency", "critical_path", "layers", "notes"]
+                          "efficiency", "critical_path", "layers", "measured", "notes"]
     assert data["summary"]["verdict"] == "regressed"
     for row in data["metrics"]:
         assert list(row)[:4] == ["metric", "unit", "rank", "device"]

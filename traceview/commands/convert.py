@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
@@ -63,6 +63,33 @@ def scrub_table(table: pa.Table, scrubber: Scrubber, label: str) -> pa.Table:
     return table
 
 
+def _is_ncu(path: Path) -> bool:
+    from traceview.parsers.ncu import is_ncu_input
+
+    return path.is_file() and is_ncu_input(path)
+
+
+def _convert_ncu(console: Any, paths: list[str], output: Path) -> None:
+    """Nsight Compute exports: their kernel metrics and rule results as Parquet (scrubbed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from traceview.parsers.ncu import read_ncu
+    from traceview.secrets import Scrubber
+
+    ncu = read_ncu(paths)
+    scrubber = Scrubber()
+    for name, frame in (("kernel_metrics", ncu.metrics), ("kernel_rules", ncu.rules)):
+        target = output / f"{name}.parquet"
+        table = pa.Table.from_pandas(frame.drop(columns=["pid"]), preserve_index=False)
+        try:
+            pq.write_table(scrub_table(table, scrubber, name), target, compression="zstd")
+        except OSError as exc:
+            raise output_error(target, exc) from None
+    console.print(f"wrote {len(ncu.kernels):,} Nsight Compute kernel records: {len(ncu.metrics):,} metrics and "
+                  f"{len(ncu.rules):,} rule results to {output}/")
+
+
 def command(
     paths: List[str] = typer.Argument(..., help="Trace files or directories."),
     output: Path = typer.Option(..., "-o", "--output", help="Directory to write the Parquet files into."),
@@ -79,6 +106,12 @@ def command(
 
     console = make_console()
     check_output_dir(output)  # before the work: a folder that cannot be written fails at once
+    ncu_paths = [p for p in paths if _is_ncu(Path(p))]
+    if ncu_paths:
+        _convert_ncu(console, ncu_paths, output)
+    paths = [p for p in paths if p not in ncu_paths]
+    if not paths:
+        return
     trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
     scrubber = Scrubber()
     tables = (("events", trace.events), ("links", trace.links), ("steps", trace.steps), ("memory", trace.memory),

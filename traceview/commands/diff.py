@@ -8,13 +8,14 @@ docs/diff_and_check.md.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from traceview.commands.formats import check_compare_options, report_of
-from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
+from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, checked_ncu, with_analysis_options
 from traceview.errors import TraceviewError
 
 
@@ -29,6 +30,8 @@ def command(
     rel_floor: str = typer.Option("1%", "--min-change", help="Smallest relative change that can be significant "
                                   "(e.g. 1%)."),
     top: int = typer.Option(15, "--top", help="How many kernel rows to show in text and Markdown."),
+    base_ncu: Optional[List[Path]] = typer.Option(None, "--base-ncu", metavar="FILE|DIR", help="Nsight Compute "
+                                                  "exports of the baseline (default: those of --ncu, for both)."),
     analysis: AnalysisArgs = ANALYSIS_OPTIONS,
 ) -> None:
     """Compare two traces: step time, busy/idle, communication, kernels and findings, with noise.
@@ -45,7 +48,8 @@ def command(
     diff_options = DiffOptions(k=noise_k, rel_floor=parse_share("--min-change", rel_floor))
     if output is not None and output.is_dir():
         raise TraceviewError(f"{output}: is a directory; -o takes a file name")
-    base_report = report_of(base, options, analysis)
+    base_options = dataclasses.replace(options, ncu=checked_ncu(tuple(base_ncu))) if base_ncu else options
+    base_report = report_of(base, base_options, analysis)
     new_report = report_of(new, options, analysis)
     diff = diff_reports(base_report, new_report, options=diff_options, base_label=base, new_label=new)
     if output is not None:

@@ -36,6 +36,12 @@ def command(
     from traceview.secrets import scrub_text
 
     console = make_console()
+    ncu_paths = [p for p in paths if _is_ncu(Path(p))]
+    for path in ncu_paths:
+        _describe_ncu(console, path)
+    paths = [p for p in paths if p not in ncu_paths]
+    if not paths:
+        return
     trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
     summary = trace.summary()
     starts = _rank_starts(trace)
@@ -76,6 +82,41 @@ def command(
         for w in info.warnings:  # the file named as in the title (and the reports): by its name
             table.add_row("warning", scrub_text(without_input_dirs(w, dirs)))
         console.print(table)
+
+
+def _is_ncu(path: Path) -> bool:
+    """An Nsight Compute export given alone (a file, not a directory of traces)."""
+    from traceview.parsers.ncu import is_ncu_input
+
+    return path.is_file() and is_ncu_input(path)
+
+
+def _describe_ncu(console: "Any", path: str) -> None:
+    """What an ncu export holds: its kernel records, metrics by unit, rule results."""
+    from rich.table import Table
+
+    from traceview.parsers.ncu import read_ncu
+    from traceview.secrets import scrub_text
+
+    ncu = read_ncu([path])
+    name, layout, counts = ncu.files[0]
+    table = Table(title=f"{scrub_text(Path(name).name)}: Nsight Compute export (not a trace: join it with "
+                  "traceview analyze TRACE --ncu FILE)", title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("layout", f"ncu --csv --page {layout}")
+    table.add_row("rows", ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+    for rec in ncu.kernels.itertuples(index=False):
+        table.add_row(f"kernel ID {rec.ncu_id}", f"{scrub_text(str(rec.kernel))} grid ({rec.grid_x}, {rec.grid_y}, "
+                      f"{rec.grid_z}) block ({rec.block_x}, {rec.block_y}, {rec.block_z}), invocation "
+                      f"{rec.invocation}, {rec.metrics} metrics")
+    units = ncu.metrics.groupby("unit")["metric"].size()
+    table.add_row("metrics by unit", ", ".join(f"{u or '(count)'} {n:,}" for u, n in units.items()))
+    table.add_row("values n/a", f"{int(ncu.metrics['value'].isna().sum()):,}")
+    rules = ncu.rules
+    with_speedup = rules[rules["speedup_pct"].fillna(0) > 0]
+    table.add_row("rule results", f"{len(rules):,} ({len(with_speedup):,} with an estimated speedup)")
+    console.print(table)
 
 
 def _first_event_text(start_ns: int, base_time_ns: int) -> str:

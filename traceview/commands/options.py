@@ -70,6 +70,10 @@ ANALYSIS_GROUP: tuple[GroupOption, ...] = (
     GroupOption("mfu_dtype", str, typer.Option(
         "bf16", "--mfu-dtype", help="The dtype whose dense tensor peak MFU divides by (bf16, fp16, fp8, tf32, fp32, "
         "...).")),
+    GroupOption("ncu", Optional[List[Path]], typer.Option(
+        None, "--ncu", metavar="FILE|DIR", help="Nsight Compute exports (ncu --csv --page details or --page raw, "
+        ".ncu-rep with ncu on PATH, or a directory of them) joined to the trace's kernels: measured speed of "
+        "light, occupancy, DRAM bytes and rule results (repeatable; docs/metrics.md, Measured efficiency).")),
     GroupOption("graph_capture", Optional[List[Path]], typer.Option(
         None, "--graph-capture", metavar="CAPTURE", help="A trace of the capture of the CUDA/HIP graphs the traces "
         "replay (repeatable): replayed kernels are matched to the captured nodes by kernel name and order and get "
@@ -91,6 +95,7 @@ class AnalysisArgs:
     gpu_specs: Optional[Path] = None
     model_flops: Optional[str] = None
     mfu_dtype: str = "bf16"
+    ncu: tuple[Path, ...] = ()
     #: ``--graph-capture`` values in order
     graph_capture: tuple[Path, ...] = ()
     no_cache: bool = False
@@ -98,6 +103,7 @@ class AnalysisArgs:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comm_pattern", tuple(self.comm_pattern or ()))
+        object.__setattr__(self, "ncu", tuple(self.ncu or ()))
         object.__setattr__(self, "graph_capture", tuple(self.graph_capture or ()))
 
     @property
@@ -114,7 +120,7 @@ class AnalysisArgs:
         flops, flops_dtype = checked_model_flops(self.model_flops, self.mfu_dtype)
         rules = comm_patterns(list(self.comm_pattern), self.comm_config)
         return Options(step_marker=self.step_marker, comm_patterns=rules, gpu_specs=checked_gpu_specs(self.gpu_specs),
-                       model_flops_per_step=flops, mfu_dtype=flops_dtype,
+                       model_flops_per_step=flops, mfu_dtype=flops_dtype, ncu=checked_ncu(self.ncu),
                        graph_capture=checked_graph_captures(self.graph_capture), **fields_)
 
     def given(self) -> dict[str, bool]:
@@ -174,6 +180,17 @@ def checked_gpu_specs(path: Optional[Path]) -> str | None:
 
     load_specs(path)
     return str(path.resolve())
+
+
+def checked_ncu(paths: tuple[Path, ...]) -> tuple[str, ...]:
+    """``--ncu``: every export read and checked before any work (a bad one is one line, exit 2), as
+    the absolute paths the analyses read them from."""
+    if not paths:
+        return ()
+    from traceview.parsers.ncu import read_ncu
+
+    read_ncu(list(paths))
+    return tuple(str(p.resolve()) for p in paths)
 
 
 def checked_graph_captures(paths: tuple[Path, ...]) -> tuple[str, ...]:

@@ -63,6 +63,7 @@ import numpy as np
 import pandas as pd
 
 from traceview.compare.critical_path import PathDelta, diff_critical_path, summary_figures
+from traceview.compare.measured import MeasuredDelta, diff_measured
 from traceview.compare.modules import LayerDelta, diff_layers, layer_notes
 from traceview.compare.names import normalize_kernel_name
 from traceview.compare.noise import Change, DiffOptions, compare, pooled_std
@@ -239,6 +240,8 @@ class TraceDiff:
     critical_path_summary: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: per rank and module type path, its inclusive GPU time per step (the largest change first)
     layers: list[LayerDelta] = field(default_factory=list)
+    #: per kernel group measured by Nsight Compute (--ncu), its figures before and after (shown, not judged)
+    measured: list[MeasuredDelta] = field(default_factory=list)
 
     def metric(self, metric: str, rank: int, device: int | None = None) -> MetricDelta | None:
         for m in self.metrics:
@@ -341,6 +344,7 @@ class TraceDiff:
             "layers": [{"rank": x.rank, "type_path": x.type_path, "depth": x.depth, "match": x.match,
                         "base_share": _round(x.base_share, 4), "new_share": _round(x.new_share, 4),
                         **_change_dict(x.change, "ns")} for x in self.layers],
+            "measured": [m.to_dict() for m in self.measured],
             "notes": list(self.notes),
         }
 
@@ -542,7 +546,7 @@ def diff_reports(base: Report, new: Report, *, options: DiffOptions | None = Non
     notes = _notes(side_b, side_n, metrics) + layer_notes(base, new)
     return TraceDiff(side_b, side_n, options, metrics, kernels, findings, notes, op_types, overall,
                      diff_critical_path(base, new, options), summary_figures(base, new),
-                     diff_layers(base, new, options))
+                     diff_layers(base, new, options), diff_measured(base, new))
 
 
 def _notes(b: Side, n: Side, metrics: list[MetricDelta]) -> list[str]:

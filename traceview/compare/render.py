@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
 
 from traceview.compare.check import CheckReport
 from traceview.compare.critical_path import PATH_CATEGORIES, PathDelta, shown_categories
+from traceview.compare.measured import MeasuredDelta
 from traceview.compare.modules import LayerDelta
 from traceview.compare.diff import METRICS, Change, EfficiencyOverall, FindingDelta, KernelDelta, OpTypeDelta, Side, \
     TraceDiff
 from traceview.compare.rules import RULES
-from traceview.units import fmt_ns, fmt_pct
+from traceview.units import fmt_bytes, fmt_ns, fmt_pct
 
 __all__ = ["DEFAULT_TOP", "FORMATS", "render", "render_check_text", "render_text", "to_json", "to_markdown",
            "to_text"]
@@ -378,6 +379,51 @@ def _layers_text(diff: TraceDiff, console: Console, top: int) -> None:
         console.print(f"  {others}", style="dim", highlight=False)
 
 
+_MEASURED_TITLE = "Measured kernels (Nsight Compute, --ncu / --base-ncu): shown, not judged"
+_MEASURED_HEAD = ("kernel", "grid x block", "where", "bound by", "SM %", "memory %", "occupancy %", "DRAM")
+
+
+def _pair(b: float | None, n: float | None, fmt: Callable[[float], str]) -> str:
+    return f"{'-' if b is None else fmt(b)} -> {'-' if n is None else fmt(n)}"
+
+
+def _measured_cells(m: MeasuredDelta) -> list[str]:
+    pct = "{:.1f}".format
+    return [m.name, f"{m.grid} x {m.block}", f"rank {m.rank}",
+            f"{m.base_bound_by or '-'} -> {m.new_bound_by or '-'}",
+            _pair(m.base["sm_throughput_pct"], m.new["sm_throughput_pct"], pct),
+            _pair(m.base["memory_throughput_pct"], m.new["memory_throughput_pct"], pct),
+            _pair(m.base["achieved_occupancy_pct"], m.new["achieved_occupancy_pct"], pct),
+            _pair(m.base["dram_bytes"], m.new["dram_bytes"], lambda v: fmt_bytes(int(v)))]
+
+
+def _measured_text(diff: TraceDiff, console: Console, top: int) -> None:
+    changed = [m for m in diff.measured if m.changed][:top]
+    if not diff.measured:
+        return
+    if not changed:
+        console.print(f"Measured kernels: all {len(diff.measured)} unchanged.", highlight=False)
+        return
+    table = Table(title=_MEASURED_TITLE, title_justify="left")
+    for col in _MEASURED_HEAD:
+        table.add_column(col, overflow="fold", justify="left" if col in ("kernel", "grid x block", "where",
+                                                                         "bound by") else "right")
+    for m in changed:
+        table.add_row(*_measured_cells(m))
+    console.print(table)
+
+
+def _md_measured(diff: TraceDiff, top: int) -> list[str]:
+    if not diff.measured:
+        return []
+    changed = [m for m in diff.measured if m.changed][:top]
+    out = ["### Measured kernels", "", f"_{_md(_MEASURED_TITLE)}_", ""]
+    if not changed:
+        return out + [f"All {len(diff.measured)} measured kernel groups unchanged.", ""]
+    rows = [[_md_code(c[0])] + [_md(x) for x in c[1:]] for c in map(_measured_cells, changed)]
+    return out + _md_table(_MEASURED_HEAD, rows, 4) + [""]
+
+
 def _efficiency_text(diff: TraceDiff, console: Console, top: int) -> None:
     if not diff.op_types:
         console.print("Efficiency: no modelled op types in either trace.", highlight=False)
@@ -409,6 +455,7 @@ def render_text(diff: TraceDiff, console: Console, top: int = DEFAULT_TOP) -> No
     console.print(_metrics_table(diff))
     _path_text(diff, console, top)
     _layers_text(diff, console, top)
+    _measured_text(diff, console, top)
     rows, quiet = _kernel_rows(diff, top)
     if rows:
         console.print(_kernels_table(rows))
@@ -553,7 +600,8 @@ def to_markdown(diff: TraceDiff, top: int = DEFAULT_TOP) -> str:
     icon = _VERDICT_ICON.get(diff.verdict(), "⚪")
     out = ["## traceview diff", "", f"**{_md(_side(diff.base))}** → **{_md(_side(diff.new))}**", "",
            f"**Verdict: {icon} {_md(_headline(diff))}**", ""]
-    out += _md_metrics(diff) + _md_critical_path(diff, top) + _md_layers(diff, top) + _md_kernels(diff, top)
+    out += _md_metrics(diff) + _md_critical_path(diff, top) + _md_layers(diff, top) + _md_measured(diff, top)
+    out += _md_kernels(diff, top)
     out += _md_findings(diff)
     out += _md_efficiency(diff, top)
     if diff.notes:
