@@ -31,7 +31,7 @@ from traceview.claims import split_gpu_key
 from traceview.findings import SEVERITIES, AnalysisResult, Finding, Options, merge_findings
 from traceview.model import RankInfo, Trace
 from traceview.registry import ANALYSES, analysis_specs, finding_parents, finding_precedence
-from traceview.secrets import scrub, scrub_metadata
+from traceview.secrets import input_dirs, scrub, scrub_metadata, without_input_dirs
 from traceview.tables import top_order
 from traceview.plain import column_rows, plain
 from traceview.units import compact_ranks
@@ -225,21 +225,6 @@ def _record(a: accounting.Accounted, fid: str, parent: str | None, part_of_id: s
         # its time is all another cause's (precedence): say so beside the figure its title quotes
         record["title"] += f" (its time is already counted in {', '.join(a.ceded_to)})"
     return record
-
-
-def input_dirs(source_paths: Iterable[str]) -> list[str]:
-    """The directories of the inputs, longest first: what :func:`without_input_dirs` removes."""
-    dirs = sorted({str(Path(str(p)).parent) for p in source_paths}, key=len, reverse=True)
-    return [d for d in dirs if d not in ("", ".")]
-
-
-def without_input_dirs(message: str, dirs: Iterable[str]) -> str:
-    """``message`` naming the inputs by file name, as the report's ``inputs`` do: their directories
-    (``dirs``, from :func:`input_dirs`) are left out, as given (absolute or relative), since they
-    can name users and machines."""
-    for d in dirs:
-        message = message.replace(d + "/", "").replace(d + "\\", "")
-    return message
 
 
 def _warnings(trace: "TraceOverview", results: Mapping[str, AnalysisResult]) -> list[dict[str, Any]]:

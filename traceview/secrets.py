@@ -28,6 +28,8 @@ Public API
     metadata**: it returns, per rank, ``RankInfo.to_json()`` with every value scrubbed
     (``raw_metadata``, ``distributed_info``, process and thread names, paths, ...). Never render
     ``RankInfo.raw_metadata`` directly.
+``input_dirs(paths)``, ``without_input_dirs(message, dirs)``
+    Messages naming the inputs by file name only: their directories can name users and machines.
 
 Rules, by key name (``is_secret_key``)
 --------------------------------------
@@ -115,7 +117,8 @@ import re
 import socket
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 import msgspec
 
@@ -137,6 +140,8 @@ __all__ = [
     "scrub_text",
     "scrub_with_report",
     "scrub_metadata",
+    "input_dirs",
+    "without_input_dirs",
 ]
 
 
@@ -915,3 +920,21 @@ def scrub_metadata(ranks: dict[int, Any], *, strict: bool = False) -> dict[int, 
     data = {rank: info.to_json() for rank, info in ranks.items()}
     scrubber.learn(data)
     return {rank: scrubber.value(d, f"rank{rank}") for rank, d in data.items()}
+
+
+# ------------------------------------------------------------------------------------ input names
+
+
+def input_dirs(source_paths: Iterable[str]) -> list[str]:
+    """The directories of the inputs, longest first: what :func:`without_input_dirs` removes."""
+    dirs = sorted({str(Path(str(p)).parent) for p in source_paths}, key=len, reverse=True)
+    return [d for d in dirs if d not in ("", ".")]
+
+
+def without_input_dirs(message: str, dirs: Iterable[str]) -> str:
+    """``message`` naming the inputs by file name, as the report's ``inputs`` do: their directories
+    (``dirs``, from :func:`input_dirs`) are left out, as given (absolute or relative), since they
+    can name users and machines."""
+    for d in dirs:
+        message = message.replace(d + "/", "").replace(d + "\\", "")
+    return message

@@ -32,8 +32,7 @@ def command(
     # imported here: the CLI imports every command module at start (traceview/cli.py)
     from rich.table import Table
 
-    from traceview.report import input_dirs, without_input_dirs
-    from traceview.secrets import scrub_text
+    from traceview.secrets import input_dirs, scrub_text, without_input_dirs
 
     console = make_console()
     ncu_paths = [p for p in paths if _is_ncu(Path(p))]
