@@ -20,6 +20,11 @@ Definitions (docs/metrics.md, "Efficiency"), per rank and GPU device; times int6
   split convolution backward ops) and the gradient shape of the autograd node a ``fwdbwd`` link
   pairs with a forward convolution (its output); never a guess. ``gpu_ns`` of an op = the sum of
   its kernels' durations (not a union).
+- Recorded cost. A compute kernel whose event carries XLA's recorded cost (``recorded_flops`` /
+  ``recorded_bytes``: the XSpace ``flops`` / ``bytes_accessed`` stats) is its own op instance,
+  model ``xla recorded``, with those FLOPs and bytes, beside the modelled ops
+  (``efficiency_recorded.py``); XLA records no dtype, so its peak is the dense tensor peak of
+  ``Options.mfu_dtype``. Traces without the columns are unchanged.
 - Roof. The GPU is matched by the device name the trace records (``traceview.hardware``; a user
   file via ``Options.gpu_specs``). peak = the dense peak of the op's dtype on its unit (tensor for
   products, vector otherwise; a product in a dtype the tensor units have no published peak for, e.g.
@@ -84,6 +89,8 @@ from traceview.registry import AnalysisSpec, TableSpec, register_input
 from traceview.units import fmt_ns
 
 from . import classify
+from .efficiency_recorded import (RECORDED_DTYPE, RECORDED_MODEL, not_gpu_warnings, recorded_costs, recorded_ops,
+                                  roof_note)
 from .efficiency_rollup import INTEGER_DTYPES, family_table, report_summary
 from .collectives import match_collectives
 from .opmodels import FORWARD_CHAINS, OUTPUT_FROM_BACKWARD, SIZES_FROM_CALLER, OpCost, model_op
@@ -119,7 +126,7 @@ _FAMILY_LABEL = {"gemm": "GEMMs", "scaled_mm": "FP8 scaled GEMMs", "conv": "conv
                  "layer norm backward", "batch_norm": "batch norms", "softmax": "softmax", "softmax_backward":
                  "softmax backward", "gather": "gathers (embedding)", "scatter_add": "embedding backward",
                  "pool": "max pooling", "pool_backward": "max pooling backward", "loss": "losses",
-                 "loss_backward": "loss backward"}
+                 "loss_backward": "loss backward", RECORDED_MODEL: "XLA ops (recorded cost)"}
 
 
 # ------------------------------------------------------------------------------------ the roof
@@ -223,8 +230,10 @@ def _attribute(ctx: AnalysisContext) -> OpKernels:
     op = np.full(sel.size, -1, dtype=np.int64)
     ask = (api >= 0) & ~graph
     op[ask] = issuing_cpu_op(ctx, api[ask])
-    is_op = (op >= 0) & (trace.kind_codes()[np.maximum(op, 0)] == int(Kind.CPU_OP))
-    attribution = np.select([is_op, graph, api < 0, op < 0], [0, 1, 2, 3], 4).astype(np.int64)
+    # a kernel with XLA's recorded cost is its own op instance (efficiency_recorded), not its CPU op's
+    recorded, rec_flops, rec_bytes = recorded_costs(trace, act.row[sel])
+    is_op = (op >= 0) & (trace.kind_codes()[np.maximum(op, 0)] == int(Kind.CPU_OP)) & ~recorded
+    attribution = np.select([is_op | recorded, graph, api < 0, op < 0], [0, 1, 2, 3], 4).astype(np.int64)
     instance = np.full(sel.size, -1, dtype=np.int64)
     rows, inverse = np.unique(op[is_op], return_inverse=True)
     instance[is_op] = inverse
@@ -242,6 +251,13 @@ def _attribute(ctx: AnalysisContext) -> OpKernels:
         "kernels": np.bincount(inverse, minlength=rows.size).astype(np.int64),
     })
     ops = _with_costs(ctx, ops, _leaf(trace, rows))
+    if recorded.any():
+        at = np.flatnonzero(recorded)
+        instance[at] = len(ops) + np.arange(at.size)
+        names = trace.names()[act.row[sel][at]] if at.size else np.zeros(0, object)
+        ops = pd.concat([ops, recorded_ops(act.row[sel][at], names, act.rank[sel][at], act.device[sel][at],
+                                           act.step[sel][at], dur[at], rec_flops[at], rec_bytes[at])],
+                        ignore_index=True)
     return OpKernels(act.rank[sel], act.device[sel], act.step[sel], act.start[sel], act.end[sel], attribution,
                      instance, ops)
 
@@ -409,9 +425,12 @@ def with_roofs(ctx: AnalysisContext, ops: pd.DataFrame) -> pd.DataFrame:
     roofs = []
     for rank, device, dtype, unit, no_flops in ops[on].drop_duplicates().itertuples(index=False):  # a handful
         gpu_name, spec = gpu_of(ctx, int(rank), int(device))
-        roof = roof_of(gpu_name, spec, str(dtype), str(unit), 0 if no_flops else 1)
+        recorded = str(dtype) == RECORDED_DTYPE  # XLA's recorded cost: no dtype (efficiency_recorded)
+        roof = roof_of(gpu_name, spec, ctx.options.mfu_dtype if recorded else str(dtype), str(unit),
+                       0 if no_flops else 1)
+        label = roof.label + roof_note(ctx.options.mfu_dtype) if recorded and roof.peak_flops else roof.label
         roofs.append((rank, device, dtype, unit, no_flops, roof.peak_flops or np.nan, roof.bandwidth or np.nan,
-                      roof.label))
+                      label))
     table = pd.DataFrame(roofs, columns=on + ["peak_flops", "bandwidth", "roof"])
     ops = _tf32_where_faster(ctx, ops.merge(table, on=on, how="left").drop(columns="no_flops"))
     flops, nbytes = ops["flops"].to_numpy(np.float64), ops["bytes"].to_numpy(np.float64)
@@ -732,13 +751,15 @@ def _below_finding(k: OpKernels, fam: pd.DataFrame, rank: int, device: int, mode
         f"{float(fam['bytes'].sum()) / gpu_ns:.4g} GB/s of {float(fam['bandwidth'].iloc[0]) / 1e9:.4g}"
     return Finding(
         code="below_roofline",
-        title=f"{label} ({dtype}) on GPU {device} of rank {rank} run at {roof_ns / gpu_ns:.0%} of their roofline "
+        title=f"{label} ({dtype or 'no dtype recorded'}) on GPU {device} of rank {rank} run at "
+              f"{roof_ns / gpu_ns:.0%} of their roofline "
               f"({achieved}): {fmt_ns(above)}{time_per(steps)} above roofline",
         severity="low", analysis=NAME,
         recommendation=_ADVICE.get(model, _ADVICE["other"]),
         cost_ns_per_step=above, cost_share=above * max(steps, 1) / whole if whole else None,
         rank=rank, claims=_above_claims(k, fam),
-        headline=Headline(f"{label} ({dtype}) run at {{}} of their roofline", roof_ns / gpu_ns),
+        headline=Headline(f"{label} ({dtype or 'no dtype recorded'}) run at {{}} of their roofline",
+                          roof_ns / gpu_ns),
         evidence={"category": f"{model} {dtype}", "model": model, "dtype": dtype, "device": device,
                   "calls": int(len(fam)), "gpu_ns": gpu_ns, "roofline_ns": roof_ns, "efficiency": roof_ns / gpu_ns,
                   "bound": "compute" if compute_bound else "memory", "roof": str(fam["roof"].iloc[0]),
@@ -775,6 +796,9 @@ _ADVICE = {
     "other": "These ops move more time than their data needs: fuse them with their neighbours (torch.compile, "
              "fused norm/activation kernels) so the data is read once.",
 }
+_ADVICE[RECORDED_MODEL] = ("XLA's own cost analysis says these ops need less time than they took: look at the "
+                           "slowest HLO ops in the op types table (their fusion, layouts and dtypes) and at the "
+                           "peak they are judged on (--mfu-dtype).")
 _ADVICE["scaled_mm"] = _ADVICE["gemm"]
 _ADVICE["conv_backward"] = _ADVICE["conv"]
 _ADVICE["attention_backward"] = _ADVICE["attention"]
@@ -796,7 +820,9 @@ def analyze(ctx: AnalysisContext) -> AnalysisResult:
     findings = below_roofline_findings(k, roofed, windows, step_counts) if len(roofed) else []
     result = AnalysisResult(name=NAME, tables=tables, findings=findings)
     # one line per distinct cause: no rank or GPU in a message (the report says which ranks gave it)
-    for rank, message in dict.fromkeys(_warnings(k, roofed, op_types) + mfu_warnings):
+    _group, (ranks, devs) = iv.combine_keys(k.rank, k.device)  # the (rank, device) pairs, once each
+    devices = [(int(r), gpu_of(ctx, int(r), int(d))[0]) for r, d in zip(ranks.tolist(), devs.tolist())]
+    for rank, message in dict.fromkeys(not_gpu_warnings(devices) + _warnings(k, roofed, op_types) + mfu_warnings):
         result.warn(message, [rank])
     return result
 

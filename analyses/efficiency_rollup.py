@@ -34,6 +34,8 @@ FAMILY_OF_MODEL = {
     "reduction": "reduction", "pool": "reduction", "pool_backward": "reduction", "loss": "reduction",
     "loss_backward": "reduction",
     "copy": "copy", "gather": "copy", "scatter_add": "copy",
+    # XLA's recorded cost per op (efficiency_recorded): what kind of op is not recorded with it
+    "xla recorded": "xla recorded",
 }
 #: families judged by their FLOP rate in the headline (the others by their memory bandwidth)
 COMPUTE_FAMILIES = ("GEMM", "attention", "conv")

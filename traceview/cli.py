@@ -17,16 +17,18 @@ from typing import Any
 
 import typer
 
+from traceview.commands.format_help import with_format_lists
 from traceview.errors import TraceviewError
 
 #: CLI commands, in help order; each is the module ``traceview.commands.<name>`` exposing ``command``
 #: (a dash in a name is an underscore in the module's: ``export-perfetto`` is ``export_perfetto``; the
-#: other modules of the package, ``_common`` and ``formats``, are helpers the commands share)
+#: other modules of the package, ``_common``, ``formats`` and ``format_help``, are helpers the commands share)
 COMMANDS = ("analyze", "info", "convert", "redact", "diff", "check", "app", "export-perfetto", "history", "sql")
 
 app = typer.Typer(
     name="traceview",
-    help="Turn GPU profiler traces (PyTorch/Kineto JSON, Nsight Systems SQLite) into answers.",
+    help="Turn GPU profiler traces (PyTorch/Kineto, Nsight Systems, JAX/TensorFlow XSpace, AMD rocprofv3, ...: "
+         "traceview analyze --help lists every format) into answers.",
     epilog="Example: traceview analyze run/ (then traceview COMMAND --help for each command's options).",
     no_args_is_help=True,
     add_completion=False,
@@ -64,7 +66,7 @@ def readable_metavars(command: Any) -> Any:
     without a metavar of its own shows TEXT, N, NUMBER, PATH instead of ``<str>``, ``<int range>``,
     ``<path>``; an argument shows its name in capitals (``PATHS...``), which says what it takes."""
     for sub in (getattr(command, "commands", None) or {}).values():
-        readable_metavars(sub)
+        readable_metavars(with_format_lists(sub))
     for param in getattr(command, "params", []):
         if getattr(param, "is_flag", False) or not hasattr(param, "param_type_name"):
             continue

@@ -94,6 +94,10 @@ EVENT_SCHEMA = pa.schema(
         pa.field("input_types", NAME_TYPE),
         pa.field("input_strides", NAME_TYPE),
         pa.field("concrete_inputs", NAME_TYPE),
+        # the cost XLA's HLO cost analysis records for an op (XSpace ``flops``/``bytes_accessed``
+        # stats; null in formats that record none): what analyses/efficiency.py puts on the roofline
+        pa.field("recorded_flops", pa.float64()),
+        pa.field("recorded_bytes", pa.int64()),
     ]
 )
 

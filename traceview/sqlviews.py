@@ -83,6 +83,8 @@ _EVENT_COLUMN_TEXT = {
     "start_ns": "start (ns, the trace's clock)", "dur_ns": "duration (ns)", "pid": "process (GPU events: device)",
     "tid": "thread (GPU events: stream)", "device": "GPU index (-1: not on a GPU)", "stream": "GPU stream (-1: none)",
     "correlation": "launch correlation id (-1: none)", "external_id": "Kineto External id (-1: none)",
+    "recorded_flops": "FLOPs XLA recorded for the op (XSpace flops stat; null elsewhere)",
+    "recorded_bytes": "bytes accessed XLA recorded for the op (XSpace bytes_accessed stat; null elsewhere)",
 }
 
 #: the critical_path analysis's tables (docs/metrics.md, "Critical path"; docs/sql.md)

@@ -22,12 +22,13 @@ __all__ = ["CACHE_VERSION", "FILE_END_BYTES", "cache_dir", "cache_key", "digest_
            "parser_fingerprint", "read_cached_trace", "write_cached_trace"]
 
 #: Bump when parser output changes, so stale cache entries are never read.
-CACHE_VERSION = "7"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
+CACHE_VERSION = "8"  # 2: allocator events in Trace.memory (a ".memory" file beside the events);
 # 3: counter samples in Trace.counters (".counters"), async b/e pairs and n instants as events;
 # 4: text pid/tid ids numbered in event order (the same with any --jobs); RankInfo.activity_dropped
 # 5: op input columns (input_dims, input_types, input_strides, concrete_inputs), still empty;
 # 6: those columns filled by the Kineto parser; 7: fwdbwd links derived from sequence numbers
-# (parsers/kineto/autograd.py). Besides, every key holds parser_fingerprint(): a parser edited or
+# (parsers/kineto/autograd.py); 8: recorded_flops, recorded_bytes (XSpace only).
+# Besides, every key holds parser_fingerprint(): a parser edited or
 # rebuilt in place (an editable install) never reads a Trace its old code wrote.
 
 #: the tables of a Trace beside its events, each in a file of this suffix next to the events' file

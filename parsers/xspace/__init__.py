@@ -41,6 +41,10 @@ same correlation id. Steps: per ``step_num`` of the host's step annotations, the
 (``train#3``); without them, the first device's ``Steps`` line; ``--step-marker`` matches names of
 annotations instead.
 
+Cost: the ``flops`` and ``bytes_accessed`` stats (event or metadata; a number >= 0) become the
+``recorded_flops`` and ``recorded_bytes`` columns (null where absent), which the efficiency analysis
+puts on the roofline.
+
 Times: ``line.timestamp_ns`` plus the event's ``offset_ps``, and ``duration_ps``, each rounded to
 the nearest ns. JAX writes times relative to the profile's start; ``RankInfo.base_time_ns`` is
 then ``Task Environment``'s ``profile_start_time``. Devices: one ``DeviceInfo`` per device plane,

@@ -38,6 +38,19 @@ def _column(values: list[Any], default: int = -1) -> np.ndarray:
                        count=len(values))
 
 
+def _recorded(values: list[Any], dtype: Any) -> pa.Array:
+    """A nullable column of a recorded cost stat (``flops``, ``bytes_accessed``): a number >= 0 as
+    the stat holds it (an integer stat or a double), null where absent, negative or not a number."""
+    hi = 2**63
+
+    def usable(v: Any) -> bool:
+        return type(v) in (int, float) and 0 <= v < hi and v == v
+
+    mask = np.fromiter((not usable(v) for v in values), dtype=bool, count=len(values))
+    data = np.fromiter((v if usable(v) else 0 for v in values), dtype=dtype, count=len(values))
+    return pa.array(data, mask=mask)
+
+
 def _present(values: list[Any]) -> np.ndarray:
     return np.fromiter((v is not None and v != "" for v in values), dtype=bool, count=len(values))
 
@@ -201,16 +214,18 @@ def build_trace(path: Path, flat: FlatEvents, step_marker: str | None = None) ->
     cols = {k: cls[k][order] for k in ("kind", "device", "stream", "pid", "tid", "correlation")}
     names = pa.DictionaryArray.from_arrays(pa.array(cls["name_codes"][order].astype(np.int32)),
                                            pa.array(list(cls["names"]), pa.string()))
-    flops = _column(flat.stats["flops"])[order]
+    flops = _recorded(flat.stats["flops"], np.float64).take(pa.array(order))
+    accessed = _recorded(flat.stats["bytes_accessed"], np.int64).take(pa.array(order))
     columns: dict[str, Any] = {
         "kind": pa.DictionaryArray.from_arrays(pa.array(cols["kind"]), pa.array([k.name.lower() for k in Kind])),
         "category": list(cls["category"][order]), "name": names, "start_ns": start[order],
         "dur_ns": (end - start)[order], **{k: cols[k] for k in ("device", "stream", "pid", "tid", "correlation")},
+        "recorded_flops": flops, "recorded_bytes": accessed,
     }
     events = make_events_table(columns, n)
     steps = steps_from_annotations(events, step_marker) if step_marker else _steps(flat, cls, start, end)
     links = _launch_links(cols["kind"], cols["correlation"])
-    info = rank_info(path, flat, cls, int((flops > 0).sum()))
+    info = rank_info(path, flat, cls, len(flops) - flops.null_count)
     return Trace(events=events, links=links, ranks={0: info}, steps=steps, warnings=list(info.warnings))
 
 

@@ -65,7 +65,12 @@ def _stat(key: str, value: Any) -> Any:
         try:
             return int(value)
         except ValueError:
-            return value
+            pass
+        if key == "flops":  # a double stat is written as its decimal text
+            try:
+                return float(value)
+            except ValueError:
+                pass
     return value
 
 

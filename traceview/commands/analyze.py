@@ -14,6 +14,7 @@ from typing import Any, List, Optional
 import typer
 
 from traceview.commands._common import analyze_with_progress, check_output_file, write_output_file
+from traceview.commands.format_help import ANY_TRACE_FORMAT
 from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 from traceview.errors import TraceviewError
 from traceview.units import fmt_bytes
@@ -24,7 +25,7 @@ MIN_TABLE_TOP_N = 20
 
 @with_analysis_options
 def command(
-    paths: List[str] = typer.Argument(..., help="Trace files or directories (Kineto .json/.json.gz, Nsight .sqlite)."),
+    paths: List[str] = typer.Argument(..., help="Trace files or directories, " + ANY_TRACE_FORMAT),
     analysis: AnalysisArgs = ANALYSIS_OPTIONS,
     top: int = typer.Option(5, "--top", min=1, help="How many findings the terminal lists first."),
     details: bool = typer.Option(False, "--details", help="Terminal: also the per-rank table, every finding with its "

@@ -12,12 +12,13 @@ from typing import List, Optional
 import typer
 
 from traceview.commands._common import analyze_with_progress, check_output_file, write_output_file
+from traceview.commands.format_help import ANY_TRACE_FORMAT
 from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 
 
 @with_analysis_options
 def command(
-    paths: List[str] = typer.Argument(..., help="Trace files or directories (Kineto .json/.json.gz, Nsight .sqlite)."),
+    paths: List[str] = typer.Argument(..., help="Trace files or directories, " + ANY_TRACE_FORMAT),
     output: Path = typer.Option(..., "--output", "-o", metavar="FILE",
                                 help="Where to write the Chrome trace JSON (open it at https://ui.perfetto.dev)."),
     from_ms: Optional[float] = typer.Option(None, "--from", metavar="MS", help="Window start, milliseconds since the "

@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 
 import typer
 
+from traceview.commands.format_help import ANY_TRACE_FORMAT
 from traceview.commands.options import ANALYSIS_OPTIONS, AnalysisArgs, with_analysis_options
 from traceview.errors import TraceviewError
 
@@ -46,7 +47,8 @@ def parse_share_option(option: str, text: str) -> float:
 @with_analysis_options
 def command(
     action: str = typer.Argument(..., help="add (store a run), show (trends) or check (regression gate)."),
-    paths: Optional[List[str]] = typer.Argument(None, help="add: the run's trace files or folder(s)."),
+    paths: Optional[List[str]] = typer.Argument(None, help="add: the run's trace files or folder(s), "
+                                                + ANY_TRACE_FORMAT),
     db: Path = typer.Option(Path(".traceview/history.duckdb"), "--db", help="The history database (DuckDB file)."),
     run_name: Optional[str] = typer.Option(None, "--run", help="add: the run's name (default: the first path's name)."),
     tag: Optional[List[str]] = typer.Option(None, "--tag", help="key=value (repeatable). add: stored with the run "
@@ -171,7 +173,8 @@ def _add(db: Path, paths: List[str], run_name: Optional[str], tags: dict[str, st
     options = analysis.options(top_n=MIN_TABLE_TOP_N)  # a bad value fails before any trace is read
     inputs = find_inputs(paths)  # once: the run's identity and its analysis
     if not inputs.files:
-        raise TraceviewError(f"{paths[0]}: no trace files found; give Kineto .json[.gz] or Nsight .sqlite files")
+        raise TraceviewError(f"{paths[0]}: no trace files found; give trace files (traceview analyze --help lists "
+                             "the formats)")
     identity = files_identity(inputs.found.every_path)  # a several-file run (rocprofv3): all its files
     with _opened(db, create=True) as con:
         known = first_row(con, "SELECT run_id, name FROM runs WHERE identity = ?", [identity])

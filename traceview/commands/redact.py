@@ -12,9 +12,11 @@ from pathlib import Path
 
 import typer
 
+from traceview.commands.format_help import ANY_REDACTABLE_FORMAT
+
 
 def command(
-    path: Path = typer.Argument(..., help="Trace to redact: Kineto .json/.json.gz or Nsight Systems .sqlite export."),
+    path: Path = typer.Argument(..., help="Trace to redact, " + ANY_REDACTABLE_FORMAT),
     output: Path = typer.Option(..., "-o", "--output", help="Where to write the redacted copy."),
     strict: bool = typer.Option(
         False, "--strict", help="Also remove host names, IP addresses, user names and directories of paths."),

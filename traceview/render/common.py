@@ -308,7 +308,7 @@ def efficiency_text(report: Mapping[str, Any], top: int = HEADLINE_FAMILIES) -> 
     rows = (report["summary"].get("efficiency_families") or [])[:top]
     parts = []
     for r in rows:
-        name = f"{r['family']} {r['dtype']}"
+        name = f"{r['family']} {r['dtype']}".strip()  # XLA's recorded cost has no dtype
         if r.get("judged_by") == "none":
             parts.append(f"{name} at {r.get('achieved_gbs') or 0:.4g} GB/s (integer op: not judged)")
             continue
