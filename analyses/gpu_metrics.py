@@ -22,11 +22,14 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
+from traceview import intervals as iv
+from traceview.claims import gpu_key
 from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding
 from traceview.model import Kind
 from traceview.registry import AnalysisSpec, TableSpec
 
+from . import classify
 from .steps import NO_STEP, activity
 
 NAME = "gpu_metrics"
@@ -46,6 +49,12 @@ THROTTLE = 0.10
 GEMM_SHARE = 0.5
 #: tensor pipes idle: active below this (%)
 TENSOR_IDLE_PCT = 5.0
+#: a DRAM-bound step: DRAM read + write bandwidth at least this share of the peak (%), the level
+#: from which Nsight Compute's speed-of-light calls a unit the bottleneck (60% of peak)
+DRAM_BOUND_PCT = 60.0
+#: the kernels the per-kernel windows table keeps (most GPU time first)
+TOP_KERNELS = 20
+KERNEL_COLUMNS = ["rank", "device", "name", "kernels", "gpu_ns", "samples", *ROLE_COLUMNS]
 
 
 def role_of(metric: str) -> str:
@@ -170,17 +179,70 @@ def tensor_findings(table: pd.DataFrame) -> list[Finding]:
     return findings
 
 
+def dram_findings(table: pd.DataFrame) -> list[Finding]:
+    """Steps whose DRAM traffic is at least DRAM_BOUND_PCT of the peak: memory-bound phases."""
+    busy = table["dram_read_pct"].fillna(0) + table["dram_write_pct"].fillna(0)
+    bound = table[(busy >= DRAM_BOUND_PCT) & table["step"].notna()].assign(dram_pct=busy)
+    findings = []
+    for (rank, device), rows in bound.groupby(["rank", "device"]):
+        findings.append(Finding(
+            code="dram_bound_phase", severity="info", analysis=NAME, rank=int(rank),
+            title=f"GPU {device} of rank {rank}: {len(rows)} step(s) DRAM-bound (DRAM read + write "
+                  f"{rows['dram_pct'].mean():.0f}% of its peak bandwidth, SM active "
+                  f"{rows['sm_active_pct'].mean():.0f}%)",
+            recommendation="These steps are limited by memory bandwidth: fuse elementwise and normalisation "
+                           "ops (torch.compile), keep activations in bf16/fp16, and reuse data in shared memory "
+                           "or L2 (larger tiles) before adding compute.",
+            evidence={"device": int(device), "steps": [int(v) for v in rows["step"]],
+                      "dram_pct": float(rows["dram_pct"].mean()), "threshold_pct": DRAM_BOUND_PCT}))
+    return findings
+
+
+def kernel_table(ctx: AnalysisContext, frame: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, device and kernel name (the TOP_KERNELS of most GPU time): the mean of each
+    metric over the samples taken while one of its kernels ran on that GPU (a sample is given to
+    the kernel that started last before it and had not ended)."""
+    act = activity(ctx)
+    kernel = np.flatnonzero(act.kind == int(Kind.KERNEL))
+    if kernel.size == 0 or frame.empty:
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
+    key = gpu_key(act.rank[kernel], act.device[kernel])
+    order = np.lexsort((act.start[kernel], key))
+    kernel, key = kernel[order], key[order]
+    s_key = gpu_key(frame["rank"].to_numpy(), frame["device"].to_numpy())
+    ts = frame["ts_ns"].to_numpy()
+    at = iv.searchsorted_by(key, act.start[kernel], s_key, ts, side="right") - 1
+    safe = np.maximum(at, 0)
+    hit = (at >= 0) & (key[safe] == s_key) & (ts < act.end[kernel[safe]])
+    codes, names = classify.dictionary_codes(ctx)
+    labels = np.asarray(list(names) + [None], dtype=object)
+    inside = frame[hit].assign(name=labels[codes[act.row[kernel[safe[hit]]]]])
+    inside = inside.assign(role=inside["metric"].map({m: role_of(str(m)) for m in inside["metric"].unique()}))
+    wide = inside[inside["role"] != ""].pivot_table(index=["rank", "device", "name"], columns="role",
+                                                   values="value", aggfunc="mean", observed=True)
+    counts = inside.groupby(["rank", "device", "name"], observed=True).size().rename("samples")
+    times = pd.DataFrame({"rank": act.rank[kernel], "device": act.device[kernel],
+                          "name": labels[codes[act.row[kernel]]], "dur": (act.end - act.start)[kernel]})
+    totals = times.groupby(["rank", "device", "name"]).agg(kernels=("dur", "size"), gpu_ns=("dur", "sum"))
+    out = wide.reindex(columns=ROLE_COLUMNS).join(counts, how="inner").join(totals, how="left").reset_index()
+    return out.sort_values("gpu_ns", ascending=False, kind="stable").head(TOP_KERNELS).reset_index(
+        drop=True)[KERNEL_COLUMNS]
+
+
 def analyze(ctx: AnalysisContext) -> AnalysisResult:
     frame = samples(ctx)
     if frame.empty:
         return AnalysisResult(name=NAME, tables={"metrics": pd.DataFrame(columns=METRIC_COLUMNS),
-                                                 "steps": pd.DataFrame(columns=STEP_COLUMNS)})
+                                                 "steps": pd.DataFrame(columns=STEP_COLUMNS),
+                                                 "kernels": pd.DataFrame(columns=KERNEL_COLUMNS)})
     frame["step"] = step_of(frame, activity(ctx).steps)
     frame.loc[frame["step"] < 0, "step"] = NO_STEP
     table = step_table(frame, gemm_share(ctx))
-    result = AnalysisResult(name=NAME, tables={"metrics": metric_table(frame), "steps": table})
+    result = AnalysisResult(name=NAME, tables={"metrics": metric_table(frame), "steps": table,
+                                               "kernels": kernel_table(ctx, frame)})
     result.findings.extend(throttle_findings(frame, table))
     result.findings.extend(tensor_findings(table))
+    result.findings.extend(dram_findings(table))
     return result
 
 
@@ -188,12 +250,14 @@ SPEC = AnalysisSpec(
     name=NAME,
     title="GPU metrics (Nsight Systems)",
     run=analyze,
-    requires=("activity", "kernels.activity_categories"),
+    requires=("activity", "kernels.activity_categories", "classify.codes.name"),
     order=93,
     tables=(
         TableSpec("steps", "GPU metrics per step: SM and tensor activity, DRAM bandwidth, clocks"),
+        TableSpec("kernels", "GPU metrics while each top kernel ran (samples inside its executions)",
+                  sort_by="gpu_ns"),
         TableSpec("metrics", "Every GPU metric recorded, with its unit"),
     ),
-    finding_codes=("clock_throttling", "tensor_pipes_idle"),
+    finding_codes=("clock_throttling", "tensor_pipes_idle", "dram_bound_phase"),
     headline_table="steps",
 )

@@ -112,3 +112,33 @@ def test_no_throttling_without_a_clock_drop(tmp_path):
     db = export_with_metrics(tmp_path, throttled_step_start=None)
     report = traceview.analyze(db, cache=False)
     assert not [f for f in report["findings"] if f["code"] == "clock_throttling"]
+
+
+def test_dram_bound_steps_and_kernel_windows(tmp_path):
+    """DRAM read + write at 70% of peak in every sample: each step is DRAM-bound (one finding per GPU);
+    the per-kernel table averages only the samples inside each kernel's executions, recounted here."""
+    db = export_with_metrics(tmp_path, throttled_step_start=None)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE GPU_METRICS SET value = 50 WHERE metricId = 3")
+    con.execute("UPDATE GPU_METRICS SET value = 20 WHERE metricId = 4")
+    kernels = con.execute("SELECT start, \"end\", deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    stamps = [r[0] for r in con.execute("SELECT DISTINCT timestamp FROM GPU_METRICS WHERE timestamp IS NOT NULL "
+                                        "AND metricId = 1 AND (typeId & 255) = 2")]
+    con.commit()
+    con.close()
+    report = traceview.analyze(str(db), cache=False)
+    dram = [f for f in report["findings"] if f["code"] == "dram_bound_phase"]
+    # one finding per GPU, merged across ranks into one (the title quotes the figure)
+    assert dram and all("70% of its peak bandwidth" in f["title"] or "70%" in f["title"] for f in dram), dram
+    table = report.table("gpu_metrics", "kernels")
+    assert not table.empty and (table["dram_read_pct"] == 50).all() and (table["sm_active_pct"] == 80).all()
+    # by hand, the rule the table states: a sample of GPU 0 belongs to the kernel of device 0 that
+    # started last at or before it, if that kernel has not ended
+    spans = sorted((s, e) for s, e, d in kernels if d == 0)
+    inside = 0
+    for t in stamps:
+        started = [(s, e) for s, e in spans if s <= t]
+        inside += bool(started) and t < started[-1][1]
+    got = table[table["device"] == 0]["samples"].sum()
+    # each sample instant has five metrics (SM, tensor, DRAM read and write, clock)
+    assert len(table) < 20 and got == inside * 5
