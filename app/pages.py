@@ -27,7 +27,7 @@ from traceview.tables import top_order
 from traceview.render.common import per_step_text
 from traceview.units import fmt_bytes, fmt_ns, fmt_share
 
-from . import critical_path_page, modules_page
+from . import critical_path_page, measured_page, modules_page
 from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards, time_unit
 from .features import figures
 from .roofline import plotted, roofline_figure, roofs
@@ -583,6 +583,7 @@ def efficiency(ctx: RunContext) -> list[Any]:
         note="HFU = time the modelled FLOPs need at the dtype's peak / the step's GPU window; MFU (with "
              "--model-flops) = the model's FLOPs per step / (peak x window)."))
     out.extend(_collective_sections(ctx))
+    out.extend(measured_page.sections(ctx))
     return out
 
 
