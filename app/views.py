@@ -26,7 +26,7 @@ from .features import DOWNLOADS, diff_reports, metric_label, perfetto_trace, ren
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .validate import BadValue
-from . import critical_path, critical_path_page, modules_page, timeline_view
+from . import critical_path, critical_path_page, measured_timeline, modules_page, timeline_view
 from .timeline import clamp_window
 from .timeline import locate as timeline_locate
 from .timeline_view import SEARCH_TRIGGERS as SEARCH
@@ -179,7 +179,15 @@ class AppController:
     def timeline_figure(self, ctx: RunContext, state: dict) -> tuple[dict, str]:
         index = self.store.timeline(ctx.run.id)
         gaps = ctx.table("idle_gaps", "gaps")
-        return timeline_view.figure(ctx, index, state, gaps, state.get("label") or "", self._path(ctx, state))
+        return timeline_view.figure(ctx, index, state, gaps, state.get("label") or "", self._path(ctx, state),
+                                    self._bound_series(ctx, index, state))
+
+    def _bound_series(self, ctx: RunContext, index: Any, state: dict) -> Any:
+        """Each position's series with kernels coloured by measured bound-by, when chosen (None: by class)."""
+        if state.get("color") != measured_timeline.BOUND:
+            return None
+        return measured_timeline.bound_series(index, ctx.full, self.store.options,
+                                              ctx.table(measured_timeline.ANALYSIS, "kernels"))
 
     @staticmethod
     def _path(ctx: RunContext, state: dict) -> critical_path.PathIndex | None:
@@ -241,8 +249,11 @@ class AppController:
         fig, text = self.timeline_figure(ctx, state)
         ranks = timeline_view.ranks_of(self.store.timeline(ctx.run.id), ctx)
         can_draw = critical_path.available(ctx.table(critical_path.ANALYSIS, critical_path.SEGMENTS))
+        can_colour = measured_timeline.available(ctx.table(measured_timeline.ANALYSIS, "kernels"))
         return timeline_view.page_body(fig, text, state, ranks,
-                                       path_toggle=critical_path.toggle(bool(state.get("cp", True)), can_draw))
+                                       path_toggle=critical_path.toggle(bool(state.get("cp", True)), can_draw),
+                                       color_control=measured_timeline.control(
+                                           str(state.get("color") or measured_timeline.CLASS), can_colour))
 
     def timeline_update(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> tuple:
@@ -252,14 +263,16 @@ class AppController:
 
     def timeline_action(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None, *,
-                        query: Any = None, open_value: Any = None, path_value: Any = None) -> tuple:
+                        query: Any = None, open_value: Any = None, path_value: Any = None,
+                        color_value: Any = None) -> tuple:
         """Any timeline event: the new figure, window state, stats line, details panel and open ranks.
 
         ``trigger``: the id (and property) that fired: ``tl-graph.relayoutData``,
         ``tl-graph.clickData``, ``tl-zoom-in``, ``tl-zoom-out``, ``tl-left``, ``tl-right``, ``tl-reset``,
         ``tl-search-next``, ``tl-search-prev``, ``tl-search.n_submit`` (``query``: the search box),
         ``tl-open.value`` (``open_value``: the ranks drawn lane by lane), ``tl-cp.value``
-        (``path_value``: the critical-path switch).
+        (``path_value``: the critical-path switch), ``tl-color.value`` (``color_value``: what kernels
+        are coloured by).
         """
         start = time.perf_counter()
         trig = trigger if isinstance(trigger, str) else ""
@@ -275,6 +288,8 @@ class AppController:
                 state["open"] = timeline_view.default_open(timeline_view.ranks_of(index, ctx))
             if trig.startswith(critical_path.TOGGLE_ID + ".value"):
                 state["cp"] = validate.switch(path_value, "critical path", critical_path.TOGGLE_ON)
+            if trig.startswith(measured_timeline.CONTROL_ID + ".value"):
+                state["color"] = timeline_view.color_choice(color_value, "colour kernels by")
             panel, event = self._timeline_choice(ctx, index, trig, click, state, query, open_value)
             window = event if event is not None else self._new_window(ctx, trig, relayout, click, state)
         except (RunError, BadValue) as exc:
@@ -302,8 +317,8 @@ class AppController:
         if trig.startswith("tl-open.value"):
             state["open"] = timeline_view.open_ranks(open_value if open_value is not None else [])
             return None, (cur, None)
-        if trig.startswith(critical_path.TOGGLE_ID + ".value"):  # switched by timeline_action: same window
-            return None, (cur, None)
+        if trig.startswith((critical_path.TOGGLE_ID + ".value", measured_timeline.CONTROL_ID + ".value")):
+            return None, (cur, None)  # switched by timeline_action: the same window
         if trig.startswith(SEARCH):
             state["q"] = timeline_view.query(query)
             found = timeline_view.matches(index, state["q"], ctx.filters.ranks)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
+import dash
+import numpy as np
 import pytest
 
 pytest.importorskip("dash")
@@ -100,3 +102,62 @@ def test_without_ncu_the_section_says_how_to_get_it(plain: AppController) -> Non
     body = _efficiency(plain)
     assert _by_id(body, mp.KERNELS_ID) is None and _by_id(body, mp.MATCHES_ID) is None
     assert "--ncu FILE|DIR" in _text(body)
+
+
+# ------------------------------------------------------------------------------ timeline colouring
+
+
+def test_the_timeline_colours_each_kernel_by_its_records_bound_by(joined: AppController) -> None:
+    from ncu_example import KERNELS
+
+    from traceview.app import measured_timeline as mt
+    from traceview.app.timeline import SERIES, SERIES_INDEX
+
+    ctx = joined._context(0)  # noqa: SLF001
+    index = joined.store.timeline(0)
+    table = ctx.table(mt.ANALYSIS, "kernels")
+    series = mt.bound_series(index, ctx.full, joined.store.options, table)
+    assert series is not None and series.shape == index.series.shape
+    # expected, independently: each kernel's name and launch configuration (the example's, found by
+    # its duration) looked up in the report's table; a kernel the table has no row for is grey
+    grid_of = {(name, dur * 1000): f"({g[0]}, {g[1]}, {g[2]})" for name, g, _b, dur, _n in KERNELS}
+    label_of = {(str(r.name), str(r.grid)): str(r.bound_by) for r in table.itertuples()}
+    kernels = np.flatnonzero(np.isin(index.series, [SERIES_INDEX["compute"], SERIES_INDEX["communication"]]))
+    assert kernels.size == sum(n for *_, n in KERNELS)
+    coloured = 0
+    for p in kernels.tolist():
+        name = index.names[int(index.name_code[p])]
+        label = label_of.get((name, grid_of[(name, int(index.end[p] - index.start[p]))]))
+        want = mt.BOUND_SERIES.get(label or "unmeasured", "unmeasured")
+        assert SERIES[int(series[p])][0] == want, (name, label)
+        coloured += label is not None
+    assert 0 < coloured < kernels.size  # some measured, some not (another launch configuration, no record)
+    others = ~np.isin(np.arange(series.size), kernels)
+    assert (series[others] == index.series[others]).all()  # copies, CPU ops: as before
+
+
+def test_the_colour_choice_redraws_the_timeline_with_its_legend(joined: AppController, plain: AppController) -> None:
+    from traceview.app import measured_timeline as mt
+
+    body, _ = joined.render_page("/timeline", "", 0)
+    radio = _by_id(body, mt.CONTROL_ID)
+    assert radio.value == mt.CLASS and not any(o.get("disabled") for o in radio.options)
+    state = _by_id(body, "tl-window").data
+    fig, new_state, text, *_ = joined.timeline_action(f"{mt.CONTROL_ID}.value", None, None, state, 0,
+                                                      color_value=mt.BOUND)
+    assert new_state["color"] == mt.BOUND and (new_state["t0"], new_state["t1"]) == (state["t0"], state["t1"])
+    legend = [name for name, _ in fig["layout"]["meta"]["legend"]]
+    bounds = set(joined._context(0).table(mt.ANALYSIS, "kernels")["bound_by"])  # noqa: SLF001
+    for label in ("compute", "memory", "latency"):
+        assert (f"kernel: {label}-bound (ncu)" in legend) == (label in bounds), legend
+    assert "kernel: not measured" in legend and "compute kernel" not in legend
+    assert "coloured by measured bound-by" in text
+    back, back_state, *_ = joined.timeline_action(f"{mt.CONTROL_ID}.value", None, None, new_state, 0,
+                                                  color_value=mt.CLASS)
+    assert "compute kernel" in [n for n, _ in back["layout"]["meta"]["legend"]]
+    # hostile values: one message, the figure kept
+    out = joined.timeline_action(f"{mt.CONTROL_ID}.value", None, None, state, 0, color_value="<script>")
+    assert out[0] is dash.no_update and "is not one of" in out[2]
+    # without --ncu: the choice is there, disabled
+    radio = _by_id(plain.render_page("/timeline", "", 0)[0], mt.CONTROL_ID)
+    assert radio.value == mt.CLASS and [o["disabled"] for o in radio.options] == [False, True]
