@@ -78,7 +78,7 @@ FLOP_METRICS = tuple([("sm__ops_path_tensor_", ".sum", 1.0)]
 KERNEL_COLUMNS = ["rank", "name", "grid", "block", "kernels", "trace_ns", "measured_on_invocation", "match_rule",
                   "bound_by", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
                   "achieved_occupancy_pct", "l2_hit_rate_pct", "dram_bytes", "duration_ns", "measured_flops",
-                  "modelled_flops", "flops_ratio", "model_off", "top_rule", "top_speedup_pct"]
+                  "modelled_flops", "flops_ratio", "model_off", "top_rule", "top_speedup_pct", "ncu_record"]
 
 
 def ncu_input(ctx: AnalysisContext) -> NcuMetrics | None:
@@ -181,6 +181,7 @@ def kernel_table(ctx: AnalysisContext, tk: pd.DataFrame, joined: Join, ncu: NcuM
     out["top_rule"] = top["rule"].iloc[grouped["record"].to_numpy()].to_numpy()
     out["top_speedup_pct"] = top["speedup_pct"].iloc[grouped["record"].to_numpy()].to_numpy()
     out["record"] = grouped["record"].to_numpy()
+    out["ncu_record"] = out["record"].astype(np.int64)  # the row of the matches table (records in ncu's order)
     return out.sort_values("trace_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 

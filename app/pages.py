@@ -24,10 +24,10 @@ import traceview.analyses  # noqa: F401  (fills the registry of analyses)
 from traceview.pipeline import row_columns
 from traceview.registry import ANALYSES, analysis_specs
 from traceview.tables import top_order
-from traceview.render.common import per_step_text
+from traceview.render.common import column_label, per_step_basis, per_step_text
 from traceview.units import fmt_bytes, fmt_ns, fmt_share
 
-from . import critical_path_page, modules_page
+from . import critical_path_page, measured_page, modules_page
 from .components import CARD, frame_table, graph, message, section, severity_badge, stat_cards, time_unit
 from .features import figures
 from .roofline import plotted, roofline_figure, roofs
@@ -540,6 +540,7 @@ def efficiency(ctx: RunContext) -> list[Any]:
     collectives' bandwidth, all from the efficiency analysis's tables in the report."""
     if "efficiency" not in ctx.report["analyses"]:
         return [message("The efficiency analysis gave no results for this selection.")]
+    per_step = per_step_basis(ctx.report)  # without steps every figure is the whole trace's
     out: list[Any] = warnings_block(ctx, ("efficiency",))
     out.extend(finding_card(f) for f in finding_rows(ctx.report, "efficiency"))
     families = ctx.table("efficiency", "families")
@@ -561,7 +562,8 @@ def efficiency(ctx: RunContext) -> list[Any]:
     out.append(section("Op types against the roofline", frame_table(
         _as_pct(op_types, "efficiency"), "eff-op-types", columns=EFFICIENCY_COLUMNS, page_size=15, filter_=True,
         rename={"achieved_tflops": "achieved TFLOP/s", "achieved_gbs": "achieved GB/s",
-                "intensity": "FLOP/byte", "efficiency_pct": "efficiency %"},
+                "intensity": "FLOP/byte", "efficiency_pct": "efficiency %",
+                "above_roofline_ns_per_step": column_label("above_roofline_ns_per_step", per_step) + " (ns)"},
         empty="No op type was modelled (see the coverage below).")))
     out.append(section("Coverage: modelled share of the op-linked kernel time", frame_table(
         ctx.table("efficiency", "coverage"), "eff-coverage", page_size=10, rename={"modelled_pct": "modelled %"},
@@ -574,15 +576,19 @@ def efficiency(ctx: RunContext) -> list[Any]:
     steps = _as_pct(ctx.table("efficiency", "steps"), "hfu")
     with_mfu = steps is not None and "mfu" in steps and bool(steps["mfu"].notna().any())
     steps = _as_pct(steps, "mfu") if with_mfu else steps
-    out.append(section("FLOPs utilisation per step", frame_table(
+    out.append(section(ANALYSES["efficiency"].table("steps").title_for(per_step), frame_table(
         steps, "eff-steps", page_size=12,
         columns=["rank", "device", "step", "window_ns", "modelled_ops", "flops", "achieved_tflops",
                  "compute_roof_ns", "hfu_pct", "roofline_ns", "modelled_gpu_ns", *(["mfu_pct"] if with_mfu else [])],
         rename={"achieved_tflops": "achieved TFLOP/s", "hfu_pct": "HFU %", "mfu_pct": "MFU %"},
         empty="No GPU window."),
         note="HFU = time the modelled FLOPs need at the dtype's peak / the step's GPU window; MFU (with "
-             "--model-flops) = the model's FLOPs per step / (peak x window)."))
+             "--model-flops) = the model's FLOPs per step / (peak x window)." if per_step else
+             "No steps: one row per rank and GPU, the whole trace. HFU = time the modelled FLOPs need at the dtype's "
+             "peak / the GPU window of the whole trace; MFU (with --model-flops) = the model's FLOPs / (peak x "
+             "window)."))
     out.extend(_collective_sections(ctx))
+    out.extend(measured_page.sections(ctx))
     return out
 
 

@@ -18,7 +18,7 @@ from dash import Input, Output, State, dcc, html
 
 from traceview.findings import Options
 
-from . import critical_path, history, modules_page, pages, timeline_view
+from . import critical_path, history, measured_timeline, modules_page, pages, timeline_view
 from .runs import RunStore, discover_runs
 from .views import AppController
 
@@ -180,17 +180,19 @@ def _add_timeline_callbacks(app: dash.Dash, controller: AppController) -> None:
         Input("tl-right", "n_clicks"), Input("tl-reset", "n_clicks"),
         Input("tl-search-next", "n_clicks"), Input("tl-search-prev", "n_clicks"), Input("tl-search", "n_submit"),
         Input("tl-open", "value"), Input(critical_path.TOGGLE_ID, "value"),
+        Input(measured_timeline.CONTROL_ID, "value"),
         State("tl-search", "value"), State("tl-window", "data"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,
     )
     def _timeline(zoom: Any, click: Any, _a: Any, _b: Any, _c: Any, _d: Any, _e: Any, _f: Any, _g: Any,
-                  _h: Any, open_value: Any, path_value: Any, query: Any, state: Any, run: Any, ranks: Any,
+                  _h: Any, open_value: Any, path_value: Any, color_value: Any, query: Any, state: Any, run: Any,
+                  ranks: Any,
                   steps: Any, t0: Any, t1: Any) -> tuple:
         trig = dash.ctx.triggered[0]["prop_id"] if dash.ctx.triggered else None
         if trig == "tl-zoom.data":  # a new x range, in the keys of a plotly relayout event
             trig = "tl-graph.relayoutData"
         out = controller.timeline_action(trig, zoom, click, state, run, ranks, steps, t0, t1, query=query,
-                                         open_value=open_value, path_value=path_value)
+                                         open_value=open_value, path_value=path_value, color_value=color_value)
         fig = out[0]
         if fig is dash.no_update:
             return (*out, dash.no_update, dash.no_update)

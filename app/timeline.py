@@ -60,8 +60,18 @@ SERIES: list[tuple[str, str, str]] = [
     ("python_function", "Python function", COLORS.get("python_function", "#9ECAE9")),
     ("annotation", "annotation", "#B8B8B8"),
     ("runtime", "CUDA/HIP API call", COLORS.get("runtime", "#FF9DA6")),
+    # the "measured bound-by" colouring of kernels (app/measured_timeline.py): never in the index's series
+    ("bound_compute", "kernel: compute-bound (ncu)", "#C0392B"),
+    ("bound_memory", "kernel: memory-bound (ncu)", "#2874A6"),
+    ("bound_latency", "kernel: latency-bound (ncu)", "#E67E22"),
+    ("unmeasured", "kernel: not measured", "#BDC3C7"),
 ]
 _SERIES_INDEX = {key: i for i, (key, _, _) in enumerate(SERIES)}
+#: the series index of each series key (public: the measured colouring recolours kernels)
+SERIES_INDEX = dict(_SERIES_INDEX)
+#: measured bound-by label -> its series key
+BOUND_SERIES = {"compute": "bound_compute", "memory": "bound_memory", "latency": "bound_latency",
+                "unmeasured": "unmeasured"}
 CAUSES = ("host_bound", "sync_bound", "launch_latency", "unattributed")
 
 GPU_LANE, GAP_LANE, CPU_LANE, RANK_LANE = "gpu", "gaps", "cpu", "rank"
@@ -637,7 +647,8 @@ def _raster_row(index: LaneIndex, sub: np.ndarray, edges: np.ndarray, marks: "Ma
     val = np.full(pick.size, np.nan)
     has = pick >= 0
     safe = np.maximum(pick, 0)
-    val[has] = 2 * index.series[sub[safe[has]]].astype(np.int64) + ((safe[has] + level) % 2) + 0.5
+    series = index.series if marks.series is None else marks.series
+    val[has] = 2 * series[sub[safe[has]]].astype(np.int64) + ((safe[has] + level) % 2) + 0.5
     pos = np.where(has, sub[safe] if sub.size else -1, -1)
     if marks.matches is not None and marks.matches.size:
         hit = _mark_bins(pick, sub, start, edges, marks.matches)
@@ -811,11 +822,12 @@ def _marks_drawn(detail: dict[int, np.ndarray], marks: "Marks") -> tuple[bool, b
 
 
 def _legend_traces(index: LaneIndex, detail: dict[int, np.ndarray], causes: list[str], aggregated: list[Lane],
-                   marks: tuple[bool, bool] = (False, False)) -> list[dict]:
+                   marks: tuple[bool, bool] = (False, False), series: np.ndarray | None = None) -> list[dict]:
     """One legend entry per thing drawn (the rasters have no legend of their own): each series drawn
     event by event, each gap cause, the busy fraction of aggregated GPU and CPU lanes (collapsed
     ranks are GPU streams), the search matches and the selected event."""
-    drawn = sorted(set(np.unique(index.series[np.concatenate(list(detail.values()))]).tolist())) if detail else []
+    by = index.series if series is None else series
+    drawn = sorted(set(np.unique(by[np.concatenate(list(detail.values()))]).tolist())) if detail else []
     entries = [(SERIES[s][1], SERIES[s][2]) for s in drawn]
     entries += [(f"gap: {CAUSE_LABELS.get(c, c)}", COLORS.get(c, COLORS.get("other", "#C7C7C7"))) for c in causes]
     if any(ln.kind in (GPU_LANE, RANK_LANE) for ln in aggregated):
@@ -974,6 +986,8 @@ class Marks:
     matches: np.ndarray | None = None
     selected: int | None = None
     flows: Sequence[tuple[int, int]] = ()
+    #: each position's series to draw it in, in place of the index's (the measured bound-by colouring)
+    series: np.ndarray | None = None
 
 
 def _visible_lanes(index: LaneIndex, lanes: list[Lane], win: _Window, gap_idx: np.ndarray, gaps: Any,
@@ -1094,14 +1108,14 @@ def render(index: LaneIndex, t0: int, t1: int, *, ranks: Sequence[int] | None = 
     bins = int(min(MAX_BINS, room // max(1, raster_rows + len(aggregated))))
     data = _heatmap_traces(index, aggregated, bins, win, rows, collapsed) if aggregated else []
     # only the matches in the window can be drawn: the rasters test every row's events against these
-    marks = Marks(_window_matches(index, marks, win), marks.selected, marks.flows)
+    marks = Marks(_window_matches(index, marks, win), marks.selected, marks.flows, marks.series)
     data.extend(_event_rasters(index, rows, detail, win, bins, marks))
     causes: list[str] = []
     if gap_idx.size:
         gap_data, causes = _gap_rasters(gaps, gap_idx, rows, win, bins)
         data.extend(gap_data)
     data.extend(overlay.traces)  # over the rasters, under the names
-    data.extend(_legend_traces(index, detail, causes, aggregated, _marks_drawn(detail, marks)))
+    data.extend(_legend_traces(index, detail, causes, aggregated, _marks_drawn(detail, marks), marks.series))
     if label_text:
         data.append(_label_trace(label_x, label_y, label_text))
     layout = _layout(rows, win, focus, title)

@@ -23,7 +23,7 @@ from dash import dcc, html
 from traceview.secrets import scrub_text
 from traceview.units import fmt_ns
 
-from . import critical_path, validate
+from . import critical_path, measured_timeline, validate
 from .components import CARD
 from .runs import RunContext
 from .timeline import CELLS_KEY, CPU_LANE, SERIES, LaneIndex, Marks, expand_figure, render
@@ -226,7 +226,16 @@ def extras(value: Any, num_positions: int) -> dict[str, Any]:
         out["open"] = open_ranks(value.get("open"))
     if value.get("cp") is not None:  # the critical path drawn (app/critical_path.py)
         out["cp"] = validate.switch(value.get("cp"), "timeline state cp", critical_path.TOGGLE_ON)
+    if value.get("color") is not None:  # what kernels are coloured by (app/measured_timeline.py)
+        out["color"] = color_choice(value.get("color"), "timeline state color")
     return out
+
+
+def color_choice(value: Any, control: str) -> str:
+    """What kernels are coloured by: one of ``measured_timeline.OPTIONS``."""
+    if value not in measured_timeline.OPTIONS:
+        raise BadValue(f"{control}: {validate.quote(value)} is not one of {', '.join(measured_timeline.OPTIONS)}")
+    return str(value)
 
 
 def query(value: Any) -> str:
@@ -469,9 +478,10 @@ _UL = {"fontSize": "12px", "margin": "4px 0 8px 0", "fontFamily": "monospace"}
 
 
 def figure(ctx: RunContext, index: LaneIndex, state: dict[str, Any], gaps: Any, focus_label: str,
-           path: critical_path.PathIndex | None = None) -> tuple[dict, str]:
+           path: critical_path.PathIndex | None = None, series: np.ndarray | None = None) -> tuple[dict, str]:
     """The figure of the stored state (window, focus, search, selection, open ranks) and its stats;
-    ``path``: the critical path drawn over the lanes (None: not drawn)."""
+    ``path``: the critical path drawn over the lanes (None: not drawn); ``series``: each position's
+    series in place of the index's (the measured bound-by colouring; None: by class)."""
     o = ctx.origin_ns
     focus = None
     if state.get("f0") is not None and state.get("f1") is not None:
@@ -479,7 +489,7 @@ def figure(ctx: RunContext, index: LaneIndex, state: dict[str, Any], gaps: Any, 
     found = matches(index, state.get("q") or "", ctx.filters.ranks)
     sel = state.get("sel")
     marks = Marks(matches=found if found.size else None, selected=sel,
-                  flows=flows(index, ctx.full, sel) if sel is not None else ())
+                  flows=flows(index, ctx.full, sel) if sel is not None else (), series=series)
     fig, stats = render(index, o + int(state["t0"]), o + int(state["t1"]), ranks=ctx.filters.ranks, gaps=gaps,
                         focus=focus, focus_label=focus_label, open_ranks=state.get("open"), marks=marks,
                         path=path)
@@ -493,6 +503,8 @@ def figure(ctx: RunContext, index: LaneIndex, state: dict[str, Any], gaps: Any, 
                  f"in the window{where}")
     if marks.flows:
         text += f" · {len(marks.flows)} flow arrow(s)"
+    if series is not None:
+        text += " · kernels coloured by measured bound-by (Nsight Compute; grey: not measured)"
     return pin_axis(fig), text
 
 
@@ -544,7 +556,7 @@ def legend(fig: dict) -> list[Any]:
 
 
 def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], panel: Any = None,
-              path_toggle: Any = None) -> list[Any]:
+              path_toggle: Any = None, color_control: Any = None) -> list[Any]:
     """The timeline page: buttons, search, open ranks (and the critical-path switch, ``path_toggle``),
     the stats line, the figure and the details panel."""
     btn = {"marginRight": "6px"}
@@ -577,7 +589,8 @@ def page_body(fig: dict, stats_text: str, state: dict, ranks: Sequence[int], pan
         dcc.Store(id="tl-zoom"),  # a new x range from the browser (INTERACTIONS_JS, RELAYOUT_FILTER_JS)
         dcc.Store(id="tl-js"),  # the output of the clientside callback that installs INTERACTIONS_JS
         html.Div([controls, html.Div([html.Span("ranks shown lane by lane:", style={"color": "#555"}), open_list,
-                                      path_toggle or critical_path.toggle(False, False)],
+                                      path_toggle or critical_path.toggle(False, False),
+                                      color_control or measured_timeline.control(measured_timeline.CLASS, False)],
                                      style={"display": "flex", "alignItems": "center", "fontSize": "13px"}),
                   html.Div(stats_text, id="tl-stats", style={"color": "#555", "fontSize": "13px"}),
                   pinned,

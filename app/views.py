@@ -17,6 +17,7 @@ import pandas as pd
 from dash import dcc, html, no_update
 
 from . import pages
+from traceview.render.common import per_step_basis
 from traceview.units import fmt_ns
 
 from . import validate
@@ -25,7 +26,7 @@ from .features import DOWNLOADS, diff_reports, metric_label, perfetto_trace, ren
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
 from .validate import BadValue
-from . import critical_path, critical_path_page, modules_page, timeline_view
+from . import critical_path, critical_path_page, measured_timeline, modules_page, timeline_view
 from .timeline import clamp_window
 from .timeline import locate as timeline_locate
 from .timeline_view import SEARCH_TRIGGERS as SEARCH
@@ -178,7 +179,15 @@ class AppController:
     def timeline_figure(self, ctx: RunContext, state: dict) -> tuple[dict, str]:
         index = self.store.timeline(ctx.run.id)
         gaps = ctx.table("idle_gaps", "gaps")
-        return timeline_view.figure(ctx, index, state, gaps, state.get("label") or "", self._path(ctx, state))
+        return timeline_view.figure(ctx, index, state, gaps, state.get("label") or "", self._path(ctx, state),
+                                    self._bound_series(ctx, index, state))
+
+    def _bound_series(self, ctx: RunContext, index: Any, state: dict) -> Any:
+        """Each position's series with kernels coloured by measured bound-by, when chosen (None: by class)."""
+        if state.get("color") != measured_timeline.BOUND:
+            return None
+        return measured_timeline.bound_series(index, ctx.full, self.store.options,
+                                              ctx.table(measured_timeline.ANALYSIS, "kernels"))
 
     @staticmethod
     def _path(ctx: RunContext, state: dict) -> critical_path.PathIndex | None:
@@ -240,8 +249,11 @@ class AppController:
         fig, text = self.timeline_figure(ctx, state)
         ranks = timeline_view.ranks_of(self.store.timeline(ctx.run.id), ctx)
         can_draw = critical_path.available(ctx.table(critical_path.ANALYSIS, critical_path.SEGMENTS))
+        can_colour = measured_timeline.available(ctx.table(measured_timeline.ANALYSIS, "kernels"))
         return timeline_view.page_body(fig, text, state, ranks,
-                                       path_toggle=critical_path.toggle(bool(state.get("cp", True)), can_draw))
+                                       path_toggle=critical_path.toggle(bool(state.get("cp", True)), can_draw),
+                                       color_control=measured_timeline.control(
+                                           str(state.get("color") or measured_timeline.CLASS), can_colour))
 
     def timeline_update(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None) -> tuple:
@@ -251,14 +263,16 @@ class AppController:
 
     def timeline_action(self, trigger: str | None, relayout: Any, click: Any, state: Any, run: Any,
                         ranks: Any = None, steps: Any = None, t0: Any = None, t1: Any = None, *,
-                        query: Any = None, open_value: Any = None, path_value: Any = None) -> tuple:
+                        query: Any = None, open_value: Any = None, path_value: Any = None,
+                        color_value: Any = None) -> tuple:
         """Any timeline event: the new figure, window state, stats line, details panel and open ranks.
 
         ``trigger``: the id (and property) that fired: ``tl-graph.relayoutData``,
         ``tl-graph.clickData``, ``tl-zoom-in``, ``tl-zoom-out``, ``tl-left``, ``tl-right``, ``tl-reset``,
         ``tl-search-next``, ``tl-search-prev``, ``tl-search.n_submit`` (``query``: the search box),
         ``tl-open.value`` (``open_value``: the ranks drawn lane by lane), ``tl-cp.value``
-        (``path_value``: the critical-path switch).
+        (``path_value``: the critical-path switch), ``tl-color.value`` (``color_value``: what kernels
+        are coloured by).
         """
         start = time.perf_counter()
         trig = trigger if isinstance(trigger, str) else ""
@@ -274,6 +288,8 @@ class AppController:
                 state["open"] = timeline_view.default_open(timeline_view.ranks_of(index, ctx))
             if trig.startswith(critical_path.TOGGLE_ID + ".value"):
                 state["cp"] = validate.switch(path_value, "critical path", critical_path.TOGGLE_ON)
+            if trig.startswith(measured_timeline.CONTROL_ID + ".value"):
+                state["color"] = timeline_view.color_choice(color_value, "colour kernels by")
             panel, event = self._timeline_choice(ctx, index, trig, click, state, query, open_value)
             window = event if event is not None else self._new_window(ctx, trig, relayout, click, state)
         except (RunError, BadValue) as exc:
@@ -301,8 +317,8 @@ class AppController:
         if trig.startswith("tl-open.value"):
             state["open"] = timeline_view.open_ranks(open_value if open_value is not None else [])
             return None, (cur, None)
-        if trig.startswith(critical_path.TOGGLE_ID + ".value"):  # switched by timeline_action: same window
-            return None, (cur, None)
+        if trig.startswith((critical_path.TOGGLE_ID + ".value", measured_timeline.CONTROL_ID + ".value")):
+            return None, (cur, None)  # switched by timeline_action: the same window
         if trig.startswith(SEARCH):
             state["q"] = timeline_view.query(query)
             found = timeline_view.matches(index, state["q"], ctx.filters.ranks)
@@ -521,7 +537,7 @@ class AppController:
                      style={"fontSize": "13px", "marginTop": "4px"}),
         ], style=CARD)]
         out.extend(message(n, "warn") for n in d.get("notes", []))
-        out.extend(_compare_sections(d))
+        out.extend(_compare_sections(d, compare_basis(a.report, b.report)))
         self._timed("compare", start)
         return out
 
@@ -617,19 +633,33 @@ def _clicked_gap(click: Any) -> tuple[int, int] | None:
     return validate.clicked_range_ns(cd)
 
 
-def _compare_sections(d: dict[str, Any]) -> list[Any]:
-    """The diff's metrics (a chart and a table), kernels and findings, as page sections."""
+def compare_basis(base: Any, new: Any) -> str:
+    """What the diff's figures are of: ``mean per step`` when both reports have steps, ``whole
+    trace`` when neither has (the diff then compares the whole traces, as its renderers say), and
+    which is which when one has steps and the other not."""
+    base_steps, new_steps = per_step_basis(base), per_step_basis(new)
+    if base_steps and new_steps:
+        return "mean per step"
+    if not base_steps and not new_steps:
+        return "whole trace"
+    return "mean per step; the " + ("new" if base_steps else "base") + " run has no steps: its whole trace"
+
+
+def _compare_sections(d: dict[str, Any], basis: str = "mean per step") -> list[Any]:
+    """The diff's metrics (a chart and a table), kernels and findings, as page sections (``basis``:
+    what the figures are of, :func:`compare_basis`)."""
     out: list[Any] = []
     metrics = pd.DataFrame(d["metrics"])
+    per_step = basis == "mean per step"
     if len(metrics):
-        out.append(section("Side by side: mean per step", graph(_compare_figure(metrics))))
+        out.append(section(f"Side by side: {basis}", graph(_compare_figure(metrics, basis))))
         m = metrics.copy()
         m["metric"] = [metric_label(x) for x in m["metric"]]
         # times in the unit each reads best in (ns .. s), other metrics with their unit: one column
         # mixes both, so the cells are text
         for c in ("base", "new", "delta", "threshold"):
             m[c + "_text"] = [_metric_text(v, unit) for v, unit in zip(m[c], m["unit"])]
-        out.append(section("Metrics (mean per step)", frame_table(
+        out.append(section(f"Metrics ({basis})", frame_table(
             m, "cmp-metrics", columns=["metric", "rank", "device", "base_text", "new_text", "delta_text", "delta_pct",
                                        "threshold_text", "status"],
             rename={"base_text": "base", "new_text": "new", "delta_text": "delta",
@@ -642,7 +672,7 @@ def _compare_sections(d: dict[str, Any]) -> list[Any]:
     if len(kern):
         abs_delta = pd.to_numeric(kern["delta"], errors="coerce").abs().fillna(0)
         kern = kern.assign(abs_delta=abs_delta).sort_values("abs_delta", ascending=False)
-        out.append(section("Kernels: GPU time per step", frame_table(
+        out.append(section("Kernels: GPU time per step" if per_step else f"Kernels: GPU time ({basis})", frame_table(
             kern.rename(columns={"base": "base_ns", "new": "new_ns", "delta": "delta_ns"}), "cmp-kernels",
             columns=["rank", "device", "name", "match", "base_ns", "new_ns", "delta_ns", "delta_pct", "status"],
             page_size=15, filter_=True)))
@@ -677,8 +707,9 @@ def _metric_text(value: Any, unit: Any) -> str | None:
     return f"{float(value):,.2f}" + (f" {unit}" if unit else "")
 
 
-def _compare_figure(metrics: Any) -> Any:
-    """Base vs new mean per step for the time metrics of the diff (grouped bars per rank)."""
+def _compare_figure(metrics: Any, basis: str = "mean per step") -> Any:
+    """Base vs new (mean per step, or the whole trace: ``basis``) for the time metrics of the diff
+    (grouped bars per rank)."""
     import plotly.graph_objects as go
 
     key = ("step_time_ns", "gpu_window_ns", "busy_ns", "idle_ns", "exposed_comm_ns")
@@ -693,5 +724,6 @@ def _compare_figure(metrics: Any) -> Any:
     fig.add_trace(go.Bar(name="new", x=labels, y=[None if v is None else v / 1e6 for v in m["new"]],
                          marker_color="#4C78A8", hovertemplate="%{x}<br>new %{y:.3f} ms<extra></extra>"))
     fig.update_layout(template="plotly_white", barmode="group", height=380, margin=dict(l=60, r=20, t=30, b=120),
-                      yaxis_title="mean per step (ms)", legend=dict(orientation="h", y=1.02, yanchor="bottom"))
+                      yaxis_title=("mean per step" if basis == "mean per step" else "whole trace") + " (ms)",
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     return fig

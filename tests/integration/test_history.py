@@ -437,7 +437,7 @@ def test_migration_v3_to_v4_adds_the_layers_table(tmp_path):
                 "(1, 'old', TIMESTAMP '2026-01-01', 'id-old', 'H100', '{}', 5, 1000000.0)")
     con.close()
     con = open_history(path)
-    assert schema.version_of(con) == 4 == schema.SCHEMA_VERSION
+    assert schema.version_of(con) == schema.SCHEMA_VERSION  # v3 -> v4 -> v5
     assert con.execute("SELECT count(*) FROM layers").fetchall()[0][0] == 0  # nothing to fill it from
     out = show(con, last=5, layers=True)
     assert out.layers is not None and out.layers.empty

@@ -59,6 +59,8 @@ def command(
     top: int = typer.Option(10, "--top", min=1, help="show: how many kernels without --kernel."),
     layers: bool = typer.Option(False, "--layers", help="show: also the largest layers (module type paths: "
                                 "inclusive GPU time per GPU and step, share) of each run."),
+    measured: bool = typer.Option(False, "--measured", help="show: also the SOL compute and memory % of peak of "
+                                  "the largest kernels measured by Nsight Compute (runs added with --ncu)."),
     fmt: str = typer.Option("table", "--format", "-f", help="show/check: table, markdown or json."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="check: compare the newest run with this run "
                                            "(id or name) or the runs tagged key=value, instead of the change-point "
@@ -83,6 +85,7 @@ def command(
       traceview history add traces/ --run nightly-1432 --tag commit=$GIT_SHA --tag branch=main
       traceview history show --kernel 'gemm|flash' --last 20
       traceview history show --layers --top 8    # the largest layers (module type paths)
+      traceview history show --measured          # SOL % of the measured kernels (runs added with --ncu)
       traceview history check --max-regression 5% --format markdown   # exit 1 when something regressed
       traceview history check --baseline branch=main
     """
@@ -95,6 +98,7 @@ def command(
     _refuse_foreign_options(action, {
         "--run": run_name is not None, **analysis.given(),
         "--kernel": kernel is not None, "--last": last != 10, "--top": top != 10, "--layers": layers,
+        "--measured": measured,
         "--baseline": baseline is not None, "--max-regression": max_regression != "5%",
         "--noise-k": noise_k is not None, "--min-delta": min_delta != "1us", "--window": window != 20,
         "--any-gpu": any_gpu})
@@ -107,7 +111,8 @@ def command(
     require_format(fmt, render.SHOW_FORMATS)
     if action == "show":
         with _opened(db) as con:
-            result = query.show(con, kernel=kernel, tags=tags, last=last, top=top, layers=layers)
+            result = query.show(con, kernel=kernel, tags=tags, last=last, top=top, layers=layers,
+                                measured=measured)
         typer.echo(render.render_show(result, fmt), nl=False)
         return
     if noise_k is not None:
@@ -122,7 +127,7 @@ def command(
 
 #: the actions each action-specific option applies to
 _OPTION_ACTIONS = {**dict.fromkeys(("--run", *AnalysisArgs().given()), "add"),
-                   **dict.fromkeys(("--kernel", "--last", "--top", "--layers"), "show"),
+                   **dict.fromkeys(("--kernel", "--last", "--top", "--layers", "--measured"), "show"),
                    **dict.fromkeys(("--baseline", "--max-regression", "--noise-k", "--min-delta", "--window",
                                     "--any-gpu"), "check")}
 

@@ -51,6 +51,12 @@ class ShowResult:
     layers: pd.DataFrame | None = None
     layer_values: np.ndarray | None = None  # type paths x runs
     layer_shares: np.ndarray | None = None
+    #: with ``--measured``: the measured kernels shown (kernel, grid, block), and per kernel and run
+    #: its SOL compute and memory % of peak and bound-by (NaN / "": not among that run's measured kernels)
+    measured: pd.DataFrame | None = None
+    sol_compute: np.ndarray | None = None  # kernels x runs
+    sol_memory: np.ndarray | None = None
+    bound_by: np.ndarray | None = None
 
 
 def parse_tags(items: Sequence[str], option: str = "--tag") -> tuple[tuple[str, str], ...]:
@@ -178,8 +184,32 @@ def _layer_trends(con: Any, run_ids: list[int], top: int) -> tuple[pd.DataFrame,
     return chosen[["type_path", "depth"]].reset_index(drop=True), values, shares
 
 
+def _measured_trends(con: Any, run_ids: list[int], top: int) -> tuple[pd.DataFrame, np.ndarray, np.ndarray,
+                                                                      np.ndarray]:
+    """The ``top`` measured kernels (name, grid, block) with the most trace time in any of
+    ``run_ids`` and their kernels x runs matrices of SOL compute %, SOL memory % and bound-by."""
+    stored = store.measured(con, run_ids)
+    key = ["kernel", "grid", "block"]
+    shape = (0, len(run_ids))
+    if stored.empty:
+        return pd.DataFrame(columns=key), np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=object)
+    largest = stored.groupby(key, as_index=False).agg(v=("trace_ns", "max"))
+    chosen = largest.sort_values(["v", "kernel"], ascending=[False, True], kind="stable").head(top)
+    chosen_keys = pd.MultiIndex.from_frame(chosen[key])
+    rows = chosen_keys.get_indexer(pd.MultiIndex.from_frame(stored[key]))
+    cols = pd.Index(run_ids).get_indexer(stored["run_id"])
+    ok = (rows >= 0) & (cols >= 0)
+    compute = np.full((len(chosen), len(run_ids)), np.nan)
+    memory = np.full((len(chosen), len(run_ids)), np.nan)
+    bound = np.full((len(chosen), len(run_ids)), "", dtype=object)
+    compute[rows[ok], cols[ok]] = pd.to_numeric(stored["sm_throughput_pct"], errors="coerce").to_numpy(float)[ok]
+    memory[rows[ok], cols[ok]] = pd.to_numeric(stored["memory_throughput_pct"], errors="coerce").to_numpy(float)[ok]
+    bound[rows[ok], cols[ok]] = stored["bound_by"].fillna("").astype(str).to_numpy(object)[ok]
+    return chosen[key].reset_index(drop=True), compute, memory, bound
+
+
 def show(con: Any, *, kernel: str | None = None, tags: tuple[tuple[str, str], ...] = (), last: int = 10,
-         top: int = 10, layers: bool = False) -> ShowResult:
+         top: int = 10, layers: bool = False, measured: bool = False) -> ShowResult:
     """The selected runs and the trends of the step time and of the kernels matching ``kernel`` (a
     regex over normalised names; default: the ``top`` largest kernels, and half as many collectives,
     in any of the runs shown)."""
@@ -214,4 +244,9 @@ def show(con: Any, *, kernel: str | None = None, tags: tuple[tuple[str, str], ..
         if result.layers.empty:
             notes.append("no layers stored for these runs (traces without module ranges, or runs added before "
                          "history schema version 4)")
+    if measured:
+        result.measured, result.sol_compute, result.sol_memory, result.bound_by = _measured_trends(con, run_ids, top)
+        if result.measured.empty:
+            notes.append("no measured kernels stored for these runs (runs added without --ncu, or before history "
+                         "schema version 5)")
     return result

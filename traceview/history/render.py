@@ -131,6 +131,57 @@ def _layers_section(result: ShowResult, fmt: str, run_ids: list[str]) -> list[st
             table(header, rows)]
 
 
+def _points_trend(values: np.ndarray) -> np.ndarray:
+    """Per row, the newest run's value minus the median of the runs before it (percentage points)."""
+    if values.shape[1] < 2:
+        return np.full(values.shape[0], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a kernel measured in the newest run only
+        return values[:, -1] - np.nanmedian(values[:, :-1], axis=1)
+
+
+def _measured_json(result: ShowResult) -> list[dict[str, Any]]:
+    assert result.measured is not None and result.sol_compute is not None and result.sol_memory is not None
+    assert result.bound_by is not None
+    compute_trend, memory_trend = _points_trend(result.sol_compute), _points_trend(result.sol_memory)
+    return [{"kernel": str(k), "grid": str(g), "block": str(b), "sol_compute_pct": [_num(v) for v in c],
+             "sol_memory_pct": [_num(v) for v in m], "bound_by": [str(x) or None for x in bound],
+             "compute_trend_pt": _num(ct), "memory_trend_pt": _num(mt)}
+            for k, g, b, c, m, bound, ct, mt in zip(result.measured["kernel"], result.measured["grid"],
+                                                   result.measured["block"], result.sol_compute, result.sol_memory,
+                                                   result.bound_by, compute_trend, memory_trend)]
+
+
+def _sol_cell(compute: float, memory: float, bound: str) -> str:
+    if np.isnan(compute) and np.isnan(memory):
+        return "-"
+    text = "/".join("-" if np.isnan(v) else f"{v:.1f}" for v in (compute, memory))
+    return text + (f" {bound}" if bound else "")
+
+
+def _points(x: float) -> str:
+    return "-" if np.isnan(x) else f"{x:+.1f} pt"
+
+
+def _measured_section(result: ShowResult, fmt: str, run_ids: list[str]) -> list[str]:
+    """``--measured``: per measured kernel its SOL compute / memory % of peak (and bound-by) in each
+    run, the newest against the median of the runs before it in percentage points."""
+    if result.measured is None or result.measured.empty:
+        return []
+    assert result.sol_compute is not None and result.sol_memory is not None and result.bound_by is not None
+    compute_trend, memory_trend = _points_trend(result.sol_compute), _points_trend(result.sol_memory)
+    header = ["kernel", "grid x block", *(f"run {r}" for r in run_ids), "compute vs before", "memory vs before"]
+    rows = [[_short(str(k)), f"{g} x {b}", *(_sol_cell(c, m, str(x)) for c, m, x in zip(cs, ms, bound)),
+             _points(ct), _points(mt)]
+            for k, g, b, cs, ms, bound, ct, mt in zip(result.measured["kernel"], result.measured["grid"],
+                                                     result.measured["block"], result.sol_compute, result.sol_memory,
+                                                     result.bound_by, compute_trend, memory_trend)]
+    title = "## " if fmt == "markdown" else ""
+    table = _md_table if fmt == "markdown" else _text_table
+    return [f"\n{title}Measured speed of light per kernel (Nsight Compute: SOL compute / memory, % of peak)\n\n",
+            table(header, rows)]
+
+
 def render_show(result: ShowResult, fmt: str) -> str:
     """The runs and the trends of ``history show`` in ``fmt`` (table, markdown, json)."""
     trend = _trend_pct(result.values)
@@ -142,6 +193,8 @@ def render_show(result: ShowResult, fmt: str) -> str:
                        for k, n, row, t in zip(result.series["kind"], result.series["key"], result.values, trend)]}
         if result.layers is not None:
             data["layers"] = _layers_json(result)
+        if result.measured is not None:
+            data["measured"] = _measured_json(result)
         return json.dumps({**data, "notes": result.notes}, indent=1) + "\n"
     header = ["kind", "name", *(f"run {r}" for r in run_ids), "newest vs before"]
     rows = [[str(k), _short(str(n)), *(fmt_ns(v) for v in row), "-" if np.isnan(t) else f"{t:+.1f}%"]
@@ -151,6 +204,7 @@ def render_show(result: ShowResult, fmt: str) -> str:
     parts = [f"{title}Runs ({len(run_ids)})\n\n", table(RUN_HEADER, _run_rows(result.runs)),
              f"\n{title}Time per GPU and step\n\n", table(header, rows)]
     parts += _layers_section(result, fmt, run_ids)
+    parts += _measured_section(result, fmt, run_ids)
     parts += [f"\nnote: {n}\n" for n in result.notes]
     return "".join(parts)
 

@@ -14,7 +14,10 @@ critical path's run figures to ``runs`` (the report summary's ``critical_path_st
 runs stored before it have them null (their reports are not kept, so nothing can fill them).
 Version 4 adds the ``layers`` table: per run its :data:`LAYERS_KEPT` largest module type paths (the
 modules analysis's ``type_paths``, docs/metrics.md "Modules and ranges"), empty for the runs stored
-before it and for runs without module ranges.
+before it and for runs without module ranges. Version 5 adds the ``measured`` table: per run its
+:data:`MEASURED_KEPT` largest kernels measured by Nsight Compute (``--ncu``: the measured analysis's
+``kernels`` table, docs/metrics.md "Measured efficiency") with their SOL compute and memory %, empty
+for the runs stored before it and for runs analysed without ``--ncu``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 from typing import Any, Callable
 
 #: the version this code writes and reads
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: the columns of a run summary's ``series`` frame, in the database's order
 SERIES_COLUMNS = ("kind", "key", "calls", "calls_per_step", "total_ns", "per_step_ns", "mean_ns", "median_ns",
                   "p90_ns", "spread_ns")
@@ -36,6 +39,11 @@ RUN_FIGURES = ("ranks", "gpus", "steps", "step_time_ns", "step_p90_ns", "step_sp
 LAYERS_KEPT = 20
 #: the columns of a run summary's ``layers`` frame, in the database's order
 LAYER_COLUMNS = ("position", "type_path", "depth", "instances", "inclusive_ns", "per_step_ns", "share")
+#: how many measured kernels a run keeps in ``measured`` (its largest by trace time)
+MEASURED_KEPT = 20
+#: the columns of a run summary's ``measured`` frame, in the database's order
+MEASURED_COLUMNS = ("position", "kernel", "grid", "block", "kernels", "trace_ns", "sm_throughput_pct",
+                    "memory_throughput_pct", "bound_by")
 #: the run-level text figures of ``runs`` (version 3)
 RUN_TEXT = ("critical_path_bound_by",)
 
@@ -123,6 +131,22 @@ CREATE TABLE layers (
 """
 
 
+#: what version 5 adds to version 4: each run's largest kernels measured by Nsight Compute
+V5_ADDITIONS = """
+CREATE TABLE measured (
+    run_id INTEGER NOT NULL,
+    position INTEGER NOT NULL,         -- 1 = the run's measured kernel with the most trace time
+    kernel VARCHAR NOT NULL,           -- normalised name (traceview.compare.normalize_kernel_name)
+    grid VARCHAR, block VARCHAR,       -- ncu's launch configuration, '(x, y, z)'
+    kernels BIGINT,                    -- trace kernels of that name and configuration measured, all ranks
+    trace_ns BIGINT,                   -- their GPU time in the trace, whole trace, all ranks
+    sm_throughput_pct DOUBLE,          -- SOL compute: ncu's SM throughput, % of peak
+    memory_throughput_pct DOUBLE,      -- SOL memory: ncu's memory throughput, % of peak
+    bound_by VARCHAR                   -- compute, memory, latency (unknown)
+);
+"""
+
+
 def _migrate_1_to_2(con: Any) -> None:
     """v1 -> v2: the ``run_tags`` table, filled from each run's JSON tags."""
     con.execute(V2_ADDITIONS)
@@ -142,8 +166,14 @@ def _migrate_3_to_4(con: Any) -> None:
     con.execute(V4_ADDITIONS)
 
 
+def _migrate_4_to_5(con: Any) -> None:
+    """v4 -> v5: the ``measured`` table (no rows for the runs stored before)."""
+    con.execute(V5_ADDITIONS)
+
+
 #: from-version -> the function that brings a database to the next version (inside a transaction)
-MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
+MIGRATIONS: dict[int, Callable[[Any], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4,
+                                                 4: _migrate_4_to_5}
 
 
 def create(con: Any) -> None:

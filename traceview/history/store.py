@@ -167,7 +167,8 @@ def _insert_children(con: Any, summaries: Sequence[RunSummary], ids: list[int]) 
                            ON CONFLICT (series_id, name) DO UPDATE SET last_run = excluded.last_run""")
         finally:
             con.unregister("tv_raw")
-    for table, attr in (("findings", "findings"), ("efficiency", "efficiency"), ("layers", "layers")):
+    for table, attr in (("findings", "findings"), ("efficiency", "efficiency"), ("layers", "layers"),
+                        ("measured", "measured")):
         parts = [getattr(s, attr).assign(run_id=rid) for rid, s in zip(ids, summaries) if len(getattr(s, attr))]
         if parts:
             _insert_frame(con, table, pd.concat(parts, ignore_index=True))
@@ -257,5 +258,17 @@ def layers(con: Any, run_ids: Sequence[int]) -> pd.DataFrame:
     try:
         return con.execute("SELECT run_id, position, type_path, depth, per_step_ns, share FROM layers "
                            "SEMI JOIN tv_runs USING (run_id) ORDER BY run_id, position").df()
+    finally:
+        con.unregister("tv_runs")
+
+
+def measured(con: Any, run_ids: Sequence[int]) -> pd.DataFrame:
+    """The stored measured kernels of ``run_ids`` (run_id, position, kernel, grid, block, trace_ns,
+    sm_throughput_pct, memory_throughput_pct, bound_by), by run and position."""
+    con.register("tv_runs", pa.table({"run_id": pa.array(list(run_ids), pa.int32())}))
+    try:
+        return con.execute("SELECT run_id, position, kernel, grid, block, trace_ns, sm_throughput_pct, "
+                           "memory_throughput_pct, bound_by FROM measured SEMI JOIN tv_runs USING (run_id) "
+                           "ORDER BY run_id, position").df()
     finally:
         con.unregister("tv_runs")

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from traceview.compare.names import normalize_kernel_name
-from traceview.history.schema import LAYER_COLUMNS, LAYERS_KEPT, SERIES_COLUMNS
+from traceview.history.schema import LAYER_COLUMNS, LAYERS_KEPT, MEASURED_COLUMNS, MEASURED_KEPT, SERIES_COLUMNS
 from traceview.trace_cache import digest_file_ends
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class RunSummary:
     findings: pd.DataFrame = field(default_factory=pd.DataFrame)  # code, rank, severity, cost_ns_per_step, title
     efficiency: pd.DataFrame = field(default_factory=pd.DataFrame)
     layers: pd.DataFrame = field(default_factory=pd.DataFrame)  # LAYER_COLUMNS
+    measured: pd.DataFrame = field(default_factory=pd.DataFrame)  # MEASURED_COLUMNS
     added_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc).replace(tzinfo=None))
 
 
@@ -194,6 +195,28 @@ def _layers(report: Report, gpus: int, steps: int) -> pd.DataFrame:
     return job[list(LAYER_COLUMNS)].reset_index(drop=True)
 
 
+def _measured(report: Report) -> pd.DataFrame:
+    """The run's :data:`MEASURED_KEPT` measured kernels (normalised name, ncu's grid and block) with
+    the most trace time over all ranks, from the measured analysis's ``kernels`` table: kernels and
+    trace time summed over its rows (ranks, ncu records), the SOL figures and bound-by those of its
+    row with the most trace time (every rank's rows of one ncu record carry the same figures); empty
+    without ``--ncu``."""
+    table = report.table("measured", "kernels")
+    if table.empty:
+        return pd.DataFrame(columns=list(MEASURED_COLUMNS))
+    keys = _kernel_keys(table["name"])
+    rows = table.assign(kernel=keys.reindex(table["name"].astype(str)).to_numpy(),
+                        grid=table["grid"].astype(str), block=table["block"].astype(str))
+    rows = rows.sort_values("trace_ns", ascending=False, kind="stable")
+    key = ["kernel", "grid", "block"]
+    job = rows.groupby(key, as_index=False, sort=False).agg(
+        kernels=("kernels", "sum"), trace_ns=("trace_ns", "sum"), sm_throughput_pct=("sm_throughput_pct", "first"),
+        memory_throughput_pct=("memory_throughput_pct", "first"), bound_by=("bound_by", "first"))
+    job = job.sort_values(["trace_ns", "kernel"], ascending=[False, True], kind="stable").head(MEASURED_KEPT)
+    job["position"] = np.arange(1, len(job) + 1)
+    return job[list(MEASURED_COLUMNS)].reset_index(drop=True)
+
+
 def summarize(report: Report, *, identity: str, name: str, paths: Sequence[str],
               tags: dict[str, str]) -> RunSummary:
     """The history's summary of ``report`` (see the module docstring)."""
@@ -232,7 +255,8 @@ def summarize(report: Report, *, identity: str, name: str, paths: Sequence[str],
     return RunSummary(identity=identity, name=name, gpu_model=", ".join(sorted(set(models))),
                       traceview_version=str(traceview.__version__), paths=[str(p) for p in paths], tags=dict(tags),
                       figures=_figures(report, samples), series=series, raw_names=raw, findings=_findings(report),
-                      efficiency=_efficiency(report), layers=_layers(report, gpus, steps))
+                      efficiency=_efficiency(report), layers=_layers(report, gpus, steps),
+                      measured=_measured(report))
 
 
 def as_records(value: Any) -> Any:
