@@ -13,7 +13,7 @@ which the assumption column says.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -80,6 +80,10 @@ class CriticalPathParts:
     its graph what-ifs (``whatif``), the path segments each costed what-if shortens (``claims``), and
     the collective kernels with their time on the path (``collectives``). No event rows: nothing to
     remap across files."""
+
+    #: the reduce starts by concatenating each frame over the parts: a driver may join them first
+    #: (``traceview.packed_frames.merge_inputs``)
+    merge_fields: ClassVar[bool] = True
 
     steps: pd.DataFrame
     whatif: pd.DataFrame

@@ -73,7 +73,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import numpy as np
@@ -865,6 +865,10 @@ class CollectiveInputs:
     (``link_gbs``, NaN when unknown, with ``link`` saying why) and GPU windows (whole trace), and
     the exposed intervals of each collective kind (``communication.exposed_intervals``: rank,
     device, collective, process_group, start_ns, end_ns)."""
+
+    #: the reduce starts by concatenating each frame over the parts: a driver may join them first
+    #: (``traceview.packed_frames.merge_inputs``)
+    merge_fields: ClassVar[bool] = True
 
     kernels: pd.DataFrame
     gpus: pd.DataFrame

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import ClassVar, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -559,6 +559,10 @@ class KernelTotals:
     (full name, device, duration) with its number of calls (for ``kernel_summary`` and
     ``kernel_ranks``: exact percentiles over all calls, at the size of the distinct durations rather
     than of the calls). No row numbers, so nothing to remap."""
+
+    #: the reduce starts by concatenating each frame over the parts: a driver may join them first
+    #: (``traceview.packed_frames.merge_inputs``)
+    merge_fields: ClassVar[bool] = True
 
     frame: pd.DataFrame
     calls: pd.DataFrame

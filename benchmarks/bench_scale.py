@@ -89,13 +89,31 @@ _report(t, result_bytes=res.stats["result_bytes"], parts=parts, kernels=len(gath
 """
 
 REDUCE_CHILD = """
-import pickle, numpy as np
+import dataclasses, pickle, numpy as np, pandas as pd
+from traceview.claims import Claims, gpu_key, split_gpu_key
 from traceview.findings import Options
 from traceview.pipeline import reduce_batches
 from traceview.report import TraceOverview, build_report
 blob = open({sample!r}, "rb").read()
 rng = np.random.default_rng(0)
 n = {ranks}
+
+
+def renumbered(frame, rank):
+    if isinstance(frame, pd.DataFrame) and "rank" in frame and len(frame):
+        frame = frame.copy()
+        frame["rank"] = np.full(len(frame), rank, dtype=frame["rank"].dtype)
+    return frame
+
+
+def moved_claims(claims, rank):
+    # a replica's findings claim its own GPUs' time (as a real rank's do)
+    if claims is None or not len(claims):
+        return claims
+    _, device = split_gpu_key(claims.key)
+    return Claims(gpu_key(rank, device), claims.start_ns, claims.end_ns, normalized=True)
+
+
 ranks, infos, summaries = [], {{}}, {{}}
 for i in range(n):
     rr = pickle.loads(blob).batch
@@ -105,20 +123,24 @@ for i in range(n):
     rr.ranks, rr.infos, rr.summaries = [i], {{i: info}}, {{i: summary}}
     rr.warnings = {{a: [(i, w) for _, w in ws] for a, ws in rr.warnings.items()}}
     tables, gathered = rr.unpack()
-    for ts in tables.values():
-        for frame in ts.values():
-            if "rank" in frame and len(frame):
-                frame["rank"] = np.full(len(frame), i, dtype=frame["rank"].dtype)
+    tables = {{a: {{t: renumbered(f, i) for t, f in ts.items()}} for a, ts in tables.items()}}
     for found in rr.findings.values():
         for f in found:
             f.rank = i if f.rank is not None else None
-    c = gathered["communication"].renumber({{old_rank: i}})
+            f.claims = moved_claims(f.claims, i)
+    for name, part in list(gathered.items()):
+        if hasattr(part, "renumber"):
+            part = part.renumber({{old_rank: i}})
+        else:  # every frame of the inputs with a rank column
+            part = dataclasses.replace(part, **{{fld.name: renumbered(getattr(part, fld.name), i)
+                                                for fld in dataclasses.fields(part)}})
+        gathered[name] = part
+    c = gathered["communication"]
     k = c.kernels
     # each replica: its own clock offset, arrival jitter and end jitter
     off = int(rng.integers(-2_000_000, 2_000_000))
     k["start"] = k["start"].to_numpy() + off + rng.integers(0, 300_000, len(k))
     k["end"] = k["end"].to_numpy() + off + rng.integers(-150, 150, len(k))
-    gathered["communication"] = c
     rr.tables, rr.gathered, rr.payload = tables, gathered, b""
     rr.pack()  # as it arrives from a worker
     ranks.append(rr)
@@ -129,9 +151,11 @@ held = _status_bytes("VmRSS")
 options = Options(whole_only={whole_only!r})
 with _Timer() as t:
     reduced = reduce_batches(ranks, options)
+    reduce_seconds = _time.perf_counter() - t.t0
     report = build_report(TraceOverview(infos, summaries), reduced.results, options=options,
                           table_rows=reduced.table_rows)
 _report(t, ranks=n, rss_holding_results=held, matched=int(len(report.table("communication", "skew"))),
+        reduce_seconds=reduce_seconds, findings=len(report["findings"]),
         arrivals=int(len(report.table("communication", "arrivals"))))
 """
 
@@ -209,6 +233,7 @@ def main(argv: list | None = None) -> int:
     print(f"job: {len(truth['files'])} ranks, {total / 1e9:.2f} GB JSON ({total / 2**30:.2f} GiB), "
           f"{truth['straggler']['collectives']} collectives per rank, {truth['job']['steps']} steps per rank")
 
+    a.out.mkdir(parents=True, exist_ok=True)  # the cache and the sample go there, also with --job
     runs = []
     counts = [int(x) for x in a.workers_list.split(",") if x.strip()]
     plan = [(w, "cold") for w in counts] + ([] if a.no_warm else [(counts[-1], "warm")])

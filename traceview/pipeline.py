@@ -34,15 +34,17 @@ from traceview.context import AnalysisContext, run_analyses
 from traceview.findings import AnalysisResult, Finding, Options
 from traceview.loading import find_trace_files, load
 from traceview.model import RankInfo, Trace
+from traceview.packed_frames import (PackedFrame, concat_packed, join_inputs, join_tables, pack_frame,
+                                     pack_inputs, shift_packed_rows, unpack_frame, unpack_inputs)
 from traceview.registry import AnalysisSpec, TableSpec, analysis_specs, run_order
 from traceview.report import REPORT_TABLE_ROWS, Report, TraceOverview, build_report
-from traceview.tables import concat_tables, drop_unused_categories, sample_mask, top_order
+from traceview.tables import drop_unused_categories, sample_mask, top_order
 from traceview.units import compact_ranks
 
 #: rows of a table without a sort key that a rank keeps in a job (the report shows the first ones)
 MAX_RANK_TABLE_ROWS = 5000
-#: batches unpacked and concatenated at a time by the reduce step (bounds its transient memory)
-REDUCE_BATCH = 256
+#: batch results the reduce unpacks before joining each table's (and cross-rank input's) arrays
+JOIN_EVERY = 128
 
 Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | Trace
 
@@ -70,26 +72,42 @@ class BatchResult:
 
     def pack(self) -> "BatchResult":
         if not self.payload:
-            data = pickle.dumps((self.tables, self.gathered), protocol=pickle.HIGHEST_PROTOCOL)
+            tables = {a: {t: pack_frame(f) for t, f in ts.items()} for a, ts in self.tables.items()}
+            gathered = {a: pack_inputs(g) for a, g in self.gathered.items()}
+            data = pickle.dumps((tables, gathered), protocol=pickle.HIGHEST_PROTOCOL)
             self.payload = zlib.compress(data, 1)
             self.tables, self.gathered = {}, {}
         return self
 
     def unpack(self) -> tuple[dict[str, dict[str, pd.DataFrame]], dict[str, Any]]:
         """(tables, gathered cross-rank inputs), whether packed or not."""
+        tables, gathered = self.unpack_packed()
+        return ({a: {t: unpack_frame(f) for t, f in ts.items()} for a, ts in tables.items()},
+                {a: unpack_inputs(g) for a, g in gathered.items()})
+
+    def unpack_packed(self) -> tuple[dict[str, dict[str, PackedFrame]], dict[str, Any]]:
+        """(tables as column arrays, gathered cross-rank inputs, packed where their type declares
+        ``merge_fields``): what the reduce joins, without a DataFrame per rank."""
         if self.payload:
             tables, gathered = pickle.loads(zlib.decompress(self.payload))
             return tables, gathered
-        return self.tables, self.gathered
+        whole = {a: {t: PackedFrame(len(f), list(f.columns), [], [], [], frame=f) for t, f in ts.items()}
+                 for a, ts in self.tables.items()}  # (in memory: the frames themselves)
+        return whole, self.gathered
 
     def shift_rows(self, offset: int) -> "BatchResult":
-        """Row columns moved by ``offset`` (the rows of the files before this batch's)."""
+        """Row columns moved by ``offset`` (the rows of the files before this batch's); a packed
+        batch stays packed (its tables moved as column arrays)."""
         if not offset:
             return self
-        tables, gathered = self.unpack()
-        self.tables = {a: {t: map_rows(f, None, offset) for t, f in ts.items()} for a, ts in tables.items()}
-        self.gathered = {a: g.remap_rows(None, offset) for a, g in gathered.items()}
-        self.payload = b""
+        if not self.payload:
+            self.tables = {a: {t: map_rows(f, None, offset) for t, f in ts.items()} for a, ts in self.tables.items()}
+            self.gathered = {a: g.remap_rows(None, offset) for a, g in self.gathered.items()}
+            return self
+        tables, gathered = self.unpack_packed()
+        moved = {a: {t: shift_packed_rows(f, offset) for t, f in ts.items()} for a, ts in tables.items()}
+        inputs = {a: pack_inputs(unpack_inputs(g).remap_rows(None, offset)) for a, g in gathered.items()}
+        self.payload = zlib.compress(pickle.dumps((moved, inputs), protocol=pickle.HIGHEST_PROTOCOL), 1)
         return self
 
 
@@ -284,42 +302,42 @@ def reduce_batches(batches: list[BatchResult], options: Options) -> Reduced:
     import traceview.analyses  # noqa: F401  (registers every analysis: a driver may not have imported them)
 
     batches = sorted(batches, key=lambda b: min(b.ranks, default=0))
-    pieces: dict[tuple[str, str], list[pd.DataFrame]] = {}
+    pieces: dict[tuple[str, str], list[PackedFrame]] = {}
     gathered: dict[str, list[Any]] = {}
     table_rows: dict[tuple[str, str], int] = {}
-    for start in range(0, len(batches), REDUCE_BATCH):
-        group: dict[tuple[str, str], list[pd.DataFrame]] = {}
-        for batch in batches[start:start + REDUCE_BATCH]:
-            tables, parts = batch.unpack()
-            for name, ts in tables.items():
-                for tname, frame in ts.items():
-                    group.setdefault((name, tname), []).append(frame)
-            for name, part in parts.items():
-                gathered.setdefault(name, []).append(part)
-            for key, n in batch.table_rows.items():
-                table_rows[key] = table_rows.get(key, 0) + n
-        for key, frames in group.items():
-            pieces.setdefault(key, []).append(concat_tables(frames))
+    for i, batch in enumerate(batches, start=1):
+        tables, parts = batch.unpack_packed()
+        for name, ts in tables.items():
+            for tname, frame in ts.items():
+                pieces.setdefault((name, tname), []).append(frame)
+        for name, part in parts.items():
+            gathered.setdefault(name, []).append(part)
+        for key, n in batch.table_rows.items():
+            table_rows[key] = table_rows.get(key, 0) + n
+        if i % JOIN_EVERY == 0 or i == len(batches):  # the arrays joined: no object per rank held
+            pieces = {key: join_tables(frames) for key, frames in pieces.items()}
+            gathered = {name: join_inputs(ps) for name, ps in gathered.items()}
     n_ranks = sum(len(b.ranks) for b in batches)
+    inputs = {name: [unpack_inputs(p) for p in ps] for name, ps in gathered.items()}
     results: dict[str, AnalysisResult] = {}
     for spec in analysis_specs():
         result = concatenated(spec, pieces, table_rows, options)
         result.findings = [f for b in batches for f in b.findings.get(spec.name, [])]
         result.warnings = merge_messages(sorted((w for b in batches for w in b.warnings.get(spec.name, [])),
                                                 key=lambda rw: rw[0]), n_ranks)
-        cross_rank_step(spec, result, gathered.get(spec.name), table_rows, options)
+        cross_rank_step(spec, result, inputs.get(spec.name), table_rows, options)
         results[spec.name] = result
     return Reduced(results=results, table_rows=table_rows)
 
 
-def concatenated(spec: AnalysisSpec, pieces: dict[tuple[str, str], list[pd.DataFrame]],
+def concatenated(spec: AnalysisSpec, pieces: dict[tuple[str, str], list[PackedFrame]],
                  table_rows: dict[tuple[str, str], int], options: Options) -> AnalysisResult:
     """The result of ``spec`` with its per-batch tables concatenated (``top_overall`` ones cut)."""
     result = AnalysisResult(name=spec.name)
     for (name, tname), frames in pieces.items():
         if name != spec.name or spec.table(tname).cross_rank:
             continue
-        table = concat_tables(frames)
+        table = concat_packed(frames)
         top = spec.table(tname).top_overall
         if top and len(table):
             cols, asc = [c for c, _ in top], [a for _, a in top]

@@ -62,16 +62,51 @@ def drop_unused_categories(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def concat_tables(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Concatenate per-rank tables; categorical columns stay categorical (the union of categories)."""
+    """Concatenate per-rank tables; categorical columns stay categorical: the categories are the
+    values used, in sorted order (what ``astype("category")`` of the concatenated values gives),
+    and every frame's codes are recoded to them before the concatenation (no column of Python
+    strings in between: the reduce of thousands of ranks concatenates this way)."""
     nonempty = [f for f in frames if len(f)]
     if not nonempty:
         return frames[0].reset_index(drop=True)
     if len(nonempty) == 1:
         return nonempty[0].reset_index(drop=True)
     cats = [c for c in nonempty[0].columns if isinstance(nonempty[0][c].dtype, pd.CategoricalDtype)]
-    if cats:
-        nonempty = [f.astype({c: object for c in cats if c in f}) for f in nonempty]
+    shared = [c for c in cats if all(c in f and isinstance(f.dtypes[c], pd.CategoricalDtype) for f in nonempty)]
+    loose = [c for c in cats if c not in shared]
+    if loose:
+        nonempty = [f.astype({c: object for c in loose if c in f}) for f in nonempty]
+    if shared:
+        dtypes = {c: union_dtype([f[c] for f in nonempty]) for c in shared}
+        nonempty = [recoded(f, dtypes) for f in nonempty]
     table = pd.concat(nonempty, ignore_index=True)
-    for c in cats:
+    for c in loose:
         table[c] = table[c].astype("category")
     return table
+
+
+def recoded(frame: pd.DataFrame, dtypes: dict[str, pd.CategoricalDtype]) -> pd.DataFrame:
+    """``frame`` with the categorical columns of ``dtypes`` on those categories, in their order
+    (unordered dtypes compare equal whatever the order, so ``astype`` would keep a frame's own)."""
+    change = [c for c, dtype in dtypes.items() if not frame.dtypes[c].categories.equals(dtype.categories)]
+    if not change:
+        return frame
+    frame = frame.copy(deep=False)
+    for c in change:
+        frame[c] = frame[c].cat.set_categories(dtypes[c].categories)
+    return frame
+
+
+def union_dtype(columns: list[pd.Series]) -> pd.CategoricalDtype:
+    """The categorical dtype ``astype("category")`` gives the concatenation of ``columns``
+    (categorical Series): the categories any of them uses, as that inference orders them, found
+    from the distinct values only."""
+    used = []
+    for col in columns:
+        codes = np.asarray(col.cat.codes)
+        present = np.unique(codes[codes >= 0])
+        used.append(col.cat.categories.take(present).astype(object))
+    values = pd.Index(np.concatenate(used) if used else np.empty(0, dtype=object), dtype=object).unique()
+    dtype = pd.Series(values, dtype=object).astype("category").dtype
+    assert isinstance(dtype, pd.CategoricalDtype)
+    return dtype

@@ -42,7 +42,7 @@ PACKAGE_DIRS = {"traceview": "traceview", "parsers": "traceview.parsers", "analy
 #: A new core module is added here (and to docs/architecture.md's "Core modules" table); anything
 #: not listed is a feature.
 CORE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("data model", ("errors", "units", "intervals", "claims", "findings", "model", "secrets", "tables",
+    ("data model", ("errors", "units", "intervals", "claims", "findings", "model", "secrets", "tables", "packed_frames",
                     "environment", "hardware", "registry", "context", "plain", "report_inputs", "parsing",
                     "redaction")),
     ("input formats", ("parsers",)),
