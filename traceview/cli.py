@@ -17,7 +17,6 @@ from typing import Any
 
 import typer
 
-from traceview.commands.format_help import with_format_lists
 from traceview.errors import TraceviewError
 
 #: CLI commands, in help order; each is the module ``traceview.commands.<name>`` exposing ``command``
@@ -66,7 +65,7 @@ def readable_metavars(command: Any) -> Any:
     without a metavar of its own shows TEXT, N, NUMBER, PATH instead of ``<str>``, ``<int range>``,
     ``<path>``; an argument shows its name in capitals (``PATHS...``), which says what it takes."""
     for sub in (getattr(command, "commands", None) or {}).values():
-        readable_metavars(with_format_lists(sub))
+        readable_metavars(sub)
     for param in getattr(command, "params", []):
         if getattr(param, "is_flag", False) or not hasattr(param, "param_type_name"):
             continue

@@ -16,6 +16,7 @@ from jax_profiles import STEPS, record
 import traceview
 from traceview.errors import TraceFormatError
 from traceview.model import Kind
+from xspace_planes import stat_id
 
 pytest.importorskip("google.protobuf", reason="the xspace extra (protobuf) is not installed")
 SHARED_XSPACE = "xplane/xprof_tpu_inference.xplane.pb"
@@ -159,14 +160,6 @@ def test_shared_xspace(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ a hand-made TPU XSpace
 
 
-def _stat(meta: dict[str, int], plane: object, name: str) -> int:
-    if name not in meta:
-        meta[name] = len(meta) + 1
-        plane.stat_metadata[meta[name]].id = meta[name]  # type: ignore[attr-defined]
-        plane.stat_metadata[meta[name]].name = name  # type: ignore[attr-defined]
-    return meta[name]
-
-
 def tpu_xspace(path: Path) -> Path:
     """Host plane with two step annotations and a source path naming a user; one TPU plane with an
     ``XLA Ops`` line (a fusion and an all-reduce per step), an ``XLA Modules`` line and ``Steps``."""
@@ -180,12 +173,12 @@ def tpu_xspace(path: Path) -> Path:
         for name, i in events.items():
             plane.event_metadata[i].id, plane.event_metadata[i].name = i, name
     hmeta: dict[str, int] = {}
-    src = _stat(hmeta, host, "experimental/users/davelacey/model.py:35")
+    src = stat_id(hmeta, host, "experimental/users/davelacey/model.py:35")
     line = host.lines.add(id=1, name="python", timestamp_ns=1000)
     for step in range(2):
         ev = line.events.add(metadata_id=1, offset_ps=step * 10_000_000, duration_ps=9_000_000)
-        ev.stats.add(metadata_id=_stat(hmeta, host, "step_num"), int64_value=step)
-        ev.stats.add(metadata_id=_stat(hmeta, host, "source"), ref_value=src)
+        ev.stats.add(metadata_id=stat_id(hmeta, host, "step_num"), int64_value=step)
+        ev.stats.add(metadata_id=stat_id(hmeta, host, "source"), ref_value=src)
     dmeta: dict[str, int] = {}
     ops, modules, steps = (tpu.lines.add(id=i, name=n, timestamp_ns=1000)
                            for i, n in ((2, "XLA Ops"), (1, "XLA Modules"), (0, "Steps")))
@@ -194,7 +187,7 @@ def tpu_xspace(path: Path) -> Path:
         steps.events.add(metadata_id=5 + step, offset_ps=t0, duration_ps=8_000_000)
         modules.events.add(metadata_id=4, offset_ps=t0, duration_ps=7_000_000)
         fusion = ops.events.add(metadata_id=2, offset_ps=t0, duration_ps=4_000_000)
-        fusion.stats.add(metadata_id=_stat(dmeta, tpu, "flops"), uint64_value=10**9)
+        fusion.stats.add(metadata_id=stat_id(dmeta, tpu, "flops"), uint64_value=10**9)
         ops.events.add(metadata_id=3, offset_ps=t0 + 4_500_000, duration_ps=2_000_000)
     path.write_bytes(space.SerializeToString())
     return path
@@ -264,15 +257,15 @@ def gpu_xspace(path: Path) -> Path:
     thread = host.lines.add(id=77, name="pjrt_thread", timestamp_ns=0)
     for corr, (meta, at) in enumerate(((1, 1_000_000), (2, 3_000_000)), 100):
         ev = thread.events.add(metadata_id=meta, offset_ps=at, duration_ps=500_000)
-        ev.stats.add(metadata_id=_stat(hmeta, host, "correlation_id"), uint64_value=corr)
+        ev.stats.add(metadata_id=stat_id(hmeta, host, "correlation_id"), uint64_value=corr)
     dmeta: dict[str, int] = {}
     stream = gpu.lines.add(id=14, name="Stream #14(Compute)", timestamp_ns=0)
     derived = gpu.lines.add(id=15, name="XLA Ops", timestamp_ns=0)
     for corr, (meta, at) in enumerate(((3, 2_000_000), (4, 4_000_000)), 100):
         ev = stream.events.add(metadata_id=meta, offset_ps=at, duration_ps=1_000_000)
-        ev.stats.add(metadata_id=_stat(dmeta, gpu, "correlation_id"), uint64_value=corr)
+        ev.stats.add(metadata_id=stat_id(dmeta, gpu, "correlation_id"), uint64_value=corr)
         if meta == 3:
-            ev.stats.add(metadata_id=_stat(dmeta, gpu, "hlo_op"), str_value="fusion.7")
+            ev.stats.add(metadata_id=stat_id(dmeta, gpu, "hlo_op"), str_value="fusion.7")
     derived.events.add(metadata_id=3, offset_ps=2_000_000, duration_ps=1_000_000)
     path.write_bytes(space.SerializeToString())
     return path

@@ -16,6 +16,7 @@ from conftest import context
 import traceview
 from traceview.findings import Options
 from traceview.model import Kind
+from xspace_planes import stat_id
 
 pytest.importorskip("google.protobuf", reason="the xspace extra (protobuf) is not installed")
 
@@ -38,14 +39,6 @@ STEPS = 2
 STEP_NS = 5_000_000
 
 
-def _stat(meta: dict[str, int], plane: object, name: str) -> int:
-    if name not in meta:
-        meta[name] = len(meta) + 1
-        plane.stat_metadata[meta[name]].id = meta[name]  # type: ignore[attr-defined]
-        plane.stat_metadata[meta[name]].name = name  # type: ignore[attr-defined]
-    return meta[name]
-
-
 def recorded_xspace(path: Path) -> Path:
     """Host: two ``train`` step annotations and a ``cuLaunchKernel`` per kernel (correlation ids);
     ``/device:GPU:0``: a ``Stream #7(Compute)`` line running :data:`KERNELS` back to back in each
@@ -62,8 +55,8 @@ def recorded_xspace(path: Path) -> Path:
     hmeta: dict[str, int] = {}
     dmeta: dict[str, int] = {}
     flops_meta = gpu.event_metadata[names.index("fusion.1") + 1]
-    flops_meta.stats.add(metadata_id=_stat(dmeta, gpu, "flops"), uint64_value=int(KERNELS["fusion.1"][1]))
-    flops_meta.stats.add(metadata_id=_stat(dmeta, gpu, "bytes_accessed"), uint64_value=KERNELS["fusion.1"][2])
+    flops_meta.stats.add(metadata_id=stat_id(dmeta, gpu, "flops"), uint64_value=int(KERNELS["fusion.1"][1]))
+    flops_meta.stats.add(metadata_id=stat_id(dmeta, gpu, "bytes_accessed"), uint64_value=KERNELS["fusion.1"][2])
     steps = host.lines.add(id=1, name="python", timestamp_ns=0)
     thread = host.lines.add(id=2, name="pjrt_thread", timestamp_ns=0)
     stream = gpu.lines.add(id=7, name="Stream #7(Compute)", timestamp_ns=0)
@@ -71,19 +64,19 @@ def recorded_xspace(path: Path) -> Path:
     for step in range(STEPS):
         t0 = step * STEP_NS
         ev = steps.events.add(metadata_id=1, offset_ps=t0 * 1000, duration_ps=(STEP_NS - 10_000) * 1000)
-        ev.stats.add(metadata_id=_stat(hmeta, host, "step_num"), int64_value=step)
+        ev.stats.add(metadata_id=stat_id(hmeta, host, "step_num"), int64_value=step)
         at = t0 + 50_000
         for name, (dur, flops, nbytes) in KERNELS.items():
             launch = thread.events.add(metadata_id=2, offset_ps=(at - 20_000) * 1000, duration_ps=5_000_000)
-            launch.stats.add(metadata_id=_stat(hmeta, host, "correlation_id"), uint64_value=corr)
+            launch.stats.add(metadata_id=stat_id(hmeta, host, "correlation_id"), uint64_value=corr)
             kernel = stream.events.add(metadata_id=names.index(name) + 1, offset_ps=at * 1000, duration_ps=dur * 1000)
-            kernel.stats.add(metadata_id=_stat(dmeta, gpu, "correlation_id"), uint64_value=corr)
-            kernel.stats.add(metadata_id=_stat(dmeta, gpu, "hlo_op"), str_value=name)
+            kernel.stats.add(metadata_id=stat_id(dmeta, gpu, "correlation_id"), uint64_value=corr)
+            kernel.stats.add(metadata_id=stat_id(dmeta, gpu, "hlo_op"), str_value=name)
             if name == "fusion.2":
-                kernel.stats.add(metadata_id=_stat(dmeta, gpu, "flops"), uint64_value=int(flops))  # type: ignore[arg-type]
-                kernel.stats.add(metadata_id=_stat(dmeta, gpu, "bytes_accessed"), int64_value=nbytes)
+                kernel.stats.add(metadata_id=stat_id(dmeta, gpu, "flops"), uint64_value=int(flops))  # type: ignore[arg-type]
+                kernel.stats.add(metadata_id=stat_id(dmeta, gpu, "bytes_accessed"), int64_value=nbytes)
             if name == "copy.3":
-                kernel.stats.add(metadata_id=_stat(dmeta, gpu, "bytes_accessed"), int64_value=nbytes)
+                kernel.stats.add(metadata_id=stat_id(dmeta, gpu, "bytes_accessed"), int64_value=nbytes)
             at += dur + 10_000
             corr += 1
     path.write_bytes(space.SerializeToString())
