@@ -29,7 +29,7 @@ from conftest import SAMPLE_TRACES
 #: the analysis options every command that analyses takes (issue 26: --comm-pattern, --comm-config,
 #: --step-marker, --gpu-specs, --model-flops, --no-cache, --jobs; --mfu-dtype goes with --model-flops)
 ANALYSIS_FLAGS = {"--step-marker", "--comm-pattern", "--comm-config", "--gpu-specs", "--model-flops", "--mfu-dtype",
-                  "--no-cache", "--jobs"}
+                  "--ncu", "--graph-capture", "--no-cache", "--jobs"}
 #: the commands the issue names as analysing
 ANALYSING = {"analyze", "diff", "check", "app", "export-perfetto", "history", "sql"}
 #: the commands that read traces without analysing them: the loading options only

@@ -247,8 +247,8 @@ def headline_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         rows.append(("by layer", layers, ""))
     rolled = efficiency_text(report)
     if rolled:
-        rows.append(("efficiency", rolled, "rates per GPU over the modelled ops' kernel time; the efficiency "
-                     "families table has every family and dtype"))
+        # not a trust note: the note column is for figures that cannot be trusted as they stand
+        rows.append(("efficiency (per GPU, modelled ops)", rolled, ""))
     rows.append(("findings", findings_count_text(report), ""))
     return rows
 
