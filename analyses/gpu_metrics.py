@@ -253,7 +253,9 @@ SPEC = AnalysisSpec(
     requires=("activity", "kernels.activity_categories", "classify.codes.name"),
     order=93,
     tables=(
-        TableSpec("steps", "GPU metrics per step: SM and tensor activity, DRAM bandwidth, clocks"),
+        TableSpec("steps", "GPU metrics per step: SM and tensor activity, DRAM bandwidth, clocks",
+                  title_without_steps="GPU metrics over the whole trace: SM and tensor activity, DRAM bandwidth, "
+                  "clocks"),
         TableSpec("kernels", "GPU metrics while each top kernel ran (samples inside its executions)",
                   sort_by="gpu_ns"),
         TableSpec("metrics", "Every GPU metric recorded, with its unit"),

@@ -84,7 +84,10 @@ def unpack_frame(packed: PackedFrame) -> pd.DataFrame:
     if packed.frame is not None:
         return packed.frame
     columns = [column_of(k, d, p) for k, d, p in zip(packed.kinds, packed.dtypes, packed.data)]
-    return frame_of(packed.names, columns, packed.rows)
+    frame = frame_of(packed.names, columns, packed.rows)
+    # an object column stays one: pandas 3 infers Arrow strings from an object ndarray of strings
+    objects = {n: object for n, d in zip(packed.names, packed.dtypes) if isinstance(d, np.dtype) and d == object}
+    return frame.astype(objects) if objects else frame
 
 
 def frame_of(names: list[Any], columns: list[Any], rows: int) -> pd.DataFrame:

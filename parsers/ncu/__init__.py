@@ -25,16 +25,18 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from traceview.errors import TraceFormatError
 from traceview.model import Trace
-from traceview.parsers.ncu.cupti import looks_like_json, read_ranges
-from traceview.parsers.ncu.reading import HINT, looks_like_ncu_csv, read_file
+# the sniffs only: reading needs pandas, which a process that merely sniffs files (a Kineto parse's
+# workers) must not import
+from traceview.parsers.ncu.sniff import HINT, looks_like_json, looks_like_ncu_csv
 from traceview.parsing import NO_HOOKS, ParseHooks
 from traceview.registry import InputFormat, register_input_format
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["FORMAT", "REPORT_FORMAT", "NcuMetrics", "export_ncu_rep", "is_ncu_input", "looks_like_ncu_csv",
            "ncu_files", "read_ncu"]
@@ -94,6 +96,11 @@ def is_ncu_input(path: Path) -> bool:
 def read_ncu(paths: Sequence[str | os.PathLike[str]]) -> NcuMetrics:
     """Every kernel record of the ncu exports ``paths`` (files or directories), numbered by
     invocation per kernel name and launch configuration."""
+    import pandas as pd
+
+    from traceview.parsers.ncu.cupti import read_ranges
+    from traceview.parsers.ncu.reading import read_file
+
     metric_parts: list[pd.DataFrame] = []
     rule_parts: list[pd.DataFrame] = []
     files: list[tuple[str, str, dict[str, int]]] = []

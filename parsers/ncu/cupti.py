@@ -35,10 +35,6 @@ HINT = ("record the ranges with torch.profiler's experimental_config=_Experiment
         "profiler_measure_per_kernel=True)")
 
 
-def looks_like_json(head: bytes) -> bool:
-    return head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"{"
-
-
 def unit_of(metric: str) -> str:
     name = metric.lower()
     if "pct" in name:

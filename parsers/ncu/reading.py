@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from traceview.errors import TraceFormatError, os_error
+from traceview.parsers.ncu.sniff import HINT, looks_like_ncu_csv, split_preamble
 from traceview.parsers.ncu.units import normalise_unit
 
 #: identity columns (any layout); ``Host Name`` and ``Process Name`` are never kept (a host name is
@@ -34,7 +35,6 @@ IDENTITY = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Ker
 DETAILS_REQUIRED = ("ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
 RAW_REQUIRED = ("ID", "Kernel Name")
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
-HINT = "export one with: ncu --import REPORT.ncu-rep --csv --page details > REPORT.csv"
 #: a file is read whole; ncu exports of thousands of kernels are a few MB
 MAX_BYTES = 1 << 30
 
@@ -60,26 +60,6 @@ def read_text(path: Path) -> str:
     if b"\x00" in data[:4096]:
         raise TraceFormatError(path, "is a binary file, not an Nsight Compute CSV export", HINT)
     return data.decode("utf-8", errors="replace").lstrip("\ufeff")
-
-
-def split_preamble(text: str) -> tuple[str, int]:
-    """(the CSV from its header on, lines skipped before it: ncu's ``==PROF==`` messages)."""
-    skipped = 0
-    pos = 0
-    while text.startswith("==", pos) or text.startswith("\n", pos) or text.startswith("\r\n", pos):
-        end = text.find("\n", pos)
-        if end < 0:
-            return "", skipped + 1
-        pos = end + 1
-        skipped += 1
-    return text[pos:], skipped
-
-
-def looks_like_ncu_csv(head: bytes) -> bool:
-    """True when a file's first bytes are an ncu CSV header (after ncu's ``==`` messages)."""
-    text, _ = split_preamble(head.decode("utf-8", errors="replace").lstrip("\ufeff"))
-    first = text.split("\n", 1)[0]
-    return first.startswith('"ID","') and '"Kernel Name"' in first
 
 
 def read_table(path: Path, text: str) -> pd.DataFrame:

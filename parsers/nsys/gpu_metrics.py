@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import sqlite3
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from traceview.model import COUNTER_SCHEMA, RankInfo, empty_counters
+
+if TYPE_CHECKING:  # pandas is imported when an export has GPU metrics: parsers stay light to import
+    import pandas as pd
 
 COUNTER_NAME = "GPU Metrics"
 TABLE = "GPU_METRICS"
@@ -56,6 +60,8 @@ def _device_of_gpu(con: sqlite3.Connection, tables: set[str]) -> dict[int, int]:
 
 
 def _names(con: sqlite3.Connection, tables: set[str]) -> pd.DataFrame:
+    import pandas as pd
+
     if NAMES_TABLE not in tables:
         return pd.DataFrame(columns=["typeId", "metricId", "metricName"])
     cols = _columns(con, NAMES_TABLE)
@@ -69,6 +75,8 @@ def gpu_metric_counters(con: sqlite3.Connection, tables: set[str], ranks: dict[i
     """The export's GPU metric samples as counter rows (empty without ``GPU_METRICS``)."""
     if TABLE not in tables or not ranks:
         return empty_counters()
+    import pandas as pd
+
     cols = _columns(con, TABLE)
     type_col = "typeId" if "typeId" in cols else "0"
     samples = pd.DataFrame(con.execute(f'SELECT timestamp, {type_col}, metricId, value FROM "{TABLE}"').fetchall(),

@@ -54,9 +54,10 @@ from pathlib import Path
 from typing import Callable
 
 from traceview.model import Trace
-from traceview.parsers.rocprof.build import assemble, build_trace
+# sniffing and listing a run's files only: building (pyarrow.compute) is imported by the parse, so a
+# process that merely sniffs files (a Kineto parse's workers) stays light
 from traceview.parsers.rocprof.files import role_of, run_of
-from traceview.parsers.rocprof.json_output import looks_like_rocprof_json, read_json_run
+from traceview.parsers.rocprof.json_sniff import looks_like_rocprof_json
 from traceview.parsing import NO_HOOKS, ParseHooks
 from traceview.registry import InputFormat, register_input_format
 
@@ -77,12 +78,17 @@ def run_files(path: Path) -> tuple[Path, tuple[Path, ...]]:
 
 def parse_rocprof(path: str | Path, *, step_marker: str | None = None) -> Trace:
     """The rocprofv3 run of ``path`` (a file of it) as a Trace of one rank."""
+    from traceview.parsers.rocprof.build import build_trace
+
     path = Path(path)
     return build_trace(run_of(path), path, step_marker)
 
 
 def parse_rocprof_json(path: str | Path, *, step_marker: str | None = None) -> Trace:
     """A rocprofv3 JSON output file (``--output-format json``) as a Trace of one rank."""
+    from traceview.parsers.rocprof.build import assemble
+    from traceview.parsers.rocprof.json_output import read_json_run
+
     path = Path(path)
     return assemble(read_json_run(path), path, step_marker)
 

@@ -30,17 +30,11 @@ import pyarrow as pa
 from traceview.errors import TraceFormatError, os_error
 from traceview.parsers.rocprof.build import RunTables
 
-KEY = b'"rocprofiler-sdk-tool"'
 FORMAT_VERSION = "rocprofv3 JSON"
 HINT = "rocprofv3 writes it with --output-format json; copy the whole file again"
 #: buffer record sections read, and the role each becomes
 SECTIONS = {"kernel_dispatch": "kernel", "hip_api": "hip_api", "hsa_api": "hsa_api", "memory_copy": "memory_copy",
             "marker_api": "marker_api"}
-
-
-def looks_like_rocprof_json(_path: Path, head: bytes) -> bool:
-    """A JSON object whose first key is rocprofv3's tool entry."""
-    return head.lstrip()[:1] == b"{" and KEY in head[:256]
 
 
 def tool_entry(path: Path) -> dict[str, Any]:
