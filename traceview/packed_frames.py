@@ -86,7 +86,7 @@ def unpack_frame(packed: PackedFrame) -> pd.DataFrame:
     columns = [column_of(k, d, p) for k, d, p in zip(packed.kinds, packed.dtypes, packed.data)]
     frame = frame_of(packed.names, columns, packed.rows)
     # an object column stays one: pandas 3 infers Arrow strings from an object ndarray of strings
-    objects = {n: object for n, d in zip(packed.names, packed.dtypes) if isinstance(d, np.dtype) and d == object}
+    objects = {n: object for n, d in zip(packed.names, packed.dtypes) if isinstance(d, np.dtype) and d.kind == "O"}
     return frame.astype(objects) if objects else frame
 
 
