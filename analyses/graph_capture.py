@@ -292,9 +292,10 @@ def match_replays(ctx: AnalysisContext, act: Any, graph_replayed: np.ndarray, te
         chosen = pairs.merge(best[["launch", "graph"]], on=["launch", "graph"], how="inner")
         node[chosen["i"].to_numpy()] = chosen["node"].to_numpy()
         rule[chosen["i"].to_numpy()] = "capture"
-        graph_of = dict(zip(best["launch"].tolist(), best["graph"].tolist()))
-        graph[:] = [graph_of.get(x, -1) for x in launch.tolist()] if len(graph_of) < 10_000 else \
-            pd.Series(launch).map(graph_of).fillna(-1).astype(np.int64).to_numpy()
+        # each activity's launch looked up among the launches' chosen graphs (sorted by launch)
+        best_launch, best_graph = best["launch"].to_numpy(), best["graph"].to_numpy()
+        at = np.minimum(np.searchsorted(best_launch, launch), max(best_launch.size - 1, 0))
+        graph[:] = np.where(best_launch[at] == launch, best_graph[at], -1)
     _match_by_position(replay, templates, named, node, graph, rule)
     back = np.empty_like(order)
     back[order] = np.arange(order.size)
