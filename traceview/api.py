@@ -126,7 +126,8 @@ def load_inputs(source: "PathLike | Iterable[PathLike] | Inputs", *, step_marker
 def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True, executor: Any = None,
             jobs: int | None = None, progress: LoadProgress | None = None, whole_tables: bool = True,
             trace: "Trace | None" = None, on_compute: "Callable[[Trace], None] | None" = None,
-            use_cache: bool | None = None, hooks: "ParseHooks | None" = None, **fields: Any) -> "Report":
+            use_cache: bool | None = None, hooks: "ParseHooks | None" = None,
+            steps: "Callable[[str, int, int], None] | None" = None, **fields: Any) -> "Report":
     """Analyze trace files, folders of per-rank files, :class:`Inputs` or a loaded
     :class:`~traceview.model.Trace`, and return the :class:`~traceview.report.Report` every front end
     shows (the CLI's reports, the app, ``diff``/``check``, the Python API).
@@ -143,6 +144,8 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
     ``trace``: the trace ``source`` loads to, when the caller holds it already (the app): not loaded
     again. ``on_compute(trace)``: called before the analyses run (not for a cached report).
     ``hooks``: what the calling process lends the parse (:func:`load_inputs`).
+    ``steps(phase, done, total)``: the computation's phases (:data:`traceview.pipeline.StepProgress`:
+    "analyses", "reduce", "report"; not called for a cached report); None: silent.
     """
     from traceview.model import Trace
 
@@ -152,7 +155,7 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
         if isinstance(source, Trace) and on_compute is not None:
             on_compute(source)
         return run_pipeline(source.paths if isinstance(source, Inputs) else source, options, cache=cache,
-                            executor=executor, progress=progress, whole_tables=whole_tables)
+                            executor=executor, progress=progress, whole_tables=whole_tables, steps=steps)
     inputs = find_inputs(source)
     if trace is None:
         trace = load_inputs(inputs, step_marker=options.step_marker, cache=cache, jobs=jobs, progress=progress,
@@ -169,16 +172,16 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
     if on_compute is not None:
         on_compute(trace)
     report = run_pipeline(trace, options, cache=cache, executor=None, progress=None,
-                          whole_tables=whole_tables or key is not None)
+                          whole_tables=whole_tables or key is not None, steps=steps)
     if key is not None:
         report_cache.write_report(key, report)
     return report
 
 
 def run_pipeline(source: Any, options: "Options", *, cache: bool, executor: Any, progress: LoadProgress | None,
-                 whole_tables: bool) -> "Report":
+                 whole_tables: bool, steps: "Callable[[str, int, int], None] | None" = None) -> "Report":
     """:func:`traceview.pipeline.analyze`, the computation itself (no report cache)."""
     from traceview.pipeline import analyze as pipeline_analyze
 
     return pipeline_analyze(source, options, use_cache=cache, executor=executor, progress=progress,
-                            whole_tables=whole_tables)
+                            whole_tables=whole_tables, steps=steps)

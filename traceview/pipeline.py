@@ -47,6 +47,10 @@ MAX_RANK_TABLE_ROWS = 5000
 JOIN_EVERY = 128
 
 Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | Trace
+#: ``steps(phase, done, total)``: called at the pipeline's phase boundaries and per analysis / per
+#: reduce chunk (never per event), phases "analyses", "reduce", "report"; None: silent. The library
+#: prints nothing itself: the CLI draws a bar from it on a terminal's standard error.
+StepProgress = Callable[[str, int, int], None]
 
 
 # ------------------------------------------------------------------------------------ per batch
@@ -185,7 +189,8 @@ def in_rank_order(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
 
 
-def analyze_batch(trace: Trace, options: Options, *, bounded: bool = False) -> BatchResult:
+def analyze_batch(trace: Trace, options: Options, *, bounded: bool = False,
+                  steps: StepProgress | None = None) -> BatchResult:
     """Run every analysis once on ``trace`` (the batch's ranks) and gather the cross-rank inputs.
     ``bounded``: cut each table to the rows a report can need (:func:`bound_batch_tables`) as its
     analysis ends, for a job's workers and for a report that is only rendered (the per-event tables
@@ -198,6 +203,11 @@ def analyze_batch(trace: Trace, options: Options, *, bounded: bool = False) -> B
                       summaries={r: s for r, s in trace.summary().items() if r in ranks},
                       tables={}, table_rows={}, findings={}, warnings={}, gathered={})
 
+    specs = run_order(analysis_specs())
+    done = [0]
+    if steps is not None:
+        steps("analyses", 0, len(specs))
+
     def keep(spec: AnalysisSpec, result: AnalysisResult) -> None:
         tables = {name: in_rank_order(frame) for name, frame in result.tables.items()}
         out.table_rows.update(((spec.name, t), int(len(f))) for t, f in tables.items())
@@ -207,8 +217,11 @@ def analyze_batch(trace: Trace, options: Options, *, bounded: bool = False) -> B
         if spec.gather is not None:
             with ctx.limited_to(spec.requires):
                 out.gathered[spec.name] = spec.gather(ctx).compact()
+        done[0] += 1
+        if steps is not None:
+            steps("analyses", done[0], len(specs))
 
-    run_analyses(ctx, run_order(analysis_specs()), keep)
+    run_analyses(ctx, specs, keep)
     return out
 
 
@@ -295,7 +308,7 @@ class Reduced:
     table_rows: dict[tuple[str, str], int]
 
 
-def reduce_batches(batches: list[BatchResult], options: Options) -> Reduced:
+def reduce_batches(batches: list[BatchResult], options: Options, steps: StepProgress | None = None) -> Reduced:
     """Join batch results (in rank order): tables concatenated (``top_overall`` tables cut again),
     findings kept per rank (the report merges them across ranks), warnings merged, and each
     analysis's cross-rank step run on every batch's gathered inputs."""
@@ -317,6 +330,8 @@ def reduce_batches(batches: list[BatchResult], options: Options) -> Reduced:
         if i % JOIN_EVERY == 0 or i == len(batches):  # the arrays joined: no object per rank held
             pieces = {key: join_tables(frames) for key, frames in pieces.items()}
             gathered = {name: join_inputs(ps) for name, ps in gathered.items()}
+            if steps is not None:
+                steps("reduce", i, len(batches))
     n_ranks = sum(len(b.ranks) for b in batches)
     inputs = {name: [unpack_inputs(p) for p in ps] for name, ps in gathered.items()}
     results: dict[str, AnalysisResult] = {}
@@ -392,7 +407,7 @@ class Mapped:
 
 def analyze(source: Source, options: Options | None = None, *, use_cache: bool = True,
             executor: Executor | None = None, progress: Callable[[Path, int, int], None] | None = None,
-            step_marker: str | None = None, whole_tables: bool = True) -> Report:
+            step_marker: str | None = None, whole_tables: bool = True, steps: StepProgress | None = None) -> Report:
     """Analyze traces and return the :class:`~traceview.report.Report` every front end renders.
 
     ``source``: a :class:`Trace`, or trace files and directories (any registered input format).
@@ -402,7 +417,7 @@ def analyze(source: Source, options: Options | None = None, *, use_cache: bool =
     figure needs (as a job's are: :func:`bound_batch_tables`), so ``report.table(...)`` holds those
     rows only; the report's data is the same. For a report that is only rendered (``traceview
     analyze --no-cache``): the per-event tables of the first analyses do not stay in memory while
-    the others run.
+    the others run. ``steps(phase, done, total)``: :data:`StepProgress` (None: silent).
     """
     options = options or Options()
     if step_marker is not None:
@@ -413,16 +428,27 @@ def analyze(source: Source, options: Options | None = None, *, use_cache: bool =
         skipped: list[Path] = []
         files = find_trace_files(_paths(source), skipped)
         mapped = executor.analyze_files(files, options, use_cache=use_cache, skipped=skipped)
-        reduced = reduce_batches(mapped.batches, options)
-        return build_report(mapped.overview, reduced.results, options=options, table_rows=reduced.table_rows,
-                            execution=mapped.execution)
+        reduced = reduce_batches(mapped.batches, options, steps)
+        return _reported(steps, lambda: build_report(mapped.overview, reduced.results, options=options,
+                                                     table_rows=reduced.table_rows, execution=mapped.execution))
     trace = source if isinstance(source, Trace) else load(_paths(source), use_cache=use_cache, progress=progress,
                                                           step_marker=options.step_marker)
-    batch = analyze_batch(trace, options, bounded=not whole_tables)
-    reduced = reduce_batches([batch], options)
+    batch = analyze_batch(trace, options, bounded=not whole_tables, steps=steps)
+    reduced = reduce_batches([batch], options, steps)
     overview = overview_of(trace, batch.summaries)
-    return build_report(overview, reduced.results, options=options, table_rows=reduced.table_rows,
-                        execution={"executor": "in-process"}, trace=trace)
+    return _reported(steps, lambda: build_report(overview, reduced.results, options=options,
+                                                 table_rows=reduced.table_rows, execution={"executor": "in-process"},
+                                                 trace=trace))
+
+
+def _reported(steps: StepProgress | None, build: Callable[[], Report]) -> Report:
+    """``build()`` (the report) between a "report" step at 0 and at 1."""
+    if steps is not None:
+        steps("report", 0, 1)
+    report = build()
+    if steps is not None:
+        steps("report", 1, 1)
+    return report
 
 
 def _paths(source: Any) -> list[str | os.PathLike[str]]:

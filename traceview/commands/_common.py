@@ -83,6 +83,32 @@ def job_progress(console: Console) -> Iterator[JobProgress | None]:
         yield progress
 
 
+#: ``steps(phase, done, total)``, as the pipeline calls it (:data:`traceview.pipeline.StepProgress`)
+StepProgress = Callable[[str, int, int], None]
+
+
+@contextlib.contextmanager
+def step_progress(console: Console) -> Iterator[StepProgress | None]:
+    """A progress callback for the analysis phases (a bar per phase on ``console``, standard error),
+    or None when ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces it;
+    ``TRACEVIEW_PROGRESS=0`` turns it off)."""
+    if os.environ.get("TRACEVIEW_PROGRESS") == "0" or not _wants_bar(console):
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
+                  transient=True) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=max(total, 1))
+            bar.update(tasks[phase], completed=min(done, total), total=max(total, 1))
+
+        yield progress
+
+
 def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: str | None,
                        console: Console, jobs: int | None = None) -> Trace:
     """The trace of ``paths`` (:func:`traceview.api.load_inputs`: the inputs found once) with a
@@ -125,9 +151,9 @@ def analyze_with_progress(paths: Sequence[str] | Inputs, options: Options, *, us
             return analyze(paths, options, cache=use_cache, executor=make_executor(workers, scheduler,
                                                                                    progress=counted))
     inputs = find_inputs(paths)
-    with load_progress(inputs, console) as progress:
+    with load_progress(inputs, console) as progress, step_progress(console) as steps:
         report = analyze(inputs, options, cache=use_cache, jobs=jobs, progress=progress, whole_tables=whole_tables,
-                         hooks=runtime.cli_parse_hooks(meanwhile))
+                         hooks=runtime.cli_parse_hooks(meanwhile), steps=steps)
     runtime.release_free_memory()  # the analyses' free pages, before the report is rendered
     return report
 
