@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from traceview.api import Inputs
     from traceview.findings import Options
     from traceview.model import Trace
+    from traceview.pipeline import StepProgress
     from traceview.report import Report
 
 #: below this total size loading is instant: no progress bar
@@ -81,10 +82,6 @@ def job_progress(console: Console) -> Iterator[JobProgress | None]:
             bar.update(task, completed=done, total=total, description=f"{failed} failed" if failed else "")
 
         yield progress
-
-
-#: ``steps(phase, done, total)``, as the pipeline calls it (:data:`traceview.pipeline.StepProgress`)
-StepProgress = Callable[[str, int, int], None]
 
 
 @contextlib.contextmanager
