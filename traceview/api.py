@@ -112,14 +112,19 @@ def merged_options(options: "Options | None", fields: dict[str, Any]) -> "Option
 
 def load_inputs(source: "PathLike | Iterable[PathLike] | Inputs", *, step_marker: str | None = None,
                 cache: bool = True, jobs: int | None = None, progress: LoadProgress | None = None,
-                hooks: "ParseHooks | None" = None) -> "Trace":
+                hooks: "ParseHooks | None" = None, steps: "Callable[[str, int, int], None] | None" = None) -> "Trace":
     """The :class:`~traceview.model.Trace` of ``source`` (paths or :class:`Inputs`) through the trace
     cache (``cache``), parsed with ``jobs`` processes (None: the cores), for the front ends that need
     the trace only. ``hooks``: what the calling process lends the parse (the ``traceview`` command's
-    runtime, :func:`traceview.runtime.cli_parse_hooks`); None from Python: nothing process-wide."""
+    runtime, :func:`traceview.runtime.cli_parse_hooks`); None from Python: nothing process-wide.
+    ``steps``: the load told as a "parse" phase in bytes of every input
+    (:func:`traceview.progress.parse_progress`), besides ``progress``."""
     from traceview.loading import load
+    from traceview.progress import combined, parse_progress
 
     inputs = find_inputs(source)
+    if steps is not None:
+        progress = combined(progress, parse_progress(steps, [(f.path, f.size) for f in inputs.found.files]))
     return load(inputs.found, use_cache=cache, progress=progress, step_marker=step_marker, jobs=jobs, hooks=hooks)
 
 
@@ -145,7 +150,8 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
     again. ``on_compute(trace)``: called before the analyses run (not for a cached report).
     ``hooks``: what the calling process lends the parse (:func:`load_inputs`).
     ``steps(phase, done, total)``: the computation's phases (:data:`traceview.pipeline.StepProgress`:
-    "analyses", "reduce", "report"; not called for a cached report); None: silent.
+    "parse" while the files load, in bytes of every input; "ranks" as a job's ranks come back;
+    "analyses", "reduce", "report"; those three not called for a cached report); None: silent.
     """
     from traceview.model import Trace
 
@@ -159,7 +165,7 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
     inputs = find_inputs(source)
     if trace is None:
         trace = load_inputs(inputs, step_marker=options.step_marker, cache=cache, jobs=jobs, progress=progress,
-                            hooks=hooks)
+                            hooks=hooks, steps=steps)
     # the pipeline and the report cache (pandas with them) are imported after the load: a command's
     # hooks may have imported them while the parse workers ran
     from traceview import report_cache

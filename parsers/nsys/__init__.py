@@ -279,9 +279,11 @@ def export_nsys_rep(path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None, hooks: ParseHooks = NO_HOOKS) -> Trace:
+def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None, hooks: ParseHooks = NO_HOOKS,
+               progress: Callable[[int, int], None] | None = None) -> Trace:
     """Parse one Nsight Systems SQLite export (or a ``.nsys-rep``, exported with ``nsys``). ``hooks``:
-    what the calling process lends the parse (its ``release_memory`` is called between phases)."""
+    what the calling process lends the parse (its ``release_memory`` is called between phases).
+    ``progress(done, total)``: called as each event table is read (SQLite tells no bytes read)."""
     path = Path(path)
     try:
         head = file_head(path)
@@ -289,7 +291,7 @@ def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None, 
         raise os_error(path, exc) from None
     if head != SQLITE_MAGIC:
         if path.name.endswith(REPORT_SUFFIXES):
-            return parse_nsys(export_nsys_rep(path), step_marker=step_marker, hooks=hooks)
+            return parse_nsys(export_nsys_rep(path), step_marker=step_marker, hooks=hooks, progress=progress)
         raise TraceFormatError(
             path, "is not an SQLite database, so not an Nsight Systems export",
             "make one with: nsys export --type sqlite --output X.sqlite X.nsys-rep",
@@ -300,7 +302,9 @@ def parse_nsys(path: str | os.PathLike[str], *, step_marker: str | None = None, 
         raise sqlite_error(path, exc) from None
     arrow_rows = ArrowRows(path) if ROW_READER == "adbc" else None
     try:
-        return ExportParser(con, path, step_marker, arrow_rows, hooks.release_memory).run()
+        parser = ExportParser(con, path, step_marker, arrow_rows, hooks.release_memory)
+        parser.progress = progress
+        return parser.run()
     except sqlite3.Error as exc:  # locked (in use), damaged, unreadable: errors.sqlite_error tells them apart
         raise sqlite_error(path, exc) from None
     finally:
@@ -327,14 +331,14 @@ def _is_report(path: Path, head: bytes) -> bool:
 
 def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
            jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
-    del progress, jobs  # part of the InputFormat.parse signature; SQLite gives no progress, one process reads it
-    return parse_nsys(path, step_marker=step_marker, hooks=hooks)
+    del jobs  # part of the InputFormat.parse signature; one process reads the export
+    return parse_nsys(path, step_marker=step_marker, hooks=hooks, progress=progress)
 
 
 def _parse_report(path: Path, *, progress: Callable[[int, int], None] | None = None,
                   step_marker: str | None = None, jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
-    del progress, jobs  # part of the InputFormat.parse signature; nsys export gives no progress to report
-    return parse_nsys(export_nsys_rep(path), step_marker=step_marker, hooks=hooks)
+    del jobs  # part of the InputFormat.parse signature; nsys export gives no progress to report, the read does
+    return parse_nsys(export_nsys_rep(path), step_marker=step_marker, hooks=hooks, progress=progress)
 
 
 def _redact(in_path: Path, out_path: Path, *, strict: bool = False) -> RedactionReport:

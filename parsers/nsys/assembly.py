@@ -328,7 +328,11 @@ class _Placement:
 
 class ExportParser(ExportMetadata):
     """A parser of one Nsight Systems export: :meth:`run` reads every table, assembles one events
-    table sorted by rank and start, the launch links and each rank's metadata."""
+    table sorted by rank and start, the launch links and each rank's metadata.
+    ``progress(done, total)``: set by the caller, called after each event table is read (the
+    tables read so far out of those read, scaled to the file's bytes); None: silent."""
+
+    progress: Callable[[int, int], None] | None = None
 
     # -- assembly ----------------------------------------------------------------------
     def run(self) -> Trace:
@@ -338,12 +342,15 @@ class ExportParser(ExportMetadata):
             self.arrow_rows.prefetch(RUNTIME_T, self.runtime_exprs())
         names = self.read_strings()
         groups = []
-        for read in (self.read_kernels, self.read_memcpy, self.read_memset, self.read_sync, self.read_runtime,
-                     self.read_nvtx, self.read_osrt):
+        reads = (self.read_kernels, self.read_memcpy, self.read_memset, self.read_sync, self.read_runtime,
+                 self.read_nvtx, self.read_osrt)
+        for done, read in enumerate(reads, 1):
             group = read(names)
             if group is not None:
                 groups.append(group)
             self.release_memory()  # the fetched columns and the group's temporaries, before the next table
+            if self.progress is not None:  # the last step, assembling the tables, is not counted
+                self.progress(done, len(reads) + 1)
         if names.missing:
             self.warnings.append(f"{names.missing} names refer to string ids missing from StringIds (left empty)")
         self._place_processes(groups)

@@ -109,8 +109,19 @@ def parse_xspace_json(path: str | Path, *, step_marker: str | None = None) -> Tr
 
 def _parse_json(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
                 jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
-    del progress, jobs, hooks  # the InputFormat.parse signature; one decode of the file
-    return parse_xspace_json(path, step_marker=step_marker)
+    del jobs, hooks  # the InputFormat.parse signature; one decode of the file
+    return _with_ends(progress, lambda: parse_xspace_json(path, step_marker=step_marker))
+
+
+def _with_ends(progress: Callable[[int, int], None] | None, parse: Callable[[], Trace]) -> Trace:
+    """``parse()`` between ``progress(0, 1)`` and ``progress(1, 1)``: one decode call has no bytes
+    read to tell in between, but a bar still shows which file is being read and when it is done."""
+    if progress is not None:
+        progress(0, 1)
+    trace = parse()
+    if progress is not None:
+        progress(1, 1)
+    return trace
 
 
 def _is_json_view(_path: Path, head: bytes) -> bool:
@@ -119,8 +130,8 @@ def _is_json_view(_path: Path, head: bytes) -> bool:
 
 def _parse(path: Path, *, progress: Callable[[int, int], None] | None = None, step_marker: str | None = None,
            jobs: int = 1, hooks: ParseHooks = NO_HOOKS) -> Trace:
-    del progress, jobs, hooks  # the InputFormat.parse signature; protobuf decodes the file in one call
-    return parse_xspace(path, step_marker=step_marker)
+    del jobs, hooks  # the InputFormat.parse signature; protobuf decodes the file in one call
+    return _with_ends(progress, lambda: parse_xspace(path, step_marker=step_marker))
 
 
 def _redact(in_path: Path, out_path: Path, *, strict: bool = False) -> RedactionReport:

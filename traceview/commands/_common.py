@@ -26,10 +26,6 @@ PROGRESS_MIN_BYTES = 32 * 1024 * 1024
 #: tests/test_cli.py checks they agree): importing the renderers costs pandas, which ``info`` needs not
 PIPED_WIDTH = 160
 
-#: ``progress(file, bytes_done, bytes_total)``, as :func:`traceview.load` and the pipeline call it
-LoadProgress = Callable[[Path, int, int], None]
-#: ``progress(files_done, files_total, files_failed)``, as a job's executor calls it
-JobProgress = Callable[[int, int, int], None]
 
 
 def make_console() -> Console:
@@ -40,116 +36,96 @@ def make_console() -> Console:
     return console if console.is_terminal else Console(width=PIPED_WIDTH)
 
 
+def error_console() -> Console:
+    """A console for standard error, where the bars go: the command's output stays clean. With
+    ``TRACEVIEW_PROGRESS=1`` it draws as on a terminal (rich draws no live bar into a pipe)."""
+    from rich.console import Console
+
+    return Console(stderr=True, force_terminal=True if os.environ.get("TRACEVIEW_PROGRESS") == "1" else None)
+
+
 def _wants_bar(console: Console) -> bool:
     return console.is_terminal or os.environ.get("TRACEVIEW_PROGRESS") == "1"
 
 
 @contextlib.contextmanager
-def load_progress(inputs: Inputs, console: Console) -> Iterator[LoadProgress | None]:
-    """A progress callback for loading ``inputs`` (a bar per file on ``console``), or None when the
-    inputs are small or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces the bar)."""
-    if inputs.size_bytes < PROGRESS_MIN_BYTES or not _wants_bar(console):
+def step_progress(console: Console | None, enabled: bool = True) -> Iterator[StepProgress | None]:
+    """A progress callback for the phases (parse, ranks, analyses, reduce, report: a bar per phase
+    on ``console``, standard error), or None when ``enabled`` is False (``--no-progress``),
+    ``TRACEVIEW_PROGRESS=0``, or ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces it)."""
+    if console is None or not enabled or os.environ.get("TRACEVIEW_PROGRESS") == "0" or not _wants_bar(console):
         yield None
         return
     # only for a bar: rich.progress and what it imports cost an unattended run ~10 ms
-    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("loading {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as bar:
-        tasks: dict[Path, TaskID] = {}
-
-        def progress(file: Path, done: int, size: int) -> None:
-            if file not in tasks:
-                tasks[file] = bar.add_task(file.name, total=max(size, 1))
-            bar.update(tasks[file], completed=min(done, size))
-
-        yield progress
-
-
-@contextlib.contextmanager
-def job_progress(console: Console) -> Iterator[JobProgress | None]:
-    """A progress callback counting a job's files as their tasks complete (None off a terminal)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    if not _wants_bar(console):
-        yield None
-        return
-    with Progress(TextColumn("analyzing files"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+    with Progress(TextColumn("{task.description:>8}"), BarColumn(), TextColumn("{task.fields[figure]}"),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("", total=None)
-
-        def progress(done: int, total: int, failed: int) -> None:
-            bar.update(task, completed=done, total=total, description=f"{failed} failed" if failed else "")
-
-        yield progress
-
-
-@contextlib.contextmanager
-def step_progress(console: Console) -> Iterator[StepProgress | None]:
-    """A progress callback for the analysis phases (a bar per phase on ``console``, standard error),
-    or None when ``console`` is not a terminal (``TRACEVIEW_PROGRESS=1`` forces it;
-    ``TRACEVIEW_PROGRESS=0`` turns it off)."""
-    if os.environ.get("TRACEVIEW_PROGRESS") == "0" or not _wants_bar(console):
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=console,
-                  transient=True) as bar:
         tasks: dict[str, TaskID] = {}
 
         def progress(phase: str, done: int, total: int) -> None:
+            done, total = min(done, total), max(total, 1)
             if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=max(total, 1))
-            bar.update(tasks[phase], completed=min(done, total), total=max(total, 1))
+                tasks[phase] = bar.add_task(phase, total=total, figure="")
+            bar.update(tasks[phase], completed=done, total=total, figure=phase_figure(phase, done, total))
 
         yield progress
 
 
+def phase_figure(phase: str, done: int, total: int) -> str:
+    """``412/1,024 MB`` for the parse (bytes), ``3/17`` for the other phases (counts)."""
+    if phase == "parse":
+        return f"{done / 1e6:,.0f}/{total / 1e6:,.0f} MB"
+    return f"{done:,}/{total:,}"
+
+
 def load_with_progress(paths: Sequence[str], *, use_cache: bool, step_marker: str | None,
-                       console: Console, jobs: int | None = None) -> Trace:
+                       jobs: int | None = None, show_progress: bool = True) -> Trace:
     """The trace of ``paths`` (:func:`traceview.api.load_inputs`: the inputs found once) with a
-    progress bar for big inputs, for the commands that need the trace only, parsing with ``jobs``
-    processes (``--jobs``) and the command process's runtime (:mod:`traceview.runtime`)."""
+    progress bar for big inputs (the "parse" phase; ``show_progress=False``: ``--no-progress``),
+    for the commands that need the trace only, parsing with ``jobs`` processes (``--jobs``) and
+    the command process's runtime (:mod:`traceview.runtime`). The bar is drawn on standard error,
+    only when it is a terminal."""
     # imported here, as in every function of the commands: the CLI imports its modules at start
     from traceview import runtime
     from traceview.api import find_inputs, load_inputs
 
     runtime.prefer_system_memory_pool()
     inputs = find_inputs(paths)
-    with load_progress(inputs, console) as progress:
-        return load_inputs(inputs, step_marker=step_marker, cache=use_cache, jobs=jobs, progress=progress,
+    big = inputs.size_bytes >= PROGRESS_MIN_BYTES
+    with step_progress(error_console() if big else None, show_progress and big) as steps:
+        return load_inputs(inputs, step_marker=step_marker, cache=use_cache, jobs=jobs, steps=steps,
                            hooks=runtime.cli_parse_hooks())
 
 
 def analyze_with_progress(paths: Sequence[str] | Inputs, options: Options, *, use_cache: bool, jobs: int | None = None,
                           whole_tables: bool = True, workers: int | None = None, scheduler: str | None = None,
-                          meanwhile: Callable[[], None] | None = None) -> Report:
+                          meanwhile: Callable[[], None] | None = None, show_progress: bool = True) -> Report:
     """The report of ``paths`` (or inputs found already) from the one entry point
     (:func:`traceview.api.analyze`: report cache included) with a progress bar on standard error
-    for big inputs (files loaded), or for a job (``workers``/``scheduler``: files analysed; the
+    (the phases: parse, analyses, reduce, report), or for a job (``workers``/``scheduler``: ranks; the
     executors are imported only for a job), in the command process's runtime
     (:mod:`traceview.runtime`: Arrow's system pool, the heap settings around each parse).
     ``whole_tables=False``: the report is only rendered (``analyze``). ``meanwhile``: the command's
-    work to do while the parse workers run (done by the time the load returns)."""
-    from rich.console import Console
+    work to do while the parse workers run (done by the time the load returns).
+    ``show_progress=False`` (``--no-progress``): no bar, even on a terminal."""
 
     from traceview import runtime
     from traceview.api import analyze, find_inputs
 
     runtime.prefer_system_memory_pool()
-    console = Console(stderr=True)
+    console = error_console()
     if workers is not None or scheduler:
         from traceview.jobs import make_executor
 
         if meanwhile is not None:
             meanwhile()  # this process parses nothing: the caller's work (and checks) first
-        with job_progress(console) as counted:
-            return analyze(paths, options, cache=use_cache, executor=make_executor(workers, scheduler,
-                                                                                   progress=counted))
+        with step_progress(console, show_progress) as steps:  # "ranks" as each file's ranks come back
+            return analyze(paths, options, cache=use_cache, steps=steps,
+                           executor=make_executor(workers, scheduler, steps=steps))
     inputs = find_inputs(paths)
-    with load_progress(inputs, console) as progress, step_progress(console) as steps:
-        report = analyze(inputs, options, cache=use_cache, jobs=jobs, progress=progress, whole_tables=whole_tables,
+    with step_progress(console, show_progress) as steps:
+        report = analyze(inputs, options, cache=use_cache, jobs=jobs, whole_tables=whole_tables,
                          hooks=runtime.cli_parse_hooks(meanwhile), steps=steps)
     runtime.release_free_memory()  # the analyses' free pages, before the report is rendered
     return report

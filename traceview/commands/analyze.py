@@ -99,7 +99,8 @@ def _analyze(paths: List[str], analysis: AnalysisArgs, *, top: int, details: boo
         get_renderer(fmt_name)
 
     report = analyze_with_progress(paths, options, use_cache=analysis.use_cache, jobs=analysis.jobs,
-                                   whole_tables=False, workers=workers, scheduler=scheduler, meanwhile=prepare)
+                                   whole_tables=False, workers=workers, scheduler=scheduler, meanwhile=prepare,
+                                   show_progress=analysis.show_progress)
     from traceview.render import get_renderer  # imported by prepare(), which the load ran
 
     renderer = get_renderer(fmt_name)(top=top, details=details, summary_only=summary_only, max_findings=max_findings,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 
 from traceview.commands._common import check_output_dir, load_with_progress, make_console, write_output_file
-from traceview.commands.options import JOBS_OPTION, LOAD_NO_CACHE_OPTION
+from traceview.commands.options import JOBS_OPTION, LOAD_NO_CACHE_OPTION, NO_PROGRESS_OPTION
 from traceview.errors import output_error
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ def command(
     output: Path = typer.Option(..., "-o", "--output", help="Directory to write the Parquet files into."),
     no_cache: bool = LOAD_NO_CACHE_OPTION,
     jobs: Optional[int] = JOBS_OPTION,
+    no_progress: bool = NO_PROGRESS_OPTION,
 ) -> None:
     """Convert traces to Parquet (events, links, steps, memory and counters .parquet, and ranks.json).
 
@@ -112,7 +113,8 @@ def command(
     paths = [p for p in paths if p not in ncu_paths]
     if not paths:
         return
-    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
+    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, jobs=jobs,
+                               show_progress=not no_progress)
     scrubber = Scrubber()
     tables = (("events", trace.events), ("links", trace.links), ("steps", trace.steps), ("memory", trace.memory),
               ("counters", trace.counters))

@@ -40,7 +40,8 @@ def command(
 
     options = analysis.options()  # a bad value fails before any work
     check_output_file(output)  # before the work: a path that cannot be written fails at once
-    report = analyze_with_progress(paths, options, use_cache=analysis.use_cache, jobs=analysis.jobs)
+    report = analyze_with_progress(paths, options, use_cache=analysis.use_cache, jobs=analysis.jobs,
+                                   show_progress=analysis.show_progress)
     trace = report.trace  # an in-process report holds its trace (traceview.api.analyze)
     if trace is None:
         raise RuntimeError("the report of an in-process analysis has no trace")

@@ -38,4 +38,5 @@ def report_of(path: str, options: Options, analysis: AnalysisArgs) -> Report:
     point, in this process (the comparisons need whole tables), with a progress bar on standard
     error for big inputs: ``options`` as :meth:`AnalysisArgs.options` made them (once per command,
     for every trace it compares), ``analysis`` for the caches and ``--jobs``."""
-    return analyze_with_progress([path], options, use_cache=analysis.use_cache, jobs=analysis.jobs)
+    return analyze_with_progress([path], options, use_cache=analysis.use_cache, jobs=analysis.jobs,
+                                 show_progress=analysis.show_progress)

@@ -186,7 +186,8 @@ def _add(db: Path, paths: List[str], run_name: Optional[str], tags: dict[str, st
         if known is not None:  # before the analysis: refusing costs nothing
             raise DuplicateRunError(f"{paths[0]}: these trace files are already in {db} as run {known[0]} "
                                     f"({known[1]}); nothing added")
-        report = analyze_with_progress(inputs, options, use_cache=analysis.use_cache, jobs=analysis.jobs)
+        report = analyze_with_progress(inputs, options, use_cache=analysis.use_cache, jobs=analysis.jobs,
+                                       show_progress=analysis.show_progress)
         # absolute paths: the app opens a stored run from them, whatever folder it starts in
         summary = summarize(report, identity=identity, name=run_name or Path(paths[0]).name or paths[0],
                             paths=[str(Path(p).resolve()) for p in paths], tags=tags)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 
 from traceview.commands._common import load_with_progress, make_console
-from traceview.commands.options import JOBS_OPTION, LOAD_NO_CACHE_OPTION
+from traceview.commands.options import JOBS_OPTION, LOAD_NO_CACHE_OPTION, NO_PROGRESS_OPTION
 from traceview.units import fmt_bytes, fmt_clock_ns, fmt_ns
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ def command(
     paths: List[str] = typer.Argument(..., help="Trace files or directories."),
     no_cache: bool = LOAD_NO_CACHE_OPTION,
     jobs: Optional[int] = JOBS_OPTION,
+    no_progress: bool = NO_PROGRESS_OPTION,
 ) -> None:
     """Print the metadata of traces: format, rank, devices, when the trace was taken, events, steps.
 
@@ -41,7 +42,8 @@ def command(
     paths = [p for p in paths if p not in ncu_paths]
     if not paths:
         return
-    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, console=console, jobs=jobs)
+    trace = load_with_progress(paths, use_cache=not no_cache, step_marker=None, jobs=jobs,
+                               show_progress=not no_progress)
     summary = trace.summary()
     starts = _rank_starts(trace)
     dirs = input_dirs(info.source_path for info in trace.ranks.values())

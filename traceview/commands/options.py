@@ -34,6 +34,10 @@ JOBS_OPTION = typer.Option(
     "32 MB are read in one process. The same results whatever N. (TRACEVIEW_SPLIT_MIN_EVENTS=N also runs the "
     "analyses of a rank of N events or more in two processes: opt-in, docs/scaling.md.)")
 
+#: ``--no-progress``: no progress bars on standard error (shown only on a terminal; ``TRACEVIEW_PROGRESS=0``
+#: also turns them off, ``=1`` forces them)
+NO_PROGRESS_OPTION = typer.Option(False, "--no-progress", help="No progress bars on standard error (they show only "
+                                  "on a terminal; TRACEVIEW_PROGRESS=0 turns them off too, =1 forces them).")
 #: ``--no-cache`` of the commands that only load traces (no report to cache)
 LOAD_NO_CACHE_OPTION = typer.Option(False, "--no-cache", help="Parse again instead of reading the cache.")
 
@@ -81,6 +85,7 @@ ANALYSIS_GROUP: tuple[GroupOption, ...] = (
     GroupOption("no_cache", bool, typer.Option(
         False, "--no-cache", help="Parse and analyse again instead of reading the caches (traces, reports).")),
     GroupOption("jobs", Optional[int], JOBS_OPTION),
+    GroupOption("no_progress", bool, NO_PROGRESS_OPTION),
 )
 
 
@@ -100,6 +105,7 @@ class AnalysisArgs:
     graph_capture: tuple[Path, ...] = ()
     no_cache: bool = False
     jobs: Optional[int] = None
+    no_progress: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "comm_pattern", tuple(self.comm_pattern or ()))
@@ -110,6 +116,11 @@ class AnalysisArgs:
     def use_cache(self) -> bool:
         """Whether the trace and report caches are read and written (not ``--no-cache``)."""
         return not self.no_cache
+
+    @property
+    def show_progress(self) -> bool:
+        """Whether progress bars may show (not ``--no-progress``; still only on a terminal)."""
+        return not self.no_progress
 
     def options(self, **fields_: Any) -> Options:
         """The :class:`~traceview.findings.Options` of these arguments (``fields_``: the command's own

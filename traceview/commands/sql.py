@@ -67,7 +67,7 @@ def command(
     if output is not None:
         check_output_file(output)  # before loading: a path that cannot be written fails at once
     found = run_query(paths, query, views=views, options=options, use_cache=analysis.use_cache, jobs=analysis.jobs,
-                      max_rows=max_rows if kind == "table" else None)
+                      max_rows=max_rows if kind == "table" else None, show_progress=analysis.show_progress)
     if found is None:
         return
     table, total = found
@@ -117,16 +117,15 @@ def output_format(fmt: Optional[str], output: Optional[Path]) -> str:
 
 
 def run_query(paths: list[str], query: str, *, views: bool, options: Options, use_cache: bool,
-              jobs: Optional[int], max_rows: Optional[int]) -> "tuple[pa.Table, int] | None":
+              jobs: Optional[int], max_rows: Optional[int],
+              show_progress: bool = True) -> "tuple[pa.Table, int] | None":
     """Load the traces (cache, --jobs) and run the query: (its result, or its first ``max_rows``
     rows, and the number of rows in all); with ``views``, print each view's columns and types on
     these traces instead (None). The views the analyses compute use ``options``."""
-    from rich.console import Console
-
     from traceview.sqlviews import VIEWS, SqlError, SqlSession
 
-    trace = load_with_progress(paths, use_cache=use_cache, step_marker=options.step_marker,
-                               console=Console(stderr=True), jobs=jobs)
+    trace = load_with_progress(paths, use_cache=use_cache, step_marker=options.step_marker, jobs=jobs,
+                               show_progress=show_progress)
     conn = SqlSession(trace, options)
     try:
         if views:

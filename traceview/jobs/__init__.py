@@ -17,7 +17,7 @@ differs from ``traceview.pipeline.analyze("run/")``. See docs/scaling.md.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from traceview.errors import TraceviewError
 from traceview.jobs.driver import JobProgress
@@ -31,22 +31,25 @@ SCHEDULER_ENV = "TRACEVIEW_SCHEDULER"
 
 
 def make_executor(workers: int | None = None, scheduler: Any = None, *,
-                  progress: JobProgress | None = None) -> JobExecutor:
+                  progress: JobProgress | None = None,
+                  steps: Callable[[str, int, int], None] | None = None) -> JobExecutor:
     """The executor for ``analyze --workers N`` / ``--scheduler ADDR``.
 
     ``scheduler`` (an address or a ``distributed.Client``; when neither it nor ``workers`` is
     given, ``$TRACEVIEW_SCHEDULER``): a :class:`DaskCluster`, connected now. Otherwise
     :class:`LocalProcesses` with ``workers`` processes (0 or None: one per core). ``progress(done,
-    total, failed)`` counts files as their tasks complete. Raises :class:`TraceviewError` (one line)
+    total, failed)`` counts files as their tasks complete; ``steps("ranks", done, expected)`` the
+    ranks (:data:`traceview.pipeline.StepProgress`). Raises :class:`TraceviewError` (one line)
     for a negative ``workers``, a missing ``dask.distributed`` or an unreachable scheduler.
     """
     if workers is not None and workers < 0:
         raise TraceviewError(f"--workers {workers}: must be 0 (one per core) or more")
     if scheduler is None and workers is None:
         scheduler = os.environ.get(SCHEDULER_ENV) or None
-    if scheduler is not None:
-        return DaskCluster(scheduler, progress=progress)
-    return LocalProcesses(workers or 0, progress=progress)
+    executor: JobExecutor = (DaskCluster(scheduler, progress=progress) if scheduler is not None
+                             else LocalProcesses(workers or 0, progress=progress))
+    executor.steps = steps
+    return executor
 
 
 __all__ = [

@@ -27,6 +27,8 @@ from traceview.report import TraceOverview
 
 #: ``progress(files_done, files_total, files_failed)``, called as each file's task completes
 JobProgress = Callable[[int, int, int], None]
+#: ``steps(phase, done, total)`` (:data:`traceview.pipeline.StepProgress`): the "ranks" phase
+StepCallback = Callable[[str, int, int], None]
 
 
 class TaskRunner(Protocol):
@@ -40,32 +42,42 @@ class TaskRunner(Protocol):
 
 
 def run_tasks(runner: TaskRunner, tasks: list[FileTask], progress: JobProgress | None,
-              costs: list[dict[str, Any]]) -> dict[int, FileResult]:
-    """The answers of ``tasks`` by file index; each task's cost is appended to ``costs``."""
+              costs: list[dict[str, Any]], steps: StepCallback | None = None) -> dict[int, FileResult]:
+    """The answers of ``tasks`` by file index; each task's cost is appended to ``costs``.
+    ``steps("ranks", ranks_done, ranks_expected)`` as each answer arrives: the ranks expected are
+    those come back and, for each file still out, the mean ranks per file so far (one before any),
+    so the count ends at the job's ranks whatever the files hold."""
     results: dict[int, FileResult] = {}
     failed = 0
+    ranks_done = 0
+    if steps is not None:
+        steps("ranks", 0, len(tasks))
 
     def done(result: FileResult) -> None:
-        nonlocal failed
+        nonlocal failed, ranks_done
         results[result.index] = result
         failed += int(result.error is not None)
         ranks = len(result.batch.ranks) if result.batch is not None else 0
         costs.append({**result.stats, "ranks": ranks, "failed": result.error is not None})
         if progress is not None:
             progress(len(results), len(tasks), failed)
+        if steps is not None:
+            ranks_done += ranks
+            per_file = ranks_done / len(results) if ranks_done else 1.0
+            steps("ranks", ranks_done, ranks_done + round(per_file * (len(tasks) - len(results))))
 
     runner.run(tasks, done)
     return results
 
 
 def run_job(runner: TaskRunner, files: list[Path], options: Options, *, use_cache: bool, skipped: list[Path],
-            progress: JobProgress | None = None) -> Mapped:
+            progress: JobProgress | None = None, steps: StepCallback | None = None) -> Mapped:
     """Analyze every rank of ``files`` on ``runner``: the per-rank results (packed), the inputs'
     overview and the execution figures (see the module docstring)."""
     started = time.perf_counter()
     costs: list[dict[str, Any]] = []
     tasks = [FileTask(str(f), i, options, use_cache) for i, f in enumerate(files)]
-    results = run_tasks(runner, tasks, progress, costs)
+    results = run_tasks(runner, tasks, progress, costs, steps)
     plan = plan_ranks(list(results.values()), several=len(files) > 1)
     for index in plan.conflicts:
         results[index] = results[index].failed(conflict_message(plan, index, results[index].file))

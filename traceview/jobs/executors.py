@@ -30,6 +30,9 @@ class JobExecutor:
     name = "job"
     workers = 1
 
+    #: ``steps("ranks", done, expected)`` as each file's ranks come back (set by ``make_executor``)
+    steps: Callable[[str, int, int], None] | None = None
+
     def __init__(self, progress: JobProgress | None = None) -> None:
         #: called with (files done, files in all, files failed) as each file's task completes
         self.progress = progress
@@ -39,7 +42,8 @@ class JobExecutor:
 
     def analyze_files(self, files: list[Path], options: Options, *, use_cache: bool,
                       skipped: list[Path]) -> Mapped:
-        return run_job(self, files, options, use_cache=use_cache, skipped=skipped, progress=self.progress)
+        return run_job(self, files, options, use_cache=use_cache, skipped=skipped, progress=self.progress,
+                       steps=self.steps)
 
 
 class InProcess(JobExecutor):
