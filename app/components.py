@@ -185,3 +185,27 @@ def frame_table(df: pd.DataFrame | None, table_id: str, *, columns: Sequence[str
         props["filter_options"] = {"case": "insensitive"}
     props.update(kwargs)
     return dash_table.DataTable(**props)  # type: ignore[attr-defined]  # not in dash's type stubs
+
+
+#: how often a loading page asks how far the run's load is
+LOAD_POLL_MS = 300
+
+
+def load_bar(progress: tuple[str, int, int] | None) -> html.Div:
+    """The bar of a run being loaded: the phase, a progress element and its figures (``parse``: MB
+    read of every input; then the analyses, counted), from :meth:`RunStore.progress`."""
+    if progress is None:
+        return html.Div([html.Span("loading the run…"), html.Progress(id="load-bar")], className="tv-load")
+    phase, done, total = progress
+    total = max(total, 1)
+    figure = f"{done / 1e6:,.0f}/{total / 1e6:,.0f} MB" if phase == "parse" else f"{done:,}/{total:,}"
+    return html.Div([html.Span(f"{phase} {figure} ", id="load-label"),
+                     html.Progress(id="load-bar", value=str(min(done, total)), max=str(total),
+                                   style={"width": "320px"})], className="tv-load")
+
+
+def loading_page(progress: tuple[str, int, int] | None) -> list[Any]:
+    """What a page shows while its run loads: the bar, polled every :data:`LOAD_POLL_MS` until the
+    run is in memory, when the box is replaced by the page itself (``load-poll``'s callback)."""
+    return [html.Div(load_bar(progress), id="load-box"),
+            dcc.Interval(id="load-poll", interval=LOAD_POLL_MS, n_intervals=0)]

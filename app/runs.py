@@ -202,6 +202,10 @@ def early_report(trace: Trace, options: Options) -> Report:
     return build_report(overview_of(trace), results, options=options, trace=trace)
 
 
+#: below this much input a run loads in a moment: its first page waits for it, with no progress bar
+LOAD_PAGE_MIN_BYTES = 32 * 1024 * 1024
+
+
 class RunError(TraceviewError):
     """A run could not be loaded (shown in the app instead of its pages)."""
 
@@ -211,7 +215,8 @@ class RunStore:
     results per (run, filters) in memory, least recently used first out."""
 
     def __init__(self, runs: Sequence[RunSpec], options: Options | None = None, *, use_cache: bool = True,
-                 jobs: int | None = None, max_contexts: int = 12, loader: Callable[..., Trace] | None = None) -> None:
+                 jobs: int | None = None, max_contexts: int = 12, loader: Callable[..., Trace] | None = None,
+                 load_page_min_bytes: int = LOAD_PAGE_MIN_BYTES) -> None:
         self.runs = list(runs)
         self.use_cache = use_cache
         #: the command line's analysis options (``run_options``' base: the step marker, the
@@ -232,6 +237,11 @@ class RunStore:
         self._timelines: dict[int, Any] = {}
         #: set once a page has been served (background work waits for it, to keep start-up fast)
         self.first_page_served = threading.Event()
+        #: each run's latest step progress while it loads and is analysed: (phase, done, total)
+        self._progress: dict[int, tuple[str, int, int]] = {}
+        self._loading: set[int] = set()
+        #: runs of at least this many bytes load in the background behind a progress bar
+        self.load_page_min_bytes = load_page_min_bytes
 
     @property
     def step_marker(self) -> str | None:
@@ -256,6 +266,47 @@ class RunStore:
                 lock = self._key_locks[key] = threading.Lock()
             return lock
 
+    # ------------------------------------------------------------------ progress
+    def _recorder(self, run_id: int) -> Callable[[str, int, int], None]:
+        """The step progress (:data:`traceview.pipeline.StepProgress`) of a run's load and analyses:
+        the latest (phase, done, total) kept for :meth:`progress` (pages poll it while a run loads)."""
+
+        def record(phase: str, done: int, total: int) -> None:
+            self._progress[run_id] = (phase, done, total)  # one assignment: readers see whole tuples
+
+        return record
+
+    def progress(self, run_id: Any) -> tuple[str, int, int] | None:
+        """How far the run's load (then its analyses) is: (phase, done, total); None before it starts."""
+        return self._progress.get(self.spec(run_id).id)
+
+    def loaded(self, run_id: Any) -> bool:
+        """Whether the run's trace is in memory, or its load failed (its pages can be drawn)."""
+        spec = self.spec(run_id)
+        return spec.id in self._traces or spec.id in self._errors
+
+    def shows_load_bar(self, run_id: Any) -> bool:
+        """Whether a page should show the run's progress bar instead of waiting for it: a big run
+        (``load_page_min_bytes``) not loaded yet; a small one loads in the page's own request."""
+        spec = self.spec(run_id)
+        return not self.loaded(spec.id) and spec.size_bytes >= self.load_page_min_bytes
+
+    def start_loading(self, run_id: Any) -> None:
+        """Load the run in a background thread (once), so a page can show its progress meanwhile."""
+        spec = self.spec(run_id)
+        with self._lock:
+            if spec.id in self._loading or self.loaded(spec.id):
+                return
+            self._loading.add(spec.id)
+
+        def work() -> None:
+            try:
+                self.trace(spec.id)
+            except Exception:  # kept in _errors, shown when a page asks for the run
+                pass
+
+        threading.Thread(target=work, name=f"traceview-load-{spec.id}", daemon=True).start()
+
     # ------------------------------------------------------------------ loading
     def trace(self, run_id: Any) -> Trace:
         spec = self.spec(run_id)
@@ -271,7 +322,7 @@ class RunStore:
                     trace = self._loader(list(spec.files))
                 else:
                     trace = load_inputs(spec.inputs, step_marker=self.step_marker, cache=self.use_cache,
-                                        jobs=self.jobs)
+                                        jobs=self.jobs, steps=self._recorder(spec.id))
             except TraceviewError as exc:
                 self._errors[spec.id] = str(exc)
                 raise RunError(str(exc)) from None
@@ -359,7 +410,8 @@ class RunStore:
         if filters.active:
             report = analyze(sub, options, cache=False, on_compute=publish_early)
         else:
-            report = analyze(spec.inputs, options, cache=self.use_cache, trace=full, on_compute=publish_early)
+            report = analyze(spec.inputs, options, cache=self.use_cache, trace=full, on_compute=publish_early,
+                             steps=self._recorder(spec.id))
         return RunContext(run=spec, filters=filters, full=full, trace=sub, report=report,
                           options=options, origin_ns=info.origin_ns, steps=info, seconds=time.perf_counter() - t0,
                           from_disk=not computed)

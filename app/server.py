@@ -146,6 +146,14 @@ def _add_page_callbacks(app: dash.Dash, controller: AppController) -> None:
         return controller.render_page(pathname, search, run, ranks, steps, t0, t1)
 
     @app.callback(
+        Output("load-box", "children"), Output("load-poll", "disabled"),
+        Input("load-poll", "n_intervals"), State("url", "pathname"), State("url", "search"), State("run", "value"),
+        *_filter_states(), prevent_initial_call=True,
+    )
+    def _load_poll(n: Any, pathname: Any, search: Any, run: Any, ranks: Any, steps: Any, t0: Any, t1: Any) -> tuple:
+        return controller.load_poll(n, pathname, search, run, ranks, steps, t0, t1)
+
+    @app.callback(
         Output("ov-findings", "children"), Output("ov-poll", "disabled"),
         Input("ov-poll", "n_intervals"), State("run", "value"), *_filter_states(),
         prevent_initial_call=True,

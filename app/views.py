@@ -21,7 +21,7 @@ from traceview.render.common import per_step_basis
 from traceview.units import fmt_ns
 
 from . import validate
-from .components import CARD, frame_table, graph, message, section
+from .components import CARD, frame_table, graph, load_bar, loading_page, message, section
 from .features import DOWNLOADS, diff_reports, metric_label, perfetto_trace, render_report
 from .filters import Filters
 from .runs import RunContext, RunError, RunStore
@@ -118,6 +118,9 @@ class AppController:
         start = time.perf_counter()
         page = self.page(pathname)
         try:
+            if self.store.shows_load_bar(run):  # a big run: a progress bar until its trace is in memory
+                self.store.start_loading(run)
+                return loading_page(self.store.progress(run)), "loading the run"
             if page.path == pages.DEFAULT_PATH:  # draws as soon as the temporal breakdown is there
                 ctx = self.store.partial_context(run, validate.filters(ranks, steps, t0, t1))
             else:
@@ -150,6 +153,18 @@ class AppController:
         if page.path == pages.COMPARE_PAGE[0]:
             return self._compare_page(ctx)
         return pages.findings(ctx)
+
+    def load_poll(self, _n_intervals: Any, pathname: str | None, search: str | None, run: Any, ranks: Any = None,
+                  steps: Any = None, t0: Any = None, t1: Any = None) -> tuple:
+        """While a run loads: its progress bar; once loaded, the page itself (with its status line)
+        in place of the bar, and the polling stops."""
+        try:
+            if not self.store.loaded(run):
+                return load_bar(self.store.progress(run)), False
+        except RunError as exc:
+            return [message(f"This run cannot be shown: {exc}", "error")], True
+        body, status = self.render_page(pathname, search, run, ranks, steps, t0, t1)
+        return [html.Div(status, className="tv-status"), *body], True
 
     def overview_poll(self, _n_intervals: Any, run: Any, ranks: Any = None, steps: Any = None, t0: Any = None,
                       t1: Any = None) -> tuple:
