@@ -46,7 +46,7 @@ CORE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "environment", "hardware", "registry", "context", "plain", "report_inputs", "parsing",
                     "redaction")),
     ("input formats", ("parsers",)),
-    ("loading", ("discovery", "trace_cache", "rank_planning", "loading")),
+    ("loading", ("discovery", "trace_cache", "rank_planning", "progress", "loading")),
     ("analyses", ("analyses",)),
     ("report", ("accounting", "report", "pipeline", "report_cache", "sqlviews", "api", "__init__")),
 )
