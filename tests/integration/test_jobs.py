@@ -38,11 +38,15 @@ from traceview.jobs import (
     InProcess,
     LocalProcesses,
     analyze_file,
+    analyze_group,
     make_executor,
     plan_ranks,
     conflict_message,
 )
+from traceview.jobs.driver import interleaved
+from traceview.jobs.planning import group_files
 from traceview.model import RankInfo
+from traceview.parsers.kineto import rank_from_filename
 from traceview.pipeline import (
     analyze,
     analyze_batch,
@@ -201,6 +205,54 @@ def test_64_ranks_same_report_in_memory_and_on_local_processes(tmp_path) -> None
     job = analyze(tmp_path, use_cache=False, executor=LocalProcesses(2))
     assert job["execution"]["files"] == 64 and job["execution"]["ranks"] == 64
     assert_same_report(in_memory, job)
+
+
+def test_small_files_analysed_in_groups_give_the_in_memory_report(tmp_path) -> None:
+    """16 small files on one worker: four groups of four files, each analysed as one batch (rows of
+    files apart in file order placed file by file), the same report as in memory."""
+    assert renumbered_copies(require(SAMPLE_4RANK), tmp_path, 4) == 16
+    files = sorted(tmp_path.glob("*.json.gz"))
+    groups = group_files(files, 1)
+    assert [len(g) for g in groups] == [4, 4, 4, 4]
+    assert sorted(rank_from_filename(files[i]) for i in groups[0]) == [0, 1, 2, 3]
+    results = analyze_group([FileTask(str(files[i]), i, Options()) for i in groups[0]])
+    assert [r.index for r in results] == groups[0]
+    carriers = [r for r in results if r.batch is not None]
+    assert len(carriers) == 1 and carriers[0].batch_files == tuple(groups[0])
+    assert carriers[0].batch.ranks == [0, 1, 2, 3]
+    in_memory = analyze(tmp_path, use_cache=False)
+    job = analyze(tmp_path, use_cache=False, executor=InProcess())
+    assert job["execution"]["ranks"] == 16
+    assert_same_report(in_memory, job)
+
+
+def test_groups_whose_ranks_interleave_are_analysed_file_by_file(tmp_path) -> None:
+    """File names that say other ranks than the files (rank r named rank(5r mod 16)): the groups
+    made by name hold ranks that interleave with the other groups', so the driver analyses their
+    files again one by one; the report is still the in-memory one."""
+    assert renumbered_copies(require(SAMPLE_4RANK), tmp_path, 4) == 16
+    for f in sorted(tmp_path.glob("rank*.json.gz")):
+        rank = int(f.name[4:].split(".")[0])
+        f.rename(tmp_path / f"w{5 * rank % 16}.json.gz")
+    for f in tmp_path.glob("w*.json.gz"):
+        f.rename(tmp_path / f"rank{f.name[1:]}")
+    in_memory = analyze(tmp_path, use_cache=False)
+    tasks = []
+
+    class Counting(InProcess):
+        def run(self, groups, done):  # type: ignore[no-untyped-def]
+            tasks.extend(len(g) for g in groups)
+            super().run(groups, done)
+
+    job = analyze(tmp_path, use_cache=False, executor=Counting())
+    assert tasks[:4] == [4, 4, 4, 4] and tasks[4:] == [1] * 16  # every group interleaved: all again
+    assert_same_report(in_memory, job)
+
+
+def test_interleaved_rank_spans() -> None:
+    assert interleaved([(0, 3, 1), (4, 7, 2), (8, 8, 3)]) == set()
+    assert interleaved([(0, 9, 1), (4, 4, 2), (10, 12, 3)]) == {1, 2}
+    assert interleaved([(0, 9, 1), (2, 3, 2), (5, 6, 3)]) == {1, 2, 3}
 
 
 def per_rank_report(trace: traceview.Trace, options: Options) -> Any:

@@ -24,7 +24,7 @@ from traceview.jobs.driver import JobProgress
 from traceview.jobs.executors import DaskCluster, InProcess, JobExecutor, LocalProcesses
 from traceview.jobs.planning import conflict_message, plan_ranks
 from traceview.rank_planning import RankPlan
-from traceview.jobs.tasks import FileResult, FileTask, analyze_file
+from traceview.jobs.tasks import FileResult, FileTask, analyze_file, analyze_group
 
 #: the Dask scheduler address used when none is given (``tcp://host:port``)
 SCHEDULER_ENV = "TRACEVIEW_SCHEDULER"
@@ -54,5 +54,5 @@ def make_executor(workers: int | None = None, scheduler: Any = None, *,
 
 __all__ = [
     "SCHEDULER_ENV", "DaskCluster", "FileResult", "FileTask", "InProcess", "JobExecutor", "JobProgress",
-    "LocalProcesses", "RankPlan", "analyze_file", "conflict_message", "make_executor", "plan_ranks",
+    "LocalProcesses", "RankPlan", "analyze_file", "analyze_group", "conflict_message", "make_executor", "plan_ranks",
 ]

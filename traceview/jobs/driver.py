@@ -10,6 +10,7 @@ in ``execution["absent_ranks"]`` (and warned about); the figures cover the other
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -18,11 +19,11 @@ import numpy as np
 
 from traceview.errors import TraceviewError
 from traceview.findings import Options
-from traceview.jobs.planning import conflict_message, plan_ranks, row_offsets
+from traceview.jobs.planning import conflict_message, group_files, plan_ranks, row_offsets
 from traceview.jobs.tasks import FileResult, FileTask, memory_bytes
 from traceview.rank_planning import RankPlan, number_rank_infos
 from traceview.parsers.kineto import rank_from_filename
-from traceview.pipeline import Mapped, compact_ranks
+from traceview.pipeline import BatchResult, Mapped, compact_ranks, map_rows
 from traceview.report import TraceOverview
 
 #: ``progress(files_done, files_total, files_failed)``, called as each file's task completes
@@ -37,34 +38,37 @@ class TaskRunner(Protocol):
     name: str
     workers: int
 
-    def run(self, tasks: list[FileTask], done: Callable[[FileResult], None]) -> None:
-        """Run every task; call ``done`` with each answer (in any order) in this thread."""
+    def run(self, tasks: list[list[FileTask]], done: Callable[[FileResult], None]) -> None:
+        """Run every task (a group of files: ``analyze_group``); call ``done`` with each file's
+        answer (in any order) in this thread."""
 
 
-def run_tasks(runner: TaskRunner, tasks: list[FileTask], progress: JobProgress | None,
+def run_tasks(runner: TaskRunner, tasks: list[list[FileTask]], progress: JobProgress | None,
               costs: list[dict[str, Any]], steps: StepCallback | None = None) -> dict[int, FileResult]:
-    """The answers of ``tasks`` by file index; each task's cost is appended to ``costs``.
-    ``steps("ranks", ranks_done, ranks_expected)`` as each answer arrives: the ranks expected are
-    those come back and, for each file still out, the mean ranks per file so far (one before any),
-    so the count ends at the job's ranks whatever the files hold."""
+    """The answers of ``tasks`` (groups of files) by file index; each task's cost is appended to
+    ``costs``. ``steps("ranks", ranks_done, ranks_expected)`` as each answer arrives: the ranks
+    expected are those come back and, for each file still out, the mean ranks per file so far (one
+    before any), so the count ends at the job's ranks whatever the files hold."""
+    total = sum(len(group) for group in tasks)
     results: dict[int, FileResult] = {}
     failed = 0
     ranks_done = 0
     if steps is not None:
-        steps("ranks", 0, len(tasks))
+        steps("ranks", 0, total)
 
     def done(result: FileResult) -> None:
         nonlocal failed, ranks_done
         results[result.index] = result
         failed += int(result.error is not None)
         ranks = len(result.batch.ranks) if result.batch is not None else 0
-        costs.append({**result.stats, "ranks": ranks, "failed": result.error is not None})
+        if result.stats:  # (the other files of a group: their cost is the carrier's)
+            costs.append({**result.stats, "ranks": ranks, "failed": result.error is not None})
         if progress is not None:
-            progress(len(results), len(tasks), failed)
+            progress(len(results), total, failed)
         if steps is not None:
             ranks_done += ranks
             per_file = ranks_done / len(results) if ranks_done else 1.0
-            steps("ranks", ranks_done, ranks_done + round(per_file * (len(tasks) - len(results))))
+            steps("ranks", ranks_done, ranks_done + round(per_file * (total - len(results))))
 
     runner.run(tasks, done)
     return results
@@ -76,13 +80,16 @@ def run_job(runner: TaskRunner, files: list[Path], options: Options, *, use_cach
     overview and the execution figures (see the module docstring)."""
     started = time.perf_counter()
     costs: list[dict[str, Any]] = []
-    tasks = [FileTask(str(f), i, options, use_cache) for i, f in enumerate(files)]
+    tasks = [[FileTask(str(files[i]), i, options, use_cache) for i in group]
+             for group in group_files(files, runner.workers)]
     results = run_tasks(runner, tasks, progress, costs, steps)
     plan = plan_ranks(list(results.values()), several=len(files) > 1)
+    regrouped = regrouped_files(results, plan)
     for index in plan.conflicts:
         results[index] = results[index].failed(conflict_message(plan, index, results[index].file))
-    number_ranks(runner, results, plan, options, use_cache, costs)
+    number_ranks(runner, results, plan, options, use_cache, costs, regrouped)
     place_rows(results)
+    group_infos(results)
     seconds = time.perf_counter() - started
     ok = [results[i] for i in sorted(results) if results[i].error is None]
     failed = [results[i] for i in sorted(results) if results[i].error is not None]
@@ -108,14 +115,16 @@ def run_job(runner: TaskRunner, files: list[Path], options: Options, *, use_cach
 
 
 def number_ranks(runner: TaskRunner, results: dict[int, FileResult], plan: RankPlan, options: Options,
-                 use_cache: bool, costs: list[dict[str, Any]]) -> None:
+                 use_cache: bool, costs: list[dict[str, Any]], regrouped: set[int]) -> None:
     """Apply the rank plan: files whose rank numbers change are analysed again under the new ones
-    (rare: files that state no rank, Nsight processes of several files); the others only get the
-    metadata ``traceview.load`` gives them."""
+    (rare: files that state no rank, Nsight processes of several files), and so are the files of
+    ``regrouped`` (:func:`regrouped_files`), one by one; the others only get the metadata
+    ``traceview.load`` gives them."""
     again = plan.renumbered()
     offsets = row_offsets(results)
-    tasks = [FileTask(results[i].file, i, options, use_cache, rank_map=mapping, row_offset=offsets[i])
-             for i, mapping in sorted(again.items())]
+    redo = set(again) | regrouped
+    tasks = [[FileTask(results[i].file, i, options, use_cache, rank_map=again.get(i), row_offset=offsets[i])]
+             for i in sorted(redo) if i in again or results[i].error is None]
     if tasks:
         results.update(run_tasks(runner, tasks, None, costs))
     for index, mapping in plan.maps.items():
@@ -123,19 +132,84 @@ def number_ranks(runner: TaskRunner, results: dict[int, FileResult], plan: RankP
         if index in again or result.error is not None:
             continue
         number_rank_infos(result.infos, mapping)
-        if result.batch is not None:  # (the same metadata, also where a pickle made it a copy)
-            result.batch.infos = {r: result.infos[r] for r in result.batch.ranks}
+
+
+def regrouped_files(results: dict[int, FileResult], plan: RankPlan) -> set[int]:
+    """The files of the groups that must be analysed again file by file: a group holding a file
+    whose ranks the plan renumbers or leaves out, or whose ranks interleave with another batch's
+    (the reduce joins batches in rank order, so each group must be a run of the job's ranks)."""
+    again = set(plan.renumbered()) | set(plan.conflicts)
+    units = {i: r.batch_files for i, r in results.items() if r.batch is not None and len(r.batch_files) > 1}
+    bad = {i for i, members in units.items() if again & set(members)}
+
+    def ranks_of(members: tuple[int, ...]) -> list[int]:  # as the plan numbers them
+        return [plan.maps.get(m, {}).get(rank, rank) for m in members for rank in results[m].infos]
+
+    while True:
+        spans = []
+        for i, r in results.items():
+            ranks = ranks_of(units.get(i, (i,))) if r.batch is not None and i not in bad else []
+            if ranks:
+                spans.append((min(ranks), max(ranks), i))
+        for i in bad:  # its files' batches once analysed alone
+            spans.extend((rank, rank, -1) for rank in ranks_of(units[i]))
+        overlapping = interleaved(spans) & set(units)
+        if not overlapping - bad:
+            break
+        bad |= overlapping
+    return {m for i in bad for m in units[i]}
+
+
+def interleaved(spans: list[tuple[int, int, int]]) -> set[int]:
+    """The owners of the rank spans ``(lowest, highest, owner)`` that overlap another span."""
+    out: set[int] = set()
+    reach, reach_owner = None, -1
+    for low, high, owner in sorted(spans):
+        if reach is not None and low <= reach:
+            out.update((owner, reach_owner))
+        if reach is None or high > reach:
+            reach, reach_owner = high, owner
+    return out
 
 
 def place_rows(results: dict[int, FileResult]) -> None:
     """Row columns moved to rows of all (readable) files concatenated in file order, where the
-    task could not know the offset (the files before it were being parsed at the same time)."""
+    task could not know the offset (the files before it were being parsed at the same time). A
+    group's batch holds its files' rows concatenated: each file's rows are moved to its own place."""
     offsets = row_offsets(results)
     for index, result in results.items():
-        shift = offsets[index] - result.row_offset
-        if result.error is None and shift and result.batch is not None:
-            result.batch = result.batch.shift_rows(shift).pack()
-            result.row_offset = offsets[index]
+        if result.error is not None or result.batch is None:
+            continue
+        members = result.batch_files or (index,)
+        starts = np.cumsum([0] + [results[m].events for m in members])[:-1]
+        shifts = {offsets[m] - int(start) for m, start in zip(members, starts)}
+        if len(shifts) == 1:
+            shift = shifts.pop() - result.row_offset
+            if shift:
+                result.batch = result.batch.shift_rows(shift).pack()
+        else:  # files of the group apart in file order: a row map
+            rows = np.concatenate([np.arange(offsets[m], offsets[m] + results[m].events, dtype=np.int64)
+                                   for m in members])
+            result.batch = rows_mapped(result.batch, rows)
+        result.row_offset = offsets[index]
+
+
+def rows_mapped(batch: BatchResult, rows: np.ndarray) -> BatchResult:
+    """``batch`` (packed) with each row column's row ``r`` moved to ``rows[r]``."""
+    tables, gathered = batch.unpack()
+    moved = {a: {t: map_rows(f, rows) for t, f in ts.items()} for a, ts in tables.items()}
+    inputs = {a: g.remap_rows(rows, 0) for a, g in gathered.items()}
+    return dataclasses.replace(batch, tables=moved, gathered=inputs, payload=b"").pack()
+
+
+def group_infos(results: dict[int, FileResult]) -> None:
+    """Each batch's rank metadata: that of the files it holds, as numbered (also where a pickle
+    made it a copy)."""
+    for index, result in results.items():
+        if result.batch is None or result.error is not None:
+            continue
+        infos = {rank: info for m in (result.batch_files or (index,)) for rank, info in results[m].infos.items()}
+        result.batch.infos = {r: infos[r] for r in result.batch.ranks}
 
 
 def job_overview(ok: list[FileResult], plan: RankPlan, skipped: list[Path]) -> TraceOverview:

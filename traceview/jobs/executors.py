@@ -18,10 +18,12 @@ from typing import Any, Callable
 from traceview.errors import TraceviewError
 from traceview.findings import Options
 from traceview.jobs.driver import JobProgress, run_job
-from traceview.jobs.tasks import FileResult, FileTask, analyze_file, failed_task
+from traceview.jobs.tasks import FileResult, FileTask, analyze_file, analyze_group, failed_task
 from traceview.pipeline import Mapped
 
 Done = Callable[[FileResult], None]
+#: one map task: the files ``analyze_group`` analyses as one batch (most often one file)
+Group = list[FileTask]
 
 
 class JobExecutor:
@@ -37,7 +39,7 @@ class JobExecutor:
         #: called with (files done, files in all, files failed) as each file's task completes
         self.progress = progress
 
-    def run(self, tasks: list[FileTask], done: Done) -> None:
+    def run(self, tasks: list[Group], done: Done) -> None:
         raise NotImplementedError
 
     def analyze_files(self, files: list[Path], options: Options, *, use_cache: bool,
@@ -51,16 +53,18 @@ class InProcess(JobExecutor):
 
     name = "in-process (file by file)"
 
-    def run(self, tasks: list[FileTask], done: Done) -> None:
-        for task in tasks:
-            done(analyze_file(task))
+    def run(self, tasks: list[Group], done: Done) -> None:
+        for group in tasks:
+            for result in analyze_group(group):
+                done(result)
 
 
 class LocalProcesses(JobExecutor):
     """Local worker processes, spawned (safe with the threads pyarrow and numpy start).
 
     A worker that dies (killed, out of memory) breaks the whole pool and every unfinished task
-    with it; those are run again one per process, so only the file that kills its worker is lost.
+    with it; their files are run again one per process, so only the file that kills its worker is
+    lost. The workers are reused from task to task (imports paid once per worker).
     """
 
     def __init__(self, workers: int = 0, *, progress: JobProgress | None = None) -> None:
@@ -68,26 +72,27 @@ class LocalProcesses(JobExecutor):
         self.workers = max(1, int(workers) or os.cpu_count() or 1)
         self.name = f"local processes ({self.workers})"
 
-    def run(self, tasks: list[FileTask], done: Done) -> None:
+    def run(self, tasks: list[Group], done: Done) -> None:
         context = multiprocessing.get_context("spawn")
         broken: list[FileTask] = []
         with cf.ProcessPoolExecutor(max_workers=min(self.workers, max(1, len(tasks))), mp_context=context) as pool:
-            futures = {pool.submit(analyze_file, task): task for task in tasks}
+            futures = {pool.submit(analyze_group, group): group for group in tasks}
             for future in cf.as_completed(futures):
-                task = futures[future]
+                group = futures[future]
                 try:
-                    result = future.result()
+                    results = future.result()
                 except cf.process.BrokenProcessPool:
-                    broken.append(task)
+                    broken.extend(group)
                     continue
                 except Exception as exc:  # the result could not come back (e.g. not picklable)
-                    result = failed_task(task, f"{type(exc).__name__}: {exc}")
-                done(result)
+                    results = [failed_task(task, f"{type(exc).__name__}: {exc}") for task in group]
+                for result in results:
+                    done(result)
         if broken:
             with cf.ThreadPoolExecutor(max_workers=self.workers) as threads:
                 isolated = [threads.submit(run_isolated, task, context) for task in broken]
-                for future in cf.as_completed(isolated):
-                    done(future.result())
+                for alone in cf.as_completed(isolated):
+                    done(alone.result())
 
 
 def run_isolated(task: FileTask, context: Any) -> FileResult:
@@ -144,20 +149,21 @@ class DaskCluster(JobExecutor):
         finally:
             self.close()
 
-    def run(self, tasks: list[FileTask], done: Done) -> None:
+    def run(self, tasks: list[Group], done: Done) -> None:
         if self.client is None:
             self.client = self.connect()
         token = uuid.uuid4().hex[:8]  # task keys unique across jobs sharing the cluster
         futures = {}
-        for task in tasks:
-            absolute = replace(task, path=str(Path(task.path).absolute()))
-            future = self.client.submit(analyze_file, absolute, pure=False, key=f"traceview-{token}-{task.index}")
-            futures[future] = task
+        for group in tasks:
+            absolute = [replace(task, path=str(Path(task.path).absolute())) for task in group]
+            key = f"traceview-{token}-{group[0].index}"
+            futures[self.client.submit(analyze_group, absolute, pure=False, key=key)] = group
         for future in self.distributed.as_completed(list(futures)):
-            task = futures[future]
+            group = futures[future]
             try:
-                result = future.result()
+                results = future.result()
             except Exception as exc:  # KilledWorker, a lost worker, a cancelled task
-                result = failed_task(task, f"the Dask task failed: {type(exc).__name__}: {exc}")
-            done(result)
+                results = [failed_task(task, f"the Dask task failed: {type(exc).__name__}: {exc}") for task in group]
+            for result in results:
+                done(result)
             future.release()

@@ -8,6 +8,10 @@ under their final numbers; row columns are moved to rows of all files concatenat
 
 from __future__ import annotations
 
+import math
+import os
+from pathlib import Path
+
 from traceview.jobs.tasks import FileResult
 from traceview.rank_planning import RankPlan
 from traceview.rank_planning import plan_ranks as core_plan_ranks
@@ -45,3 +49,49 @@ def row_offsets(results: dict[int, FileResult]) -> dict[int, int]:
         if results[index].error is None:
             running += results[index].events
     return offsets
+
+
+#: a file at least this large (on disk) is a task of its own: its analyses outweigh their fixed cost
+GROUP_FILE_MAX_BYTES = 4 << 20
+#: the most bytes (on disk) of the files of one group: what a worker holds parsed at once
+GROUP_MAX_BYTES = 32 << 20
+#: the most files of one group
+GROUP_MAX_FILES = 64
+#: groups per worker at least, so workers finish together
+GROUPS_PER_WORKER = 4
+
+
+def group_files(files: list[Path], workers: int) -> list[list[int]]:
+    """The job's files (by index) as tasks: small files in groups analysed as one batch each
+    (``analyze_group``), large ones alone. A group's ranks should be a run of consecutive ranks
+    (the reduce joins batches in rank order), so files are grouped in the order of the rank their
+    name says (file order for those whose name says none), and the driver analyses a group whose
+    ranks turn out to interleave with another's again file by file. A group holds at most
+    :data:`GROUP_MAX_FILES` files and :data:`GROUP_MAX_BYTES`, and there are at least
+    :data:`GROUPS_PER_WORKER` tasks per worker where the files allow."""
+    sizes = [file_bytes(f) for f in files]
+    small = [i for i in range(len(files)) if sizes[i] < GROUP_FILE_MAX_BYTES]
+    alone = [[i] for i in range(len(files)) if sizes[i] >= GROUP_FILE_MAX_BYTES]
+    named = {i: rank_from_filename(files[i]) for i in small}
+    order = sorted(small, key=lambda i: (named[i] is None, named[i] if named[i] is not None else i, i))
+    per_group = max(1, min(GROUP_MAX_FILES, math.ceil(len(order) / max(1, workers * GROUPS_PER_WORKER))))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for i in order:
+        if current and (len(current) >= per_group or held + sizes[i] > GROUP_MAX_BYTES):
+            groups.append(current)
+            current, held = [], 0
+        current.append(i)
+        held += sizes[i]
+    if current:
+        groups.append(current)
+    return sorted(alone + [sorted(g) for g in groups], key=lambda g: g[0])
+
+
+def file_bytes(path: Path) -> int:
+    """The size of ``path`` on disk (0 when it cannot be read: its task says why)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
