@@ -153,17 +153,30 @@ class DaskCluster(JobExecutor):
         if self.client is None:
             self.client = self.connect()
         token = uuid.uuid4().hex[:8]  # task keys unique across jobs sharing the cluster
+        lost = self.submitted(tasks, token, done)
+        if lost:  # a group whose worker died: its files again one by one, so only the one at fault is lost
+            self.submitted([[task] for group in lost for task in group], token + "-alone", done)
+
+    def submitted(self, tasks: list[Group], token: str, done: Done) -> list[Group]:
+        """Run ``tasks`` on the cluster; the groups of several files whose task failed are returned
+        (the files of a failed one-file task are answered as failed)."""
         futures = {}
         for group in tasks:
             absolute = [replace(task, path=str(Path(task.path).absolute())) for task in group]
             key = f"traceview-{token}-{group[0].index}"
             futures[self.client.submit(analyze_group, absolute, pure=False, key=key)] = group
+        lost: list[Group] = []
         for future in self.distributed.as_completed(list(futures)):
             group = futures[future]
             try:
                 results = future.result()
             except Exception as exc:  # KilledWorker, a lost worker, a cancelled task
-                results = [failed_task(task, f"the Dask task failed: {type(exc).__name__}: {exc}") for task in group]
+                if len(group) > 1:
+                    lost.append(group)
+                    future.release()
+                    continue
+                results = [failed_task(group[0], f"the Dask task failed: {type(exc).__name__}: {exc}")]
             for result in results:
                 done(result)
             future.release()
+        return lost
