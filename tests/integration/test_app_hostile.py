@@ -109,6 +109,9 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
         "render_page.t0": lambda v: ctl.render_page("/gaps", "", 0, None, None, v),
         "render_page.t1": lambda v: ctl.render_page("/kernels", "", 0, None, None, None, v),
         "overview_poll": lambda v: ctl.overview_poll(v, 0, None, None, v, None),
+        "load_poll": lambda v: ctl.load_poll(1, v, v, 0),
+        "load_poll.run": lambda v: ctl.load_poll(1, "/", "", v),
+        "load_poll.filters": lambda v: ctl.load_poll(1, "/gaps", "", 0, v, v, v, v),
         "nav": lambda v: ctl.nav_classes(v),
         "timeline.relayout": lambda v: ctl.timeline_update(
             "tl-graph.relayoutData", {"xaxis.range[0]": 0, "xaxis.range[1]": v}, None, None, 0),
@@ -146,9 +149,9 @@ def _callbacks(ctl: AppController) -> dict[str, Callable[[Any], Any]]:
 def test_every_callback_is_covered(ctl: AppController) -> None:
     """Each ``@app.callback`` of server.py is driven below (a new callback needs its hostile test)."""
     source = (Path(runs_mod.__file__).with_name("server.py")).read_text()
-    assert source.count("@app.callback(") == 14
+    assert source.count("@app.callback(") == 15
     names = {k.split(".")[0] for k in _callbacks(ctl)}
-    assert names >= {"run_changed", "render_page", "overview_poll", "nav", "timeline", "gap_clicked",
+    assert names >= {"run_changed", "render_page", "overview_poll", "load_poll", "nav", "timeline", "gap_clicked",
                      "kernel_selected", "compare", "download", "download_perfetto", "step_clicked",
                      "modules_view", "range_clicked", "range_row_clicked"}
 

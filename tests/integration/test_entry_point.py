@@ -29,11 +29,11 @@ from conftest import SAMPLE_TRACES
 #: the analysis options every command that analyses takes (issue 26: --comm-pattern, --comm-config,
 #: --step-marker, --gpu-specs, --model-flops, --no-cache, --jobs; --mfu-dtype goes with --model-flops)
 ANALYSIS_FLAGS = {"--step-marker", "--comm-pattern", "--comm-config", "--gpu-specs", "--model-flops", "--mfu-dtype",
-                  "--ncu", "--graph-capture", "--no-cache", "--jobs"}
+                  "--ncu", "--graph-capture", "--no-cache", "--jobs", "--no-progress"}
 #: the commands the issue names as analysing
 ANALYSING = {"analyze", "diff", "check", "app", "export-perfetto", "history", "sql"}
 #: the commands that read traces without analysing them: the loading options only
-LOAD_ONLY = {"info": {"--no-cache", "--jobs"}, "convert": {"--no-cache", "--jobs"}}
+LOAD_ONLY = {"info": {"--no-cache", "--jobs", "--no-progress"}, "convert": {"--no-cache", "--jobs", "--no-progress"}}
 FOLDER = SAMPLE_TRACES / "synthetic_4rank"  # four ranks and a truth.json the folder scan skips
 
 
