@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -156,8 +156,8 @@ def report_key(files: Sequence[Path | InputFile], options: Options, skipped: Seq
 def read_report(key: str, trace: Trace | None, *, logger: logging.Logger = log) -> Report | None:
     """The cached report of ``key`` (its data and its analyses' tables and warnings), attached to
     ``trace``; None when absent. The file is memory-mapped, not read into memory: its tables are
-    converted from the mapping. A damaged, foreign or older file is ignored with a line on
-    ``logger`` (INFO)."""
+    converted from the mapping when first used. A damaged, foreign or older file is ignored with a
+    line on ``logger`` (INFO)."""
     path = cache_path(key)
     try:
         mapped = pa.memory_map(str(path), "r")
@@ -167,7 +167,7 @@ def read_report(key: str, trace: Trace | None, *, logger: logging.Logger = log) 
         logger.info("result cache: ignoring %s (%s); the analyses run again", path.name, exc)
         return None
     try:
-        data, results = decode_report(mapped.read_buffer())
+        data, results = decode_report(mapped.read_buffer(), path)
     except CacheFormatError as exc:
         logger.info("result cache: ignoring %s (%s); the analyses run again", path.name, exc)
         return None
@@ -429,9 +429,11 @@ def _nan_free(value: Any) -> Any:
     return value
 
 
-def decode_report(raw: bytes | memoryview | pa.Buffer) -> tuple[dict[str, Any], dict[str, AnalysisResult]]:
-    """(data, results) from the bytes of a cache file (or its memory map); :class:`CacheFormatError`
-    for anything that is not a complete file of this format version."""
+def decode_report(raw: bytes | memoryview | pa.Buffer,
+                  source: Path | None = None) -> tuple[dict[str, Any], dict[str, AnalysisResult]]:
+    """(data, results) from the bytes of a cache file (or its memory map, of file ``source``);
+    :class:`CacheFormatError` for anything that is not a complete file of this format version. The
+    tables are converted when first used (:class:`MappedTables`)."""
     view = memoryview(raw).cast("B") if not isinstance(raw, memoryview) else raw.cast("B")
     trailer = LENGTH_BYTES + len(END)
     if len(view) < len(MAGIC) + trailer or bytes(view[:len(MAGIC)]) != MAGIC:
@@ -452,26 +454,89 @@ def decode_report(raw: bytes | memoryview | pa.Buffer) -> tuple[dict[str, Any], 
     if not isinstance(data, dict) or not isinstance(analyses, dict):
         raise CacheFormatError("header without report data")
     body = (raw if isinstance(raw, pa.Buffer) else pa.py_buffer(raw)).slice(len(MAGIC), header_start - len(MAGIC))
-    return data, {name: _result(name, entry, body) for name, entry in analyses.items()}
+    return data, {name: _result(name, entry, body, source) for name, entry in analyses.items()}
 
 
 def _version_of(header: Any) -> Any:
     return header.get("version") if isinstance(header, dict) else None
 
 
-def _result(name: str, entry: Any, body: pa.Buffer) -> AnalysisResult:
-    """One analysis's result from its header entry and the IPC area of the file."""
+def _result(name: str, entry: Any, body: pa.Buffer, source: Path | None) -> AnalysisResult:
+    """One analysis's result from its header entry and the IPC area of the file (its tables
+    converted when first used: :class:`MappedTables`)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("tables"), dict):
         raise CacheFormatError(f"analysis {name!r}: damaged entry")
     warnings = entry.get("warnings")
     if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
         raise CacheFormatError(f"analysis {name!r}: damaged warnings")
-    tables = {}
+    stored: dict[str, tuple[pa.Buffer, list[str]]] = {}
     for table_name, where in entry["tables"].items():
         if (not isinstance(where, list) or len(where) != 3 or not all(type(v) is int and v >= 0 for v in where[:2])
                 or where[0] + where[1] > body.size or not isinstance(where[2], list)
                 or not all(isinstance(c, str) for c in where[2])):
             raise CacheFormatError(f"table {name}.{table_name}: bad entry {str(where)[:80]}")
         offset, length, object_columns = where
-        tables[table_name] = _frame_from(body.slice(offset, length), f"{name}.{table_name}", object_columns)
-    return AnalysisResult(name=name, tables=tables, findings=[], warnings=list(warnings))
+        stream = body.slice(offset, length)
+        try:  # the stream's first message only (its schema): the data pages are not read here
+            pa.ipc.open_stream(stream).schema
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise CacheFormatError(f"table {name}.{table_name} is damaged: {exc}") from None
+        stored[table_name] = (stream, object_columns)
+    return AnalysisResult(name=name, tables=MappedTables(name, stored, source), findings=[], warnings=list(warnings))
+
+
+class MappedTables(MutableMapping[str, pd.DataFrame]):
+    """An analysis's tables read back from a cache file: each is converted from the file's memory
+    map when first used (and kept), so a cached report whose tables are not all used (a rendered
+    report reads its data) neither reads nor copies the rest. A table that fails its full check
+    then (a file damaged after its header was read) raises :class:`CacheFormatError`, and the file
+    is removed so that the next run computes the report again."""
+
+    def __init__(self, analysis: str, stored: dict[str, tuple[pa.Buffer, list[str]]], source: Path | None) -> None:
+        self.analysis = analysis
+        self.stored = stored
+        self.source = source
+        self.names = list(stored)
+        self.frames: dict[str, pd.DataFrame] = {}
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        frame = self.frames.get(name)
+        if frame is not None:
+            return frame
+        if name not in self.stored:
+            raise KeyError(name)
+        stream, object_columns = self.stored[name]
+        try:
+            frame = _frame_from(stream, f"{self.analysis}.{name}", object_columns)
+        except CacheFormatError:
+            if self.source is not None:
+                self.source.unlink(missing_ok=True)
+            raise
+        self.frames[name] = frame
+        del self.stored[name]  # (the frame holds what it needs of the map)
+        return frame
+
+    def __setitem__(self, name: str, frame: pd.DataFrame) -> None:
+        self.stored.pop(name, None)
+        self.frames[name] = frame
+        if name not in self.names:
+            self.names.append(name)
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self.frames and name not in self.stored:
+            raise KeyError(name)
+        self.frames.pop(name, None)
+        self.stored.pop(name, None)
+        self.names.remove(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.names))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.frames or name in self.stored
+
+    def __repr__(self) -> str:
+        return f"<MappedTables of {self.analysis}: {', '.join(self.names)}>"
