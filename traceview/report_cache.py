@@ -512,8 +512,8 @@ class MappedTables(MutableMapping[str, pd.DataFrame]):
             if self.source is not None:
                 self.source.unlink(missing_ok=True)
             raise
+        # (the stream is kept: two threads of the app may convert a table at once, harmlessly)
         self.frames[name] = frame
-        del self.stored[name]  # (the frame holds what it needs of the map)
         return frame
 
     def __setitem__(self, name: str, frame: pd.DataFrame) -> None:
