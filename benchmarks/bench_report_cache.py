@@ -10,8 +10,9 @@ must be the same text (checked).
 Target (issue 31, item 3): a fresh run with the cache peaks as ``--no-cache`` does, and a cached
 run no higher (each analysis's tables go to the cache file as the analysis ends; a cached report's
 tables are converted from the file's memory map when first used). Measured here (2 shared cores,
-load 3-5), on ``gen_nsys_nvtx.py --ranges 2.3e6`` (291 MB): before, no-cache 3.93 GB, fresh 4.70 GB,
-cached 2.55 GB (4.3 s); after: see the README of benchmarks or the figures this script prints.
+load 1-4), on ``gen_nsys_nvtx.py --ranges 2.3e6`` (291 MB, a 1.15 GB cache file), in GiB of
+``/usr/bin/time``'s maximum RSS: before (one run, load 3.1-4.4), no-cache 3.75, fresh 4.48, cached
+2.43 (4.3 s); after (medians of 3, load 1.0-1.5), no-cache 3.79, fresh 3.81, cached 0.35 (1.1 s).
 """
 
 from __future__ import annotations
