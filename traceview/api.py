@@ -12,9 +12,11 @@ the app's runs and the Python API (``traceview.analyze``) call :func:`analyze`; 
   front end analysed a trace, the others read its report.
 * A report computed in this process keeps whole tables and its trace (``report.trace``: the HTML
   timeline, the app, ``export-perfetto``); ``whole_tables=False`` lets a report that is only
-  rendered cut its tables as each analysis ends, unless it is stored in the cache (a cached report
-  serves every front end, so it is whole). A job (``executor``) maps the files on workers: its report
-  is the same data with bounded tables, so it is neither read from nor written to the cache.
+  rendered cut its tables as each analysis ends. The cache stores whole tables all the same (a
+  cached report serves every front end): its writer (:class:`traceview.report_cache.ReportWriter`)
+  is the pipeline's table sink, writing each analysis's whole tables to the file as it ends. A job
+  (``executor``) maps the files on workers: its report is the same data with bounded tables, so it
+  is neither read from nor written to the cache.
 * ``jobs`` (the processes a parse may use) is an argument, passed to the load; the command's
   process-wide settings (heap, the work done while parse workers run) come as ``hooks`` from the
   CLI only (:mod:`traceview.runtime`): called from Python, nothing process-wide changes.
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from traceview.findings import Options
     from traceview.model import Trace
     from traceview.parsing import ParseHooks
+    from traceview.pipeline import TableSink
     from traceview.report import Report
 
 #: ``progress(file, bytes_done, bytes_total)`` while files load
@@ -145,7 +148,7 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
     ``executor``: analyze batches of ranks elsewhere (``traceview.jobs.make_executor(workers=4)``;
     never cached: a job's tables are bounded). ``jobs``: processes a parse may use (None: the cores).
     ``progress(file, done, total)``: called while files load. ``whole_tables=False``: a report only
-    rendered may cut its tables to what the report shows (kept whole when it is cached).
+    rendered may cut its tables to what the report shows (the cache stores them whole).
     ``trace``: the trace ``source`` loads to, when the caller holds it already (the app): not loaded
     again. ``on_compute(trace)``: called before the analyses run (not for a cached report).
     ``hooks``: what the calling process lends the parse (:func:`load_inputs`).
@@ -177,17 +180,26 @@ def analyze(source: Any, options: "Options | None" = None, *, cache: bool = True
             return cached
     if on_compute is not None:
         on_compute(trace)
-    report = run_pipeline(trace, options, cache=cache, executor=None, progress=None,
-                          whole_tables=whole_tables or key is not None, steps=steps)
-    if key is not None:
-        report_cache.write_report(key, report)
+    # the cache file is written as each analysis ends (whole tables), whatever the report in memory keeps
+    writer = report_cache.ReportWriter(key) if key is not None else None
+    try:
+        report = run_pipeline(trace, options, cache=cache, executor=None, progress=None,
+                              whole_tables=whole_tables, steps=steps, sink=writer)
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+        raise
+    if writer is not None:
+        writer.finish(report)
     return report
 
 
 def run_pipeline(source: Any, options: "Options", *, cache: bool, executor: Any, progress: LoadProgress | None,
-                 whole_tables: bool, steps: "Callable[[str, int, int], None] | None" = None) -> "Report":
-    """:func:`traceview.pipeline.analyze`, the computation itself (no report cache)."""
+                 whole_tables: bool, steps: "Callable[[str, int, int], None] | None" = None,
+                 sink: "TableSink | None" = None) -> "Report":
+    """:func:`traceview.pipeline.analyze`, the computation itself; ``sink``: the report cache's
+    writer, given each whole table as its analysis ends."""
     from traceview.pipeline import analyze as pipeline_analyze
 
     return pipeline_analyze(source, options, use_cache=cache, executor=executor, progress=progress,
-                            whole_tables=whole_tables, steps=steps)
+                            whole_tables=whole_tables, steps=steps, sink=sink)

@@ -7,7 +7,7 @@ HTML, JSON, web app) only format these; they never recompute a metric.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +144,7 @@ class AnalysisResult:
     """What one analysis produced: named tables, findings, and warnings about trust."""
 
     name: str
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    tables: MutableMapping[str, pd.DataFrame] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     #: figures that cannot be trusted, and why (rendered next to the figures), for every rank the
     #: analysis ran on

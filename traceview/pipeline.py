@@ -56,6 +56,20 @@ StepProgress = Callable[[str, int, int], None]
 # ------------------------------------------------------------------------------------ per batch
 
 
+class TableSink(Protocol):
+    """Where the whole tables of an in-memory analysis go as each analysis ends (the report cache's
+    writer, :class:`traceview.report_cache.ReportWriter`), each table in the form the whole report
+    holds it: so that it is written out at once rather than held to the end, and the report kept in
+    memory may be cut (``whole_tables=False``) while the stored one is whole."""
+
+    def add_table(self, analysis: str, table: str, frame: pd.DataFrame) -> None:
+        """Table ``table`` of ``analysis``, as the whole report holds it."""
+
+    def order_tables(self, analysis: str, tables: list[str]) -> None:
+        """The order of every table given for ``analysis`` in the whole report (called once all
+        are given, after the reduce)."""
+
+
 @dataclass
 class BatchResult:
     """What the analyses produced for one batch of ranks: their tables (whole, or bounded in a job),
@@ -190,11 +204,13 @@ def in_rank_order(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def analyze_batch(trace: Trace, options: Options, *, bounded: bool = False,
-                  steps: StepProgress | None = None) -> BatchResult:
+                  steps: StepProgress | None = None, sink: TableSink | None = None) -> BatchResult:
     """Run every analysis once on ``trace`` (the batch's ranks) and gather the cross-rank inputs.
     ``bounded``: cut each table to the rows a report can need (:func:`bound_batch_tables`) as its
     analysis ends, for a job's workers and for a report that is only rendered (the per-event tables
-    of the first analyses then no longer take memory while the others run)."""
+    of the first analyses then no longer take memory while the others run). ``sink``: given each
+    table but the cross-rank ones as the whole report of this one batch holds it
+    (:func:`whole_table`), before any cut: for the in-memory path only."""
     import traceview.analyses  # noqa: F401  (registers every analysis and derived input)
 
     ctx = AnalysisContext(trace, options)
@@ -211,6 +227,10 @@ def analyze_batch(trace: Trace, options: Options, *, bounded: bool = False,
     def keep(spec: AnalysisSpec, result: AnalysisResult) -> None:
         tables = {name: in_rank_order(frame) for name, frame in result.tables.items()}
         out.table_rows.update(((spec.name, t), int(len(f))) for t, f in tables.items())
+        if sink is not None:
+            for name, frame in tables.items():
+                if not spec.table(name).cross_rank:
+                    sink.add_table(spec.name, name, whole_table(frame, spec.table(name), options))
         out.tables[spec.name] = bound_batch_tables(spec, tables, options) if bounded else tables
         out.findings[spec.name] = list(result.findings)
         out.warnings[spec.name] = [(r, w) for r in ranks for w in result.warnings] + list(result.rank_warnings)
@@ -353,13 +373,44 @@ def concatenated(spec: AnalysisSpec, pieces: dict[tuple[str, str], list[PackedFr
         if name != spec.name or spec.table(tname).cross_rank:
             continue
         table = concat_packed(frames)
-        top = spec.table(tname).top_overall
-        if top and len(table):
-            cols, asc = [c for c, _ in top], [a for _, a in top]
-            table = table.sort_values(cols, ascending=asc, kind="stable").head(options.top_n).reset_index(drop=True)
+        if spec.table(tname).top_overall and len(table):
+            table = top_overall_cut(table, spec.table(tname), options)
             table_rows[(name, tname)] = len(table)
         result.tables[tname] = table
     return result
+
+
+def top_overall_cut(frame: pd.DataFrame, table: TableSpec, options: Options) -> pd.DataFrame:
+    """The ``top_n`` rows of a ``top_overall`` table across ranks, by its declared key."""
+    cols, asc = [c for c, _ in table.top_overall], [a for _, a in table.top_overall]
+    return frame.sort_values(cols, ascending=asc, kind="stable").head(options.top_n).reset_index(drop=True)
+
+
+def whole_table(frame: pd.DataFrame, table: TableSpec, options: Options) -> pd.DataFrame:
+    """A table of one batch (in rank order) as :func:`reduce_batches` of that batch alone, with
+    whole tables, gives it: the same rows renumbered, a ``top_overall`` table cut."""
+    frame = frame.reset_index(drop=True)
+    return top_overall_cut(frame, table, options) if table.top_overall and len(frame) else frame
+
+
+def declared_order(spec: AnalysisSpec, tables: Iterable[str]) -> list[str]:
+    """``tables`` in the order ``spec`` declares them (undeclared ones last, as given)."""
+    declared = [t.name for t in spec.tables]
+    return sorted(tables, key=lambda t: declared.index(t) if t in declared else len(declared))
+
+
+def sink_cross_rank_tables(sink: TableSink, batch: BatchResult, reduced: "Reduced") -> None:
+    """Give ``sink`` the cross-rank tables of the reduce of ``batch`` alone, and the order of every
+    analysis's tables in the whole report."""
+    for spec in analysis_specs():
+        result = reduced.results.get(spec.name)
+        if result is None:
+            continue
+        cross = [t for t in result.tables if spec.table(t).cross_rank]
+        for name in cross:
+            sink.add_table(spec.name, name, result.tables[name])
+        given = [t for (a, t) in batch.table_rows if a == spec.name and not spec.table(t).cross_rank]
+        sink.order_tables(spec.name, declared_order(spec, given + cross))
 
 
 def cross_rank_step(spec: AnalysisSpec, result: AnalysisResult, gathered: list[Any] | None,
@@ -373,9 +424,7 @@ def cross_rank_step(spec: AnalysisSpec, result: AnalysisResult, gathered: list[A
             table_rows[(spec.name, tname)] = len(frame)
         result.findings.extend(cross.findings)
         result.warnings.extend(cross.warnings)
-    declared = [t.name for t in spec.tables]
-    order = sorted(result.tables, key=lambda t: declared.index(t) if t in declared else len(declared))
-    result.tables = {t: result.tables[t] for t in order}
+    result.tables = {t: result.tables[t] for t in declared_order(spec, result.tables)}
 
 
 # ------------------------------------------------------------------------------------ the pipeline
@@ -407,7 +456,8 @@ class Mapped:
 
 def analyze(source: Source, options: Options | None = None, *, use_cache: bool = True,
             executor: Executor | None = None, progress: Callable[[Path, int, int], None] | None = None,
-            step_marker: str | None = None, whole_tables: bool = True, steps: StepProgress | None = None) -> Report:
+            step_marker: str | None = None, whole_tables: bool = True, steps: StepProgress | None = None,
+            sink: TableSink | None = None) -> Report:
     """Analyze traces and return the :class:`~traceview.report.Report` every front end renders.
 
     ``source``: a :class:`Trace`, or trace files and directories (any registered input format).
@@ -418,11 +468,15 @@ def analyze(source: Source, options: Options | None = None, *, use_cache: bool =
     rows only; the report's data is the same. For a report that is only rendered (``traceview
     analyze --no-cache``): the per-event tables of the first analyses do not stay in memory while
     the others run. ``steps(phase, done, total)``: :data:`StepProgress` (None: silent).
+    ``sink``: given the whole report's tables as each analysis ends (:class:`TableSink`: the report
+    cache's writer), whatever ``whole_tables``; in memory only (not with an ``executor``).
     """
     options = options or Options()
     if step_marker is not None:
         options = Options(**{**options.__dict__, "step_marker": step_marker})
     if executor is not None:
+        if sink is not None:
+            raise TypeError("a job's tables are bounded: no table sink with an executor")
         if isinstance(source, Trace):
             raise TypeError("an executor analyzes files: pass paths, not a loaded Trace")
         skipped: list[Path] = []
@@ -433,8 +487,10 @@ def analyze(source: Source, options: Options | None = None, *, use_cache: bool =
                                                      table_rows=reduced.table_rows, execution=mapped.execution))
     trace = source if isinstance(source, Trace) else load(_paths(source), use_cache=use_cache, progress=progress,
                                                           step_marker=options.step_marker)
-    batch = analyze_batch(trace, options, bounded=not whole_tables, steps=steps)
+    batch = analyze_batch(trace, options, bounded=not whole_tables, steps=steps, sink=sink)
     reduced = reduce_batches([batch], options, steps)
+    if sink is not None:
+        sink_cross_rank_tables(sink, batch, reduced)
     overview = overview_of(trace, batch.summaries)
     return _reported(steps, lambda: build_report(overview, reduced.results, options=options,
                                                  table_rows=reduced.table_rows, execution={"executor": "in-process"},

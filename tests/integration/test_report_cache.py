@@ -167,3 +167,95 @@ def test_a_file_is_keyed_once_per_discovery_and_read_again_after(tmp_path: Path)
     rewrite(b'{"traceEvents": [3]}')
     path.touch()  # a new mtime: a new identity
     assert discover([path]).files[0].cache_key not in (first, second)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_a_report_cut_in_memory_is_stored_whole(path: Path) -> None:
+    """`traceview analyze` keeps cut tables in memory (``whole_tables=False``) while the cache's writer
+    is given every whole table as its analysis ends: the report read back is the whole report."""
+    cut = traceview.analyze(str(path), Options(), whole_tables=False)
+    key = _key(path)
+    assert key is not None and report_cache.cache_path(key).exists()
+    cached = _analyze(path)
+    whole = _analyze(path, use_cache=False)
+    _assert_same_report(whole, cached)
+    assert cut.data == whole.data
+
+
+def test_the_cut_tables_of_a_run_are_smaller_than_the_stored_ones() -> None:
+    """(the test above would not see a writer given the cut tables on traces whose tables are small)"""
+    path = SAMPLES[0]
+    cut = traceview.analyze(str(path), Options(top_n=1), whole_tables=False)
+    cached = _analyze(path, Options(top_n=1))
+    rows = {(a, t): len(f) for a, r in cut.results.items() for t, f in r.tables.items()}
+    assert any(len(f) > rows.get((a, t), 0) for a, r in cached.results.items() for t, f in r.tables.items())
+
+
+def test_a_report_read_back_converts_its_tables_when_used() -> None:
+    """The file is memory-mapped and a table converted from it when first used: a rendered report
+    (from its data) converts none."""
+    computed = _analyze(SAMPLES[0])
+    key = _key(SAMPLES[0])
+    assert key is not None
+    cached = report_cache.read_report(key, None)
+    assert cached is not None
+    mapped = [r.tables for r in cached.results.values() if r.tables]
+    assert mapped and all(isinstance(t, report_cache.MappedTables) and not t.frames for t in mapped)
+    assert get_renderer("json")().render(cached) == get_renderer("json")().render(computed)
+    name, result = next((n, r) for n, r in computed.results.items() if r.tables)
+    table = next(iter(result.tables))
+    assert cached.table(name, table).equals(result.tables[table])
+    assert list(cached.results[name].tables.frames) == [table]
+
+
+def test_a_run_stopped_midway_stores_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped after every analysis has written its tables (Ctrl-C in the reduce): no report file and
+    no temporary file are left, and the next run computes and stores the report."""
+    from traceview import pipeline
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    real = pipeline.sink_cross_rank_tables
+    monkeypatch.setattr(pipeline, "sink_cross_rank_tables", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _analyze(SAMPLES[0])
+    folder = report_cache.cache_folder()
+    assert not list(folder.glob("*" + report_cache.SUFFIX)) and not list(folder.glob(".*"))
+    monkeypatch.setattr(pipeline, "sink_cross_rank_tables", real)  # (not undo: the cache folder is patched too)
+    _analyze(SAMPLES[0])
+    assert len(list(folder.glob("*" + report_cache.SUFFIX))) == 1
+
+
+def test_the_file_of_a_killed_run_is_never_read_and_is_removed(tmp_path: Path) -> None:
+    """A writer killed midway (no rename) leaves its temporary file: it is not the key's file, so
+    the report is computed again, and the next writer removes it (its process is gone)."""
+    import subprocess
+    import sys
+
+    key = _key(SAMPLES[1])
+    assert key is not None
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    writer = report_cache.ReportWriter(key)
+    writer.add_table("kernels", "kernels", _analyze(SAMPLES[1], use_cache=False).table("kernels", "kernels"))
+    writer.file.close()  # as a kill leaves it: written in part, never renamed
+    assert writer.temp_path is not None
+    left = writer.temp_path.with_name(f".{key}.{gone.stdout.strip()}{report_cache.TEMP_SUFFIX}")
+    writer.temp_path.rename(left)
+    assert report_cache.read_report(key, None) is None
+    _analyze(SAMPLES[1])
+    assert report_cache.read_report(key, None) is not None
+    assert not left.exists()
+
+
+def test_a_file_of_the_previous_format_is_computed_again() -> None:
+    """Format 4 (header first, no end marker) is ignored, not misread."""
+    computed = _analyze(SAMPLES[1])
+    key = _key(SAMPLES[1])
+    assert key is not None
+    path = report_cache.cache_path(key)
+    header = b'{"version": "4", "data": {}, "analyses": {}}'
+    path.write_bytes(report_cache.MAGIC + len(header).to_bytes(8, "little") + header)
+    assert report_cache.read_report(key, None) is None
+    assert _analyze(SAMPLES[1]).data == computed.data
