@@ -226,7 +226,7 @@ def _segments(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFram
         "start_ns": np.maximum(np.where(src >= 0, graph.times[np.maximum(src, 0)], starts[w]), starts[w]),
         "end_ns": graph.times[dst],
         "category": np.where(edge >= 0, graph.category[safe], UNLINKED).astype(np.int64),
-        "row": np.where(edge >= 0, graph.owner[safe], -1),
+        "row": np.where(edge >= 0, graph.owner[safe], -1).astype(np.int64),
         # drawn on the launch call's thread for a launch latency, else on the point it ends at
         "lane": np.where((edge >= 0) & (graph.kind[safe] == LAUNCH), src, dst),
     }
@@ -565,7 +565,7 @@ def _edge_table(graph: DependencyGraph) -> pd.DataFrame:
     del key
     present = np.flatnonzero(count)
     ranks, kinds = present // len(EDGE_KINDS) + low, present % len(EDGE_KINDS)
-    table = pd.DataFrame({"rank": ranks.astype(graph.rank.dtype), "edge": np.asarray(EDGE_KINDS, dtype=object)[kinds],
+    table = pd.DataFrame({"rank": ranks.astype(np.int64), "edge": np.asarray(EDGE_KINDS, dtype=object)[kinds],
                           "count": count[present].astype(np.int64), "binding": binding[present].astype(np.int64)})
     inferred = [EDGE_KINDS[k] for k in INFERRED_EDGES]
     table["rule"] = np.where(table["edge"].isin(inferred), "inferred", "recorded")
