@@ -526,11 +526,12 @@ def _cut_to(seg: pd.DataFrame, length: np.ndarray, saving: pd.Series, scenario: 
     first = np.concatenate([[True], window[1:] != window[:-1]]) if window.size else np.zeros(0, dtype=bool)
     before = total - length - np.maximum.accumulate(np.where(first, total - length, 0)) if window.size else total
     take = np.clip(budget - before, 0, length)
+    taken = take > 0  # the frame is built of these rows only (most segments are past the saving)
+    keep, end, take = keep[taken], end[taken], take[taken]
     rank = seg["rank"].to_numpy(np.int64)[keep]
-    frame = pd.DataFrame({"rank": rank, "device": pd.Series(rank).map(main_device).fillna(-1).to_numpy(np.int64),
-                          "step": seg["step"].to_numpy(np.int64)[keep], "scenario": scenario,
-                          "start_ns": end - take, "end_ns": end})
-    return frame[take > 0]
+    return pd.DataFrame({"rank": rank, "device": pd.Series(rank).map(main_device).fillna(-1).to_numpy(np.int64),
+                         "step": seg["step"].to_numpy(np.int64)[keep], "scenario": scenario,
+                         "start_ns": end - take, "end_ns": end})
 
 
 def _collectives(ctx: AnalysisContext, act: Activity, segments: pd.DataFrame) -> pd.DataFrame:
