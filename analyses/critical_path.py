@@ -17,6 +17,7 @@ time on it), ``edges`` (the graph's edges by kind and rule). Across ranks (reduc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,8 @@ INFERRED_WARNINGS = {
 UNTRUSTED_RULES = ("edges left out: source after destination (clock skew)", "points on cycles (placed last)")
 GRAPH_SCENARIOS = ("comm_overlapped", "no_host_overhead", "roofline", "achievable")
 HOST_CATEGORIES = ("host_compute", "host_untraced", "launch_overhead", "sync")
+#: the columns of the segments that the claims read
+CLAIM_INPUTS = ["window", "rank", "step", "end_ns", "dur_ns", "row"]
 SEGMENT_COLUMNS = ["rank", "step", "start_ns", "end_ns", "dur_ns", "category", "name", "row", "tid", "device",
                    "stream"]
 
@@ -208,11 +211,14 @@ def _segments(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFram
     if lengths.sum() == 0:
         return _empty_segments()
     flat = np.concatenate(runs)
-    window = np.repeat(np.arange(len(runs), dtype=np.int64), lengths)
+    del runs  # the walk's parts: as large as the path (each array below is let go once read)
+    window = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
     is_last = np.zeros(flat.size, dtype=bool)
     is_last[np.cumsum(lengths) - 1] = True
     dst_at = np.flatnonzero(~is_last)[::-1]  # each window's segments in time order
+    del is_last
     dst, src, w = flat[dst_at], flat[dst_at + 1], window[dst_at]
+    del flat, window, dst_at
     edge = np.where(src >= 0, graph.binding[dst], -1)
     safe = np.maximum(edge, 0)
     columns = {
@@ -220,13 +226,16 @@ def _segments(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFram
         "start_ns": np.maximum(np.where(src >= 0, graph.times[np.maximum(src, 0)], starts[w]), starts[w]),
         "end_ns": graph.times[dst],
         "category": np.where(edge >= 0, graph.category[safe], UNLINKED).astype(np.int64),
-        "row": np.where(edge >= 0, graph.owner[safe], -1),
+        "row": np.where(edge >= 0, graph.owner[safe], -1).astype(np.int64),
         # drawn on the launch call's thread for a launch latency, else on the point it ends at
         "lane": np.where((edge >= 0) & (graph.kind[safe] == LAUNCH), src, dst),
     }
+    del dst, src, edge, safe
     order = np.argsort(w, kind="stable")  # windows in order, each in time order
     keep = order[columns["end_ns"][order] > columns["start_ns"][order]]
-    return _with_lanes(ctx, graph, windows, _merged({k: v[keep] for k, v in columns.items()}))
+    del order, w
+    kept = {k: columns.pop(k)[keep] for k in list(columns)}  # each column let go once cut
+    return _with_lanes(ctx, graph, windows, _merged(kept))
 
 
 def _merged(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -258,6 +267,8 @@ def _with_lanes(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFr
     step_rows = graph.row[windows["start_point"].to_numpy(np.int64)]
     category = np.where((category == HOST_COMPUTE) & np.isin(row, step_rows), HOST_UNTRACED, category)
     w = columns["window"]
+    # copy=False: the frame holds these arrays as its columns; pandas would otherwise copy every
+    # int64 column into one 2-D block (on a path of millions of segments, hundreds of MB at once)
     return pd.DataFrame({
         "window": w,
         "rank": windows["rank"].to_numpy(np.int64)[w],
@@ -272,7 +283,7 @@ def _with_lanes(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFr
         "stream": np.where(on_host, -1, trace.column("stream")[lane_row]).astype(np.int64),
         "dur_ns": columns["end_ns"] - columns["start_ns"],
         "category": pd.Categorical.from_codes(category, categories=list(CATEGORIES)),
-    })
+    }, copy=False)
 
 
 def _segment_names(ctx: AnalysisContext, row: np.ndarray, category: np.ndarray) -> pd.Categorical:
@@ -295,7 +306,7 @@ def _empty_segments() -> pd.DataFrame:
 
 
 def _public_segments(segments: pd.DataFrame) -> pd.DataFrame:
-    out = segments[SEGMENT_COLUMNS].copy()
+    out = segments[SEGMENT_COLUMNS]  # copy on write: the "step" column below is the only one replaced
     out["step"] = step_column(out["step"].to_numpy(np.int64))
     rank, start = out["rank"].to_numpy(), out["start_ns"].to_numpy()
     ordered = bool(((rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (start[1:] >= start[:-1]))).all())
@@ -357,20 +368,35 @@ def _composition(windows: pd.DataFrame, segments: pd.DataFrame, main_device: dic
 
 def scenario_lags(graph: DependencyGraph, factor: np.ndarray) -> dict[str, np.ndarray]:
     """The graph's lags as each what-if changes them (docs/metrics.md, "What-if")."""
+    return dict(scenario_lag_arrays(graph, factor))
+
+
+def scenario_lag_arrays(graph: DependencyGraph, factor: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """:func:`scenario_lags` one scenario at a time, in :data:`GRAPH_SCENARIOS` order: a caller that
+    lets each go before asking for the next holds one array of the graph's edges, not four."""
     lag = graph.lag
     duration = graph.kind == DURATION
     comm = duration & (graph.category == COMMUNICATION)
     host = np.isin(graph.kind, [HOST_ORDER, LAUNCH, SYNC_WAIT, WAKE])
+    yield "comm_overlapped", np.where(comm, 0, lag)
+    yield "no_host_overhead", np.where(host, 0, lag)
+    roofed = _roofed_lags(graph, factor, duration)
+    yield "roofline", roofed
+    del duration
+    comm |= host
+    del host
+    yield "achievable", np.where(comm, 0, roofed)
+
+
+def _roofed_lags(graph: DependencyGraph, factor: np.ndarray, duration: np.ndarray) -> np.ndarray:
+    """The lags with each GPU compute activity's duration at its roofline time (its factor; NaN: as measured)."""
+    lag = graph.lag
     roof = np.ones(lag.size, dtype=np.float64)
     gpu_dur = np.flatnonzero(duration & (graph.category == GPU_COMPUTE))
     j = graph.dst[gpu_dur] - 2 * graph.hosts - graph.activities  # the activity whose end the edge ends at
     roof[gpu_dur] = np.where(np.isnan(factor[j]), 1.0, factor[j])
-    roofed = np.round(lag * roof).astype(np.int64)
-    comm_overlapped = np.where(comm, 0, lag)
-    no_host = np.where(host, 0, lag)
-    achievable = np.where(comm | host, 0, roofed)
-    return {"comm_overlapped": comm_overlapped, "no_host_overhead": no_host, "roofline": roofed,
-            "achievable": achievable}
+    roof *= lag
+    return np.round(roof).astype(np.int64)
 
 
 def activity_windows(act: Activity, windows: pd.DataFrame) -> np.ndarray:
@@ -426,7 +452,7 @@ def _whatif_span(graph: DependencyGraph, windows: pd.DataFrame, act_window: np.n
 def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
              factor: np.ndarray) -> pd.DataFrame:
     """Per window and graph scenario: the saving and the what-if step time (docs/metrics.md)."""
-    lags = scenario_lags(graph, factor)
+    lags = scenario_lag_arrays(graph, factor)
     act_window = activity_windows(act, windows)
     base = _whatif_span(graph, windows, act_window, graph.times, host_free=False)
     step_ns = (windows["end_ns"] - windows["start_ns"]).to_numpy(np.int64)
@@ -439,10 +465,12 @@ def _whatifs(graph: DependencyGraph, act: Activity, windows: pd.DataFrame,
     safe = np.clip(rank, 0, kernel_ns.size - 1)
     modelled_share = np.where(rank < kernel_ns.size, modelled_ns[safe] / np.maximum(kernel_ns[safe], 1), np.nan)
     frames = []
-    for scenario in GRAPH_SCENARIOS:
-        times = relaxed_times(graph.incoming, lags.pop(scenario), graph.times)  # each let go once used
+    for scenario, lag in lags:
+        times = relaxed_times(graph.incoming, lag, graph.times)
+        del lag  # each scenario's lags let go before the next's are made
         span = _whatif_span(graph, windows, act_window, times,
                             host_free=scenario in ("no_host_overhead", "achievable"))
+        del times  # before the next scenario's times are made (one re-timed graph at a time)
         saving = np.clip(base - span, 0, step_ns)  # a what-if never makes a step slower
         frames.append(pd.DataFrame({
             "window": np.arange(len(windows), dtype=np.int64), "rank": rank,
@@ -466,7 +494,7 @@ def _claims(segments: pd.DataFrame, whatif: pd.DataFrame, graph: DependencyGraph
     for scenario, shortened in (("comm_overlapped", cat == COMMUNICATION),
                                 ("no_host_overhead", np.isin(cat, host)),
                                 ("roofline", cat == GPU_COMPUTE)):
-        seg = segments[shortened]
+        seg = segments.loc[shortened, CLAIM_INPUTS]  # the columns read: not a copy of every column
         length = seg["dur_ns"].to_numpy(np.float64)
         if scenario == "roofline":
             row_factor = _row_factor(graph, factor, seg["row"].to_numpy(np.int64))
@@ -499,11 +527,12 @@ def _cut_to(seg: pd.DataFrame, length: np.ndarray, saving: pd.Series, scenario: 
     first = np.concatenate([[True], window[1:] != window[:-1]]) if window.size else np.zeros(0, dtype=bool)
     before = total - length - np.maximum.accumulate(np.where(first, total - length, 0)) if window.size else total
     take = np.clip(budget - before, 0, length)
+    taken = take > 0  # the frame is built of these rows only (most segments are past the saving)
+    keep, end, take = keep[taken], end[taken], take[taken]
     rank = seg["rank"].to_numpy(np.int64)[keep]
-    frame = pd.DataFrame({"rank": rank, "device": pd.Series(rank).map(main_device).fillna(-1).to_numpy(np.int64),
-                          "step": seg["step"].to_numpy(np.int64)[keep], "scenario": scenario,
-                          "start_ns": end - take, "end_ns": end})
-    return frame[take > 0]
+    return pd.DataFrame({"rank": rank, "device": pd.Series(rank).map(main_device).fillna(-1).to_numpy(np.int64),
+                         "step": seg["step"].to_numpy(np.int64)[keep], "scenario": scenario,
+                         "start_ns": end - take, "end_ns": end})
 
 
 def _collectives(ctx: AnalysisContext, act: Activity, segments: pd.DataFrame) -> pd.DataFrame:
@@ -526,13 +555,20 @@ def _collectives(ctx: AnalysisContext, act: Activity, segments: pd.DataFrame) ->
 
 def _edge_table(graph: DependencyGraph) -> pd.DataFrame:
     """The graph's edges per rank and kind (how many, how many bind a point), and the rules' counts."""
-    rank = graph.rank[graph.dst]
-    bound = np.zeros(graph.src.size, dtype=bool)
-    bound[graph.binding[graph.binding >= 0]] = True
-    key, (ranks, kinds) = iv.combine_keys(rank, graph.kind.astype(np.int64))
-    table = pd.DataFrame({"rank": ranks, "edge": np.asarray(EDGE_KINDS, dtype=object)[kinds],
-                          "count": np.bincount(key, minlength=ranks.size).astype(np.int64),
-                          "binding": np.bincount(key, weights=bound, minlength=ranks.size).astype(np.int64)})
+    # one code per edge, (rank of its destination - lowest rank) x kinds + kind: the (rank, kind)
+    # pairs in order, counted by bincount (few ranks and kinds; no sort of the millions of edges)
+    low = int(graph.rank.min()) if graph.rank.size else 0
+    key = graph.rank[graph.dst]
+    key -= low
+    key *= len(EDGE_KINDS)
+    key += graph.kind
+    count = np.bincount(key)
+    binding = np.bincount(key[graph.binding[graph.binding >= 0]], minlength=count.size)
+    del key
+    present = np.flatnonzero(count)
+    ranks, kinds = present // len(EDGE_KINDS) + low, present % len(EDGE_KINDS)
+    table = pd.DataFrame({"rank": ranks.astype(np.int64), "edge": np.asarray(EDGE_KINDS, dtype=object)[kinds],
+                          "count": count[present].astype(np.int64), "binding": binding[present].astype(np.int64)})
     inferred = [EDGE_KINDS[k] for k in INFERRED_EDGES]
     table["rule"] = np.where(table["edge"].isin(inferred), "inferred", "recorded")
     table["binding"] = table["binding"].astype(np.int64)

@@ -69,6 +69,11 @@ WAKE_MAX_NS = 200_000
 _LOOKBACK = 8
 
 
+def index_type(n: int) -> type[np.signedinteger]:
+    """int32 for indices into ``n`` items where every index fits, else int64."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 @dataclass(frozen=True)
 class DependencyGraph:
     """Points (``times``, the event ``row`` and ``rank`` of each), edges (``src``, ``dst``,
@@ -173,8 +178,14 @@ def build_dependency_graph(ctx: AnalysisContext) -> DependencyGraph:
     backwards = times[src] > times[dst]
     rules["edges left out: source after destination (clock skew)"] = ranks[dst[backwards]]
     keep = ~backwards
-    src, dst, kind, category, owner = src[keep], dst[keep], kind[keep], category[keep], owner[keep]
+    # points, edges and event rows as int32 where every index fits (the graph's largest arrays:
+    # a few per event); times and lags stay int64
+    point_type, row_type = index_type(times.size), index_type(trace.num_events)
+    src, dst = src[keep].astype(point_type), dst[keep].astype(point_type)
+    kind, category, owner = kind[keep], category[keep], owner[keep].astype(row_type)
+    rows = rows.astype(row_type)
     binding, lag = _binding_and_lags(times, src, dst, kind, act, n_h)
+    binding = binding.astype(index_type(src.size))
     incoming = IncomingEdges.of(times.size, src, dst)
     rules["points on cycles (placed last)"] = ranks[incoming.order[times.size - incoming.cyclic:]]
     return DependencyGraph(times=times, row=rows, rank=ranks, hosts=n_h, activities=n_g, src=src, dst=dst,

@@ -38,7 +38,8 @@ class IncomingEdges:
 
     @classmethod
     def of(cls, nodes: int, src: np.ndarray, dst: np.ndarray, use_native: bool = True) -> "IncomingEdges":
-        by_dst = np.argsort(dst, kind="stable").astype(np.int64)
+        # int32 positions where every edge's fits: read only to take the callers' per-edge arrays
+        by_dst = np.argsort(dst, kind="stable").astype(np.int32 if src.size < 2**31 else np.int64)
         offsets = np.zeros(nodes + 1, dtype=np.int64)
         np.cumsum(np.bincount(dst, minlength=nodes), out=offsets[1:])
         src_sorted = np.ascontiguousarray(src[by_dst], dtype=np.int64)
