@@ -59,6 +59,7 @@ from traceview.context import AnalysisContext
 from traceview.findings import AnalysisResult, Finding, Headline, Options
 from traceview.model import Kind, Trace
 from traceview.registry import AnalysisSpec, TableSpec, register_input
+from traceview.tables import concat_tables
 
 NAME = "kernels"
 
@@ -561,8 +562,10 @@ class KernelTotals:
     than of the calls). No row numbers, so nothing to remap."""
 
     #: the reduce starts by concatenating each frame over the parts: a driver may join them first
-    #: (``traceview.packed_frames.merge_inputs``)
+    #: (``traceview.packed_frames.join_inputs``), categories united as
+    #: :func:`traceview.tables.concat_tables` unites them (the reduce concatenates with it)
     merge_fields: ClassVar[bool] = True
+    merge_unites_categories: ClassVar[bool] = True
 
     frame: pd.DataFrame
     calls: pd.DataFrame
@@ -583,6 +586,9 @@ def kernel_tables_of(ctx: AnalysisContext) -> dict[str, pd.DataFrame]:
 
 
 CALL_COLUMNS = ["name", "norm_name", "category", "kind", "rank", "device", "dur_ns", "calls"]
+#: the string columns of the distinct calls, as categories: a rank's few dozen names repeat over its
+#: thousands of distinct calls, and a job's driver holds and joins the calls of thousands of ranks
+CALL_NAME_COLUMNS = ["name", "norm_name", "category", "kind"]
 
 
 def _distinct_calls(trace: Trace, act: Activity) -> pd.DataFrame:
@@ -604,7 +610,7 @@ def _distinct_calls(trace: Trace, act: Activity) -> pd.DataFrame:
         "category": [CATEGORIES[c] for c in cat[first].tolist()],
         "kind": [kind_names.get(int(k), "other") for k in act.kind[first].tolist()],
         "rank": rank.astype(np.int64), "device": device.astype(np.int64), "dur_ns": value, "calls": calls,
-    })
+    }).astype({c: "category" for c in CALL_NAME_COLUMNS})
 
 
 def kernel_totals(ctx: AnalysisContext) -> KernelTotals:
@@ -615,7 +621,8 @@ def kernel_totals(ctx: AnalysisContext) -> KernelTotals:
     act = activity(ctx)
     if len(act) == 0:
         return KernelTotals(_empty_frame(["name", "category", "kind", "count", "total_ns", "min_ns", "max_ns",
-                                          "gpus"]), _empty_frame(CALL_COLUMNS))
+                                          "gpus"]),
+                            _empty_frame(CALL_COLUMNS).astype({c: "category" for c in CALL_NAME_COLUMNS}))
     per_gpu = kernel_tables_of(ctx)["kernels"]
     grouped = per_gpu.groupby(["name", "category", "kind"], sort=False)
     frame = grouped.agg(count=("count", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
@@ -706,21 +713,26 @@ def _rank_spread(calls: pd.DataFrame) -> pd.DataFrame:
     return out.merge(hi.rename(columns={"rank": "max_rank", "total": "max_rank_total_ns"}), on="norm_name")
 
 
-def _summary_table(calls: pd.DataFrame) -> pd.DataFrame:
-    """``kernel_summary``: one row per normalised name over every rank and GPU (module docstring)."""
+def _summary_table(calls: pd.DataFrame, names: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``kernel_summary``: one row per normalised name over every rank and GPU (module docstring).
+    ``calls``: the distinct calls with their name columns as codes into ``names`` (sorted values,
+    so the codes sort as the names do)."""
     stats = _call_stats(calls, ["norm_name"])
     # category, kind and the full name shown: those of the full name with the largest total
     by_name = _sums_by_key({"norm_name": calls["norm_name"].to_numpy(), "name": calls["name"].to_numpy()},
                            {"total": calls["dur_ns"].to_numpy() * calls["calls"].to_numpy()})
-    names = by_name.groupby("norm_name", sort=True).size().rename("names").reset_index()
+    counts = by_name.groupby("norm_name", sort=True).size().rename("names").reset_index()
     largest = by_name.sort_values(["norm_name", "total", "name"], ascending=[True, False, True],
                                   kind="stable").drop_duplicates("norm_name")
     about = calls.drop_duplicates("name")[["name", "category", "kind"]]
     largest = largest.merge(about, on="name", how="left").rename(columns={"name": "full_name"})
     gpus = calls.drop_duplicates(["norm_name", "rank", "device"]).groupby("norm_name").size().rename("gpus")
     out = stats.merge(largest[["norm_name", "full_name", "category", "kind"]], on="norm_name")
-    out = out.merge(names, on="norm_name").merge(gpus.reset_index(), on="norm_name")
+    out = out.merge(counts, on="norm_name").merge(gpus.reset_index(), on="norm_name")
     out = out.merge(_rank_spread(calls), on="norm_name")
+    for column, values in (("norm_name", "norm_name"), ("full_name", "name"), ("category", "category"),
+                           ("kind", "kind")):
+        out[column] = names[values][out[column].to_numpy()]
     all_ns = float(out["total_ns"].sum())
     out["share_pct"] = 100.0 * out["total_ns"].to_numpy() / all_ns if all_ns > 0 else 0.0
     out = out.rename(columns={"norm_name": "name"}).sort_values(["total_ns", "name"], ascending=[False, True],
@@ -730,12 +742,33 @@ def _summary_table(calls: pd.DataFrame) -> pd.DataFrame:
     return out[SUMMARY_COLUMNS].reset_index(drop=True)
 
 
-def _rank_table(calls: pd.DataFrame) -> pd.DataFrame:
-    """``kernel_ranks``: the figures of each normalised name per rank and GPU."""
+def _rank_table(calls: pd.DataFrame, names: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``kernel_ranks``: the figures of each normalised name per rank and GPU (``calls`` and
+    ``names`` as for :func:`_summary_table`)."""
     out = _call_stats(calls, ["norm_name", "rank", "device"])
+    out["norm_name"] = names["norm_name"][out["norm_name"].to_numpy()]
     gpu_ns = out.groupby(["rank", "device"])["total_ns"].transform("sum").to_numpy()
     out["share_pct"] = np.where(gpu_ns > 0, 100.0 * out["total_ns"].to_numpy() / np.maximum(gpu_ns, 1), 0.0)
     return out.rename(columns={"norm_name": "name"})[RANK_COLUMNS].reset_index(drop=True)
+
+
+def coded_calls(calls: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """``calls`` with each name column (categorical) as int64 codes into sorted values, and those
+    values (object arrays) per column: the cross-rank tables group, sort and join the millions of
+    calls of a big job on integers, and look the few distinct names up at the end."""
+    coded = calls.copy(deep=False)
+    names: dict[str, np.ndarray] = {}
+    for c in CALL_NAME_COLUMNS:
+        column = calls[c].astype("category") if not isinstance(calls[c].dtype, pd.CategoricalDtype) else calls[c]
+        if not column.cat.categories.is_monotonic_increasing:
+            column = column.cat.reorder_categories(column.cat.categories.sort_values())
+        codes = column.cat.codes.to_numpy().astype(np.int64)
+        if (codes < 0).any():  # (a missing name: never from the parsers; kept as its own value)
+            column = column.astype(object).astype("category")
+            codes = column.cat.codes.to_numpy().astype(np.int64)
+        coded[c] = codes
+        names[c] = np.asarray(column.cat.categories, dtype=object)
+    return coded, names
 
 
 def cross_rank(parts: list[KernelTotals], options: Options) -> AnalysisResult:
@@ -748,9 +781,10 @@ def cross_rank(parts: list[KernelTotals], options: Options) -> AnalysisResult:
         result.tables["kernel_summary"] = _empty_frame(SUMMARY_COLUMNS)
         result.tables["kernel_ranks"] = _empty_frame(RANK_COLUMNS)
         return result
-    calls = pd.concat(frames, ignore_index=True)
-    result.tables["kernel_summary"] = _summary_table(calls)
-    result.tables["kernel_ranks"] = _rank_table(calls)
+    calls, names = coded_calls(concat_tables(frames))
+    del frames
+    result.tables["kernel_summary"] = _summary_table(calls, names)
+    result.tables["kernel_ranks"] = _rank_table(calls, names)
     return result
 
 

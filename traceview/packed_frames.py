@@ -213,15 +213,25 @@ def join_inputs(parts: list[Any]) -> list[Any]:
     where their type declares ``merge_fields`` (its reduce starts by ``pd.concat`` of each
     DataFrame field over the parts and reads nothing else of them) and every part's fields have the
     same columns and dtypes, categories included (so the joined arrays are what ``pd.concat``
-    gives), all its fields being frames; else the parts as they are. Still packed: :func:`unpack_inputs` each."""
+    gives), all its fields being frames; else the parts as they are. A type that also declares
+    ``merge_unites_categories`` concatenates with :func:`traceview.tables.concat_tables` (categories
+    united): its parts are joined so where only their categories differ. Still packed:
+    :func:`unpack_inputs` each."""
     if len(parts) < 2 or not getattr(parts[0], "merge_fields", False) or len({type(p) for p in parts}) > 1:
         return parts
+    union = bool(getattr(parts[0], "merge_unites_categories", False))
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(parts[0]):  # (every field a packed frame: nothing else to join)
         values = [getattr(p, f.name) for p in parts]
-        if not all(isinstance(v, PackedFrame) for v in values) or not identical_layout(values):
+        if not all(isinstance(v, PackedFrame) for v in values):
             return parts
-        fields[f.name] = joined(values, union=False)
+        if union:
+            values = [v for v in values if v.rows] or values[:1]
+            if len(values) > 1 and not same_layout(values):
+                return parts
+        elif not identical_layout(values):
+            return parts
+        fields[f.name] = joined(values, union=union) if len(values) > 1 else values[0]
     return [dataclasses.replace(parts[0], **fields)]
 
 
