@@ -208,11 +208,15 @@ def _segments(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFram
     if lengths.sum() == 0:
         return _empty_segments()
     flat = np.concatenate(runs)
-    window = np.repeat(np.arange(len(runs), dtype=np.int64), lengths)
+    del runs  # each array is dropped as soon as no later line reads it: on a big trace these
+    # per-point temporaries, not the graph, set the analysis's peak memory
+    window = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
     is_last = np.zeros(flat.size, dtype=bool)
     is_last[np.cumsum(lengths) - 1] = True
     dst_at = np.flatnonzero(~is_last)[::-1]  # each window's segments in time order
+    del is_last
     dst, src, w = flat[dst_at], flat[dst_at + 1], window[dst_at]
+    del flat, window, dst_at
     edge = np.where(src >= 0, graph.binding[dst], -1)
     safe = np.maximum(edge, 0)
     columns = {
@@ -224,9 +228,14 @@ def _segments(ctx: AnalysisContext, graph: DependencyGraph, windows: pd.DataFram
         # drawn on the launch call's thread for a launch latency, else on the point it ends at
         "lane": np.where((edge >= 0) & (graph.kind[safe] == LAUNCH), src, dst),
     }
+    del dst, src, edge, safe
     order = np.argsort(w, kind="stable")  # windows in order, each in time order
+    del w
     keep = order[columns["end_ns"][order] > columns["start_ns"][order]]
-    return _with_lanes(ctx, graph, windows, _merged({k: v[keep] for k, v in columns.items()}))
+    del order
+    for key in columns:  # one column at a time: the whole set is never held twice
+        columns[key] = columns[key][keep]
+    return _with_lanes(ctx, graph, windows, _merged(columns))
 
 
 def _merged(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
