@@ -18,6 +18,7 @@ pipeline runs them on one rank (``spec.run`` then ``spec.gather``, in registry o
 cleared before the first, each cached input dropped after the last analysis that reads it), so an
 input the analyses share (``steps.activity``) is counted in the first analysis that asks for it;
 medians of ``--repeat`` runs and the load average before and after.
+Beside each, the events (rows) per CPU second, against issue 31's >= 5 M events/s per core.
 ``--json OUT`` writes the per-run figures, for a script that interleaves runs of two versions.
 """
 
@@ -199,10 +200,20 @@ def cpu_per_analysis(trace: Trace, repeat: int) -> dict[str, list[float]]:
     return per
 
 
-def report_cpu(per: dict[str, list[float]], json_out: Path | None) -> None:
-    print(f"CPU s per analysis (run + gather, pipeline order; median of {len(per['total'])}):")
+#: issue 31: every analysis at least this many events (rows) per second of CPU
+TARGET_EVENTS_PER_CPU_S = 5e6
+
+
+def report_cpu(per: dict[str, list[float]], json_out: Path | None, events: int) -> None:
+    """Each analysis's median CPU seconds and the events per CPU second (per core: the analyses of
+    one rank run on one thread) it reaches, against issue 31's target."""
+    print(f"CPU s per analysis (run + gather, pipeline order; median of {len(per['total'])}; "
+          f"M events/s/core: {events:,} rows / median CPU s, target >= {TARGET_EVENTS_PER_CPU_S / 1e6:g} each):")
     for name, times in per.items():
-        print(f"  {name:<18} {statistics.median(times):6.3f}  (min {min(times):.3f})")
+        median = statistics.median(times)
+        rate = events / median / 1e6 if median > 0 else float("inf")
+        verdict = "" if name == "total" or rate >= TARGET_EVENTS_PER_CPU_S / 1e6 else "  below target"
+        print(f"  {name:<18} {median:6.3f}  (min {min(times):.3f})  {rate:8.2f} M events/s/core{verdict}")
     if json_out is not None:
         json_out.write_text(json.dumps(per))
 
@@ -237,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {trace.num_events:,} rows < {args.events:,} requested")
     if args.cpu:
         print(f"load average before: {Path('/proc/loadavg').read_text().split()[:3]}")
-        report_cpu(cpu_per_analysis(trace, args.repeat), args.json)
+        report_cpu(cpu_per_analysis(trace, args.repeat), args.json, trace.num_events)
         print(f"load average after: {Path('/proc/loadavg').read_text().split()[:3]}")
         return 0
     totals, per = time_run_all(trace, args.repeat)

@@ -6,6 +6,13 @@ running five analyses, plus the cached ``analyze``; each a fresh process, as a u
     python benchmarks/bench_e2e.py --copies 1      # the real trace itself (54 MB)
     python benchmarks/bench_e2e.py --trace F.json  # any trace
     python benchmarks/bench_e2e.py --jobs 2 --split     # also a rank's analyses in two processes
+    python benchmarks/bench_e2e.py --sizes-gb 1,4 --out-dir /big   # issue 31: 1 GB and 4 GB, HTA on the first
+
+``--sizes-gb``: one trace per size, derived from the V100 trace as below with as many copies as reach
+the size (21 copies: 0.99 GB; 85: 4.0 GB), each run once through ``traceview analyze --no-cache``
+with the memory sampler: wall and CPU time, peak RSS and PSS, the peak's ratio to the file size and
+bytes per event; HTA 0.5.0 on the first size only (its time and peak, or its failure). Issue 31's
+target: peak <= 1.0x the file size.
 
 The trace: ``shared/traces/kineto/hta_df_index_resolver_v100_rank1.json.gz`` (rank 1 of a 2 x V100
 DDP run; 216k events), its events repeated ``--copies`` times one after another in time, with
@@ -53,6 +60,10 @@ DEFAULT_HTA_PYTHON = "/work/hta-venv/bin/python"
 TARGET_SPEEDUP = 8.0
 TARGET_RSS_RATIO = 1 / 3
 TARGET_CACHED_S = 1.0
+#: issue 31: peak RSS of ``traceview analyze`` at most this times the size of the Kineto JSON
+TARGET_FILE_RATIO = 1.0
+#: JSON bytes of one copy of the V100 trace in :func:`derive_trace` (47.18 MB)
+BYTES_PER_COPY = 47_180_000
 #: the source folders of the installed package (pyproject.toml's package-dir)
 PACKAGE_DIRS = ("traceview", "parsers", "analyses", "app")
 
@@ -149,7 +160,8 @@ def _tree_memory(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def run_measured(cmd: list[str], env: dict | None = None, *, memory: bool = True) -> dict:
+def run_measured(cmd: list[str], env: dict | None = None, *, memory: bool = True,
+                 timeout_s: float | None = None) -> dict:
     """Wall seconds, CPU seconds (user + system of ``cmd`` and every process it waited for) and, with
     ``memory``, peak process-tree RSS and PSS of ``cmd`` (else 0); raises on a non-zero exit.
 
@@ -173,7 +185,13 @@ def run_measured(cmd: list[str], env: dict | None = None, *, memory: bool = True
     sampler = threading.Thread(target=sample, daemon=True)
     if memory:
         sampler.start()
-    _, err = proc.communicate()
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        done.set()
+        raise
     seconds = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     done.set()
@@ -198,8 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", default="", help="comma list of --jobs values to pass traceview (empty: its default)")
     ap.add_argument("--split", action="store_true", help="also run each traceview variant with a rank's analyses "
                     "in two processes (TRACEVIEW_SPLIT_MIN_EVENTS=100000, opt-in): the speed/memory trade-off")
+    ap.add_argument("--sizes-gb", default="", help="comma list of sizes in GB (10**9 B): the issue-31 run "
+                    "(see the module doc); each trace derived once into --out-dir")
+    ap.add_argument("--out-dir", type=Path, default=OUT, help="where derived traces are kept (default benchmarks/out)")
+    ap.add_argument("--hta-timeout-s", type=float, default=1800.0, help="with --sizes-gb: HTA's time limit")
     args = ap.parse_args(argv)
-    trace = args.trace or _derived(args.copies)
+    if args.sizes_gb:
+        return sizes_run([float(v) for v in args.sizes_gb.split(",")], args)
+    trace = args.trace or _derived(args.copies, args.out_dir)
     size = trace.stat().st_size
     # byte-code for traceview's modules, as a wheel install has (pip compiles at install; HTA's
     # venv has it): an editable checkout run with PYTHONDONTWRITEBYTECODE=1 would compile every
@@ -245,15 +269,63 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _derived(copies: int) -> Path:
-    OUT.mkdir(parents=True, exist_ok=True)
-    target = OUT / f"v100_x{copies}.json"
-    if not target.exists():
+def _derived(copies: int, out_dir: Path = OUT) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"v100_x{copies}.json"
+    meta = target.with_name(target.name + ".meta.json")
+    if not target.exists() or not meta.exists():
         if not SOURCE.exists():
             raise SystemExit(f"{SOURCE} is missing: give --trace")
         info = derive_trace(SOURCE, target, copies)
+        meta.write_text(json.dumps(info))
         print(f"derived {target} ({info['bytes'] / 1e6:.1f} MB, {info['events']:,} events)")
     return target
+
+
+def _derived_events(trace: Path) -> int:
+    """The trace events (JSON objects in ``traceEvents``) of a trace :func:`_derived` wrote."""
+    return int(json.loads(trace.with_name(trace.name + ".meta.json").read_text())["events"])
+
+
+def sizes_run(sizes_gb: list[float], args: argparse.Namespace) -> int:
+    """Issue 31: one sampled ``traceview analyze --no-cache`` per size, HTA on the first (see the module doc)."""
+    traces = [_derived(max(1, round(gb * 1e9 / BYTES_PER_COPY)), args.out_dir) for gb in sizes_gb]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(REPO / d) for d in PACKAGE_DIRS)], check=True)
+    print(f"{'run':34} {'GB':>5} {'events':>10} {'wall s':>7} {'CPU s':>7} {'peak RSS MB':>12} {'PSS MB':>7} "
+          f"{'x file':>7} {'B/event':>8}  load before")
+    with tempfile.TemporaryDirectory() as tmp:
+        for trace in traces:
+            _size_line("traceview analyze --no-cache", trace, _tv_cmd(trace, Path(tmp, "r.json"), "", no_cache=True))
+        if args.no_hta:
+            print("HTA not measured (--no-hta)")
+        elif not os.path.exists(args.hta_python):
+            print(f"HTA 0.5.0 not measured: no python at {args.hta_python} "
+                  "(pip install HolisticTraceAnalysis==0.5.0 into a venv; give --hta-python)")
+        else:
+            hta_dir = Path(tmp, "hta")
+            hta_dir.mkdir()
+            os.symlink(traces[0].resolve(), hta_dir / traces[0].name)
+            _size_line("HTA 0.5.0 (load + 5 analyses)", traces[0], [args.hta_python, "-c", HTA_SCRIPT, str(hta_dir)],
+                       timeout_s=args.hta_timeout_s)
+    print(f"target (issue 31): traceview's peak RSS <= {TARGET_FILE_RATIO:g}x the file; load average after: {_load()}")
+    return 0
+
+
+def _size_line(label: str, trace: Path, cmd: list[str], timeout_s: float | None = None) -> None:
+    size, events, load = trace.stat().st_size, _derived_events(trace), _load()
+    try:
+        run = run_measured(cmd, timeout_s=timeout_s)
+    except subprocess.TimeoutExpired as exc:  # HTA's failure is a result too
+        print(f"{label:34} {size / 1e9:5.2f} {events:10,} FAILED: killed after {exc.timeout:.0f} s  (load {load})")
+        return
+    except RuntimeError as exc:
+        print(f"{label:34} {size / 1e9:5.2f} {events:10,} FAILED: {str(exc)[-300:]}  (load {load})")
+        return
+    ratio = run["peak_rss"] / size
+    verdict = f"  {_verdict(ratio <= TARGET_FILE_RATIO)}" if label.startswith("traceview") else ""
+    print(f"{label:34} {size / 1e9:5.2f} {events:10,} {run['seconds']:7.1f} {run['cpu_seconds']:7.1f} "
+          f"{run['peak_rss'] / 1e6:12.0f} {run['peak_pss'] / 1e6:7.0f} {ratio:7.2f} {run['peak_rss'] / events:8.0f}"
+          f"  {load}{verdict}")
 
 
 def _tv_cmd(trace: Path, report: Path, jobs: str, *, no_cache: bool) -> list[str]:
