@@ -112,3 +112,26 @@ def test_inputs_with_other_categories_stay_apart() -> None:
     assert joined == packed
     for part, back in zip(parts, (unpack_inputs(p) for p in joined)):
         pd.testing.assert_frame_equal(back.a, part.a)
+
+
+@dataclasses.dataclass
+class UnitedParts:
+    """A cross-rank input whose reduce concatenates its frames with ``concat_tables``."""
+
+    merge_fields: ClassVar[bool] = True
+    merge_unites_categories: ClassVar[bool] = True
+    a: pd.DataFrame
+    b: pd.DataFrame
+
+
+def test_inputs_with_other_categories_are_joined_as_concat_tables_when_declared() -> None:
+    """Parts whose categories differ (each rank its own names) are joined into one part, equal to
+    ``concat_tables`` of the parts (categories united); empty parts add nothing."""
+    rng = np.random.default_rng(9)
+    parts = [UnitedParts(rank_frame(rng, int(rng.integers(0, 6)), r), rank_frame(rng, 2, r)) for r in range(6)]
+    parts.append(UnitedParts(rank_frame(rng, 0, 6), rank_frame(rng, 0, 6)))
+    joined = join_inputs([pack_inputs(p) for p in parts])
+    assert len(joined) == 1
+    got = unpack_inputs(joined[0])
+    pd.testing.assert_frame_equal(got.a, concat_tables([p.a for p in parts]))
+    pd.testing.assert_frame_equal(got.b, concat_tables([p.b for p in parts]))
