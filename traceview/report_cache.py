@@ -361,7 +361,7 @@ def _frame_from(blob: bytes | memoryview | pa.Buffer, where: str, object_columns
     try:
         table = pa.ipc.open_stream(blob if isinstance(blob, pa.Buffer) else pa.py_buffer(blob)).read_all()
         table.validate(full=True)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
+    except (pa.ArrowException, OSError, TypeError, ValueError) as exc:  # (a damaged stream: OSError)
         raise CacheFormatError(f"table {where} is damaged: {exc}") from None
     return _frame_of(table, where, object_columns)
 
